@@ -1,0 +1,200 @@
+package spec
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Plan is a valid spec resolved into what the workflow executes: every default applied, durations parsed and
+// one entry per task in canonical order (chief, master, worker, ps, evaluator, then other types by name).
+type Plan struct {
+	Name             string
+	Tasks            []Task
+	ChiefExit        string
+	OnFailure        string
+	MaxRunTime       time.Duration // 0: unlimited
+	StopGracePeriod  time.Duration
+	HeartbeatTimeout time.Duration
+	StartTimeout     time.Duration
+	// Scope is ScopeTask (restarts are per task, by Temporal retry) or ScopeAll (gang restarts by the workflow).
+	Scope string
+	// Gang is the cluster-wide policy and budget when Scope is ScopeAll.
+	Gang Restart
+}
+
+// Task is one member of the cluster.
+type Task struct {
+	Name       string            `json:"name"` // TYPE-INDEX
+	Type       string            `json:"type"`
+	Index      int               `json:"index"`
+	Command    []string          `json:"command"`
+	Env        map[string]string `json:"env,omitempty"`
+	WorkingDir string            `json:"workingDir,omitempty"`
+	Host       string            `json:"host,omitempty"` // pinned host, or "" for any host of Pool
+	Pool       string            `json:"pool"`
+	Restart    Restart           `json:"restart"`
+	// Rank is the task's place in the training world (RANK); -1 for evaluators, which are outside it.
+	Rank int `json:"rank"`
+}
+
+// Restart is a resolved restart policy.
+type Restart struct {
+	Policy      string        `json:"policy"`
+	MaxRestarts int           `json:"maxRestarts"`
+	Backoff     time.Duration `json:"backoff"`
+}
+
+// Restartable says whether a process that ended this way should be started again under the policy.
+// exitCode follows the shell: a death by signal N is 128+N.
+func (r Restart) Restartable(exitCode int) bool {
+	switch r.Policy {
+	case PolicyOnFailure:
+		return exitCode != 0
+	case PolicyExitCode:
+		// Kubeflow's convention: 1-127 are the program's own verdict (permanent), 128-255 come from signals
+		// or the environment (retryable).
+		return exitCode >= 128
+	case PolicyAlways:
+		return true
+	}
+	return false
+}
+
+// typeOrder ranks the well-known task types; others follow by name.
+var typeOrder = map[string]int{"chief": 0, "master": 1, "worker": 2, "ps": 3, "evaluator": 4}
+
+// TaskTypes returns the spec's task types in canonical order.
+func TaskTypes(tasks map[string]TaskSpec) []string {
+	types := sortedKeys(tasks)
+	sort.SliceStable(types, func(i, j int) bool {
+		oi, iok := typeOrder[types[i]]
+		oj, jok := typeOrder[types[j]]
+		switch {
+		case iok && jok:
+			return oi < oj
+		case iok != jok:
+			return iok
+		}
+		return false
+	})
+	return types
+}
+
+// NewPlan validates the spec and resolves it.
+func NewPlan(s *RunSpec) (*Plan, error) {
+	if problems := s.Validate(); len(problems) > 0 {
+		return nil, &InvalidSpecError{Problems: problems}
+	}
+	p := &Plan{
+		Name:             s.Name,
+		ChiefExit:        or(s.ChiefExit, ChiefExitTerminate),
+		OnFailure:        or(s.OnFailure, OnFailureFailFast),
+		MaxRunTime:       mustDuration(s.MaxRunTime, 0),
+		StopGracePeriod:  mustDuration(s.StopGracePeriod, DefaultStopGracePeriod),
+		HeartbeatTimeout: mustDuration(s.HeartbeatTimeout, DefaultHeartbeat),
+		StartTimeout:     mustDuration(s.StartTimeout, DefaultStartTimeout),
+		Scope:            ScopeTask,
+	}
+	runRestart := resolveRestart(s.Restart, Restart{Policy: PolicyNever, Backoff: DefaultBackoff})
+	if s.Restart != nil && s.Restart.Scope == ScopeAll {
+		p.Scope = ScopeAll
+		p.Gang = runRestart
+	}
+	rank := 0
+	for _, typ := range TaskTypes(s.Tasks) {
+		ts := s.Tasks[typ]
+		cmd := ts.Command
+		if len(cmd) == 0 {
+			cmd = s.Command
+		}
+		env := map[string]string{}
+		for k, v := range s.Env {
+			env[k] = v
+		}
+		for k, v := range ts.Env {
+			env[k] = v
+		}
+		restart := resolveRestart(ts.Restart, runRestart)
+		if p.Scope == ScopeAll {
+			// The workflow restarts the whole cluster; a single attempt per task.
+			restart.MaxRestarts = 0
+		}
+		for i := 0; i < ts.Replicas; i++ {
+			t := Task{
+				Name:       fmt.Sprintf("%s-%d", typ, i),
+				Type:       typ,
+				Index:      i,
+				Command:    append([]string(nil), cmd...),
+				Env:        env,
+				WorkingDir: or(ts.WorkingDir, s.WorkingDir),
+				Pool:       or(ts.Pool, or(s.Pool, DefaultPool)),
+				Restart:    restart,
+				Rank:       -1,
+			}
+			if len(ts.Hosts) > 0 {
+				t.Host = ts.Hosts[i%len(ts.Hosts)]
+			}
+			if typ != "evaluator" {
+				t.Rank = rank
+				rank++
+			}
+			p.Tasks = append(p.Tasks, t)
+		}
+	}
+	return p, nil
+}
+
+// HasChief reports whether the plan has a chief task.
+func (p *Plan) HasChief() bool {
+	return len(p.Tasks) > 0 && p.Tasks[0].Type == "chief"
+}
+
+// WorldSize is the number of tasks with a rank.
+func (p *Plan) WorldSize() int {
+	n := 0
+	for _, t := range p.Tasks {
+		if t.Rank >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// resolveRestart merges a restart block over the policy it inherits: unset fields keep the inherited value.
+func resolveRestart(r *RestartSpec, base Restart) Restart {
+	if r == nil {
+		return base
+	}
+	out := Restart{Policy: or(r.Policy, base.Policy), Backoff: mustDuration(r.Backoff, base.Backoff)}
+	switch {
+	case out.Policy == PolicyNever:
+		out.MaxRestarts = 0
+	case r.MaxRestarts != nil:
+		out.MaxRestarts = *r.MaxRestarts
+	case base.Policy != PolicyNever:
+		out.MaxRestarts = base.MaxRestarts
+	default:
+		out.MaxRestarts = DefaultMaxRestarts
+	}
+	return out
+}
+
+// mustDuration parses a duration that validation has already accepted.
+func mustDuration(d Duration, def time.Duration) time.Duration {
+	if d == "" {
+		return def
+	}
+	parsed, err := time.ParseDuration(string(d))
+	if err != nil {
+		return def
+	}
+	return parsed
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

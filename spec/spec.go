@@ -1,0 +1,320 @@
+// Package spec defines the clusterrun run spec: the YAML or JSON document a user writes to describe a cluster run,
+// its parsing, its validation and its resolution into a flat, ordered list of tasks (a Plan).
+//
+// Everything here is pure and deterministic (no I/O, no clock, sorted iteration over maps), so the ClusterRun
+// workflow can validate and plan inside workflow code. YAML and JSON share one set of json tags: YAML is converted
+// to JSON before decoding.
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// RunSpec is one cluster run as the user describes it. It is also the ClusterRun workflow's input, so
+// `temporal workflow start --type ClusterRun --input-file spec.json` takes the same document.
+type RunSpec struct {
+	// Name of the run: required, lowercase letters, digits and '-', at most 63 characters.
+	Name string `json:"name"`
+	// Command is the default argv for every task type. Optional when every type sets its own.
+	Command []string `json:"command,omitempty"`
+	// Env is added to every task's environment (task-type env wins on conflict).
+	Env map[string]string `json:"env,omitempty"`
+	// WorkingDir is the default working directory. Optional: default is the host worker's working directory.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// Pool is the default pool for unpinned tasks. Optional: default "default".
+	Pool string `json:"pool,omitempty"`
+	// Tasks maps a task type (chief, worker, ps, evaluator, or any name) to its replicas and overrides.
+	Tasks map[string]TaskSpec `json:"tasks"`
+	// Restart is the default restart policy. Optional: default {policy: Never}.
+	Restart *RestartSpec `json:"restart,omitempty"`
+	// ChiefExit says what happens when the chief exits: terminate (default) or wait.
+	ChiefExit string `json:"chiefExit,omitempty"`
+	// OnFailure says what happens when a task fails for good: failFast (default) or continue.
+	OnFailure string `json:"onFailure,omitempty"`
+	// MaxRunTime bounds the whole run. Optional: default unlimited.
+	MaxRunTime Duration `json:"maxRunTime,omitempty"`
+	// StopGracePeriod is the time between SIGTERM and SIGKILL. Optional: default 15s.
+	StopGracePeriod Duration `json:"stopGracePeriod,omitempty"`
+	// HeartbeatTimeout is how long a host worker may stay silent before its task counts as lost. Optional: default 10s.
+	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
+	// StartTimeout is how long a task may wait for a host worker to pick it up. Optional: default 5m.
+	StartTimeout Duration `json:"startTimeout,omitempty"`
+
+	// decodeProblems holds unknown fields and type errors found while decoding, so that validation reports them
+	// together with every other problem instead of failing the decode (a failed decode inside the workflow would
+	// retry the workflow task forever rather than fail the run with a clear message).
+	decodeProblems []Problem
+}
+
+// TaskSpec is one task type: how many replicas and what differs from the run's defaults.
+type TaskSpec struct {
+	// Replicas is the number of tasks of this type, at least 1 (at most 1 for chief).
+	Replicas int `json:"replicas"`
+	// Command overrides the run's command for this type.
+	Command []string `json:"command,omitempty"`
+	// Env is merged over the run's env.
+	Env map[string]string `json:"env,omitempty"`
+	// WorkingDir overrides the run's working directory.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// Hosts pins replica i to Hosts[i mod len(Hosts)]. Optional: default unpinned (any host of the pool).
+	Hosts []string `json:"hosts,omitempty"`
+	// Pool overrides the run's pool for unpinned replicas.
+	Pool string `json:"pool,omitempty"`
+	// Restart overrides the run's restart policy for this type.
+	Restart *RestartSpec `json:"restart,omitempty"`
+}
+
+// RestartSpec is a restart policy.
+type RestartSpec struct {
+	// Policy is Never (default), OnFailure, ExitCode or Always.
+	Policy string `json:"policy,omitempty"`
+	// MaxRestarts is the restart budget: per task with scope task, cluster-wide with scope all.
+	// Optional: default 3 for a policy other than Never.
+	MaxRestarts *int `json:"maxRestarts,omitempty"`
+	// Backoff is the wait before a restart. Optional: default 1s.
+	Backoff Duration `json:"backoff,omitempty"`
+	// Scope is task (restart only the failed task, default) or all (restart every task with a new rendezvous).
+	Scope string `json:"scope,omitempty"`
+}
+
+// Duration is a Go duration string such as "90s" or "1h30m". It stays a string in the spec so that a bad value
+// is reported by validation with its field path, together with every other problem.
+type Duration string
+
+// Problem is one thing wrong with a spec, with the path of the field that holds it.
+type Problem struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string { return p.Path + ": " + p.Message }
+
+// InvalidSpecError lists every problem found in a spec.
+type InvalidSpecError struct {
+	Problems []Problem
+}
+
+func (e *InvalidSpecError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return fmt.Sprintf("invalid run spec (%d problem(s)): %s", len(e.Problems), strings.Join(lines, "; "))
+}
+
+// Parse decodes a YAML or JSON run spec and validates it. A syntax error is returned as is; every other problem
+// is returned at once as an *InvalidSpecError.
+func Parse(data []byte) (*RunSpec, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("run spec is not valid YAML or JSON: %w", err)
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return nil, &InvalidSpecError{Problems: []Problem{{Path: "(document)", Message: "the spec is empty; it needs at least name and tasks"}}}
+	}
+	var s RunSpec
+	if err := json.Unmarshal(js, &s); err != nil {
+		return nil, fmt.Errorf("run spec: %w", err)
+	}
+	if problems := s.Validate(); len(problems) > 0 {
+		return &s, &InvalidSpecError{Problems: problems}
+	}
+	return &s, nil
+}
+
+// UnmarshalJSON decodes leniently: type errors and unknown fields are kept as problems for Validate, and only a
+// malformed document is an error.
+func (s *RunSpec) UnmarshalJSON(data []byte) error {
+	type plain RunSpec
+	var raw any
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		*s = RunSpec{decodeProblems: []Problem{{Path: "(document)", Message: "the spec must be an object with name and tasks"}}}
+		return nil
+	}
+	var p plain
+	// The schema walk names unknown fields and wrong types with their full path (the decoder's own type error
+	// drops map keys from its path), so the decoder's type error only matters when the walk missed it.
+	problems := schemaProblems(obj, reflect.TypeOf(p), "")
+	if err := json.Unmarshal(data, &p); err != nil {
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return err
+		}
+		if len(problems) == 0 {
+			problems = append(problems, Problem{Path: te.Field, Message: fmt.Sprintf("must be %s, not a JSON %s", kindName(te.Type), te.Value)})
+		}
+	}
+	*s = RunSpec(p)
+	s.decodeProblems = problems
+	return nil
+}
+
+func kindName(t reflect.Type) string {
+	if t == reflect.TypeOf(Duration("")) {
+		return `a duration string such as "30s"`
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "a whole number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return t.String()
+}
+
+// schemaProblems walks a decoded JSON value against a Go type's json tags and names every key the type lacks
+// and every value of the wrong JSON kind.
+func schemaProblems(v any, t reflect.Type, path string) []Problem {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v == nil {
+		return nil
+	}
+	if want, ok := jsonKindOK(v, t); !ok {
+		return []Problem{{Path: path, Message: fmt.Sprintf("must be %s, not %s", want, describeJSON(v))}}
+	}
+	var problems []Problem
+	switch t.Kind() {
+	case reflect.Struct:
+		obj := v.(map[string]any)
+		fields := map[string]reflect.Type{}
+		var names []string
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			fields[name] = f.Type
+			names = append(names, name)
+		}
+		for _, k := range sortedKeys(obj) {
+			ft, ok := fields[k]
+			if !ok {
+				msg := "unknown field"
+				if near := closest(k, names); near != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", near)
+				}
+				problems = append(problems, Problem{Path: join(path, k), Message: msg})
+				continue
+			}
+			problems = append(problems, schemaProblems(obj[k], ft, join(path, k))...)
+		}
+	case reflect.Map:
+		obj := v.(map[string]any)
+		for _, k := range sortedKeys(obj) {
+			problems = append(problems, schemaProblems(obj[k], t.Elem(), join(path, k))...)
+		}
+	case reflect.Slice:
+		for i, e := range v.([]any) {
+			problems = append(problems, schemaProblems(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	}
+	return problems
+}
+
+// jsonKindOK says whether a decoded JSON value fits a Go type, and if not, what the type wants.
+func jsonKindOK(v any, t reflect.Type) (string, bool) {
+	var ok bool
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		_, ok = v.(map[string]any)
+	case reflect.Slice:
+		_, ok = v.([]any)
+	case reflect.String:
+		_, ok = v.(string)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		f, isNum := v.(float64)
+		ok = isNum && f == float64(int64(f))
+	case reflect.Bool:
+		_, ok = v.(bool)
+	default:
+		ok = true
+	}
+	return kindName(t), ok
+}
+
+func describeJSON(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case float64:
+		return fmt.Sprintf("the number %v", x)
+	case bool:
+		return fmt.Sprintf("%v", x)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%v", v)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// closest returns the field name that differs from k only by case, or is within edit distance 2, if any.
+func closest(k string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if strings.EqualFold(n, k) {
+			return n
+		}
+		if d := editDistance(strings.ToLower(k), strings.ToLower(n)); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

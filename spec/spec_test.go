@@ -1,0 +1,222 @@
+package spec
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const demoYAML = `
+name: mnist
+command: [python3, train.py]
+env: {DATA: /data/mnist}
+workingDir: /srv/train
+tasks:
+  chief:  {replicas: 1}
+  worker: {replicas: 4, restart: {policy: OnFailure, maxRestarts: 3}}
+  ps:     {replicas: 2, command: [python3, ps.py], hosts: [gpu-a, gpu-b]}
+  evaluator: {replicas: 1}
+restart: {policy: Never, maxRestarts: 0, backoff: 1s, scope: task}
+chiefExit: terminate
+onFailure: failFast
+maxRunTime: 2h
+stopGracePeriod: 15s
+heartbeatTimeout: 10s
+`
+
+func TestParse_ArchitectureExample(t *testing.T) {
+	s, err := Parse([]byte(demoYAML))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+
+	var names []string
+	for _, task := range p.Tasks {
+		names = append(names, task.Name)
+	}
+	assert.Equal(t, []string{"chief-0", "worker-0", "worker-1", "worker-2", "worker-3", "ps-0", "ps-1", "evaluator-0"}, names)
+	assert.Equal(t, 7, p.WorldSize())
+	assert.True(t, p.HasChief())
+	assert.Equal(t, 2*time.Hour, p.MaxRunTime)
+	assert.Equal(t, ScopeTask, p.Scope)
+
+	ps1 := p.Tasks[6]
+	assert.Equal(t, "gpu-b", ps1.Host)
+	assert.Equal(t, []string{"python3", "ps.py"}, ps1.Command)
+	assert.Equal(t, 6, ps1.Rank)
+	assert.Equal(t, -1, p.Tasks[7].Rank, "evaluators are outside the training world")
+	assert.Equal(t, Restart{Policy: PolicyOnFailure, MaxRestarts: 3, Backoff: time.Second}, p.Tasks[1].Restart)
+	assert.Equal(t, Restart{Policy: PolicyNever, Backoff: time.Second}, p.Tasks[0].Restart)
+	assert.Equal(t, "/data/mnist", p.Tasks[0].Env["DATA"])
+	assert.Equal(t, DefaultPool, p.Tasks[0].Pool)
+}
+
+func TestParse_JSONAndYAMLAgree(t *testing.T) {
+	fromYAML, err := Parse([]byte(demoYAML))
+	require.NoError(t, err)
+	js, err := json.Marshal(fromYAML)
+	require.NoError(t, err)
+	fromJSON, err := Parse(js)
+	require.NoError(t, err)
+	assert.Equal(t, fromYAML, fromJSON)
+}
+
+func TestParse_Defaults(t *testing.T) {
+	s, err := Parse([]byte(`{"name":"x","command":["true"],"tasks":{"worker":{"replicas":2,"restart":{"policy":"OnFailure"}}}}`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	assert.Equal(t, ChiefExitTerminate, p.ChiefExit)
+	assert.Equal(t, OnFailureFailFast, p.OnFailure)
+	assert.Equal(t, DefaultStopGracePeriod, p.StopGracePeriod)
+	assert.Equal(t, DefaultHeartbeat, p.HeartbeatTimeout)
+	assert.Equal(t, DefaultStartTimeout, p.StartTimeout)
+	assert.Zero(t, p.MaxRunTime)
+	assert.False(t, p.HasChief())
+	assert.Equal(t, DefaultMaxRestarts, p.Tasks[0].Restart.MaxRestarts)
+}
+
+func TestPlan_TypeRestartMergesOverRun(t *testing.T) {
+	s, err := Parse([]byte(`
+name: x
+command: ["true"]
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 3s}
+tasks:
+  worker: {replicas: 1, restart: {maxRestarts: 5}}
+  ps: {replicas: 1}
+`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	assert.Equal(t, Restart{Policy: PolicyOnFailure, MaxRestarts: 5, Backoff: 3 * time.Second}, p.Tasks[0].Restart)
+	assert.Equal(t, Restart{Policy: PolicyOnFailure, MaxRestarts: 2, Backoff: 3 * time.Second}, p.Tasks[1].Restart)
+}
+
+func TestPlan_GangScope(t *testing.T) {
+	s, err := Parse([]byte(`
+name: x
+command: ["true"]
+restart: {policy: OnFailure, maxRestarts: 2, scope: all}
+tasks: {worker: {replicas: 2}}
+`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	assert.Equal(t, ScopeAll, p.Scope)
+	assert.Equal(t, 2, p.Gang.MaxRestarts)
+	assert.Zero(t, p.Tasks[0].Restart.MaxRestarts, "with scope all each task gets one attempt; the workflow restarts the gang")
+}
+
+func TestValidate_EveryProblemAtOnce(t *testing.T) {
+	_, err := Parse([]byte(`
+name: Bad_Name
+command: [""]
+env: {RANK: "3", "1BAD": x}
+workingDir: relative/dir
+replicas: 3
+tasks:
+  chief: {replicas: 2}
+  worker: {replicas: 0, hosts: ["bad host"], restart: {policy: Sometimes, maxRestarts: -1, backoff: soon}}
+  ps: {replicas: 1, restart: {scope: all}, comand: [x]}
+  Bad-Type: {replicas: 1}
+chiefExit: linger
+onFailure: ignore
+maxRunTime: forever
+stopGracePeriod: 2h
+heartbeatTimeout: 10ms
+restart: {policy: Never, maxRestarts: 2}
+`))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	got := map[string]string{}
+	for _, p := range invalid.Problems {
+		got[p.Path] = p.Message
+	}
+	for path, fragment := range map[string]string{
+		"name":                             "lowercase",
+		"command[0]":                       "program name is empty",
+		"env.RANK":                         "set by clusterrun",
+		"env.1BAD":                         "not a valid environment variable",
+		"workingDir":                       "absolute",
+		"replicas":                         "unknown field",
+		"tasks.chief.replicas":             "at most one chief",
+		"tasks.worker.replicas":            "at least 1",
+		"tasks.worker.hosts[0]":            "not a valid host name",
+		"tasks.worker.restart.policy":      "not one of Never, OnFailure, ExitCode, Always",
+		"tasks.worker.restart.maxRestarts": "0 or more",
+		"tasks.worker.restart.backoff":     "not a duration",
+		"tasks.ps.restart.scope":           "belongs in the run's restart",
+		"tasks.ps.comand":                  `did you mean "command"?`,
+		"tasks.Bad-Type":                   "task type",
+		"chiefExit":                        "not one of terminate, wait",
+		"onFailure":                        "not one of failFast, continue",
+		"maxRunTime":                       "not a duration",
+		"stopGracePeriod":                  "1h maximum",
+		"heartbeatTimeout":                 "1s minimum",
+		"restart.maxRestarts":              "policy Never never restarts",
+	} {
+		if assert.Contains(t, got, path) {
+			assert.Contains(t, got[path], fragment, path)
+		}
+	}
+}
+
+func TestValidate_TypeErrorsAndUnknownFields(t *testing.T) {
+	_, err := Parse([]byte(`{"name":"ok","command":["true"],"tasks":{"worker":{"replicas":"four"}},"extra":1}`))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Contains(t, invalid.Error(), `tasks.worker.replicas: must be a whole number, not the string "four"`)
+	assert.Contains(t, invalid.Error(), "extra: unknown field")
+}
+
+func TestValidate_Small(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"empty", ``, "the spec is empty"},
+		{"no tasks", `{name: x, command: [a]}`, "tasks: required"},
+		{"no command anywhere", `{name: x, tasks: {worker: {replicas: 1}}}`, "tasks.worker.command: no command"},
+		{"too many", `{name: x, command: [a], tasks: {worker: {replicas: 1001}}}`, "at most 1000"},
+		{"long name", `{name: ` + strings.Repeat("a", 64) + `, command: [a], tasks: {w: {replicas: 1}}}`, "at most 63"},
+		{"not an object", `[1, 2]`, "must be an object"},
+		{"gang with type restart", `{name: x, command: [a], restart: {scope: all, policy: OnFailure}, tasks: {w: {replicas: 1, restart: {policy: Never}}}}`, "remove this per-type restart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestParse_SyntaxError(t *testing.T) {
+	_, err := Parse([]byte("name: [unclosed"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not valid YAML or JSON")
+}
+
+func TestRestart_Restartable(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		code   int
+		want   bool
+	}{
+		{PolicyNever, 1, false},
+		{PolicyOnFailure, 0, false},
+		{PolicyOnFailure, 1, true},
+		{PolicyOnFailure, 137, true},
+		{PolicyExitCode, 1, false},
+		{PolicyExitCode, 127, false},
+		{PolicyExitCode, 128, true},
+		{PolicyExitCode, 143, true},
+		{PolicyAlways, 0, true},
+		{PolicyAlways, 2, true},
+	} {
+		assert.Equal(t, tc.want, Restart{Policy: tc.policy}.Restartable(tc.code), "%s exit %d", tc.policy, tc.code)
+	}
+}

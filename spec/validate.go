@@ -1,0 +1,229 @@
+package spec
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Limits and defaults of a run spec.
+const (
+	// MaxTasks keeps a run well under Temporal's default of 2,000 pending activities per run, leaving room for
+	// the short control activities that run beside the tasks.
+	MaxTasks               = 1000
+	MaxNameLength          = 63
+	DefaultPool            = "default"
+	DefaultMaxRestarts     = 3
+	DefaultBackoff         = time.Second
+	DefaultStopGracePeriod = 15 * time.Second
+	DefaultHeartbeat       = 10 * time.Second
+	DefaultStartTimeout    = 5 * time.Minute
+)
+
+// Restart policies, scopes, and the chiefExit and onFailure values.
+const (
+	PolicyNever     = "Never"
+	PolicyOnFailure = "OnFailure"
+	PolicyExitCode  = "ExitCode"
+	PolicyAlways    = "Always"
+
+	ScopeTask = "task"
+	ScopeAll  = "all"
+
+	ChiefExitTerminate = "terminate"
+	ChiefExitWait      = "wait"
+
+	OnFailureFailFast = "failFast"
+	OnFailureContinue = "continue"
+)
+
+var (
+	runNameRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	typeNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	hostNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ReservedEnv names the variables clusterrun sets for every task; a spec may not set them.
+var ReservedEnv = []string{
+	"TF_CONFIG", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	"TORCHELASTIC_ERROR_FILE",
+}
+
+type validator struct{ problems []Problem }
+
+func (v *validator) add(path, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// Validate returns every problem in the spec, each with its field path; none means the spec is valid.
+func (s *RunSpec) Validate() []Problem {
+	v := &validator{problems: append([]Problem(nil), s.decodeProblems...)}
+	switch {
+	case s.Name == "":
+		v.add("name", "required: name the run, e.g. name: mnist")
+	case len(s.Name) > MaxNameLength:
+		v.add("name", "%q is %d characters; at most %d", s.Name, len(s.Name), MaxNameLength)
+	case !runNameRE.MatchString(s.Name):
+		v.add("name", "%q may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", s.Name)
+	}
+	v.command("command", s.Command, false)
+	v.env("env", s.Env)
+	v.workingDir("workingDir", s.WorkingDir)
+	v.pool("pool", s.Pool)
+	v.oneOf("chiefExit", s.ChiefExit, ChiefExitTerminate, ChiefExitWait)
+	v.oneOf("onFailure", s.OnFailure, OnFailureFailFast, OnFailureContinue)
+	if d, ok := v.duration("maxRunTime", s.MaxRunTime); ok && s.MaxRunTime != "" && d == 0 {
+		v.add("maxRunTime", "must be more than 0; leave it out for no limit")
+	}
+	if d, ok := v.duration("stopGracePeriod", s.StopGracePeriod); ok && d > time.Hour {
+		v.add("stopGracePeriod", "%s is more than the 1h maximum", d)
+	}
+	if d, ok := v.duration("heartbeatTimeout", s.HeartbeatTimeout); ok && s.HeartbeatTimeout != "" && d < time.Second {
+		v.add("heartbeatTimeout", "%s is less than the 1s minimum", d)
+	}
+	if d, ok := v.duration("startTimeout", s.StartTimeout); ok && s.StartTimeout != "" && d < time.Second {
+		v.add("startTimeout", "%s is less than the 1s minimum", d)
+	}
+	v.restart("restart", s.Restart, true, "")
+	gang := s.Restart != nil && s.Restart.Scope == ScopeAll
+
+	if len(s.Tasks) == 0 {
+		v.add("tasks", "required: at least one task type, e.g. tasks: {worker: {replicas: 2}}")
+	}
+	total := 0
+	for _, typ := range sortedKeys(s.Tasks) {
+		t := s.Tasks[typ]
+		path := "tasks." + typ
+		if !typeNameRE.MatchString(typ) {
+			v.add(path, "task type %q may hold only lowercase letters, digits and '_', starting with a letter", typ)
+		}
+		switch {
+		case t.Replicas < 1:
+			v.add(path+".replicas", "must be at least 1 (got %d)", t.Replicas)
+		case typ == "chief" && t.Replicas > 1:
+			v.add(path+".replicas", "a run has at most one chief (got %d); use worker for more replicas", t.Replicas)
+		}
+		if t.Replicas > 0 {
+			total += t.Replicas
+		}
+		v.command(path+".command", t.Command, false)
+		if len(t.Command) == 0 && len(s.Command) == 0 {
+			v.add(path+".command", "no command: set command for the run or for this task type")
+		}
+		v.env(path+".env", t.Env)
+		v.workingDir(path+".workingDir", t.WorkingDir)
+		v.pool(path+".pool", t.Pool)
+		for i, h := range t.Hosts {
+			if !hostNameRE.MatchString(h) {
+				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%q is not a valid host name (letters, digits, '.', '_', '-')", h)
+			}
+		}
+		if t.Restart != nil && gang {
+			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")
+		} else {
+			v.restart(path+".restart", t.Restart, false, runPolicy(s.Restart))
+		}
+	}
+	if total > MaxTasks {
+		v.add("tasks", "%d tasks in all; at most %d per run (Temporal's pending-activity limit)", total, MaxTasks)
+	}
+	return v.problems
+}
+
+func (v *validator) command(path string, cmd []string, required bool) {
+	if len(cmd) == 0 {
+		if required {
+			v.add(path, "required")
+		}
+		return
+	}
+	if strings.TrimSpace(cmd[0]) == "" {
+		v.add(path+"[0]", "the program name is empty")
+	}
+}
+
+func (v *validator) env(path string, env map[string]string) {
+	for _, k := range sortedKeys(env) {
+		switch {
+		case !envNameRE.MatchString(k):
+			v.add(path+"."+k, "%q is not a valid environment variable name", k)
+		case strings.HasPrefix(k, "CLUSTERRUN_") || contains(ReservedEnv, k):
+			v.add(path+"."+k, "%s is set by clusterrun for every task; remove it from the spec", k)
+		}
+	}
+}
+
+func (v *validator) workingDir(path, dir string) {
+	if dir != "" && !strings.HasPrefix(dir, "/") {
+		v.add(path, "%q must be an absolute path", dir)
+	}
+}
+
+func (v *validator) pool(path, pool string) {
+	if pool != "" && !hostNameRE.MatchString(pool) {
+		v.add(path, "%q is not a valid pool name (letters, digits, '.', '_', '-')", pool)
+	}
+}
+
+func (v *validator) oneOf(path, value string, allowed ...string) {
+	if value != "" && !contains(allowed, value) {
+		v.add(path, "%q is not one of %s", value, strings.Join(allowed, ", "))
+	}
+}
+
+func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
+	if d == "" {
+		return 0, true
+	}
+	parsed, err := time.ParseDuration(string(d))
+	if err != nil {
+		v.add(path, "%q is not a duration; write e.g. 30s, 5m or 1h30m", string(d))
+		return 0, false
+	}
+	if parsed < 0 {
+		v.add(path, "%q is negative", string(d))
+		return 0, false
+	}
+	return parsed, true
+}
+
+func (v *validator) restart(path string, r *RestartSpec, runLevel bool, inherited string) {
+	if r == nil {
+		return
+	}
+	v.oneOf(path+".policy", r.Policy, PolicyNever, PolicyOnFailure, PolicyExitCode, PolicyAlways)
+	if r.MaxRestarts != nil {
+		switch {
+		case *r.MaxRestarts < 0:
+			v.add(path+".maxRestarts", "must be 0 or more (got %d)", *r.MaxRestarts)
+		case *r.MaxRestarts > 1000:
+			v.add(path+".maxRestarts", "%d is more than the maximum of 1000", *r.MaxRestarts)
+		case *r.MaxRestarts > 0 && or(r.Policy, or(inherited, PolicyNever)) == PolicyNever:
+			v.add(path+".maxRestarts", "policy Never never restarts; set policy to OnFailure, ExitCode or Always")
+		}
+	}
+	v.duration(path+".backoff", r.Backoff)
+	if runLevel {
+		v.oneOf(path+".scope", r.Scope, ScopeTask, ScopeAll)
+	} else if r.Scope != "" && r.Scope != ScopeTask {
+		v.add(path+".scope", "scope %q is cluster-wide and belongs in the run's restart, not a task type's", r.Scope)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func runPolicy(r *RestartSpec) string {
+	if r == nil {
+		return ""
+	}
+	return r.Policy
+}
