@@ -1,0 +1,284 @@
+// Package proc starts and stops one task's process tree on Linux, with no Temporal in sight.
+//
+// Contract:
+//   - Each process leads its own process group; every signal goes to the whole group, so helpers it forks go too.
+//   - The process gets Pdeathsig SIGKILL from the OS thread that forked it. The kernel fires Pdeathsig when that
+//     thread exits, not the process, so start and wait run on one goroutine locked to its thread: if the host
+//     worker dies, even by SIGKILL, the process dies with it.
+//   - Stdout and stderr go straight to files (no pipes), so a grandchild that keeps them open cannot stall the
+//     wait and output survives the death of the host worker. Tails are read back from the file ends, bounded.
+//   - Done closes once the leader has exited and no other member of its group is left (or a short bounded wait
+//     for stragglers in uninterruptible sleep has passed). Leftover group members are killed when the leader exits.
+//   - Stop is idempotent: SIGTERM to the group, the grace period, then SIGKILL to the group.
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config describes one process to start.
+type Config struct {
+	Argv []string
+	// Env is the full environment, as KEY=VALUE.
+	Env []string
+	// Dir is the working directory. Optional: default the caller's.
+	Dir    string
+	Stdout *os.File
+	Stderr *os.File
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	// Code is the exit code, or 128+N for a death by signal N (the shell's convention).
+	Code int `json:"code"`
+	// Signal names the signal that killed the process ("SIGKILL"), or is empty.
+	Signal string `json:"signal,omitempty"`
+}
+
+func (e Exit) String() string {
+	if e.Signal != "" {
+		return fmt.Sprintf("killed by %s (exit code %d)", e.Signal, e.Code)
+	}
+	return fmt.Sprintf("exit code %d", e.Code)
+}
+
+// StartError says the process could not be started at all (no such program, no such working directory).
+type StartError struct {
+	Argv []string
+	Dir  string
+	Err  error
+}
+
+func (e *StartError) Error() string {
+	var pathErr *os.PathError
+	switch {
+	case errors.Is(e.Err, exec.ErrNotFound):
+		return fmt.Sprintf("command %q not found on this host: install it or give its full path", e.Argv[0])
+	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir":
+		return fmt.Sprintf("working directory %q does not exist on this host: create it or fix workingDir", e.Dir)
+	case errors.Is(e.Err, os.ErrPermission):
+		return fmt.Sprintf("command %q is not executable: %v", e.Argv[0], e.Err)
+	case errors.Is(e.Err, os.ErrNotExist):
+		return fmt.Sprintf("command %q does not exist on this host", e.Argv[0])
+	}
+	return fmt.Sprintf("start %q: %v", strings.Join(e.Argv, " "), e.Err)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Process is a started process group.
+type Process struct {
+	pid  int
+	done chan struct{}
+	exit Exit
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when Stop was first called
+}
+
+// StragglerWait bounds how long Done waits for other group members after the leader exits and they were killed.
+const StragglerWait = 2 * time.Second
+
+// Start starts the process and returns once it is running (or could not start).
+func Start(cfg Config) (*Process, error) {
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return nil, &StartError{Argv: []string{""}, Err: errors.New("empty command")}
+	}
+	if cfg.Dir != "" {
+		// The child's failed chdir reaches us as a fork/exec ENOENT, which reads like a missing program.
+		if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
+			return nil, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: &os.PathError{Op: "chdir", Path: cfg.Dir, Err: syscall.ENOENT}}
+		}
+	}
+	p := &Process{done: make(chan struct{}), stopped: make(chan struct{})}
+	started := make(chan error, 1)
+	go p.run(cfg, started)
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// run owns the process from fork to reaping. It never unlocks its OS thread: the thread ends with the goroutine,
+// after the process is gone, so Pdeathsig never fires early.
+func (p *Process) run(cfg Config, started chan<- error) {
+	runtime.LockOSThread()
+	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	if strings.Contains(cfg.Argv[0], "/") {
+		cmd.Path = cfg.Argv[0]
+	} else if path, err := lookPath(cfg.Argv[0], cfg.Env); err == nil {
+		// Resolve against the task's PATH, not the worker's.
+		cmd.Path = path
+		cmd.Err = nil
+	}
+	cmd.Env = cfg.Env
+	cmd.Dir = cfg.Dir
+	cmd.Stdout = cfg.Stdout
+	cmd.Stderr = cfg.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		started <- &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: err}
+		close(p.done)
+		return
+	}
+	p.pid = cmd.Process.Pid
+	started <- nil
+
+	err := cmd.Wait()
+	p.exit = exitOf(cmd.ProcessState, err)
+	// The leader is gone; helpers it left in its group must not outlive the task.
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	waitGroupGone(p.pid, StragglerWait)
+	close(p.done)
+}
+
+func lookPath(name string, env []string) (string, error) {
+	pathVar := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range strings.Split(pathVar, ":") {
+		if dir == "" {
+			continue
+		}
+		full := dir + "/" + name
+		if st, err := os.Stat(full); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return full, nil
+		}
+	}
+	return exec.LookPath(name)
+}
+
+func exitOf(state *os.ProcessState, err error) Exit {
+	if state == nil {
+		return Exit{Code: -1, Signal: ""}
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Exit{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
+	}
+	return Exit{Code: state.ExitCode()}
+}
+
+// Pid is the process (and process group) ID.
+func (p *Process) Pid() int { return p.pid }
+
+// Done is closed once the process and its group are gone.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit reports how the process ended; valid after Done.
+func (p *Process) Exit() Exit {
+	<-p.done
+	return p.exit
+}
+
+// Signal sends sig to the whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process group %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// Stop ends the process group: SIGTERM, up to grace for it to exit, then SIGKILL; it returns once the group is
+// gone. Calling it again, or at the same time, waits for the same stop.
+func (p *Process) Stop(grace time.Duration) Exit {
+	p.stopOnce.Do(func() {
+		close(p.stopped)
+		// SIGTERM first, so the task can checkpoint or flush.
+		_ = p.Signal(syscall.SIGTERM)
+		go func() {
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			select {
+			case <-p.done:
+			case <-t.C:
+				// The grace period is over: nothing in the group may ignore this one.
+				_ = p.Signal(syscall.SIGKILL)
+			}
+		}()
+	})
+	return p.Exit()
+}
+
+// Stopping reports whether Stop was called.
+func (p *Process) Stopping() bool {
+	select {
+	case <-p.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitGroupGone waits until no live (non-zombie) process is left in group pgid, or max has passed.
+func waitGroupGone(pgid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	delay := time.Millisecond
+	for GroupAlive(pgid) && time.Now().Before(deadline) {
+		time.Sleep(delay)
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// GroupAlive reports whether any process other than a zombie is in process group pgid.
+func GroupAlive(pgid int) bool {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	// kill(2) also finds zombies waiting for a parent that does not reap them; look closer.
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		state, pg, ok := procStat(pid)
+		if ok && pg == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// procStat reads a process's state and process group from /proc/PID/stat.
+func procStat(pid int) (state byte, pgid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command name may hold spaces and parentheses; the fields after the last ')' are fixed.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 3 {
+		return 0, 0, false
+	}
+	pg, err := strconv.Atoi(fields[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return fields[0][0], pg, true
+}

@@ -1,0 +1,206 @@
+package proc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain doubles as a helper process: with PROC_TEST_HELPER set it starts `sleep 300` through Start, prints
+// the child's pid and blocks, so a test can SIGKILL it and watch Pdeathsig take the child down.
+func TestMain(m *testing.M) {
+	if os.Getenv("PROC_TEST_HELPER") == "1" {
+		p, err := Start(Config{Argv: []string{"sleep", "300"}, Env: os.Environ()})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(p.Pid())
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+func start(t *testing.T, script string) (*Process, string) {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "stdout.log"))
+	require.NoError(t, err)
+	errf, err := os.Create(filepath.Join(dir, "stderr.log"))
+	require.NoError(t, err)
+	t.Cleanup(func() { out.Close(); errf.Close() })
+	p, err := Start(Config{Argv: []string{"sh", "-c", script}, Env: append(os.Environ(), "DIR="+dir), Dir: dir, Stdout: out, Stderr: errf})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Stop(0) })
+	return p, dir
+}
+
+// alive reports whether pid is a live (non-zombie) process.
+func alive(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, "pid file "+path, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return pid
+}
+
+func TestProcess_Exit_Codes(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		want   Exit
+	}{
+		{"exit 0", Exit{Code: 0}},
+		{"exit 3", Exit{Code: 3}},
+		{"kill -KILL $$", Exit{Code: 137, Signal: "SIGKILL"}},
+		{"kill -SEGV $$", Exit{Code: 139, Signal: "SIGSEGV"}},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			p, _ := start(t, tc.script)
+			assert.Equal(t, tc.want, p.Exit())
+		})
+	}
+}
+
+func TestProcess_Output_GoesToFiles(t *testing.T) {
+	p, dir := start(t, "echo hello; echo oops >&2; echo world")
+	p.Exit()
+	assert.Equal(t, "hello\nworld\n", Tail(filepath.Join(dir, "stdout.log"), 1024))
+	assert.Equal(t, "world", LastLine(filepath.Join(dir, "stdout.log"), 80))
+	assert.Equal(t, "oops", LastLine(filepath.Join(dir, "stderr.log"), 80))
+}
+
+func TestProcess_Stop_KillsGroupAndGrandchildren(t *testing.T) {
+	// Nomad's leaked-grandchild case: the subshell's sleep is re-parented but stays in the group.
+	p, dir := start(t, `(sleep 300 & echo $! > "$DIR/grandchild"; wait) & exec sleep 300`)
+	gc := readPid(t, filepath.Join(dir, "grandchild"))
+	require.True(t, alive(gc))
+
+	exit := p.Stop(5 * time.Second)
+	assert.Equal(t, "SIGTERM", exit.Signal)
+	assert.False(t, alive(gc), "grandchild %d survived the stop", gc)
+	assert.False(t, GroupAlive(p.Pid()))
+	assert.True(t, p.Stopping())
+}
+
+func TestProcess_Stop_SIGTERMIgnoredUntilGracePeriod(t *testing.T) {
+	p, dir := start(t, `trap "" TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`)
+	readPid := func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil }
+	waitFor(t, "trap installed", readPid)
+
+	grace := 300 * time.Millisecond
+	began := time.Now()
+	exit := p.Stop(grace)
+	assert.Equal(t, "SIGKILL", exit.Signal)
+	assert.GreaterOrEqual(t, time.Since(began), grace, "SIGKILL came before the grace period was over")
+	assert.False(t, GroupAlive(p.Pid()))
+}
+
+func TestProcess_Stop_Idempotent(t *testing.T) {
+	p, _ := start(t, "exec sleep 300")
+	done := make(chan Exit, 2)
+	go func() { done <- p.Stop(time.Second) }()
+	go func() { done <- p.Stop(time.Second) }()
+	first, second := <-done, <-done
+	assert.Equal(t, first, second)
+	assert.Equal(t, first, p.Stop(time.Second))
+}
+
+func TestProcess_LeaderExit_KillsLeftoverGroupMembers(t *testing.T) {
+	p, dir := start(t, `sleep 300 & echo $! > "$DIR/bg"; exit 0`)
+	bg := readPid(t, filepath.Join(dir, "bg"))
+	assert.Equal(t, Exit{Code: 0}, p.Exit())
+	assert.False(t, alive(bg), "background child %d outlived its task", bg)
+}
+
+func TestProcess_Pdeathsig_ParentKilled(t *testing.T) {
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), "PROC_TEST_HELPER=1")
+	stdout, err := helper.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, helper.Start())
+	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
+
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "helper said %q", line)
+	require.True(t, alive(child))
+
+	require.NoError(t, helper.Process.Signal(syscall.SIGKILL))
+	_ = helper.Wait()
+	waitFor(t, fmt.Sprintf("child %d to die with its parent", child), func() bool { return !alive(child) })
+}
+
+func TestStart_Errors(t *testing.T) {
+	_, err := Start(Config{Argv: []string{"no-such-command-xyz"}, Env: os.Environ()})
+	var se *StartError
+	require.True(t, errors.As(err, &se))
+	assert.Contains(t, err.Error(), `command "no-such-command-xyz" not found on this host`)
+
+	_, err = Start(Config{Argv: []string{"true"}, Env: os.Environ(), Dir: "/no/such/dir"})
+	assert.Contains(t, err.Error(), `working directory "/no/such/dir" does not exist`)
+
+	_, err = Start(Config{Argv: []string{"/no/such/program"}, Env: os.Environ()})
+	assert.Contains(t, err.Error(), `"/no/such/program" does not exist`)
+
+	_, err = Start(Config{})
+	assert.Error(t, err)
+}
+
+func TestStart_UsesTaskPATH(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "only-here"), []byte("#!/bin/sh\nexit 7\n"), 0o755))
+	p, err := Start(Config{Argv: []string{"only-here"}, Env: []string{"PATH=" + dir + ":/usr/bin:/bin"}})
+	require.NoError(t, err)
+	assert.Equal(t, 7, p.Exit().Code)
+}
+
+func TestTail_Bounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(path, []byte("line one\nline two\nline three\n"), 0o644))
+	assert.Equal(t, "line three\n", Tail(path, 12))
+	assert.Equal(t, "", Tail(filepath.Join(t.TempDir(), "missing"), 10))
+	assert.Equal(t, "line th…", LastLine(path, 8))
+
+	data, truncated, err := ReadBounded(path, 4)
+	require.NoError(t, err)
+	assert.Equal(t, "line", string(data))
+	assert.True(t, truncated)
+	data, truncated, err = ReadBounded(filepath.Join(t.TempDir(), "missing"), 4)
+	assert.NoError(t, err)
+	assert.Nil(t, data)
+	assert.False(t, truncated)
+}
