@@ -54,7 +54,8 @@ func (r Restart) Restartable(exitCode int) bool {
 	case PolicyExitCode:
 		// Kubeflow's convention: 1-127 are the program's own verdict (permanent), 128-255 come from signals
 		// or the environment (retryable).
-		return exitCode >= 128
+		// A lost task (exitCode < 0: its host stopped heartbeating) is environmental too.
+		return exitCode >= 128 || exitCode < 0
 	case PolicyAlways:
 		return true
 	}

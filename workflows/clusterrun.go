@@ -1,0 +1,252 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// ClusterRun runs one cluster: it validates the spec, launches one RunTask activity per task, holds the
+// rendezvous, watches the tasks end, applies the restart, chief-exit and failure policies, and stops every
+// remaining process (waiting until each is confirmed gone) before it returns.
+//
+// It returns the RunStatus on success. A failed or timed-out run fails the workflow with an ApplicationError of
+// type RunFailed or RunTimedOut whose details hold the RunStatus; a canceled run ends canceled with the RunStatus
+// as details; an invalid spec fails it with InvalidSpec and the list of problems.
+func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
+	plan, err := spec.NewPlan(&in)
+	if err != nil {
+		var invalid *spec.InvalidSpecError
+		if errors.As(err, &invalid) {
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil, invalid.Problems)
+		}
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil)
+	}
+	r := newRun(plan, workflow.Now(ctx))
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
+		return nil, err
+	}
+	placedCh := workflow.GetSignalChannel(ctx, SignalTaskPlaced)
+
+	var deadline workflow.Future
+	if plan.MaxRunTime > 0 {
+		deadline = workflow.NewTimerWithOptions(ctx, plan.MaxRunTime, workflow.TimerOptions{Summary: "maxRunTime"})
+	}
+
+	for {
+		d := r.runGeneration(ctx, placedCh, deadline)
+		if !d.restart {
+			break
+		}
+		backoff := plan.Gang.Backoff
+		workflow.GetLogger(ctx).Info("gang restart", "reason", d.reason, "restartCount", r.restartCount+1, "backoff", backoff)
+		r.resetForGeneration()
+		r.reason = fmt.Sprintf("gang restart %d of %d after: %s", r.restartCount, plan.Gang.MaxRestarts, d.reason)
+		if end := r.wait(ctx, backoff, deadline); end != nil {
+			r.decision = end
+			break
+		}
+	}
+	return r.finish(ctx)
+}
+
+// runGeneration launches every task, serves the rendezvous and waits for a decision, then stops whatever still
+// runs. It returns the decision.
+func (r *run) runGeneration(ctx workflow.Context, placedCh workflow.ReceiveChannel, deadline workflow.Future) decision {
+	genCtx, cancelGen := workflow.WithCancel(ctx)
+	sel := workflow.NewSelector(ctx)
+	info := workflow.GetInfo(ctx)
+
+	for _, t := range r.tasks {
+		t.future = workflow.ExecuteActivity(runTaskOptions(genCtx, r.plan, t.Task, r.generation), ActivityRunTask,
+			RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod})
+		sel.AddFuture(t.future, func(workflow.Future) {
+			r.endOf(ctx, t, workflow.Now(ctx))
+			r.judge(t)
+		})
+	}
+	sel.AddReceive(placedCh, func(c workflow.ReceiveChannel, _ bool) {
+		var sig PlacedSignal
+		c.Receive(ctx, &sig)
+		for _, f := range r.onPlaced(genCtx, info, sig) {
+			sel.AddFuture(f, func(f workflow.Future) {
+				if err := f.Get(ctx, nil); err != nil && !temporal.IsCanceledError(err) {
+					workflow.GetLogger(ctx).Warn("release failed; the task will end by heartbeat timeout", "error", err)
+				}
+			})
+		}
+	})
+	if deadline != nil {
+		sel.AddFuture(deadline, func(workflow.Future) {
+			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
+		})
+	}
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+		r.decide(decision{status: StatusCanceled, reason: "run canceled"})
+	})
+
+	for r.decision == nil {
+		sel.Select(ctx)
+	}
+	d := *r.decision
+	r.stopAll(ctx, info, cancelGen, d)
+	return d
+}
+
+// onPlaced records where a task landed and releases it once the rendezvous is complete: all tasks at once the
+// first time, one by one for tasks restarted by retry later on. It returns the Release futures.
+func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSignal) []workflow.Future {
+	t := r.byName[sig.Task]
+	if t == nil || sig.Generation != r.generation || t.done || r.decision != nil {
+		return nil // stale: an earlier generation, an unknown name, or a task already over
+	}
+	t.placed = true
+	st := &t.status
+	st.State, st.Host, st.Addr, st.Port = TaskPlaced, sig.Host, sig.Addr, sig.Port
+	st.Attempt = r.generation + sig.Attempt
+	st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
+	if r.released {
+		return []workflow.Future{r.release(ctx, info, []*task{t})}
+	}
+	if !r.allPlaced() {
+		return nil
+	}
+	r.released = true
+	var waiting []*task
+	for _, t := range r.tasks {
+		if t.placed && !t.done {
+			waiting = append(waiting, t)
+		}
+	}
+	return r.releaseByHost(ctx, info, waiting)
+}
+
+func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) []workflow.Future {
+	var hosts []string
+	byHost := map[string][]*task{}
+	for _, t := range tasks {
+		h := t.status.Host
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], t)
+	}
+	var futures []workflow.Future
+	for _, h := range hosts {
+		futures = append(futures, r.release(ctx, info, byHost[h]))
+	}
+	return futures
+}
+
+// release sends the cluster map to waiting attempts on one host (all given tasks share that host).
+func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) workflow.Future {
+	now := workflow.Now(ctx)
+	in := ReleaseInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Cluster: r.clusterMap()}
+	for _, t := range tasks {
+		t.status.State = TaskRunning
+		t.status.StartTime = &now
+		in.Tasks = append(in.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
+	}
+	host := tasks[0].status.Host
+	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, fmt.Sprintf("release %d task(s) on %s", len(tasks), host)),
+		ActivityRelease, in)
+}
+
+func (r *run) clusterMap() ClusterMap {
+	m := ClusterMap{Generation: r.generation}
+	for _, t := range r.tasks {
+		m.Endpoints = append(m.Endpoints, Endpoint{Task: t.Name, Host: t.status.Host, Addr: t.status.Addr, Port: t.status.Port})
+	}
+	return m
+}
+
+// stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
+// RunTask only on its next heartbeat, so StopTasks on each host's downlink does the fast stop; the cancellation
+// keeps Temporal from retrying and covers a host worker that is gone.
+func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workflow.CancelFunc, d decision) {
+	prev := r.status
+	r.status = StatusStopping
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	cancelGen()
+
+	var hosts []string
+	byHost := map[string][]string{}
+	for _, t := range r.tasks {
+		if t.done || !t.placed {
+			continue
+		}
+		h := t.status.Host
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], t.Name)
+	}
+	reason := d.reason
+	if d.restart {
+		reason = "gang restart after: " + d.reason
+	}
+	var stops []workflow.Future
+	for _, h := range hosts {
+		stops = append(stops, workflow.ExecuteActivity(
+			controlOptions(dctx, h, r.plan.StopGracePeriod+30*time.Second, fmt.Sprintf("stop %d task(s) on %s", len(byHost[h]), h)),
+			ActivityStopTasks,
+			StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: byHost[h],
+				GracePeriod: r.plan.StopGracePeriod, Reason: reason}))
+	}
+	for _, t := range r.tasks {
+		if !t.done {
+			r.endOf(dctx, t, workflow.Now(dctx))
+			if t.status.State == TaskFailed && t.status.Error == "" {
+				t.status.State = TaskStopped
+			}
+		}
+	}
+	for _, f := range stops {
+		if err := f.Get(dctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("StopTasks failed; its tasks ended by cancellation or heartbeat timeout", "error", err)
+		}
+	}
+	r.status = prev
+}
+
+// wait sleeps through a gang-restart backoff unless the run is canceled or times out meanwhile.
+func (r *run) wait(ctx workflow.Context, d time.Duration, deadline workflow.Future) *decision {
+	var end *decision
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "restart backoff"}), func(workflow.Future) {})
+	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+		end = &decision{status: StatusCanceled, reason: "run canceled"}
+	})
+	if deadline != nil {
+		sel.AddFuture(deadline, func(workflow.Future) {
+			end = &decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)}
+		})
+	}
+	sel.Select(ctx)
+	return end
+}
+
+// finish turns the final decision into the workflow's outcome.
+func (r *run) finish(ctx workflow.Context) (*RunStatus, error) {
+	d := r.decision
+	now := workflow.Now(ctx)
+	r.status, r.reason, r.endTime = d.status, d.reason, &now
+	result := r.snapshot()
+	switch d.status {
+	case StatusSucceeded:
+		return &result, nil
+	case StatusCanceled:
+		return nil, temporal.NewCanceledError(result)
+	case StatusTimedOut:
+		return nil, temporal.NewNonRetryableApplicationError(d.reason, ErrRunTimedOut, nil, result)
+	default:
+		return nil, temporal.NewNonRetryableApplicationError(d.reason, ErrRunFailed, nil, result)
+	}
+}

@@ -1,0 +1,488 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// behavior is how a fake task attempt ends once released: exit with a code after a short while, or run until
+// stopped.
+type behavior struct {
+	exit  int
+	block bool
+}
+
+func exits(code int) behavior { return behavior{exit: code} }
+
+var blocks = behavior{block: true}
+
+// fakeHosts stands in for host workers: RunTask signals its placement, waits for Release, then behaves as told;
+// StopTasks stops blocked attempts. It records what the workflow asked of it.
+type fakeHosts struct {
+	env *testsuite.TestWorkflowEnvironment
+	// script gives each (task, attempt, generation) its behavior; the default blocks.
+	script func(task string, attempt, generation int) behavior
+
+	mu       sync.Mutex
+	released map[string]chan ClusterMap // task -> waiting attempt
+	stop     map[string]chan struct{}
+	queues   map[string]string // task -> task queue it ran on
+	ids      []string          // activity IDs seen
+	releases []ReleaseInput
+	stops    []StopTasksInput
+	maps     map[string]ClusterMap // task -> map it was released with
+}
+
+func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
+	f := &fakeHosts{env: env, script: script, released: map[string]chan ClusterMap{}, stop: map[string]chan struct{}{},
+		queues: map[string]string{}, maps: map[string]ClusterMap{}}
+	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
+	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
+	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
+	return f
+}
+
+func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, error) {
+	info := activity.GetInfo(ctx)
+	rel, stop := make(chan ClusterMap, 1), make(chan struct{})
+	f.mu.Lock()
+	f.released[in.Task.Name], f.stop[in.Task.Name] = rel, stop
+	f.queues[in.Task.Name] = info.TaskQueue
+	f.ids = append(f.ids, info.ActivityID)
+	f.mu.Unlock()
+
+	host := in.Task.Host
+	if host == "" {
+		host = "pooled-host"
+	}
+	f.env.SignalWorkflow(SignalTaskPlaced, PlacedSignal{Task: in.Task.Name, Generation: in.Generation, Attempt: int(info.Attempt),
+		Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank})
+	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: in.Generation + int(info.Attempt)}
+	select {
+	case m := <-rel:
+		f.mu.Lock()
+		f.maps[in.Task.Name] = m
+		f.mu.Unlock()
+	case <-ctx.Done():
+		return res, temporal.NewCanceledError(res)
+	}
+	b := blocks
+	if f.script != nil {
+		b = f.script(in.Task.Name, int(info.Attempt), in.Generation)
+	}
+	if b.block {
+		select {
+		case <-stop:
+			res.ExitCode, res.Signal, res.Stopped = 143, "SIGTERM", true
+			return res, nil
+		case <-ctx.Done():
+			res.ExitCode, res.Signal = 143, "SIGTERM"
+			return res, temporal.NewCanceledError(res)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	res.ExitCode = b.exit
+	if b.exit != 0 {
+		res.Error = "boom"
+	}
+	return res, ExitOutcome(in.Task, res)
+}
+
+func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releases = append(f.releases, in)
+	var out ReleaseResult
+	for _, t := range in.Tasks {
+		if ch, ok := f.released[t.Task]; ok {
+			ch <- in.Cluster
+			out.Released = append(out.Released, t.Task)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stops = append(f.stops, in)
+	for _, t := range in.Tasks {
+		if ch, ok := f.stop[t]; ok {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+	}
+	return StopTasksResult{Stopped: in.Tasks}, nil
+}
+
+func (f *fakeHosts) stoppedTasks() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for _, s := range f.stops {
+		names = append(names, s.Tasks...)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func mustSpec(t *testing.T, doc string) spec.RunSpec {
+	t.Helper()
+	s, err := spec.Parse([]byte(doc))
+	require.NoError(t, err)
+	return *s
+}
+
+type harness struct {
+	suite testsuite.WorkflowTestSuite
+	env   *testsuite.TestWorkflowEnvironment
+	hosts *fakeHosts
+}
+
+func newHarness(t *testing.T, script func(string, int, int) behavior) *harness {
+	h := &harness{}
+	h.suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	h.env = h.suite.NewTestWorkflowEnvironment()
+	h.env.SetTestTimeout(30 * time.Second)
+	h.env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
+	h.hosts = newFakeHosts(h.env, script)
+	return h
+}
+
+// run executes the workflow and returns its status (from the result or from the failure's details) and error.
+func (h *harness) run(t *testing.T, s spec.RunSpec) (RunStatus, error) {
+	t.Helper()
+	h.env.ExecuteWorkflow(WorkflowType, s)
+	require.True(t, h.env.IsWorkflowCompleted())
+	err := h.env.GetWorkflowError()
+	var st RunStatus
+	if err == nil {
+		require.NoError(t, h.env.GetWorkflowResult(&st))
+		return st, nil
+	}
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&st)
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		require.NoError(t, canceled.Details(&st))
+	}
+	return st, err
+}
+
+func states(st RunStatus) map[string]string {
+	m := map[string]string{}
+	for _, t := range st.Tasks {
+		m[t.Name] = t.State
+	}
+	return m
+}
+
+func errType(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Type()
+	}
+	return ""
+}
+
+const demo = `
+name: demo
+command: [python3, train.py]
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 2}
+  ps: {replicas: 1, hosts: [host-b]}
+`
+
+func TestClusterRun_ChiefExitTerminatesTheRest(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	st, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, "chief-0 exited 0", st.Reason)
+	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskStopped, "worker-1": TaskStopped, "ps-0": TaskStopped}, states(st))
+	assert.Equal(t, []string{"ps-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
+	assert.Equal(t, 0, *st.Task("chief-0").ExitCode)
+	assert.NotNil(t, st.EndTime)
+}
+
+func TestClusterRun_PlacementAndRendezvous(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })
+	_, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+
+	assert.Equal(t, HostQueue("host-b"), h.hosts.queues["ps-0"], "pinned task goes to its host's queue")
+	assert.Equal(t, PoolQueue("default"), h.hosts.queues["worker-1"], "unpinned task goes to its pool's queue")
+
+	// One rendezvous: every task released with the same, complete map, one Release per host.
+	require.Len(t, h.hosts.releases, 2)
+	want := h.hosts.maps["chief-0"]
+	require.Len(t, want.Endpoints, 4)
+	for _, e := range want.Endpoints {
+		assert.NotZero(t, e.Port, e.Task)
+	}
+	for task, m := range h.hosts.maps {
+		assert.Equal(t, want, m, task)
+	}
+	assert.ElementsMatch(t, []string{"chief-0", "worker-0", "worker-1", "ps-0"}, h.hosts.ids, "activity IDs are the task names")
+}
+
+func TestClusterRun_InvalidSpecLaunchesNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "Bad Name", Tasks: map[string]spec.TaskSpec{"chief": {Replicas: 2}}})
+	err := h.env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidSpec, errType(err))
+	assert.Contains(t, err.Error(), "tasks.chief.replicas")
+	assert.Contains(t, err.Error(), "name")
+	assert.Empty(t, h.hosts.ids)
+}
+
+func TestClusterRun_FailFastStopsTheRest(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-1" {
+			return exits(3)
+		}
+		return blocks
+	})
+	st, err := h.run(t, mustSpec(t, demo))
+	require.Error(t, err)
+	assert.Equal(t, ErrRunFailed, errType(err))
+	assert.Equal(t, StatusFailed, st.Status)
+	assert.Contains(t, st.Reason, "worker-1 exited with code 3")
+	assert.Contains(t, st.Reason, "failFast")
+	assert.Equal(t, TaskFailed, st.Task("worker-1").State)
+	assert.Equal(t, 3, *st.Task("worker-1").ExitCode)
+	assert.Equal(t, []string{"chief-0", "ps-0", "worker-0"}, h.hosts.stoppedTasks())
+}
+
+func TestClusterRun_OnFailureContinue(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-1" {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: cont
+command: [x]
+onFailure: continue
+tasks: {worker: {replicas: 3}}
+`))
+	require.Error(t, err)
+	assert.Contains(t, st.Reason, "1 of 3 tasks failed")
+	assert.Equal(t, map[string]string{"worker-0": TaskSucceeded, "worker-1": TaskFailed, "worker-2": TaskSucceeded}, states(st))
+	assert.Empty(t, h.hosts.stoppedTasks())
+}
+
+func TestClusterRun_ChiefExitWait(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })
+	st, err := h.run(t, mustSpec(t, `
+name: wait
+command: [x]
+chiefExit: wait
+tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskSucceeded, "worker-1": TaskSucceeded}, states(st))
+	assert.Empty(t, h.hosts.stoppedTasks(), "with chiefExit wait nothing is stopped")
+}
+
+func TestClusterRun_TaskRestartSucceedsOnAttempt2(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-1" && attempt == 1 {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: retry
+command: [x]
+tasks: {worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 2, backoff: 10ms}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 2, st.Task("worker-1").Attempt)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt)
+	// The restarted attempt was released on its own, with the current map.
+	require.Len(t, h.hosts.releases, 2)
+	assert.Equal(t, []TaskAttempt{{Task: "worker-1", Attempt: 2}}, h.hosts.releases[1].Tasks)
+}
+
+func TestClusterRun_RestartBudgetExhausted(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(2)
+		}
+		return blocks
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: budget
+command: [x]
+tasks: {chief: {replicas: 1}, worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 2, backoff: 1ms}}}
+`))
+	require.Error(t, err)
+	assert.Equal(t, 3, st.Task("worker-0").Attempt, "1 launch + 2 restarts")
+	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
+}
+
+func TestClusterRun_ExitCodePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		code     int
+		attempts int
+	}{{3, 1}, {137, 2}} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			h := newHarness(t, func(task string, attempt, _ int) behavior {
+				if attempt == 1 {
+					return exits(tc.code)
+				}
+				return exits(0)
+			})
+			st, _ := h.run(t, mustSpec(t, `
+name: codes
+command: [x]
+tasks: {worker: {replicas: 1, restart: {policy: ExitCode, maxRestarts: 1, backoff: 1ms}}}
+`))
+			assert.Equal(t, tc.attempts, st.Task("worker-0").Attempt)
+		})
+	}
+}
+
+func TestClusterRun_PolicyAlwaysRestartsCleanExits(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	st, err := h.run(t, mustSpec(t, `
+name: always
+command: [x]
+tasks: {worker: {replicas: 1, restart: {policy: Always, maxRestarts: 2, backoff: 1ms}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.Task("worker-0").Attempt)
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+}
+
+func TestClusterRun_MaxRunTime(t *testing.T) {
+	h := newHarness(t, nil)
+	st, err := h.run(t, mustSpec(t, `
+name: slow
+command: [x]
+maxRunTime: 300ms
+tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
+`))
+	require.Error(t, err)
+	assert.Equal(t, ErrRunTimedOut, errType(err))
+	assert.Equal(t, StatusTimedOut, st.Status)
+	assert.Equal(t, "maxRunTime 300ms reached", st.Reason)
+	assert.Equal(t, []string{"chief-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
+}
+
+func TestClusterRun_GangRestart(t *testing.T) {
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		switch {
+		case generation == 0 && task == "worker-1":
+			return exits(1)
+		case task == "chief-0" && generation == 1:
+			return exits(0)
+		}
+		return blocks
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: gang
+command: [x]
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 10ms, scope: all}
+tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.RestartCount)
+	assert.Equal(t, 2, st.Task("chief-0").Attempt, "attempt counts gang restarts")
+	assert.Contains(t, h.hosts.ids, "worker-1.r1")
+	// Generation 0's survivors were stopped, then generation 1's workers after the chief exited.
+	assert.Equal(t, []string{"chief-0", "worker-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
+	require.Len(t, h.hosts.releases, 2, "a new rendezvous per generation")
+	assert.Equal(t, 1, h.hosts.releases[1].Cluster.Generation)
+}
+
+func TestClusterRun_GangBudgetExhausted(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(1)
+		}
+		return blocks
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: gang
+command: [x]
+restart: {policy: OnFailure, maxRestarts: 1, backoff: 1ms, scope: all}
+tasks: {worker: {replicas: 2}}
+`))
+	require.Error(t, err)
+	assert.Equal(t, 1, st.RestartCount)
+	assert.Contains(t, st.Reason, "worker-0 exited with code 1")
+}
+
+func TestClusterRun_CancelStopsEverything(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 200*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, demo))
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(err, &canceled), "got %v", err)
+	assert.Equal(t, StatusCanceled, st.Status)
+	for name, state := range states(st) {
+		assert.Equal(t, TaskStopped, state, name)
+	}
+}
+
+func TestClusterRun_QueryStatus(t *testing.T) {
+	h := newHarness(t, nil)
+	var seen RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&seen))
+		h.env.CancelWorkflow()
+	}, 200*time.Millisecond)
+	_, _ = h.run(t, mustSpec(t, demo))
+	assert.Equal(t, StatusRunning, seen.Status)
+	assert.Equal(t, TaskRunning, seen.Task("worker-0").State)
+	assert.Equal(t, "host-b", seen.Task("ps-0").Host)
+	assert.Equal(t, 1, seen.Task("ps-0").Attempt)
+}
+
+func TestClusterRun_StartTimeout(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTaskInput) (TaskResult, error) {
+		return TaskResult{}, temporal.NewTimeoutError(0x2 /* SCHEDULE_TO_START */, nil)
+	}, activity.RegisterOptions{Name: ActivityRunTask})
+	env.ExecuteWorkflow(WorkflowType, mustSpec(t, `{name: lonely, command: [x], tasks: {ps: {replicas: 1, hosts: [gpu-z]}}}`))
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "no host worker picked up ps-0") && strings.Contains(err.Error(), "--host gpu-z"), err.Error())
+}

@@ -1,0 +1,81 @@
+// Package workflows holds the ClusterRun workflow and clusterrun's wire contract: every name that crosses
+// Temporal (workflow and activity types, task queues, signals, queries, error types) and every struct that
+// travels as a payload. The starter, the host workers and the tests import these; nothing else spells them.
+//
+// Workflow code here is deterministic: no I/O, no wall clock, no goroutines, sorted iteration only.
+package workflows
+
+// Workflow and activity types.
+const (
+	// WorkflowType is the type name users give the temporal CLI: --type ClusterRun.
+	WorkflowType = "ClusterRun"
+	// ReadLogsWorkflowType is a short helper workflow that reads log chunks from host workers.
+	ReadLogsWorkflowType = "ReadLogs"
+
+	ActivityRunTask   = "RunTask"
+	ActivityRelease   = "Release"
+	ActivityStopTasks = "StopTasks"
+	ActivityReadLogs  = "ReadLogs"
+)
+
+// Task queues.
+const (
+	// TaskQueue runs the ClusterRun and ReadLogs workflows; every host worker polls it.
+	TaskQueue = "clusterrun"
+	hostQueuePrefix    = "clusterrun-host-"
+	poolQueuePrefix    = "clusterrun-pool-"
+	controlQueuePrefix = "clusterrun-ctl-"
+)
+
+// HostQueue is where RunTask activities of tasks pinned to host go.
+func HostQueue(host string) string { return hostQueuePrefix + host }
+
+// PoolQueue is where RunTask activities of unpinned tasks of pool go; any host of the pool takes them.
+func PoolQueue(pool string) string { return poolQueuePrefix + pool }
+
+// ControlQueue is the host's downlink for short control activities (Release, StopTasks, ReadLogs). It is apart
+// from the task queues so that a host whose task slots are all taken by waiting tasks can still be released.
+func ControlQueue(host string) string { return controlQueuePrefix + host }
+
+// Signals and queries of a ClusterRun execution.
+const (
+	// SignalTaskPlaced: a RunTask attempt reports where it landed (PlacedSignal).
+	SignalTaskPlaced = "task-placed"
+	// QueryStatus returns the live RunStatus.
+	QueryStatus = "status"
+)
+
+// Error types: stable strings in ApplicationError.Type that retry policies and callers match on.
+const (
+	// ErrInvalidSpec: the run spec failed validation; nothing was launched. Details: []spec.Problem.
+	ErrInvalidSpec = "InvalidSpec"
+	// ErrTaskFailed: a task's process exited non-zero or was killed. Details: TaskResult.
+	ErrTaskFailed = "TaskFailed"
+	// ErrTaskStartFailed: a task's process could not start on its host (missing command or working dir).
+	ErrTaskStartFailed = "TaskStartFailed"
+	// ErrTaskRestart: a task exited 0 under restart policy Always and asks to be started again.
+	ErrTaskRestart = "TaskRestart"
+	// ErrRunFailed and ErrRunTimedOut end a ClusterRun execution. Details: RunStatus.
+	ErrRunFailed   = "RunFailed"
+	ErrRunTimedOut = "RunTimedOut"
+)
+
+// Run statuses.
+const (
+	StatusRunning   = "Running"
+	StatusStopping  = "Stopping"
+	StatusSucceeded = "Succeeded"
+	StatusFailed    = "Failed"
+	StatusCanceled  = "Canceled"
+	StatusTimedOut  = "TimedOut"
+)
+
+// Task states.
+const (
+	TaskPending   = "Pending"   // scheduled, not yet picked up by a host worker
+	TaskPlaced    = "Placed"    // on a host, waiting for the rendezvous
+	TaskRunning   = "Running"   // released with the cluster map; the process runs
+	TaskSucceeded = "Succeeded" // exited 0
+	TaskFailed    = "Failed"    // failed for good
+	TaskStopped   = "Stopped"   // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
+)

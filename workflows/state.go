@@ -1,0 +1,257 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// task is the workflow's bookkeeping for one task in the current generation.
+type task struct {
+	spec.Task
+	status TaskStatus
+	future workflow.Future
+	placed bool
+	done   bool
+}
+
+// decision is how the current generation ends.
+type decision struct {
+	status  string // a final run status, or "" for a gang restart
+	reason  string
+	restart bool
+}
+
+// run is the workflow's whole state; handlers only change it, the main flow acts on it.
+type run struct {
+	plan         *spec.Plan
+	tasks        []*task
+	byName       map[string]*task
+	generation   int
+	restartCount int
+	released     bool // the current generation's rendezvous is complete
+	status       string
+	reason       string
+	startTime    time.Time
+	endTime      *time.Time
+	decision     *decision
+}
+
+func newRun(p *spec.Plan, now time.Time) *run {
+	r := &run{plan: p, byName: map[string]*task{}, status: StatusRunning, startTime: now}
+	for _, t := range p.Tasks {
+		tk := &task{Task: t, status: TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}}
+		r.tasks = append(r.tasks, tk)
+		r.byName[t.Name] = tk
+	}
+	return r
+}
+
+// snapshot is the query "status" and the run's result.
+func (r *run) snapshot() RunStatus {
+	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
+		StartTime: r.startTime, EndTime: r.endTime}
+	for _, t := range r.tasks {
+		s.Tasks = append(s.Tasks, t.status)
+	}
+	return s
+}
+
+// decide records how the generation ends; the first decision wins.
+func (r *run) decide(d decision) {
+	if r.decision == nil {
+		r.decision = &d
+	}
+}
+
+func (r *run) allPlaced() bool {
+	for _, t := range r.tasks {
+		if !t.placed && !t.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *run) allDone() bool {
+	for _, t := range r.tasks {
+		if !t.done {
+			return false
+		}
+	}
+	return true
+}
+
+// endOf turns a RunTask future's outcome into the task's final state for this generation.
+func (r *run) endOf(ctx workflow.Context, t *task, now time.Time) {
+	var res TaskResult
+	err := t.future.Get(ctx, &res)
+	t.done = true
+	st := &t.status
+	st.EndTime = &now
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	var timeout *temporal.TimeoutError
+	switch {
+	case err == nil:
+		st.State = TaskSucceeded
+		if res.Stopped {
+			st.State = TaskStopped
+		}
+		r.record(t, res)
+	case errors.As(err, &canceled):
+		st.State = TaskStopped
+		if canceled.HasDetails() && canceled.Details(&res) == nil {
+			r.record(t, res)
+		}
+	case errors.As(err, &appErr):
+		if appErr.HasDetails() && appErr.Details(&res) == nil {
+			r.record(t, res)
+		}
+		st.State = TaskFailed
+		st.Error = appErr.Message()
+		if appErr.Type() == ErrTaskRestart {
+			// Policy Always ran out of restarts on a clean exit: that is a success.
+			st.State, st.Error = TaskSucceeded, ""
+		}
+	case errors.As(err, &timeout):
+		st.State = TaskFailed
+		code := -1
+		st.ExitCode = &code
+		switch timeout.TimeoutType() {
+		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+			st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s: is a clusterrun-worker running for %s?",
+				t.Name, r.plan.StartTimeout, placeOf(t.Task))
+		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+			st.Error = fmt.Sprintf("%s lost: no heartbeat from host %s for %s (host worker stopped or unreachable)",
+				t.Name, orUnknown(st.Host), r.plan.HeartbeatTimeout)
+		default:
+			st.Error = fmt.Sprintf("%s timed out (%s)", t.Name, timeout.TimeoutType())
+		}
+	default:
+		st.State = TaskFailed
+		st.Error = err.Error()
+	}
+	if r.status == StatusStopping && st.State == TaskFailed && res.Stopped {
+		st.State = TaskStopped
+	}
+}
+
+func (r *run) record(t *task, res TaskResult) {
+	st := &t.status
+	if res.Host != "" {
+		st.Host = res.Host
+	}
+	if res.Attempt > 0 {
+		st.Attempt = res.Attempt
+	}
+	code := res.ExitCode
+	st.ExitCode = &code
+	st.Signal = res.Signal
+	st.Result = res.Result
+	if res.Error != "" {
+		st.Error = res.Error
+	}
+}
+
+func placeOf(t spec.Task) string {
+	if t.Host != "" {
+		return "host " + t.Host + " (--host " + t.Host + ")"
+	}
+	return "pool " + t.Pool + " (--pool " + t.Pool + ")"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// judge decides, after task t ended on its own, whether the generation ends.
+func (r *run) judge(t *task) {
+	st := t.status
+	p := r.plan
+	switch st.State {
+	case TaskSucceeded:
+		if t.Type == "chief" && p.ChiefExit == spec.ChiefExitTerminate {
+			r.decide(decision{status: StatusSucceeded, reason: "chief-0 exited 0"})
+			return
+		}
+	case TaskFailed:
+		code := -1
+		if st.ExitCode != nil {
+			code = *st.ExitCode
+		}
+		cause := failureText(st)
+		if p.Scope == spec.ScopeAll && p.Gang.Restartable(code) && r.restartCount < p.Gang.MaxRestarts {
+			r.decide(decision{restart: true, reason: cause})
+			return
+		}
+		if t.Type == "chief" {
+			r.decide(decision{status: StatusFailed, reason: cause})
+			return
+		}
+		if p.OnFailure == spec.OnFailureFailFast {
+			r.decide(decision{status: StatusFailed, reason: cause + " (onFailure: failFast)"})
+			return
+		}
+	}
+	if r.allDone() {
+		r.decide(r.verdict())
+	}
+}
+
+// verdict judges a generation in which every task ended on its own.
+func (r *run) verdict() decision {
+	if r.plan.HasChief() {
+		chief := r.tasks[0].status
+		if chief.State == TaskSucceeded {
+			return decision{status: StatusSucceeded, reason: "chief-0 exited 0"}
+		}
+		return decision{status: StatusFailed, reason: failureText(chief)}
+	}
+	var failed []string
+	for _, t := range r.tasks {
+		if t.status.State == TaskFailed {
+			failed = append(failed, t.Name)
+		}
+	}
+	if len(failed) == 0 {
+		return decision{status: StatusSucceeded, reason: fmt.Sprintf("all %d tasks exited 0", len(r.tasks))}
+	}
+	first := r.byName[failed[0]].status
+	return decision{status: StatusFailed, reason: fmt.Sprintf("%d of %d tasks failed; first: %s", len(failed), len(r.tasks), failureText(first))}
+}
+
+func failureText(st TaskStatus) string {
+	if strings.HasPrefix(st.Error, st.Name+" ") {
+		return st.Error
+	}
+	if st.Error != "" {
+		return st.Name + " failed: " + st.Error
+	}
+	if st.ExitCode != nil {
+		return fmt.Sprintf("%s failed with exit code %d", st.Name, *st.ExitCode)
+	}
+	return st.Name + " failed"
+}
+
+// resetForGeneration prepares every task for a new launch after a gang restart.
+func (r *run) resetForGeneration() {
+	r.generation++
+	r.restartCount++
+	r.released = false
+	r.decision = nil
+	for _, t := range r.tasks {
+		t.placed, t.done, t.future = false, false, nil
+		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}
+	}
+}

@@ -1,0 +1,180 @@
+package workflows
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// RunTaskInput starts one task attempt on a host.
+type RunTaskInput struct {
+	Task spec.Task `json:"task"`
+	// Generation counts gang restarts (scope: all); 0 for the first launch.
+	Generation      int           `json:"generation"`
+	StopGracePeriod time.Duration `json:"stopGracePeriod"`
+}
+
+// PlacedSignal is sent by a RunTask attempt once it holds a host and a port.
+type PlacedSignal struct {
+	Task       string `json:"task"`
+	Generation int    `json:"generation"`
+	// Attempt is the Temporal activity attempt (1-based).
+	Attempt int    `json:"attempt"`
+	Host    string `json:"host"`
+	Addr    string `json:"addr"`
+	Port    int    `json:"port"`
+}
+
+// Endpoint is where one task listens.
+type Endpoint struct {
+	Task string `json:"task"`
+	Host string `json:"host"`
+	Addr string `json:"addr"`
+	Port int    `json:"port"`
+}
+
+// ClusterMap is every task's endpoint, in plan order, as of one rendezvous.
+type ClusterMap struct {
+	Generation int        `json:"generation"`
+	Endpoints  []Endpoint `json:"endpoints"`
+}
+
+// TaskAttempt names one attempt of a task.
+type TaskAttempt struct {
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+}
+
+// ReleaseInput lets the named waiting attempts on one host start their processes.
+type ReleaseInput struct {
+	WorkflowID string        `json:"workflowId"`
+	RunID      string        `json:"runId"`
+	Tasks      []TaskAttempt `json:"tasks"`
+	Cluster    ClusterMap    `json:"cluster"`
+}
+
+// ReleaseResult names the attempts that were found waiting and released.
+type ReleaseResult struct {
+	Released []string `json:"released"`
+}
+
+// StopTasksInput stops the named tasks of a run on one host (all of the run's tasks there when Tasks is empty).
+type StopTasksInput struct {
+	WorkflowID  string        `json:"workflowId"`
+	RunID       string        `json:"runId"`
+	Tasks       []string      `json:"tasks,omitempty"`
+	GracePeriod time.Duration `json:"gracePeriod"`
+	Reason      string        `json:"reason"`
+}
+
+// StopTasksResult names the tasks whose processes were stopped and confirmed gone.
+type StopTasksResult struct {
+	Stopped []string `json:"stopped"`
+}
+
+// TaskResult is how one task attempt ended: RunTask's result, and the details of its failures.
+type TaskResult struct {
+	Task     string `json:"task"`
+	Host     string `json:"host"`
+	Attempt  int    `json:"attempt"`
+	PID      int    `json:"pid,omitempty"`
+	ExitCode int    `json:"exitCode"`
+	Signal   string `json:"signal,omitempty"`
+	// Stopped says clusterrun stopped the process (it did not end on its own).
+	Stopped   bool      `json:"stopped,omitempty"`
+	StartTime time.Time `json:"startTime"`
+	EndTime   time.Time `json:"endTime"`
+	// Result is the JSON the task wrote to CLUSTERRUN_RESULT_FILE.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is a one-line cause: error.json's message, or the last line of stderr.
+	Error string `json:"error,omitempty"`
+	// ErrorFile is the error.json the task wrote (torchelastic's format), if any.
+	ErrorFile  json.RawMessage `json:"errorFile,omitempty"`
+	StderrTail string          `json:"stderrTail,omitempty"`
+}
+
+// HeartbeatDetails is what a running task reports on each heartbeat. It lives in the workflow's mutable state
+// while the activity is pending, so it stays small (≲200 bytes).
+type HeartbeatDetails struct {
+	Host    string `json:"host"`
+	PID     int    `json:"pid,omitempty"`
+	Attempt int    `json:"attempt"`
+	Phase   string `json:"phase"` // rendezvous | running | stopping
+	Last    string `json:"last,omitempty"`
+}
+
+// TaskStatus is one task as the workflow sees it.
+type TaskStatus struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Index    int    `json:"index"`
+	State    string `json:"state"`
+	Host     string `json:"host,omitempty"`
+	Addr     string `json:"addr,omitempty"`
+	Port     int    `json:"port,omitempty"`
+	Attempt  int    `json:"attempt"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// StartTime is when the current attempt was released to start; EndTime when it ended.
+	StartTime *time.Time      `json:"startTime,omitempty"`
+	EndTime   *time.Time      `json:"endTime,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+// RunStatus is the live view of a run (query "status") and, once it ends, its result.
+type RunStatus struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// RestartCount counts gang restarts (scope: all).
+	RestartCount int          `json:"restartCount"`
+	StartTime    time.Time    `json:"startTime"`
+	EndTime      *time.Time   `json:"endTime,omitempty"`
+	Tasks        []TaskStatus `json:"tasks"`
+}
+
+// Task returns the named task's status, or nil.
+func (s *RunStatus) Task(name string) *TaskStatus {
+	for i := range s.Tasks {
+		if s.Tasks[i].Name == name {
+			return &s.Tasks[i]
+		}
+	}
+	return nil
+}
+
+// ReadLogsRequest asks for one chunk of one log file.
+type ReadLogsRequest struct {
+	Host    string `json:"host"`
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	// Stream is stdout or stderr.
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+	// Tail, when > 0 and Offset is 0, starts this many bytes before the end.
+	Tail int64 `json:"tail,omitempty"`
+}
+
+// LogChunk is a piece of a log file, cut at a line boundary when the file goes on.
+type LogChunk struct {
+	ReadLogsRequest
+	Data []byte `json:"data"`
+	// Next is the offset to read from next time.
+	Next int64 `json:"next"`
+	// Missing says the file does not exist on the host.
+	Missing bool   `json:"missing,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ReadLogsInput asks several hosts for log chunks of one run.
+type ReadLogsInput struct {
+	RunID    string            `json:"runId"` // the ClusterRun workflow ID
+	Requests []ReadLogsRequest `json:"requests"`
+}
+
+// ReadLogsResult holds one chunk per request, in request order.
+type ReadLogsResult struct {
+	Chunks []LogChunk `json:"chunks"`
+}
