@@ -21,7 +21,7 @@ const (
 // Task queues.
 const (
 	// TaskQueue runs the ClusterRun and ReadLogs workflows; every host worker polls it.
-	TaskQueue = "clusterrun"
+	TaskQueue          = "clusterrun"
 	hostQueuePrefix    = "clusterrun-host-"
 	poolQueuePrefix    = "clusterrun-pool-"
 	controlQueuePrefix = "clusterrun-ctl-"

@@ -155,6 +155,8 @@ type ReadLogsRequest struct {
 	Offset int64  `json:"offset"`
 	// Tail, when > 0 and Offset is 0, starts this many bytes before the end.
 	Tail int64 `json:"tail,omitempty"`
+	// Flush hands out a last line that has no newline yet (the task has ended).
+	Flush bool `json:"flush,omitempty"`
 }
 
 // LogChunk is a piece of a log file, cut at a line boundary when the file goes on.

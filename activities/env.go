@@ -1,0 +1,128 @@
+package activities
+
+import (
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// TaskIdentity is what a task's environment is built from.
+type TaskIdentity struct {
+	RunID        string // the ClusterRun workflow ID
+	Task         spec.Task
+	Attempt      int
+	RestartCount int
+	Host         string
+	ResultFile   string
+	ErrorFile    string
+}
+
+// TaskEnv builds a task's environment: the host worker's own environment, then the spec's env, then the
+// clusterrun contract (which a spec may not override). Evaluators get TF_CONFIG and MASTER_* but no RANK or
+// WORLD_SIZE, as they are outside the training world.
+func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
+	vars := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vars[k]; !ok {
+			order = append(order, k)
+		}
+		vars[k] = v
+	}
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			set(k, v)
+		}
+	}
+	for _, k := range sortedKeys(id.Task.Env) {
+		set(k, id.Task.Env[k])
+	}
+	t := id.Task
+	set("CLUSTERRUN_RUN_ID", id.RunID)
+	set("CLUSTERRUN_TASK", t.Name)
+	set("CLUSTERRUN_TASK_TYPE", t.Type)
+	set("CLUSTERRUN_TASK_INDEX", strconv.Itoa(t.Index))
+	set("CLUSTERRUN_ATTEMPT", strconv.Itoa(id.Attempt))
+	set("CLUSTERRUN_RESTART_COUNT", strconv.Itoa(id.RestartCount))
+	set("CLUSTERRUN_HOST", id.Host)
+	set("CLUSTERRUN_RESULT_FILE", id.ResultFile)
+	set("CLUSTERRUN_ERROR_FILE", id.ErrorFile)
+	set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
+	set("TF_CONFIG", TFConfig(t, m))
+
+	world, local := 0, 0
+	localRank := -1
+	master := ""
+	var me workflows.Endpoint
+	for _, e := range m.Endpoints {
+		if e.Task == t.Name {
+			me = e
+		}
+	}
+	for _, e := range m.Endpoints {
+		if TaskType(e.Task) == "evaluator" {
+			continue
+		}
+		if master == "" {
+			master = e.Addr + ":" + strconv.Itoa(e.Port)
+			set("MASTER_ADDR", e.Addr)
+			set("MASTER_PORT", strconv.Itoa(e.Port))
+		}
+		world++
+		if e.Host == me.Host {
+			if e.Task == t.Name {
+				localRank = local
+			}
+			local++
+		}
+	}
+	if t.Rank >= 0 {
+		set("RANK", strconv.Itoa(t.Rank))
+		set("WORLD_SIZE", strconv.Itoa(world))
+		set("LOCAL_RANK", strconv.Itoa(localRank))
+		set("LOCAL_WORLD_SIZE", strconv.Itoa(local))
+	}
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, k+"="+vars[k])
+	}
+	return env
+}
+
+// TFConfig is TensorFlow's cluster spec for task t: every type but evaluator, addresses in index order.
+func TFConfig(t spec.Task, m workflows.ClusterMap) string {
+	cluster := map[string][]string{}
+	for _, e := range m.Endpoints {
+		typ := TaskType(e.Task)
+		if typ == "evaluator" {
+			continue
+		}
+		cluster[typ] = append(cluster[typ], e.Addr+":"+strconv.Itoa(e.Port))
+	}
+	b, _ := json.Marshal(struct {
+		Cluster map[string][]string `json:"cluster"`
+		Task    map[string]any      `json:"task"`
+	}{cluster, map[string]any{"type": t.Type, "index": t.Index}})
+	return string(b)
+}
+
+// TaskType is the type part of a task name: "worker" for "worker-3".
+func TaskType(name string) string {
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		return name[:i]
+	}
+	return name
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,87 @@
+// Package conn dials the Temporal server for the clusterrun CLI and host workers, reading the connection the
+// same way the temporal CLI does (go.temporal.io/sdk/contrib/envconfig: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+// TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and the temporal.toml config file), and adapts zap to the
+// SDK's logger.
+package conn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+	"go.uber.org/zap"
+)
+
+// DialTimeout bounds the first contact with the server.
+const DialTimeout = 10 * time.Second
+
+// Options loads the client options from the environment and the temporal config file.
+func Options() (client.Options, error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return client.Options{}, fmt.Errorf("read Temporal connection settings (TEMPORAL_* variables or temporal.toml): %w", err)
+	}
+	if opts.HostPort == "" {
+		opts.HostPort = client.DefaultHostPort
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = client.DefaultNamespace
+	}
+	return opts, nil
+}
+
+// Dial connects to the Temporal server and checks that it answers.
+func Dial(ctx context.Context, identity string, logger log.Logger) (client.Client, error) {
+	opts, err := Options()
+	if err != nil {
+		return nil, err
+	}
+	opts.Identity = identity
+	opts.Logger = logger
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point TEMPORAL_ADDRESS at yours",
+			opts.HostPort, opts.Namespace, err)
+	}
+	return c, nil
+}
+
+// ZapLogger adapts a zap logger to the Temporal SDK's logger interface.
+type ZapLogger struct{ S *zap.SugaredLogger }
+
+// NewZapLogger wraps l.
+func NewZapLogger(l *zap.Logger) *ZapLogger { return &ZapLogger{S: l.Sugar()} }
+
+func (z *ZapLogger) Debug(msg string, kv ...interface{}) { z.S.Debugw(msg, kv...) }
+func (z *ZapLogger) Info(msg string, kv ...interface{})  { z.S.Infow(msg, kv...) }
+func (z *ZapLogger) Warn(msg string, kv ...interface{})  { z.S.Warnw(msg, kv...) }
+func (z *ZapLogger) Error(msg string, kv ...interface{}) { z.S.Errorw(msg, kv...) }
+
+// With returns a logger with extra fields, so the SDK can tag its lines.
+func (z *ZapLogger) With(kv ...interface{}) log.Logger { return &ZapLogger{S: z.S.With(kv...)} }
+
+// NewLogger builds a zap logger: format console or json, level debug|info|warn|error.
+func NewLogger(format, level string) (*zap.Logger, error) {
+	var cfg zap.Config
+	switch format {
+	case "console", "":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.DisableStacktrace = true
+	case "json":
+		cfg = zap.NewProductionConfig()
+	default:
+		return nil, fmt.Errorf("--log-format %q: use console or json", format)
+	}
+	lvl, err := zap.ParseAtomicLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	cfg.Level = lvl
+	cfg.DisableCaller = true
+	return cfg.Build()
+}
