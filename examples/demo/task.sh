@@ -1,0 +1,32 @@
+#!/bin/sh
+# One task of the demo cluster. Everything it knows about the cluster comes from clusterrun's environment.
+echo "I am $CLUSTERRUN_TASK (rank ${RANK:-none} of ${WORLD_SIZE:-?}) on host $CLUSTERRUN_HOST, attempt $CLUSTERRUN_ATTEMPT"
+echo "TF_CONFIG=$TF_CONFIG"
+echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"
+
+case "$CLUSTERRUN_TASK_TYPE" in
+ps)
+	trap 'echo "parameter server: SIGTERM received, shutting down cleanly"; exit 0' TERM
+	echo "parameter server: serving variables until the chief is done"
+	while :; do sleep 1; done
+	;;
+worker)
+	i=1
+	while [ "$i" -le "${STEPS:-4}" ]; do
+		echo "worker step $i/${STEPS:-4}: computing gradients"
+		sleep 1
+		i=$((i + 1))
+	done
+	echo "worker done"
+	;;
+chief)
+	i=1
+	while [ "$i" -le "${STEPS:-4}" ]; do
+		echo "chief step $i/${STEPS:-4}: loss=$(awk "BEGIN{printf \"%.3f\", 1/($i+1)}")"
+		sleep 1
+		i=$((i + 1))
+	done
+	printf '{"steps": %s, "final_loss": %s, "cluster_size": %s}\n' "${STEPS:-4}" "$(awk "BEGIN{printf \"%.3f\", 1/(${STEPS:-4}+1)}")" "$WORLD_SIZE" > "$CLUSTERRUN_RESULT_FILE"
+	echo "chief: result written, exiting"
+	;;
+esac

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+func dial(ctx context.Context) (client.Client, error) {
+	host, _ := os.Hostname()
+	// The SDK's own log lines would interleave with task output; the CLI reports errors itself.
+	quiet := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	return conn.Dial(ctx, fmt.Sprintf("clusterrun@%s(pid %d)", host, os.Getpid()), quiet)
+}
+
+// loadSpec reads and validates a spec file; every problem is listed, one per line.
+func loadSpec(path string) (*spec.RunSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("read spec: %v", err)
+	}
+	s, err := spec.Parse(data)
+	var invalid *spec.InvalidSpecError
+	switch {
+	case errors.As(err, &invalid):
+		lines := []string{fmt.Sprintf("%s is not a valid run spec (%d problem(s)):", path, len(invalid.Problems))}
+		for _, p := range invalid.Problems {
+			lines = append(lines, "  "+p.String())
+		}
+		return nil, usageErrorf("%s", strings.Join(lines, "\n"))
+	case err != nil:
+		return nil, usageErrorf("%s: %v", path, err)
+	}
+	return s, nil
+}
+
+// errNoRun names a run ID that does not exist.
+func errNoRun(runID, namespace string) error {
+	return &exitError{code: 1, msg: fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", runID, namespace)}
+}
+
+// fetchStatus returns a run's status: live from the query while it runs, from its result once it has ended.
+// done reports whether it has ended; err is the run's own outcome when it has.
+func fetchStatus(ctx context.Context, c client.Client, runID string) (st workflows.RunStatus, done bool, outcome error, err error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, runID, "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			opts, _ := conn.Options()
+			return st, false, nil, errNoRun(runID, opts.Namespace)
+		}
+		return st, false, nil, fmt.Errorf("describe run %s: %w", runID, err)
+	}
+	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
+		return st, false, nil, fmt.Errorf("%s is a %s workflow, not a clusterrun run", runID, t)
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		v, err := c.QueryWorkflow(ctx, runID, "", workflows.QueryStatus)
+		if err != nil {
+			return st, false, nil, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", runID, err)
+		}
+		if err := v.Get(&st); err != nil {
+			return st, false, nil, err
+		}
+		return st, false, nil, nil
+	}
+	st, outcome = result(ctx, c, runID)
+	return st, true, outcome, nil
+}
+
+// result waits for a run's end and returns its status and outcome (nil on success).
+func result(ctx context.Context, c client.Client, runID string) (workflows.RunStatus, error) {
+	var st workflows.RunStatus
+	err := c.GetWorkflow(ctx, runID, "").Get(ctx, &st)
+	if err == nil {
+		return st, nil
+	}
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails() && appErr.Type() != workflows.ErrInvalidSpec:
+		_ = appErr.Details(&st)
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		_ = canceled.Details(&st)
+	}
+	return st, err
+}
+
+// heartbeat holds what the status table shows from a pending task's last heartbeat.
+type heartbeat struct {
+	workflows.HeartbeatDetails
+	at time.Time
+}
+
+// pendingHeartbeats reads each pending RunTask's last heartbeat details, keyed by task name.
+func pendingHeartbeats(ctx context.Context, c client.Client, runID string) map[string]heartbeat {
+	out := map[string]heartbeat{}
+	desc, err := c.DescribeWorkflowExecution(ctx, runID, "")
+	if err != nil {
+		return out
+	}
+	dc := converter.GetDefaultDataConverter()
+	for _, pa := range desc.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var d workflows.HeartbeatDetails
+		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(pa.GetActivityId(), ".r")
+		out[name] = heartbeat{HeartbeatDetails: d, at: pa.GetLastHeartbeatTime().AsTime()}
+	}
+	return out
+}
+
+// exitCodeFor maps a run's outcome to the CLI's exit code: 0 on success; the chief's (or else the first failed
+// task's) exit code on failure; 124 on timeout; 130 when canceled.
+func exitCodeFor(st workflows.RunStatus) int {
+	switch st.Status {
+	case workflows.StatusSucceeded:
+		return 0
+	case workflows.StatusCanceled:
+		return exitCanceled
+	case workflows.StatusTimedOut:
+		return exitTimedOut
+	}
+	pick := func(t workflows.TaskStatus) (int, bool) {
+		if t.State == workflows.TaskFailed && t.ExitCode != nil && *t.ExitCode > 0 {
+			return min(*t.ExitCode, 255), true
+		}
+		return 0, false
+	}
+	if c := st.Task("chief-0"); c != nil {
+		if code, ok := pick(*c); ok {
+			return code
+		}
+	}
+	for _, t := range st.Tasks {
+		if code, ok := pick(t); ok {
+			return code
+		}
+	}
+	return 1
+}
+
+// printTable prints one row per task.
+func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	live := hb != nil
+	if live {
+		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tEXIT\tLAST OUTPUT / ERROR")
+	} else {
+		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tEXIT\tRESULT / ERROR")
+	}
+	for _, t := range st.Tasks {
+		exit := "-"
+		if t.ExitCode != nil {
+			exit = fmt.Sprint(*t.ExitCode)
+			if t.Signal != "" {
+				exit += " (" + t.Signal + ")"
+			}
+		}
+		note := t.Error
+		if note == "" && len(t.Result) > 0 {
+			note = string(t.Result)
+		}
+		host := t.Host
+		if host == "" {
+			host = "-"
+		}
+		if live {
+			pid := "-"
+			if h, ok := hb[t.Name]; ok {
+				if h.PID > 0 {
+					pid = fmt.Sprint(h.PID)
+				}
+				if note == "" {
+					note = h.Last
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, exit, clip(note, 80))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.State, host, t.Attempt, exit, clip(note, 100))
+		}
+	}
+	_ = tw.Flush()
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len([]rune(s)) > n {
+		return string([]rune(s)[:n-1]) + "…"
+	}
+	return s
+}
+
+// uiLink is the Web UI page of a run, when the UI's address is known: CLUSTERRUN_UI_URL, or the dev server's
+// default UI when the server is the local default.
+func uiLink(runID string) string {
+	opts, err := conn.Options()
+	if err != nil {
+		return ""
+	}
+	base := os.Getenv("CLUSTERRUN_UI_URL")
+	if base == "" && (opts.HostPort == client.DefaultHostPort || strings.HasPrefix(opts.HostPort, "localhost:7233") || strings.HasPrefix(opts.HostPort, "127.0.0.1:7233")) {
+		base = "http://localhost:8233"
+	}
+	if base == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"), opts.Namespace, runID)
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
+
+Usage: clusterrun status RUN [--json]
+
+Example:
+  clusterrun status mnist-20261121-101500-a1b2c3
+`
+
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	pos, err := parse(fs, statusUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, ended, _, err := fetchStatus(ctx, c, pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	var hb map[string]heartbeat
+	if !ended {
+		hb = pendingHeartbeats(ctx, c, pos[0])
+	}
+	fmt.Fprintf(stdout, "run %s (%s): %s", pos[0], st.Name, st.Status)
+	if st.Reason != "" {
+		fmt.Fprintf(stdout, ": %s", st.Reason)
+	}
+	if st.RestartCount > 0 {
+		fmt.Fprintf(stdout, " (gang restarts: %d)", st.RestartCount)
+	}
+	fmt.Fprintln(stdout)
+	printTable(stdout, st, hb)
+	return nil
+}
+
+const cancelUsage = `Cancel a run: stop every task (SIGTERM, stopGracePeriod, SIGKILL) and end the run as canceled.
+
+Usage: clusterrun cancel RUN [--no-wait]
+
+Waits until every process is confirmed gone, then prints the final table.
+
+Example:
+  clusterrun cancel mnist-20261121-101500-a1b2c3
+`
+
+func cmdCancel(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	noWait := fs.Bool("no-wait", false, "return once the cancellation is requested")
+	pos, err := parse(fs, cancelUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := pos[0]
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if ended {
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to cancel", id, st.Status)}
+	}
+	if err := c.CancelWorkflow(ctx, id, ""); err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	fmt.Fprintf(stderr, "cancel requested for run %s\n", id)
+	if *noWait {
+		return nil
+	}
+	st, err = result(ctx, c, id)
+	return report(st, err, id, stdout)
+}
+
+const validateUsage = `Check a run spec and list every problem with its field path.
+
+Usage: clusterrun validate SPEC
+
+Exits 0 for a valid spec and 2 otherwise.
+
+Example:
+  clusterrun validate examples/demo.yaml
+`
+
+func cmdValidate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	pos, err := parse(fs, validateUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := loadSpec(pos[0])
+	if err != nil {
+		return err
+	}
+	p, err := spec.NewPlan(s)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	var names []string
+	for _, t := range p.Tasks {
+		where := "pool " + t.Pool
+		if t.Host != "" {
+			where = "host " + t.Host
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", t.Name, where))
+	}
+	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", pos[0], p.Name, len(p.Tasks), strings.Join(names, ", "))
+	return nil
+}

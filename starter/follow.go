@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// follower prints a run's task output live, one whole line at a time with a [task] prefix, and a line for
+// each task state change. It reads the log files on the hosts through the ReadLogs helper workflow.
+type follower struct {
+	c       client.Client
+	runID   string
+	out     io.Writer
+	width   int
+	streams map[string]*stream // task/attempt/name
+	order   []string
+	states  map[string]string // task -> last printed state/attempt
+	// ends holds end-of-task notices until the task's last output is printed.
+	ends []string
+}
+
+type stream struct {
+	host, task, name string
+	attempt          int
+	offset           int64
+	done             bool
+}
+
+func newFollower(c client.Client, runID string, out io.Writer) *follower {
+	return &follower{c: c, runID: runID, out: out, streams: map[string]*stream{}, states: map[string]string{}}
+}
+
+// update notes state changes and new attempts from a status; final means the run has ended.
+func (f *follower) update(st workflows.RunStatus) {
+	for _, t := range st.Tasks {
+		f.width = max(f.width, len(t.Name))
+	}
+	for _, t := range st.Tasks {
+		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
+		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
+		if f.states[t.Name] != key && t.State != workflows.TaskPending {
+			f.states[t.Name] = key
+			if ended {
+				f.ends = append(f.ends, t.Name, describeState(t))
+			} else {
+				f.say(t.Name, describeState(t))
+			}
+		}
+		for _, s := range f.streams {
+			if s.task == t.Name && (s.attempt != t.Attempt || ended) {
+				s.done = true // read what is left, then stop
+			}
+		}
+		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && !ended) {
+			continue
+		}
+		for _, name := range []string{"stdout", "stderr"} {
+			k := fmt.Sprintf("%s/%d/%s", t.Name, t.Attempt, name)
+			if _, ok := f.streams[k]; !ok {
+				f.streams[k] = &stream{host: t.Host, task: t.Name, name: name, attempt: t.Attempt, done: ended}
+				f.order = append(f.order, k)
+			}
+		}
+	}
+}
+
+func describeState(t workflows.TaskStatus) string {
+	switch t.State {
+	case workflows.TaskPlaced:
+		return fmt.Sprintf("placed on %s (attempt %d), waiting for the rendezvous", t.Host, t.Attempt)
+	case workflows.TaskRunning:
+		return fmt.Sprintf("running on %s (attempt %d)", t.Host, t.Attempt)
+	case workflows.TaskSucceeded:
+		return "exited 0"
+	case workflows.TaskStopped:
+		if t.Signal != "" {
+			return "stopped (" + t.Signal + ")"
+		}
+		return "stopped"
+	case workflows.TaskFailed:
+		if t.Error != "" {
+			return "failed: " + t.Error
+		}
+		if t.ExitCode != nil {
+			return fmt.Sprintf("failed with exit code %d", *t.ExitCode)
+		}
+		return "failed"
+	}
+	return strings.ToLower(t.State)
+}
+
+func (f *follower) say(task, msg string) {
+	fmt.Fprintf(f.out, "%-*s %s\n", f.width+2, "["+task+"]", "── "+msg)
+}
+
+// poll reads new output of every open stream and prints it, then the notices of tasks that ended.
+func (f *follower) poll(ctx context.Context) error {
+	defer func() {
+		for i := 0; i+1 < len(f.ends); i += 2 {
+			f.say(f.ends[i], f.ends[i+1])
+		}
+		f.ends = nil
+	}()
+	var reqs []workflows.ReadLogsRequest
+	var keys []string
+	for _, k := range f.order {
+		s := f.streams[k]
+		if s == nil {
+			continue
+		}
+		reqs = append(reqs, workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset, Flush: s.done})
+		keys = append(keys, k)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	run, err := f.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       fmt.Sprintf("%s-logs-%d", f.runID, time.Now().UnixNano()),
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowExecutionTimeout: time.Minute,
+		StaticSummary:            "read logs of " + f.runID,
+	}, workflows.ReadLogsWorkflowType, workflows.ReadLogsInput{RunID: f.runID, Requests: reqs})
+	if err != nil {
+		return fmt.Errorf("read logs: %w", err)
+	}
+	var res workflows.ReadLogsResult
+	if err := run.Get(ctx, &res); err != nil {
+		return fmt.Errorf("read logs: %w", err)
+	}
+	for i, c := range res.Chunks {
+		if i >= len(keys) {
+			break
+		}
+		s := f.streams[keys[i]]
+		if c.Error != "" {
+			f.say(s.task, "cannot read "+s.name+": "+c.Error)
+			delete(f.streams, keys[i])
+			continue
+		}
+		f.print(s.task, c.Data)
+		s.offset = c.Next
+		if s.done && len(c.Data) < 64<<10 {
+			// A finished stream that returned less than a full chunk has nothing more.
+			delete(f.streams, keys[i])
+		}
+	}
+	return nil
+}
+
+func (f *follower) print(task string, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	prefix := fmt.Sprintf("%-*s ", f.width+2, "["+task+"]")
+	var buf bytes.Buffer
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		buf.WriteString(prefix)
+		buf.WriteString(line)
+		if !strings.HasSuffix(line, "\n") {
+			buf.WriteByte('\n')
+		}
+	}
+	// One write per chunk: lines from different tasks never interleave mid-line.
+	_, _ = f.out.Write(buf.Bytes())
+}
+
+// pending reports whether any stream still has output to read.
+func (f *follower) pending() bool {
+	for _, s := range f.streams {
+		if s != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+// Command clusterrun starts, follows, inspects and cancels cluster runs.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
+const (
+	exitUsage    = 2
+	exitCanceled = 130
+	exitTimedOut = 124
+)
+
+// exitError ends the program with a code, after printing its message (if any).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+const topUsage = `clusterrun runs distributed training and test clusters as OS processes across hosts, with Temporal as
+the control plane.
+
+Usage: clusterrun COMMAND [arguments] [flags]
+
+Commands:
+  run SPEC        start a run from a YAML or JSON spec and follow it
+  status RUN      show every task of a run
+  cancel RUN      stop every task of a run and end it as canceled
+  validate SPEC   check a spec and list every problem
+
+Run 'clusterrun COMMAND --help' for a command's flags and an example.
+The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
+the temporal CLI's config file, as for the temporal CLI (default localhost:7233, namespace default).
+`
+
+type command struct {
+	name  string
+	usage string
+	run   func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", runUsage, cmdRun},
+		{"status", statusUsage, cmdStatus},
+		{"cancel", cancelUsage, cmdCancel},
+		{"validate", validateUsage, cmdValidate},
+	}
+}
+
+func main() {
+	os.Exit(mainWithCode(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainWithCode(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, topUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		var ee *exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ee):
+			if ee.msg != "" {
+				fmt.Fprintln(stderr, "clusterrun "+c.name+": "+ee.msg)
+			}
+			return ee.code
+		default:
+			fmt.Fprintln(stderr, "clusterrun "+c.name+": "+err.Error())
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, cancel, validate (see clusterrun --help)\n", args[0])
+	return exitUsage
+}
+
+// parse parses flags that may come before, between or after the positional arguments, and checks the count
+// of positionals.
+func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, stderr io.Writer) ([]string, error) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &exitError{code: exitUsage} // flag already printed the problem and the usage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			pos = append(pos, args[1:]...)
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) < minPos || len(pos) > maxPos {
+		line := usageLine(usage)
+		if len(pos) < minPos {
+			return nil, usageErrorf("missing argument; usage: %s (see clusterrun %s --help)", line, fs.Name())
+		}
+		return nil, usageErrorf("unexpected argument %q; usage: %s (see clusterrun %s --help)", pos[maxPos], line, fs.Name())
+	}
+	return pos, nil
+}
+
+// usageLine picks the "Usage: ..." line out of a command's help text.
+func usageLine(usage string) string {
+	for _, l := range strings.Split(usage, "\n") {
+		if rest, ok := strings.CutPrefix(l, "Usage: "); ok {
+			return rest
+		}
+	}
+	return ""
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sys/unix"
+
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const runUsage = `Start a run from a YAML or JSON spec and follow it.
+
+Usage: clusterrun run SPEC [--id ID] [--detach]
+
+Streams every task's output with a [task] prefix, prints the result table, and exits with 0 on success, the
+chief's (or else the first failed task's) exit code on failure, 124 on maxRunTime, 130 when canceled, and 2 for
+an invalid spec or usage error. Ctrl-C asks whether to cancel the run or detach from it (without a terminal,
+Ctrl-C cancels).
+
+Example:
+  clusterrun run examples/demo.yaml
+  clusterrun run train.yaml --id mnist-42 --detach
+`
+
+func cmdRun(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	id := fs.String("id", "", "run ID (the workflow ID); default NAME-TIMESTAMP-RANDOM")
+	detach := fs.Bool("detach", false, "start the run and return at once")
+	pos, err := parse(fs, runUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	s, err := loadSpec(pos[0])
+	if err != nil {
+		return err
+	}
+	if *id == "" {
+		*id = newRunID(s.Name)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	if _, err := startRun(ctx, c, *id, s); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "run %s started (%d tasks)\n", *id, countTasks(s))
+	if link := uiLink(*id); link != "" {
+		fmt.Fprintf(stderr, "Web UI: %s\n", link)
+	}
+	if *detach {
+		fmt.Fprintf(stdout, "%s\n", *id)
+		return nil
+	}
+	return followRun(ctx, c, *id, stdout, stderr)
+}
+
+func newRunID(name string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%s-%s", name, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b[:]))
+}
+
+func countTasks(s *spec.RunSpec) int {
+	n := 0
+	for _, t := range s.Tasks {
+		n += t.Replicas
+	}
+	return n
+}
+
+// startRun starts the ClusterRun workflow. A run ID that was ever used is refused, so logs and results of two
+// runs never mix.
+func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) (client.WorkflowRun, error) {
+	var counts []string
+	for _, typ := range spec.TaskTypes(s.Tasks) {
+		counts = append(counts, fmt.Sprintf("%s×%d", typ, s.Tasks[typ].Replicas))
+	}
+	cmd := strings.Join(s.Command, " ")
+	summary := fmt.Sprintf("%s: %s", s.Name, strings.Join(counts, ", "))
+	if cmd != "" {
+		summary += " — " + clip(cmd, 120)
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             workflows.TaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		StaticSummary:         summary,
+	}, workflows.WorkflowType, s)
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {
+			return nil, usageErrorf("run ID %q is already taken by another run; choose another --id (or leave --id out)", id)
+		}
+		return nil, fmt.Errorf("start run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// followRun streams output until the run ends, handling Ctrl-C, then prints the result.
+func followRun(ctx context.Context, c client.Client, id string, stdout, stderr io.Writer) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	type outcome struct {
+		st  workflows.RunStatus
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		st, err := result(ctx, c, id)
+		done <- outcome{st, err}
+	}()
+
+	f := newFollower(c, id, stdout)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	canceling := false
+	for {
+		select {
+		case o := <-done:
+			// Read what the tasks wrote last.
+			if st, _, _, err := fetchStatus(ctx, c, id); err == nil {
+				f.update(st)
+			} else {
+				f.update(o.st)
+			}
+			for i := 0; i < 20 && f.pending(); i++ {
+				if err := f.poll(ctx); err != nil {
+					fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+					break
+				}
+			}
+			return report(o.st, o.err, id, stdout)
+		case sig := <-sigs:
+			if canceling {
+				continue
+			}
+			if sig == syscall.SIGTERM || !isTerminal(os.Stdin) || askCancel(id, sigs, stderr) {
+				canceling = true
+				fmt.Fprintf(stderr, "\ncanceling run %s: stopping every task...\n", id)
+				if err := c.CancelWorkflow(ctx, id, ""); err != nil {
+					return fmt.Errorf("cancel run %s: %w", id, err)
+				}
+				continue
+			}
+			fmt.Fprintf(stderr, "detached; run %s goes on. Follow it with: clusterrun status %s\n", id, id)
+			return nil
+		case <-tick.C:
+			st, ended, _, err := fetchStatus(ctx, c, id)
+			if err != nil || ended {
+				continue
+			}
+			f.update(st)
+			if err := f.poll(ctx); err != nil {
+				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+			}
+		}
+	}
+}
+
+// askCancel asks on the terminal whether to cancel the run (true) or detach (false). A second Ctrl-C cancels.
+func askCancel(id string, sigs <-chan os.Signal, stderr io.Writer) bool {
+	fmt.Fprintf(stderr, "\nCancel run %s? [y] cancel it and stop every task, [n] detach and leave it running: ", id)
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		answer <- strings.ToLower(strings.TrimSpace(line))
+	}()
+	select {
+	case a := <-answer:
+		return a == "y" || a == "yes"
+	case <-sigs:
+		return true
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// report prints the end of a run and returns the CLI's exit code as an error.
+func report(st workflows.RunStatus, err error, id string, stdout io.Writer) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrInvalidSpec {
+		return usageErrorf("run %s rejected its spec: %s", id, appErr.Message())
+	}
+	if st.Status == "" {
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		return fmt.Errorf("run %s ended without a result", id)
+	}
+	fmt.Fprintln(stdout)
+	printTable(stdout, st, nil)
+	fmt.Fprintf(stdout, "\nrun %s %s: %s\n", id, st.Status, st.Reason)
+	if code := exitCodeFor(st); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
