@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -58,7 +57,6 @@ type entry struct {
 	release                 chan workflows.ClusterMap
 
 	mu       sync.Mutex
-	proc     *proc.Process
 	stopReq  chan struct{}
 	stopBy   string
 	reason   string

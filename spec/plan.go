@@ -109,10 +109,13 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		if len(cmd) == 0 {
 			cmd = s.Command
 		}
+		// Map-to-map copies: the order of iteration cannot show in the result.
 		env := map[string]string{}
+		//workflowcheck:ignore
 		for k, v := range s.Env {
 			env[k] = v
 		}
+		//workflowcheck:ignore
 		for k, v := range ts.Env {
 			env[k] = v
 		}

@@ -106,7 +106,9 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 		ID:                    id,
 		TaskQueue:             workflows.TaskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		StaticSummary:         summary,
+		// Without this the SDK hands back the existing run for a taken ID, and we would follow someone else's run.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            summary,
 	}, workflows.WorkflowType, s)
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted

@@ -31,6 +31,7 @@ type config struct {
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
+	heartbeatThrottle   time.Duration
 	logFormat, logLevel string
 }
 
@@ -71,6 +72,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", 64), "most unpinned tasks run here at once (pinned tasks always run) [CLUSTERRUN_WORKER_SLOTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "on SIGTERM, time between SIGTERM and SIGKILL for this host's tasks")
+	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", time.Second, "most time a task's heartbeat (pid, last output line) waits before it is sent; bounds how stale `clusterrun status` is")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {
@@ -123,6 +125,9 @@ func run(args []string) error {
 	base := worker.Options{
 		// Let a stopping worker's tasks end through Host.Shutdown first.
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
+		// The SDK holds back heartbeats for up to 0.8 × the heartbeat timeout; cap that so status stays fresh and
+		// a cancellation reaches a task within about this interval even without the StopTasks downlink.
+		MaxHeartbeatThrottleInterval: c.heartbeatThrottle,
 	}
 
 	var workers []worker.Worker

@@ -1,0 +1,75 @@
+# clusterrun: `make demo` runs the demo cluster locally; `make test` runs every test. See README.md.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+STATE := $(CURDIR)/.clusterrun
+
+# Pinned tools, installed into ./bin by `make tools` (skipped when already there).
+TEMPORAL_CLI_VERSION := v1.5.1
+STATICCHECK_VERSION := v0.8.2
+WORKFLOWCHECK_VERSION := v0.6.0
+TEMPORAL := $(BIN)/temporal
+STATICCHECK := $(BIN)/staticcheck
+WORKFLOWCHECK := $(BIN)/workflowcheck
+
+export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
+TEST_TIMEOUT ?= 20m
+
+.PHONY: all tools build up down demo test test-race check fmt vet lint bench clean
+
+all: build
+
+tools: $(TEMPORAL) $(STATICCHECK) $(WORKFLOWCHECK)
+
+$(TEMPORAL):
+	@echo "tools: building the temporal CLI $(TEMPORAL_CLI_VERSION) (dev server 1.29.1, Web UI 2.42.1); the first build takes a few minutes"
+	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+$(STATICCHECK):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(WORKFLOWCHECK):
+	GOBIN=$(BIN) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+build:
+	$(GO) build -o $(BIN)/clusterrun ./starter
+	$(GO) build -o $(BIN)/clusterrun-worker ./workers
+
+# The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.
+up: $(TEMPORAL) build
+	./deployments/dev/up.sh
+
+down:
+	./deployments/dev/down.sh
+
+demo: up
+	$(BIN)/clusterrun run examples/demo.yaml
+	@echo "The dev server keeps running (Web UI: http://localhost:8233); stop it with: make down"
+
+# Every test: unit, workflow (testsuite), process control on real processes, and end to end against a real
+# dev server with several host worker processes (tests/ starts and stops its own server on free ports).
+test: $(TEMPORAL) build
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-race: $(TEMPORAL) build
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint: $(STATICCHECK) $(WORKFLOWCHECK)
+	$(STATICCHECK) ./...
+	$(WORKFLOWCHECK) ./workflows/...
+
+# The one gate: format, vet, static checks, workflow determinism checks, race-enabled tests.
+check: fmt vet lint test-race
+
+# Benchmarks side by side with Slurm's srun; see docs/benchmarks.md. Needs root for the Slurm setup.
+bench: $(TEMPORAL) build
+	./tests/bench/run.sh
+
+clean:
+	rm -rf $(BIN)/clusterrun $(BIN)/clusterrun-worker

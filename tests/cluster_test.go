@@ -1,0 +1,323 @@
+// Package tests holds clusterrun's end-to-end tests: a real Temporal dev server (the pinned temporal CLI in
+// ../bin, started through testsuite.StartDevServer), real clusterrun-worker processes and real task processes.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// cluster is the shared test environment: one dev server, the built binaries, and host workers.
+type cluster struct {
+	root    string // repository root
+	bin     string // where the binaries under test were built
+	logDir  string
+	address string
+	marker  string // set in every worker's environment, so every task process inherits it
+	server  *testsuite.DevServer
+	client  client.Client
+	mu      sync.Mutex
+	workers map[string]*exec.Cmd
+	workDir string
+}
+
+var env *cluster
+
+func TestMain(m *testing.M) {
+	code, err := runSuite(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func runSuite(m *testing.M) (int, error) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return 1, err
+	}
+	temporalCLI := filepath.Join(root, "bin", "temporal")
+	if _, err := os.Stat(temporalCLI); err != nil {
+		return 1, fmt.Errorf("%s is missing: run `make tools` (or `make test`, which does)", temporalCLI)
+	}
+	work, err := os.MkdirTemp("", "clusterrun-e2e-")
+	if err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(work)
+	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
+		marker: randomHex(8), workers: map[string]*exec.Cmd{}}
+	for name, pkg := range map[string]string{"clusterrun": "./starter", "clusterrun-worker": "./workers"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(c.bin, name), pkg)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return 1, fmt.Errorf("build %s: %v\n%s", name, err, out)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.server, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath: temporalCLI,
+		LogLevel:     "error",
+		Stdout:       &bytes.Buffer{},
+		Stderr:       &bytes.Buffer{},
+	})
+	if err != nil {
+		return 1, fmt.Errorf("start dev server: %w", err)
+	}
+	defer c.server.Stop()
+	c.client = c.server.Client()
+	c.address = c.server.FrontendHostPort()
+
+	// Two hosts for the whole suite; tests that kill or stop a worker start their own.
+	for _, h := range []string{"host-a", "host-b"} {
+		if err := c.startWorker(h); err != nil {
+			c.stopWorkers()
+			return 1, err
+		}
+	}
+	env = c
+	code := m.Run()
+	c.stopWorkers()
+	if orphans := c.orphans(); len(orphans) > 0 {
+		return 1, fmt.Errorf("processes left behind after the suite: %s", strings.Join(orphans, "; "))
+	}
+	return code, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// startWorker starts a clusterrun-worker for host and waits until it is ready.
+func (c *cluster) startWorker(host string, extra ...string) error {
+	logPath := filepath.Join(c.workDir, "worker-"+host+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s"}, extra...)
+	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
+	cmd.Dir = c.root
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.workers[host] = cmd
+	c.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("clusterrun-worker ready")) {
+			return nil
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(logPath)
+	return fmt.Errorf("worker %s did not become ready:\n%s", host, b)
+}
+
+// stopWorker sends sig to one worker and waits for it to exit.
+func (c *cluster) stopWorker(host string, sig syscall.Signal) {
+	c.mu.Lock()
+	cmd := c.workers[host]
+	delete(c.workers, host)
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (c *cluster) stopWorkers() {
+	c.mu.Lock()
+	var hosts []string
+	for h := range c.workers {
+		hosts = append(hosts, h)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.stopWorker(h, syscall.SIGTERM) }()
+	}
+	wg.Wait()
+}
+
+// orphans lists live processes that carry this suite's marker: task processes (or workers) that outlived it.
+func (c *cluster) orphans() []string {
+	return markedProcesses(c.marker, 5*time.Second)
+}
+
+// markedProcesses waits up to grace for every process with CLUSTERRUN_E2E_MARK=marker to be gone, and lists
+// those that are not.
+func markedProcesses(marker string, grace time.Duration) []string {
+	needle := []byte("CLUSTERRUN_E2E_MARK=" + marker + "\x00")
+	deadline := time.Now().Add(grace)
+	for {
+		var found []string
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err != nil || !bytes.Contains(environ, needle) {
+				continue
+			}
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+				continue
+			}
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			found = append(found, fmt.Sprintf("pid %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		}
+		if len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cli runs the clusterrun CLI against the test server.
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", r.code, r.stdout, r.stderr)
+}
+
+func cli(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return cliEnv(t, []string{"TEMPORAL_ADDRESS=" + env.address}, args...)
+}
+
+func cliEnv(t *testing.T, extraEnv []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "clusterrun"), args...)
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), extraEnv...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run clusterrun %v: %v", args, err)
+	}
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// writeSpec writes a spec into the test's temp dir and returns its path.
+func writeSpec(t *testing.T, doc string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "spec.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runID returns a fresh run ID for a test.
+func runID(t *testing.T) string {
+	return strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-" + randomHex(3)
+}
+
+// outcome fetches a finished run's status through the SDK (the result or the failure's details).
+func outcome(t *testing.T, id string) (workflows.RunStatus, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var st workflows.RunStatus
+	err := env.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&st)
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		_ = canceled.Details(&st)
+	}
+	return st, err
+}
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// query returns a running run's live status.
+func query(t *testing.T, id string) (workflows.RunStatus, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := env.client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+	if err != nil {
+		return workflows.RunStatus{}, false
+	}
+	var st workflows.RunStatus
+	return st, v.Get(&st) == nil
+}
+
+func readLines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+	}
+	return lines
+}

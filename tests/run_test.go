@@ -1,0 +1,401 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/activities"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+func TestE2E_Demo(t *testing.T) {
+	id := runID(t)
+	r := cliEnv(t, []string{"TEMPORAL_ADDRESS=" + env.address, "CLUSTERRUN_UI_URL=http://ui.test:8233"}, "run", "examples/demo.yaml", "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+
+	for _, task := range []string{"chief-0", "worker-0", "worker-1", "ps-0"} {
+		assert.Contains(t, r.stdout, "["+task+"]", "live output of %s", task)
+		assert.Contains(t, r.stdout, "I am "+task, "identity line of %s", task)
+	}
+	assert.Contains(t, r.stdout, `TF_CONFIG={"cluster":`)
+	assert.Contains(t, r.stdout, "parameter server: SIGTERM received")
+	assert.Contains(t, r.stdout, `{"steps":4,"final_loss":0.200,"cluster_size":4}`)
+	assert.Contains(t, r.stdout, "run "+id+" Succeeded: chief-0 exited 0")
+	assert.Contains(t, r.stderr, "Web UI: http://ui.test:8233/namespaces/default/workflows/"+id)
+
+	// Output lines are whole: each starts with a task prefix.
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if line == "" || strings.HasPrefix(line, "TASK") || strings.HasPrefix(line, "run ") {
+			continue
+		}
+		if !strings.HasPrefix(line, "[") {
+			isRow := false
+			for _, task := range []string{"chief-0", "worker-0", "worker-1", "ps-0"} {
+				isRow = isRow || strings.HasPrefix(line, task+" ")
+			}
+			assert.True(t, isRow, "line without a task prefix: %q", line)
+		}
+	}
+
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.TaskStopped, st.Task("ps-0").State)
+	// Logs in torchrun's layout.
+	out, err := os.ReadFile(filepath.Join(activities.AttemptDir(env.logDir, id, 1, "worker-1"), "stdout.log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "I am worker-1 (rank 2 of 4) on host host-b")
+}
+
+// Every task writes what clusterrun told it; the views must agree.
+func TestE2E_TFConfigConsistentAcrossTasks(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: tfconfig
+command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" > "$CLUSTERRUN_RESULT_FILE"']
+chiefExit: wait
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 3, hosts: [host-a, host-b]}
+  ps: {replicas: 1, hosts: [host-b]}
+  evaluator: {replicas: 1, hosts: [host-a]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+
+	type view struct {
+		TF struct {
+			Cluster map[string][]string `json:"cluster"`
+			Task    struct {
+				Type  string `json:"type"`
+				Index int    `json:"index"`
+			} `json:"task"`
+		} `json:"tf"`
+		Rank       string `json:"rank"`
+		World      string `json:"world"`
+		LocalRank  string `json:"local_rank"`
+		LocalWorld string `json:"local_world"`
+		Master     string `json:"master"`
+		Host       string `json:"host"`
+		Task       string `json:"task"`
+	}
+	views := map[string]view{}
+	for _, task := range st.Tasks {
+		var v view
+		require.NoError(t, json.Unmarshal(task.Result, &v), "%s wrote %s", task.Name, task.Result)
+		views[task.Name] = v
+	}
+	chief := views["chief-0"]
+	require.Len(t, chief.TF.Cluster["worker"], 3)
+	assert.NotContains(t, chief.TF.Cluster, "evaluator", "evaluators stay out of the cluster spec")
+	ranks := map[string]bool{}
+	for name, v := range views {
+		assert.Equal(t, chief.TF.Cluster, v.TF.Cluster, "%s sees another cluster", name)
+		assert.Equal(t, name, fmt.Sprintf("%s-%d", v.TF.Task.Type, v.TF.Task.Index))
+		assert.Equal(t, chief.TF.Cluster["chief"][0], v.Master, "%s has another master", name)
+		assert.Equal(t, st.Task(name).Host, v.Host)
+		if name == "evaluator-0" {
+			assert.Empty(t, v.Rank)
+			continue
+		}
+		assert.Equal(t, "5", v.World)
+		assert.False(t, ranks[v.Rank], "rank %s given twice", v.Rank)
+		ranks[v.Rank] = true
+	}
+	assert.Equal(t, "0", views["chief-0"].Rank)
+	// host-a runs chief-0, worker-0, worker-2; host-b runs worker-1, ps-0.
+	assert.Equal(t, "3", views["worker-2"].LocalWorld)
+	assert.Equal(t, "2", views["worker-2"].LocalRank)
+	assert.Equal(t, "1", views["ps-0"].LocalRank)
+	// Each task's own address in the map is the port it was given.
+	assert.Equal(t, fmt.Sprintf("127.0.0.1:%d", st.Task("ps-0").Port), chief.TF.Cluster["ps"][0])
+}
+
+func TestE2E_ChiefExitStopsSleepingPS(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: chief-exit
+command: [sleep, "300"]
+stopGracePeriod: 5s
+tasks:
+  chief: {replicas: 1, command: [sh, -c, 'sleep 1; echo chief done'], hosts: [host-a]}
+  ps: {replicas: 2, hosts: [host-b, host-a]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	for _, ps := range []string{"ps-0", "ps-1"} {
+		assert.Equal(t, workflows.TaskStopped, st.Task(ps).State, ps)
+		assert.Equal(t, "SIGTERM", st.Task(ps).Signal, ps)
+	}
+	assert.Empty(t, markedProcessesOf(t, "sleep 300"), "ps processes outlived the run")
+}
+
+// markedProcessesOf lists this suite's live processes whose command line holds substr.
+func markedProcessesOf(t *testing.T, substr string) []string {
+	var out []string
+	for _, p := range markedProcesses(env.marker, 5*time.Second) {
+		if strings.Contains(p, substr) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestE2E_AutoRestartSucceedsOnAttempt2(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: restart
+command: [sh, -c, 'echo "attempt $CLUSTERRUN_ATTEMPT"; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then echo "flaky failure" >&2; exit 1; fi']
+tasks:
+  worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 2, backoff: 200ms}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	for _, w := range []string{"worker-0", "worker-1"} {
+		assert.Equal(t, 2, st.Task(w).Attempt, w)
+		assert.Equal(t, workflows.TaskSucceeded, st.Task(w).State, w)
+		host := st.Task(w).Host
+		require.NotEmpty(t, host)
+		// Both attempts left their logs.
+		assert.Equal(t, []string{"flaky failure"}, readLines(filepath.Join(activities.AttemptDir(env.logDir, id, 1, w), "stderr.log")))
+		assert.Equal(t, []string{"attempt 2"}, readLines(filepath.Join(activities.AttemptDir(env.logDir, id, 2, w), "stdout.log")))
+	}
+	assert.Contains(t, r.stdout, "running on", "restart shown live")
+}
+
+func TestE2E_FailFast(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: failfast
+command: [sleep, "300"]
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 3, hosts: [host-a, host-b]}
+  bad: {replicas: 1, command: [sh, -c, 'sleep 0.5; echo "bad shard 7: checksum mismatch" >&2; exit 3'], hosts: [host-b]}
+stopGracePeriod: 3s
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 3, r.code, r.String())
+	assert.Contains(t, r.stdout, "bad-0 exited with code 3 on host-b (attempt 1): bad shard 7: checksum mismatch")
+	assert.Contains(t, r.stdout, "Failed")
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusFailed, st.Status)
+	for _, task := range []string{"chief-0", "worker-0", "worker-1", "worker-2"} {
+		assert.Equal(t, workflows.TaskStopped, st.Task(task).State, task)
+	}
+	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
+}
+
+func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
+	id := runID(t)
+	specJSON := filepath.Join(t.TempDir(), "spec.json")
+	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"via-cli","command":["sleep","300"],"tasks":{"worker":{"replicas":2}},"stopGracePeriod":"2s"}`), 0o644))
+	temporal := func(args ...string) string {
+		cmd := exec.Command(filepath.Join(env.root, "bin", "temporal"), append(args, "--address", env.address)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "temporal %v: %s", args, out)
+		return string(out)
+	}
+	temporal("workflow", "start", "--type", workflows.WorkflowType, "--task-queue", workflows.TaskQueue,
+		"--workflow-id", id, "--input-file", specJSON)
+
+	waitUntil(t, "both workers running", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-0").State == workflows.TaskRunning && st.Task("worker-1").State == workflows.TaskRunning
+	})
+	out := temporal("workflow", "query", "--workflow-id", id, "--name", workflows.QueryStatus)
+	assert.Contains(t, out, `"state":"Running"`)
+
+	// The pid arrives with the first heartbeat after the start.
+	var status cliResult
+	waitUntil(t, "status to show a pid", 30*time.Second, func() bool {
+		status = cli(t, "status", id)
+		return status.code == 0 && regexp.MustCompile(`worker-0\s+Running\s+host-[ab]\s+1\s+\d+`).MatchString(status.stdout)
+	})
+
+	temporal("workflow", "cancel", "--workflow-id", id)
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusCanceled, st.Status)
+	assert.Equal(t, workflows.TaskStopped, st.Task("worker-0").State)
+	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
+}
+
+func TestE2E_ClusterrunCancel(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: cancel-me, command: [sleep, "300"], tasks: {worker: {replicas: 2}}, stopGracePeriod: 2s}`)
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Equal(t, id+"\n", r.stdout)
+	waitUntil(t, "workers running", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-1").State == workflows.TaskRunning
+	})
+	c := cli(t, "cancel", id)
+	assert.Equal(t, 130, c.code, c.String())
+	assert.Contains(t, c.stdout, "Canceled")
+	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
+
+	again := cli(t, "cancel", id)
+	assert.Equal(t, 1, again.code)
+	assert.Contains(t, again.stderr, "has already ended")
+}
+
+func TestE2E_MaxRunTime(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: slow, command: [sleep, "300"], maxRunTime: 2s, stopGracePeriod: 1s, tasks: {chief: {replicas: 1}}}`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 124, r.code, r.String())
+	assert.Contains(t, r.stdout, "TimedOut: maxRunTime 2s reached")
+}
+
+func TestE2E_GangRestart(t *testing.T) {
+	id := runID(t)
+	// In generation 0 worker-1 fails; every task restarts with a new rendezvous and all succeed.
+	spec := writeSpec(t, `
+name: gang
+command: [sh, -c, 'echo "$CLUSTERRUN_RESTART_COUNT $MASTER_PORT" > "$CLUSTERRUN_RESULT_FILE.txt"; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then exit 1; fi; sleep 1; echo "{\"restart\": $CLUSTERRUN_RESTART_COUNT}" > "$CLUSTERRUN_RESULT_FILE"']
+restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms, scope: all}
+tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.RestartCount)
+	assert.JSONEq(t, `{"restart": 1}`, string(st.Task("chief-0").Result))
+	assert.Equal(t, 2, st.Task("chief-0").Attempt)
+}
+
+func TestE2E_BadInput(t *testing.T) {
+	t.Run("invalid spec", func(t *testing.T) {
+		spec := writeSpec(t, "name: Bad\ntasks: {chief: {replicas: 2}}\n")
+		r := cli(t, "run", spec)
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "tasks.chief.replicas: a run has at most one chief")
+		assert.Contains(t, r.stderr, "name: \"Bad\" may hold only lowercase")
+		v := cli(t, "validate", spec)
+		assert.Equal(t, 2, v.code)
+		assert.Contains(t, v.stderr, "3 problem(s)")
+		assert.Contains(t, v.stderr, "tasks.chief.command: no command")
+	})
+	t.Run("valid spec", func(t *testing.T) {
+		v := cli(t, "validate", "examples/demo.yaml")
+		assert.Equal(t, 0, v.code, v.String())
+		assert.Contains(t, v.stdout, "valid run spec \"demo\" with 4 task(s)")
+	})
+	t.Run("missing file", func(t *testing.T) {
+		r := cli(t, "run", "/no/such/spec.yaml")
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "no such file")
+	})
+	t.Run("duplicate run id", func(t *testing.T) {
+		id := runID(t)
+		spec := writeSpec(t, `{name: dup, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+		require.Equal(t, 0, cli(t, "run", spec, "--id", id).code)
+		r := cli(t, "run", spec, "--id", id)
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "already taken")
+	})
+	t.Run("command not found", func(t *testing.T) {
+		spec := writeSpec(t, `{name: nocmd, command: [sleep, "300"], tasks: {chief: {replicas: 1, command: [no-such-program-xyz]}, worker: {replicas: 1}}}`)
+		r := cli(t, "run", spec)
+		assert.NotEqual(t, 0, r.code)
+		assert.Contains(t, r.stdout, `command "no-such-program-xyz" not found on this host`)
+		assert.Empty(t, markedProcessesOf(t, "sleep 300"), "no half-started cluster")
+	})
+	t.Run("missing working dir", func(t *testing.T) {
+		spec := writeSpec(t, `{name: nodir, command: ["true"], workingDir: /no/such/dir, tasks: {worker: {replicas: 1}}}`)
+		r := cli(t, "run", spec)
+		assert.NotEqual(t, 0, r.code)
+		assert.Contains(t, r.stdout, `working directory "/no/such/dir" does not exist`)
+	})
+	t.Run("unknown run", func(t *testing.T) {
+		r := cli(t, "status", "no-such-run")
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, `no run with ID "no-such-run"`)
+	})
+	t.Run("unreachable server", func(t *testing.T) {
+		spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+		r := cliEnv(t, []string{"TEMPORAL_ADDRESS=127.0.0.1:1"}, "run", spec)
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, "cannot reach the Temporal server at 127.0.0.1:1")
+	})
+	t.Run("usage", func(t *testing.T) {
+		r := cli(t, "run")
+		assert.Equal(t, 2, r.code)
+		assert.Contains(t, r.stderr, "missing argument; usage: clusterrun run SPEC")
+		r = cli(t, "run", "--bogus", "x.yaml")
+		assert.Equal(t, 2, r.code)
+		r = cli(t, "status", "--help")
+		assert.Equal(t, 0, r.code)
+		assert.Contains(t, r.stderr, "Example:")
+	})
+}
+
+// A worker killed with SIGKILL cannot clean up; Pdeathsig must take its task down, and the run must notice the
+// lost task by heartbeat timeout and fail with a message that says so.
+func TestE2E_WorkerSIGKILLLeavesNoOrphan(t *testing.T) {
+	host := "doomed-" + randomHex(2)
+	require.NoError(t, env.startWorker(host))
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`{name: lost, command: [sleep, "301"], heartbeatTimeout: 2s, tasks: {worker: {replicas: 1, hosts: [%s]}}}`, host))
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "the task to run", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 301")) == 1 })
+
+	env.stopWorker(host, syscall.SIGKILL)
+	assert.Empty(t, markedProcessesOf(t, "sleep 301"), "the task outlived its SIGKILLed worker")
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Contains(t, st.Task("worker-0").Error, "lost: no heartbeat from host "+host)
+}
+
+// A worker stopped with SIGTERM stops its tasks cleanly and reports them failed, so their policy applies.
+func TestE2E_WorkerSIGTERMStopsItsTasks(t *testing.T) {
+	host := "leaving-" + randomHex(2)
+	require.NoError(t, env.startWorker(host))
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`{name: leaving, command: [sleep, "302"], tasks: {worker: {replicas: 1, hosts: [%s]}}}`, host))
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the task to run", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 302")) == 1 })
+
+	env.stopWorker(host, syscall.SIGTERM)
+	assert.Empty(t, markedProcessesOf(t, "sleep 302"))
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Contains(t, st.Reason, "host worker "+host+" shut down")
+}
+
+// The Go client path: a run started with the SDK directly, as the starter does.
+func TestE2E_SDKStartAndQuery(t *testing.T) {
+	id := runID(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := env.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue}, workflows.WorkflowType,
+		map[string]any{"name": "sdk", "command": []string{"sh", "-c", "echo '{\"ok\":true}' > $CLUSTERRUN_RESULT_FILE"}, "tasks": map[string]any{"chief": map[string]any{"replicas": 1}}})
+	require.NoError(t, err)
+	var st workflows.RunStatus
+	require.NoError(t, run.Get(ctx, &st))
+	assert.JSONEq(t, `{"ok":true}`, string(st.Task("chief-0").Result))
+}
