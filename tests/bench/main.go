@@ -1,0 +1,290 @@
+// Command bench measures clusterrun side by side with Slurm's srun on this machine and prints a Markdown
+// report (tests/bench/run.sh sets up both and calls it; see docs/benchmarks.md).
+//
+// Scenarios:
+//
+//	a. submit → 64 trivial tasks exited → result returned    (srun -n 64 --overcommit true)
+//	b. one of 64 sleeping tasks exits 1 → all others dead → result returned
+//	   (srun -n 64 --overcommit --kill-on-bad-exit=1)
+//	c. host-worker memory and CPU per idle supervised task   (slurmstepd + srun for 64 sleeping tasks)
+//	d. stop latency: the chief exits → a sleeping task on another host gets SIGTERM
+//
+// Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	runs       = flag.Int("runs", 7, "repetitions of each timed scenario")
+	clusterrun = flag.String("clusterrun", "bin/clusterrun", "clusterrun CLI")
+	hostA      = flag.String("host-a", "bench-a", "first host worker's --host")
+	hostB      = flag.String("host-b", "bench-b", "second host worker's --host")
+	workerPID  = flag.Int("worker-pid", 0, "pid of the host-a worker, for the idle overhead scenario")
+	idleFor    = flag.Duration("idle", 20*time.Second, "how long to sample idle overhead")
+)
+
+func main() {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "clusterrun-bench-")
+	check(err)
+	defer os.RemoveAll(dir)
+	_, srunErr := exec.LookPath("srun")
+	haveSrun := srunErr == nil
+
+	fmt.Printf("Measured %s on %s (%d runs each; medians, p90 in brackets).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), hostname(), *runs)
+	fmt.Println("| scenario | clusterrun | srun | clusterrun / srun |")
+	fmt.Println("| --- | --- | --- | --- |")
+
+	trivial := write(dir, "trivial.yaml", `{name: bench-trivial, command: ["true"], tasks: {worker: {replicas: 64}}}`)
+	a := timeRuns(func() error { return runQuiet(*clusterrun, "run", trivial) })
+	var as []time.Duration
+	if haveSrun {
+		as = timeRuns(func() error { return runQuiet("srun", "-n", "64", "--overcommit", "true") })
+	}
+	row("a. 64 trivial tasks, submit → result", a, as)
+
+	failfast := write(dir, "failfast.yaml", `
+name: bench-failfast
+command: [sleep, "300"]
+stopGracePeriod: 5s
+tasks:
+  bad: {replicas: 1, command: [sh, -c, "exit 1"]}
+  worker: {replicas: 63}
+`)
+	b := timeRuns(func() error { return expectFail(runQuiet(*clusterrun, "run", failfast)) })
+	var bs []time.Duration
+	if haveSrun {
+		bs = timeRuns(func() error {
+			return expectFail(runQuiet("srun", "-n", "64", "--overcommit", "--kill-on-bad-exit=1", "sh", "-c",
+				`if [ "$SLURM_PROCID" = 0 ]; then exit 1; fi; exec sleep 300`))
+		})
+	}
+	row("b. 1 of 64 sleeping tasks exits 1 → all dead → result", b, bs)
+
+	d := stopLatency(dir)
+	fmt.Printf("| d. stop latency: chief exit → SIGTERM in a task on another host | %s | – | – |\n", stat(d))
+
+	fmt.Println()
+	if *workerPID > 0 {
+		idleOverhead(dir, haveSrun)
+	}
+}
+
+func row(name string, ours, theirs []time.Duration) {
+	if len(theirs) == 0 {
+		fmt.Printf("| %s | %s | (no srun) | – |\n", name, stat(ours))
+		return
+	}
+	fmt.Printf("| %s | %s | %s | %.2f× |\n", name, stat(ours), stat(theirs), float64(median(ours))/float64(median(theirs)))
+}
+
+func timeRuns(f func() error) []time.Duration {
+	check(f()) // warm-up: caches, first connections
+	var out []time.Duration
+	for i := 0; i < *runs; i++ {
+		start := time.Now()
+		check(f())
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+func runQuiet(name string, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail(out.String()))
+	}
+	return nil
+}
+
+func expectFail(err error) error {
+	if err == nil {
+		return fmt.Errorf("expected the run to fail")
+	}
+	if strings.Contains(err.Error(), "exit status") {
+		return nil
+	}
+	return err
+}
+
+// stopLatency runs a chief that exits at once and a ps on the other host that records when SIGTERM arrives.
+func stopLatency(dir string) []time.Duration {
+	var out []time.Duration
+	for i := 0; i < *runs; i++ {
+		mark := filepath.Join(dir, fmt.Sprintf("lat-%d", i))
+		spec := write(dir, fmt.Sprintf("latency-%d.yaml", i), fmt.Sprintf(`
+name: bench-latency
+stopGracePeriod: 5s
+tasks:
+  chief: {replicas: 1, hosts: [%[1]s], command: [sh, -c, 'sleep 1; date +%%s%%N > %[3]s.exit']}
+  ps: {replicas: 1, hosts: [%[2]s], command: [sh, -c, 'trap "date +%%s%%N > %[3]s.term; exit 0" TERM; while :; do sleep 0.05; done']}
+`, *hostA, *hostB, mark))
+		check(runQuiet(*clusterrun, "run", spec))
+		exitAt, termAt := readNanos(mark+".exit"), readNanos(mark+".term")
+		out = append(out, time.Duration(termAt-exitAt))
+	}
+	return out
+}
+
+// idleOverhead measures the host worker's memory and CPU with 64 sleeping tasks against the same worker idle,
+// and slurmstepd + srun for the same 64 tasks.
+func idleOverhead(dir string, haveSrun bool) {
+	const n = 64
+	rss0, cpu0 := procUsage(*workerPID)
+	spec := write(dir, "idle.yaml", fmt.Sprintf(`{name: bench-idle, command: [sleep, "600"], stopGracePeriod: 2s, tasks: {worker: {replicas: %d, hosts: [%s]}}}`, n, *hostA))
+	idOut, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
+	check(err)
+	id := strings.TrimSpace(string(idOut))
+	waitRunning(id, n)
+	rss1, cpuA := procUsage(*workerPID)
+	time.Sleep(*idleFor)
+	rss2, cpuB := procUsage(*workerPID)
+	_ = exec.Command(*clusterrun, "cancel", id).Run()
+	_ = cpu0
+	ours := fmt.Sprintf("%.0f KiB RSS, %.3f%% of a core", float64(max(rss1, rss2)-rss0)/n, 100*(cpuB-cpuA).Seconds()/idleFor.Seconds()/n)
+
+	theirs := "(no srun)"
+	if haveSrun {
+		cmd := exec.Command("srun", "-n", strconv.Itoa(n), "--overcommit", "sleep", "600")
+		check(cmd.Start())
+		deadline := time.Now().Add(30 * time.Second)
+		for countProcs("sleep") < n && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		pids := append(pidsOf("slurmstepd"), cmd.Process.Pid)
+		var rss int64
+		var cpuA time.Duration
+		for _, p := range pids {
+			r, c := procUsage(p)
+			rss += r
+			cpuA += c
+		}
+		time.Sleep(*idleFor)
+		var cpuB time.Duration
+		for _, p := range pids {
+			_, c := procUsage(p)
+			cpuB += c
+		}
+		_ = cmd.Process.Signal(os.Interrupt)
+		time.Sleep(200 * time.Millisecond)
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		theirs = fmt.Sprintf("%.0f KiB RSS, %.3f%% of a core", float64(rss)/n, 100*(cpuB-cpuA).Seconds()/idleFor.Seconds()/n)
+	}
+	fmt.Println("| c. per idle supervised task (64 sleeping tasks on one host) | clusterrun-worker | slurmstepd + srun |")
+	fmt.Println("| --- | --- | --- |")
+	fmt.Printf("| memory and CPU per task | %s | %s |\n", ours, theirs)
+}
+
+func waitRunning(id string, n int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if countProcs("sleep") >= n {
+			time.Sleep(2 * time.Second) // let the heartbeats settle
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	check(fmt.Errorf("run %s: tasks did not all start", id))
+}
+
+// procUsage returns a process's resident memory (KiB... in bytes) and its CPU time.
+func procUsage(pid int) (rssBytes int64, cpu time.Duration) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err == nil {
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				rssBytes = kb
+			}
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err == nil {
+		i := bytes.LastIndexByte(stat, ')')
+		f := strings.Fields(string(stat[i+2:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		cpu = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	}
+	return rssBytes, cpu
+}
+
+func pidsOf(comm string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func countProcs(comm string) int { return len(pidsOf(comm)) }
+
+func readNanos(path string) int64 {
+	b, err := os.ReadFile(path)
+	check(err)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	check(err)
+	return v
+}
+
+func write(dir, name, content string) string {
+	p := filepath.Join(dir, name)
+	check(os.WriteFile(p, []byte(content), 0o644))
+	return p
+}
+
+func median(d []time.Duration) time.Duration { return quantile(d, 0.5) }
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+func stat(d []time.Duration) string {
+	return fmt.Sprintf("%.3f s [%.3f]", median(d).Seconds(), quantile(d, 0.9).Seconds())
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return s[len(s)-2000:]
+	}
+	return s
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
