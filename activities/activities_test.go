@@ -82,6 +82,7 @@ func TestReadLogs_WholeLinesOnly(t *testing.T) {
 		{Task: "worker-0", Attempt: 1, Stream: "stdout", Tail: 9},
 	}})
 	assert.Equal(t, "part", string(res.Chunks[0].Data), "a finished task's last line comes out on flush")
+	assert.True(t, res.Chunks[0].EOF)
 	assert.Equal(t, "two\n", string(res.Chunks[1].Data), "a tail starts at a line boundary")
 }
 

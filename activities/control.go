@@ -117,6 +117,7 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 	}
 	c.Data = buf
 	c.Next = off + int64(len(buf))
+	c.EOF = c.Next == st.Size()
 	return c
 }
 

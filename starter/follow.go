@@ -31,7 +31,8 @@ type stream struct {
 	host, task, name string
 	attempt          int
 	offset           int64
-	done             bool
+	done             bool // the attempt has ended: read what is left, then close
+	closed           bool // nothing more to read
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
@@ -113,7 +114,7 @@ func (f *follower) poll(ctx context.Context) error {
 	var keys []string
 	for _, k := range f.order {
 		s := f.streams[k]
-		if s == nil {
+		if s.closed {
 			continue
 		}
 		reqs = append(reqs, workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset, Flush: s.done})
@@ -144,14 +145,13 @@ func (f *follower) poll(ctx context.Context) error {
 		s := f.streams[keys[i]]
 		if c.Error != "" {
 			f.say(s.task, "cannot read "+s.name+": "+c.Error)
-			delete(f.streams, keys[i])
+			s.closed = true
 			continue
 		}
 		f.print(s.task, c.Data)
 		s.offset = c.Next
-		if s.done && len(c.Data) < 64<<10 {
-			// A finished stream that returned less than a full chunk has nothing more.
-			delete(f.streams, keys[i])
+		if s.done && (c.EOF || c.Missing) {
+			s.closed = true
 		}
 	}
 	return nil
@@ -180,7 +180,7 @@ func (f *follower) print(task string, data []byte) {
 // pending reports whether any stream still has output to read.
 func (f *follower) pending() bool {
 	for _, s := range f.streams {
-		if s != nil {
+		if !s.closed {
 			return true
 		}
 	}

@@ -165,6 +165,8 @@ type LogChunk struct {
 	Data []byte `json:"data"`
 	// Next is the offset to read from next time.
 	Next int64 `json:"next"`
+	// EOF says the chunk reaches the current end of the file.
+	EOF bool `json:"eof,omitempty"`
 	// Missing says the file does not exist on the host.
 	Missing bool   `json:"missing,omitempty"`
 	Error   string `json:"error,omitempty"`

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+func TestParse_FlagsBeforeAndAfterArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"--id", "x", "spec.yaml", "--detach"},
+		{"spec.yaml", "--id", "x", "--detach"},
+		{"--detach", "--id=x", "spec.yaml"},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		id := fs.String("id", "", "")
+		detach := fs.Bool("detach", false, "")
+		pos, err := parse(fs, runUsage, args, 1, 1, io.Discard)
+		require.NoError(t, err, "%v", args)
+		assert.Equal(t, []string{"spec.yaml"}, pos)
+		assert.Equal(t, "x", *id)
+		assert.True(t, *detach)
+	}
+}
+
+func TestMainWithCode_Usage(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"bogus"}, &out, &errb))
+	assert.Contains(t, errb.String(), `unknown command "bogus"`)
+	errb.Reset()
+	assert.Equal(t, exitUsage, mainWithCode([]string{"run", "a.yaml", "b.yaml"}, &out, &errb))
+	assert.Contains(t, errb.String(), `unexpected argument "b.yaml"; usage: clusterrun run SPEC`)
+	errb.Reset()
+	assert.Equal(t, 0, mainWithCode([]string{"cancel", "--help"}, &out, &errb))
+	assert.Contains(t, errb.String(), "Example:")
+}
+
+func TestExitCodeFor(t *testing.T) {
+	code := func(c int) *int { return &c }
+	st := workflows.RunStatus{Status: workflows.StatusFailed, Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskStopped},
+		{Name: "worker-0", State: workflows.TaskFailed, ExitCode: code(3)},
+	}}
+	assert.Equal(t, 3, exitCodeFor(st), "the first failed task's code when the chief did not fail")
+	st.Tasks[0] = workflows.TaskStatus{Name: "chief-0", State: workflows.TaskFailed, ExitCode: code(7)}
+	assert.Equal(t, 7, exitCodeFor(st), "the chief's code first")
+	st.Tasks = []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskFailed, ExitCode: code(-1)}}
+	assert.Equal(t, 1, exitCodeFor(st), "a lost task has no code")
+	assert.Equal(t, 0, exitCodeFor(workflows.RunStatus{Status: workflows.StatusSucceeded}))
+	assert.Equal(t, 124, exitCodeFor(workflows.RunStatus{Status: workflows.StatusTimedOut}))
+	assert.Equal(t, 130, exitCodeFor(workflows.RunStatus{Status: workflows.StatusCanceled}))
+}
+
+// A finished stream is read to its end once and never opened again by a later status.
+func TestFollower_FinishedStreamsStayClosed(t *testing.T) {
+	f := newFollower(nil, "run", io.Discard)
+	running := workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1}}}
+	f.update(running)
+	require.Len(t, f.order, 2)
+	for _, s := range f.streams {
+		assert.False(t, s.done)
+		s.offset = 100
+	}
+	ended := workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1}}}
+	f.update(ended)
+	for _, s := range f.streams {
+		assert.True(t, s.done)
+		s.closed = true
+	}
+	f.update(ended)
+	assert.Len(t, f.order, 2, "no stream re-created")
+	for _, s := range f.streams {
+		assert.Equal(t, int64(100), s.offset)
+	}
+	assert.False(t, f.pending())
+
+	// A restart opens the new attempt's streams and finishes the old ones.
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 2}}})
+	assert.Len(t, f.order, 4)
+	assert.True(t, f.pending())
+}
