@@ -93,13 +93,13 @@ type signalingClient struct {
 }
 
 func (c *signalingClient) SignalWorkflow(ctx context.Context, wfID, runID, name string, arg interface{}) error {
-	sig := arg.(workflows.PlacedSignal)
-	go func() {
-		// Release waits for nothing; retry until the attempt is registered (it is, before the signal).
-		_, _ = c.host.Release(ctx, workflows.ReleaseInput{WorkflowID: wfID, RunID: runID,
-			Tasks:   []workflows.TaskAttempt{{Task: sig.Task, Attempt: sig.Generation + sig.Attempt}},
-			Cluster: clusterOf(workflows.Endpoint{Task: sig.Task, Host: sig.Host, Addr: sig.Addr, Port: sig.Port})})
-	}()
+	for _, p := range arg.(workflows.PlacedSignal).Placements {
+		go func() {
+			_, _ = c.host.Release(context.Background(), workflows.ReleaseInput{WorkflowID: wfID, RunID: runID,
+				Tasks:   []workflows.TaskAttempt{{Task: p.Task, Attempt: p.Generation + p.Attempt}},
+				Cluster: clusterOf(workflows.Endpoint{Task: p.Task, Host: p.Host, Addr: p.Addr, Port: p.Port})})
+		}()
+	}
 	return nil
 }
 

@@ -32,19 +32,42 @@ func (h *Host) Release(_ context.Context, in workflows.ReleaseInput) (workflows.
 	return out, nil
 }
 
-// StopTasks stops the named tasks of a run on this host and returns once their processes are gone.
+// StopTasks stops the named tasks of a run on this host and returns once their processes are gone (or, for an
+// attempt that had not started its process yet, once that attempt has ended), with how each ended.
 func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (workflows.StopTasksResult, error) {
 	entries := h.find(in.WorkflowID, in.RunID, in.Tasks)
+	h.Logger.Info("stopping tasks", "run", in.WorkflowID, "tasks", len(entries), "reason", in.Reason)
+	ownEnd := map[*entry]bool{}
 	for _, e := range entries {
+		if p := e.process(); p != nil {
+			select {
+			case <-p.Done():
+				ownEnd[e] = true // it ended before the stop: its RunTask reports that
+			default:
+			}
+		}
 		e.requestStop(stopByRun, in.Reason)
 	}
 	var out workflows.StopTasksResult
 	for _, e := range entries {
+		p := e.process()
+		var gone <-chan struct{} = e.finished
+		if p != nil {
+			gone = p.Done()
+		}
 		select {
+		case <-gone:
 		case <-e.finished:
-			out.Stopped = append(out.Stopped, e.task)
 		case <-ctx.Done():
 			return out, fmt.Errorf("stop tasks on %s: %w", h.Name, ctx.Err())
+		}
+		if ownEnd[e] {
+			continue
+		}
+		out.Stopped = append(out.Stopped, e.task)
+		if p := e.process(); p != nil {
+			exit := p.Exit()
+			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.task, Attempt: e.attempt, ExitCode: exit.Code, Signal: exit.Signal})
 		}
 	}
 	sort.Strings(out.Stopped)

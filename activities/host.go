@@ -15,6 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/clusterrun/clusterrun/activities/proc"
+
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -30,6 +32,8 @@ type Host struct {
 	// Client signals workflows.
 	Client client.Client
 	Logger log.Logger
+
+	placer placer
 
 	mu       sync.Mutex
 	entries  map[string]*entry
@@ -57,6 +61,8 @@ type entry struct {
 	release                 chan workflows.ClusterMap
 
 	mu       sync.Mutex
+	proc     *proc.Process // set once the process runs
+	grace    time.Duration
 	stopReq  chan struct{}
 	stopBy   string
 	reason   string
@@ -125,6 +131,29 @@ func (e *entry) requestStop(by, reason string) {
 	}
 	e.stopBy, e.reason = by, reason
 	close(e.stopReq)
+	if e.proc != nil {
+		// Signal the group here and now: RunTask's own loop may be busy (a heartbeat RPC, say).
+		go e.proc.Stop(e.grace)
+	}
+}
+
+// started records the attempt's process; a stop requested before it started applies at once.
+func (e *entry) started(p *proc.Process, grace time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.proc, e.grace = p, grace
+	select {
+	case <-e.stopReq:
+		go p.Stop(grace)
+	default:
+	}
+}
+
+// process returns the attempt's process, or nil before it started.
+func (e *entry) process() *proc.Process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc
 }
 
 func (e *entry) stopSource() string {

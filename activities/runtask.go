@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -55,15 +56,13 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	port := ln.Addr().(*net.TCPAddr).Port
 	defer ln.Close()
 
-	hb := heartbeater{ctx: ctx, details: workflows.HeartbeatDetails{Host: h.Name, Attempt: attempt, Phase: "rendezvous"}}
-	hb.beat()
-	placed := workflows.PlacedSignal{Task: t.Name, Generation: in.Generation, Attempt: int(info.Attempt), Host: h.Name, Addr: h.Addr, Port: port}
-	if err := h.Client.SignalWorkflow(ctx, wf.ID, wf.RunID, workflows.SignalTaskPlaced, placed); err != nil {
+	hb := startHeartbeats(ctx, heartbeatEvery(info.HeartbeatTimeout), workflows.HeartbeatDetails{Host: h.Name, Attempt: attempt, Phase: "rendezvous"})
+	defer hb.stop()
+	placed := workflows.Placement{Task: t.Name, Generation: in.Generation, Attempt: int(info.Attempt), Host: h.Name, Addr: h.Addr, Port: port}
+	if err := h.reportPlacement(ctx, wf.ID, wf.RunID, placed); err != nil {
 		return res, fmt.Errorf("report placement of %s to run %s: %w", t.Name, wf.ID, err)
 	}
 
-	tick := time.NewTicker(heartbeatEvery(info.HeartbeatTimeout))
-	defer tick.Stop()
 	var cluster workflows.ClusterMap
 wait:
 	for {
@@ -74,8 +73,6 @@ wait:
 			return h.stoppedBeforeStart(ctx, e, res)
 		case <-ctx.Done():
 			return res, temporal.NewCanceledError(res)
-		case <-tick.C:
-			hb.beat()
 		}
 	}
 
@@ -97,32 +94,20 @@ wait:
 		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s cannot start on host %s: %v", t.Name, h.Name, err),
 			workflows.ErrTaskStartFailed, nil, res)
 	}
+	e.started(p, in.StopGracePeriod)
 	res.PID, res.StartTime = p.Pid(), time.Now()
 	h.Logger.Info("task started", "run", wf.ID, "task", t.Name, "attempt", attempt, "pid", p.Pid())
-	hb.details.PID, hb.details.Phase = p.Pid(), "running"
-	hb.beat()
-
 	stdoutPath, stderrPath := stdout.Name(), stderr.Name()
-	stopping := false
-	stop := func() {
-		if !stopping {
-			stopping = true
-			hb.details.Phase = "stopping"
-			go p.Stop(in.StopGracePeriod)
-		}
-	}
-	for running := true; running; {
-		select {
-		case <-p.Done():
-			running = false
-		case <-e.stopReq:
-			stop()
-		case <-ctx.Done():
-			stop()
-		case <-tick.C:
-			hb.details.Last = lastLine(stdoutPath, stderrPath)
-			hb.beat()
-		}
+	hb.update(func(d *workflows.HeartbeatDetails) { d.PID, d.Phase = p.Pid(), "running" }, func(d *workflows.HeartbeatDetails) {
+		d.Last = lastLine(stdoutPath, stderrPath)
+	})
+
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		// Canceled (the run is stopping, and StopTasks did not reach this host first) or the worker is stopping.
+		e.requestStop(stopByRun, "canceled")
+		<-p.Done()
 	}
 
 	exit := p.Exit()
@@ -165,12 +150,61 @@ func heartbeatEvery(timeout time.Duration) time.Duration {
 	return max(timeout/4, 100*time.Millisecond)
 }
 
+// heartbeater records heartbeats on its own goroutine: RecordHeartbeat can block on an RPC, and the task's
+// main loop must stay free to react to its process and to stop requests.
 type heartbeater struct {
-	ctx     context.Context
+	mu      sync.Mutex
 	details workflows.HeartbeatDetails
+	refresh func(*workflows.HeartbeatDetails)
+	kick    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
-func (b *heartbeater) beat() { activity.RecordHeartbeat(b.ctx, b.details) }
+func startHeartbeats(ctx context.Context, every time.Duration, d workflows.HeartbeatDetails) *heartbeater {
+	b := &heartbeater{details: d, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			b.mu.Lock()
+			if b.refresh != nil {
+				b.refresh(&b.details)
+			}
+			d := b.details
+			b.mu.Unlock()
+			activity.RecordHeartbeat(ctx, d)
+			select {
+			case <-tick.C:
+			case <-b.kick:
+			case <-b.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return b
+}
+
+// update changes the details now and sets what to refresh before each later beat.
+func (b *heartbeater) update(now, refresh func(*workflows.HeartbeatDetails)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now(&b.details)
+	b.refresh = refresh
+	select {
+	case b.kick <- struct{}{}: // beat now, so the new details show at once
+	default:
+	}
+}
+
+func (b *heartbeater) stop() {
+	close(b.done)
+	b.wg.Wait()
+}
 
 func openLogs(dir string) (stdout, stderr *os.File, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

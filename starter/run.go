@@ -143,12 +143,8 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	for {
 		select {
 		case o := <-done:
-			// Read what the tasks wrote last.
-			if st, _, _, err := fetchStatus(ctx, c, id); err == nil {
-				f.update(st)
-			} else {
-				f.update(o.st)
-			}
+			// Read what the tasks wrote last; the result names every task's host and final attempt.
+			f.update(o.st)
 			for i := 0; i < 20 && f.pending(); i++ {
 				if err := f.poll(ctx); err != nil {
 					fmt.Fprintln(stderr, "clusterrun: "+err.Error())

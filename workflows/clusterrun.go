@@ -31,7 +31,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
 	}
-	placedCh := workflow.GetSignalChannel(ctx, SignalTaskPlaced)
+	placedCh := workflow.GetSignalChannel(ctx, SignalTasksPlaced)
 
 	var deadline workflow.Future
 	if plan.MaxRunTime > 0 {
@@ -98,32 +98,33 @@ func (r *run) runGeneration(ctx workflow.Context, placedCh workflow.ReceiveChann
 	return d
 }
 
-// onPlaced records where a task landed and releases it once the rendezvous is complete: all tasks at once the
-// first time, one by one for tasks restarted by retry later on. It returns the Release futures.
+// onPlaced records where tasks landed and releases them once the rendezvous is complete: every task at once the
+// first time, and later on (tasks restarted by retry) those of this signal. It returns the Release futures.
 func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSignal) []workflow.Future {
-	t := r.byName[sig.Task]
-	if t == nil || sig.Generation != r.generation || t.done || r.decision != nil {
-		return nil // stale: an earlier generation, an unknown name, or a task already over
-	}
-	t.placed = true
-	st := &t.status
-	st.State, st.Host, st.Addr, st.Port = TaskPlaced, sig.Host, sig.Addr, sig.Port
-	st.Attempt = r.generation + sig.Attempt
-	st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
-	if r.released {
-		return []workflow.Future{r.release(ctx, info, []*task{t})}
-	}
-	if !r.allPlaced() {
-		return nil
-	}
-	r.released = true
-	var waiting []*task
-	for _, t := range r.tasks {
-		if t.placed && !t.done {
-			waiting = append(waiting, t)
+	var late []*task
+	for _, p := range sig.Placements {
+		t := r.byName[p.Task]
+		if t == nil || p.Generation != r.generation || t.done || r.decision != nil {
+			continue // stale: an earlier generation, an unknown name, or a task already over
+		}
+		t.placed = true
+		st := &t.status
+		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
+		st.Attempt = r.generation + p.Attempt
+		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
+		if r.released {
+			late = append(late, t)
 		}
 	}
-	return r.releaseByHost(ctx, info, waiting)
+	if !r.released && r.allPlaced() {
+		r.released = true
+		for _, t := range r.tasks {
+			if t.placed && !t.done {
+				late = append(late, t)
+			}
+		}
+	}
+	return r.releaseByHost(ctx, info, late)
 }
 
 func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) []workflow.Future {
@@ -198,17 +199,36 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 			StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: byHost[h],
 				GracePeriod: r.plan.StopGracePeriod, Reason: reason}))
 	}
+	// A task whose stop a host confirmed is over: its process group is gone. The run need not wait for that
+	// RunTask's own completion, which only repeats it (and queues behind all the others on the history).
+	for i, f := range stops {
+		var res StopTasksResult
+		if err := f.Get(dctx, &res); err != nil {
+			workflow.GetLogger(ctx).Warn("StopTasks failed; its tasks end by cancellation or heartbeat timeout", "host", hosts[i], "error", err)
+			continue
+		}
+		now := workflow.Now(dctx)
+		for _, name := range res.Stopped {
+			t := r.byName[name]
+			if t == nil || t.done {
+				continue
+			}
+			t.done = true
+			t.status.State, t.status.EndTime = TaskStopped, &now
+			for _, x := range res.Exits {
+				if x.Task == name {
+					code := x.ExitCode
+					t.status.ExitCode, t.status.Signal = &code, x.Signal
+				}
+			}
+		}
+	}
 	for _, t := range r.tasks {
 		if !t.done {
 			r.endOf(dctx, t, workflow.Now(dctx))
 			if t.status.State == TaskFailed && t.status.Error == "" {
 				t.status.State = TaskStopped
 			}
-		}
-	}
-	for _, f := range stops {
-		if err := f.Get(dctx, nil); err != nil {
-			workflow.GetLogger(ctx).Warn("StopTasks failed; its tasks ended by cancellation or heartbeat timeout", "error", err)
 		}
 	}
 	r.status = prev

@@ -71,8 +71,8 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	if host == "" {
 		host = "pooled-host"
 	}
-	f.env.SignalWorkflow(SignalTaskPlaced, PlacedSignal{Task: in.Task.Name, Generation: in.Generation, Attempt: int(info.Attempt),
-		Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank})
+	f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+		Attempt: int(info.Attempt), Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
 	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: in.Generation + int(info.Attempt)}
 	select {
 	case m := <-rel:
@@ -122,6 +122,7 @@ func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksRe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stops = append(f.stops, in)
+	var out StopTasksResult
 	for _, t := range in.Tasks {
 		if ch, ok := f.stop[t]; ok {
 			select {
@@ -129,9 +130,11 @@ func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksRe
 			default:
 				close(ch)
 			}
+			out.Stopped = append(out.Stopped, t)
+			out.Exits = append(out.Exits, TaskExit{Task: t, ExitCode: 143, Signal: "SIGTERM"})
 		}
 	}
-	return StopTasksResult{Stopped: in.Tasks}, nil
+	return out, nil
 }
 
 func (f *fakeHosts) stoppedTasks() []string {
@@ -229,6 +232,7 @@ func TestClusterRun_ChiefExitTerminatesTheRest(t *testing.T) {
 	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskStopped, "worker-1": TaskStopped, "ps-0": TaskStopped}, states(st))
 	assert.Equal(t, []string{"ps-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
 	assert.Equal(t, 0, *st.Task("chief-0").ExitCode)
+	assert.Equal(t, "SIGTERM", st.Task("ps-0").Signal, "exit as the host confirmed it")
 	assert.NotNil(t, st.EndTime)
 }
 

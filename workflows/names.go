@@ -39,8 +39,8 @@ func ControlQueue(host string) string { return controlQueuePrefix + host }
 
 // Signals and queries of a ClusterRun execution.
 const (
-	// SignalTaskPlaced: a RunTask attempt reports where it landed (PlacedSignal).
-	SignalTaskPlaced = "task-placed"
+	// SignalTasksPlaced: host workers report where task attempts landed (PlacedSignal).
+	SignalTasksPlaced = "tasks-placed"
 	// QueryStatus returns the live RunStatus.
 	QueryStatus = "status"
 )

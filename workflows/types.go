@@ -15,8 +15,15 @@ type RunTaskInput struct {
 	StopGracePeriod time.Duration `json:"stopGracePeriod"`
 }
 
-// PlacedSignal is sent by a RunTask attempt once it holds a host and a port.
+// PlacedSignal reports task attempts that hold a host and a port. A host worker batches the placements of all
+// its attempts of one run that land within a few milliseconds into one signal, so a rendezvous costs about one
+// signal per host rather than one per task.
 type PlacedSignal struct {
+	Placements []Placement `json:"placements"`
+}
+
+// Placement is where one task attempt landed.
+type Placement struct {
 	Task       string `json:"task"`
 	Generation int    `json:"generation"`
 	// Attempt is the Temporal activity attempt (1-based).
@@ -68,9 +75,19 @@ type StopTasksInput struct {
 	Reason      string        `json:"reason"`
 }
 
-// StopTasksResult names the tasks whose processes were stopped and confirmed gone.
+// StopTasksResult names the tasks whose processes were stopped and confirmed gone, and how each ended. A task
+// whose process had already ended on its own is not listed: its RunTask reports that ending.
 type StopTasksResult struct {
-	Stopped []string `json:"stopped"`
+	Stopped []string   `json:"stopped"`
+	Exits   []TaskExit `json:"exits,omitempty"`
+}
+
+// TaskExit is how a stopped process ended.
+type TaskExit struct {
+	Task     string `json:"task"`
+	Attempt  int    `json:"attempt"`
+	ExitCode int    `json:"exitCode"`
+	Signal   string `json:"signal,omitempty"`
 }
 
 // TaskResult is how one task attempt ended: RunTask's result, and the details of its failures.
