@@ -399,3 +399,26 @@ func TestE2E_SDKStartAndQuery(t *testing.T) {
 	require.NoError(t, run.Get(ctx, &st))
 	assert.JSONEq(t, `{"ok":true}`, string(st.Task("chief-0").Result))
 }
+
+// Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
+func TestE2E_RunInterruptedCancels(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: interrupted, command: [sleep, "303"], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`)
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	waitUntil(t, "both tasks running", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 303")) == 2 })
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, 130, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "canceling run "+id)
+	st, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusCanceled, st.Status)
+	assert.Empty(t, markedProcessesOf(t, "sleep 303"))
+}

@@ -144,7 +144,8 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
 	}
 	taskOpts := base
-	taskOpts.MaxConcurrentActivityTaskPollers = 4
+	// Pollers are idle long-polls; enough of them take a 64-task burst up noticeably faster than the default.
+	taskOpts.MaxConcurrentActivityTaskPollers = 16
 	add(workflows.HostQueue(c.host), taskOpts, runTask)
 	poolOpts := taskOpts
 	poolOpts.MaxConcurrentActivityExecutionSize = c.slots
