@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/spec"
@@ -92,14 +91,7 @@ func result(ctx context.Context, c client.Client, runID string) (workflows.RunSt
 	if err == nil {
 		return st, nil
 	}
-	var appErr *temporal.ApplicationError
-	var canceled *temporal.CanceledError
-	switch {
-	case errors.As(err, &appErr) && appErr.HasDetails() && appErr.Type() != workflows.ErrInvalidSpec:
-		_ = appErr.Details(&st)
-	case errors.As(err, &canceled) && canceled.HasDetails():
-		_ = canceled.Details(&st)
-	}
+	st, _ = workflows.StatusFromError(err)
 	return st, err
 }
 

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -273,13 +272,8 @@ func outcome(t *testing.T, id string) (workflows.RunStatus, error) {
 	defer cancel()
 	var st workflows.RunStatus
 	err := env.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
-	var appErr *temporal.ApplicationError
-	var canceled *temporal.CanceledError
-	switch {
-	case errors.As(err, &appErr) && appErr.HasDetails():
-		_ = appErr.Details(&st)
-	case errors.As(err, &canceled) && canceled.HasDetails():
-		_ = canceled.Details(&st)
+	if err != nil {
+		st, _ = workflows.StatusFromError(err)
 	}
 	return st, err
 }

@@ -182,14 +182,7 @@ func (h *harness) run(t *testing.T, s spec.RunSpec) (RunStatus, error) {
 		require.NoError(t, h.env.GetWorkflowResult(&st))
 		return st, nil
 	}
-	var appErr *temporal.ApplicationError
-	var canceled *temporal.CanceledError
-	switch {
-	case errors.As(err, &appErr) && appErr.HasDetails():
-		_ = appErr.Details(&st)
-	case errors.As(err, &canceled) && canceled.HasDetails():
-		require.NoError(t, canceled.Details(&st))
-	}
+	st, _ = StatusFromError(err)
 	return st, err
 }
 

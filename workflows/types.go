@@ -2,7 +2,10 @@ package workflows
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
+
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/spec"
 )
@@ -198,4 +201,18 @@ type ReadLogsInput struct {
 // ReadLogsResult holds one chunk per request, in request order.
 type ReadLogsResult struct {
 	Chunks []LogChunk `json:"chunks"`
+}
+
+// StatusFromError reads the RunStatus that a failed, timed-out or canceled run carries in its error's details.
+func StatusFromError(err error) (RunStatus, bool) {
+	var st RunStatus
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails() && appErr.Type() != ErrInvalidSpec:
+		return st, appErr.Details(&st) == nil
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		return st, canceled.Details(&st) == nil
+	}
+	return st, false
 }
