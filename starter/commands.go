@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
@@ -63,7 +64,8 @@ const cancelUsage = `Cancel a run: stop every task (SIGTERM, stopGracePeriod, SI
 
 Usage: clusterrun cancel RUN [--no-wait]
 
-Waits until every process is confirmed gone, then prints the final table.
+Waits until every process is confirmed gone, then prints the final table. Exits 0 once the run is canceled; if
+the run ended some other way first, exits as 'clusterrun run' would have.
 
 Example:
   clusterrun cancel mnist-20261121-101500-a1b2c3
@@ -98,6 +100,12 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	st, err = result(ctx, c, id)
+	if st.Status == workflows.StatusCanceled {
+		// The cancellation did what was asked: print the result, exit 0.
+		_ = report(st, err, id, stdout)
+		return nil
+	}
+	// The run ended some other way before the cancellation took effect: report that ending.
 	return report(st, err, id, stdout)
 }
 

@@ -104,7 +104,11 @@ func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSign
 	var late []*task
 	for _, p := range sig.Placements {
 		t := r.byName[p.Task]
-		if t == nil || p.Generation != r.generation || t.done || r.decision != nil {
+		if t == nil {
+			workflow.GetLogger(ctx).Warn("ignoring a placement for a task this run does not have", "task", p.Task, "host", p.Host)
+			continue
+		}
+		if p.Generation != r.generation || t.done || r.decision != nil {
 			continue // stale: an earlier generation, an unknown name, or a task already over
 		}
 		t.placed = true

@@ -483,3 +483,14 @@ func TestClusterRun_StartTimeout(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "no host worker picked up ps-0") && strings.Contains(err.Error(), "--host gpu-z"), err.Error())
 }
+
+func TestClusterRun_UnknownTaskInSignalIsIgnored(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: "gpu-9", Host: "x"}, {Task: "worker-7", Host: "x"}}})
+	}, 0)
+	st, err := h.run(t, mustSpec(t, `{name: x, command: [x], tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err, "the run is unharmed")
+	assert.Len(t, st.Tasks, 2)
+	assert.Equal(t, StatusSucceeded, st.Status)
+}
