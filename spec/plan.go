@@ -21,6 +21,9 @@ type Plan struct {
 	Scope string
 	// Gang is the cluster-wide policy and budget when Scope is ScopeAll.
 	Gang Restart
+	// DeadlineSignal is sent to every task process DeadlineBefore maxRunTime; empty for none.
+	DeadlineSignal string
+	DeadlineBefore time.Duration
 }
 
 // Task is one member of the cluster.
@@ -96,6 +99,10 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		HeartbeatTimeout: mustDuration(s.HeartbeatTimeout, DefaultHeartbeat),
 		StartTimeout:     mustDuration(s.StartTimeout, DefaultStartTimeout),
 		Scope:            ScopeTask,
+	}
+	if dw := s.DeadlineWarning; dw != nil {
+		p.DeadlineSignal = SignalName(or(dw.Signal, "SIGUSR1"))
+		p.DeadlineBefore = mustDuration(dw.Before, 0)
 	}
 	runRestart := resolveRestart(s.Restart, Restart{Policy: PolicyNever, Backoff: DefaultBackoff})
 	if s.Restart != nil && s.Restart.Scope == ScopeAll {

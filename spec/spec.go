@@ -47,6 +47,9 @@ type RunSpec struct {
 	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
 	// StartTimeout is how long a task may wait for a host worker to pick it up. Optional: default 5m.
 	StartTimeout Duration `json:"startTimeout,omitempty"`
+	// DeadlineWarning sends a signal to every task process some time before maxRunTime, so jobs can checkpoint
+	// (Slurm's --signal). Optional.
+	DeadlineWarning *DeadlineWarning `json:"deadlineWarning,omitempty"`
 
 	// decodeProblems holds unknown fields and type errors found while decoding, so that validation reports them
 	// together with every other problem instead of failing the decode (a failed decode inside the workflow would
@@ -83,6 +86,14 @@ type RestartSpec struct {
 	Backoff Duration `json:"backoff,omitempty"`
 	// Scope is task (restart only the failed task, default) or all (restart every task with a new rendezvous).
 	Scope string `json:"scope,omitempty"`
+}
+
+// DeadlineWarning is a signal sent to every task process Before maxRunTime.
+type DeadlineWarning struct {
+	// Signal is the signal's name: SIGUSR1, USR1, SIGTERM, ... Optional: default SIGUSR1.
+	Signal string `json:"signal,omitempty"`
+	// Before is how long before maxRunTime the signal is sent.
+	Before Duration `json:"before"`
 }
 
 // Duration is a Go duration string such as "90s" or "1h30m". It stays a string in the spec so that a bad value

@@ -220,3 +220,23 @@ func TestRestart_Restartable(t *testing.T) {
 		assert.Equal(t, tc.want, Restart{Policy: tc.policy}.Restartable(tc.code), "%s exit %d", tc.policy, tc.code)
 	}
 }
+
+func TestValidate_DeadlineWarning(t *testing.T) {
+	s, err := Parse([]byte(`{name: x, command: [a], maxRunTime: 1h, deadlineWarning: {signal: usr2, before: 5m}, tasks: {w: {replicas: 1}}}`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	assert.Equal(t, "SIGUSR2", p.DeadlineSignal)
+	assert.Equal(t, 5*time.Minute, p.DeadlineBefore)
+
+	for doc, want := range map[string]string{
+		`{name: x, command: [a], deadlineWarning: {before: 5m}, tasks: {w: {replicas: 1}}}`:                                "needs maxRunTime",
+		`{name: x, command: [a], maxRunTime: 1m, deadlineWarning: {before: 5m}, tasks: {w: {replicas: 1}}}`:                "not less than maxRunTime",
+		`{name: x, command: [a], maxRunTime: 1h, deadlineWarning: {signal: BOGUS, before: 5m}, tasks: {w: {replicas: 1}}}`: "not a signal name",
+		`{name: x, command: [a], maxRunTime: 1h, deadlineWarning: {signal: USR1}, tasks: {w: {replicas: 1}}}`:              "deadlineWarning.before: required",
+	} {
+		_, err := Parse([]byte(doc))
+		require.Error(t, err, doc)
+		assert.Contains(t, err.Error(), want, doc)
+	}
+}

@@ -87,6 +87,21 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("startTimeout", "%s is less than the 1s minimum", d)
 	}
 	v.restart("restart", s.Restart, true, "")
+	if dw := s.DeadlineWarning; dw != nil {
+		before, ok := v.duration("deadlineWarning.before", dw.Before)
+		maxRun, _ := time.ParseDuration(string(s.MaxRunTime))
+		switch {
+		case dw.Before == "":
+			v.add("deadlineWarning.before", "required: how long before maxRunTime to send the signal, e.g. 5m")
+		case s.MaxRunTime == "":
+			v.add("deadlineWarning", "needs maxRunTime: the warning is sent that long before it")
+		case ok && maxRun > 0 && before >= maxRun:
+			v.add("deadlineWarning.before", "%s is not less than maxRunTime %s", before, maxRun)
+		}
+		if dw.Signal != "" && SignalNumber(dw.Signal) == 0 {
+			v.add("deadlineWarning.signal", "%q is not a signal name; use e.g. SIGUSR1, SIGUSR2, SIGTERM or SIGINT", dw.Signal)
+		}
+	}
 	gang := s.Restart != nil && s.Restart.Scope == ScopeAll
 
 	if len(s.Tasks) == 0 {
@@ -226,4 +241,25 @@ func runPolicy(r *RestartSpec) string {
 		return ""
 	}
 	return r.Policy
+}
+
+// signals a deadline warning may send, by name.
+var signals = map[string]int{"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGUSR1": 10, "SIGUSR2": 12, "SIGTERM": 15, "SIGCONT": 18, "SIGWINCH": 28}
+
+// SignalNumber returns the number of a signal named "SIGUSR1" or "USR1" (any case), or 0.
+func SignalNumber(name string) int {
+	n := strings.ToUpper(name)
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	return signals[n]
+}
+
+// SignalName returns the canonical name ("SIGUSR1") of a valid signal name.
+func SignalName(name string) string {
+	n := strings.ToUpper(name)
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	return n
 }

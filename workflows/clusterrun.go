@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -31,15 +32,21 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
 	}
-	placedCh := workflow.GetSignalChannel(ctx, SignalTasksPlaced)
-
-	var deadline workflow.Future
+	ch := channels{
+		placed:   workflow.GetSignalChannel(ctx, SignalTasksPlaced),
+		arrivals: workflow.GetSignalChannel(ctx, SignalBarrierArrivals),
+		stop:     workflow.GetSignalChannel(ctx, SignalStop),
+	}
 	if plan.MaxRunTime > 0 {
-		deadline = workflow.NewTimerWithOptions(ctx, plan.MaxRunTime, workflow.TimerOptions{Summary: "maxRunTime"})
+		ch.deadline = workflow.NewTimerWithOptions(ctx, plan.MaxRunTime, workflow.TimerOptions{Summary: "maxRunTime"})
+		if plan.DeadlineSignal != "" {
+			ch.warning = workflow.NewTimerWithOptions(ctx, plan.MaxRunTime-plan.DeadlineBefore,
+				workflow.TimerOptions{Summary: "deadline warning: " + plan.DeadlineSignal})
+		}
 	}
 
 	for {
-		d := r.runGeneration(ctx, placedCh, deadline)
+		d := r.runGeneration(ctx, &ch)
 		if !d.restart {
 			break
 		}
@@ -47,7 +54,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		workflow.GetLogger(ctx).Info("gang restart", "reason", d.reason, "restartCount", r.restartCount+1, "backoff", backoff)
 		r.resetForGeneration()
 		r.reason = fmt.Sprintf("gang restart %d of %d after: %s", r.restartCount, plan.Gang.MaxRestarts, d.reason)
-		if end := r.wait(ctx, backoff, deadline); end != nil {
+		if end := r.wait(ctx, backoff, ch.deadline); end != nil {
 			r.decision = end
 			break
 		}
@@ -55,12 +62,31 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	return r.finish(ctx)
 }
 
-// runGeneration launches every task, serves the rendezvous and waits for a decision, then stops whatever still
-// runs. It returns the decision.
-func (r *run) runGeneration(ctx workflow.Context, placedCh workflow.ReceiveChannel, deadline workflow.Future) decision {
+// channels are the run's inputs that outlive a generation.
+type channels struct {
+	placed, arrivals, stop workflow.ReceiveChannel
+	deadline               workflow.Future // maxRunTime, or nil
+	warning                workflow.Future // the deadline warning, or nil
+	warned                 bool
+}
+
+// runGeneration launches every task, serves the rendezvous, barriers and stop requests, and waits for a
+// decision, then stops whatever still runs. It returns the decision.
+func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 	genCtx, cancelGen := workflow.WithCancel(ctx)
 	sel := workflow.NewSelector(ctx)
 	info := workflow.GetInfo(ctx)
+	// watch keeps a control activity's future in the loop; its failure is logged (the tasks it concerned end by
+	// their own heartbeat timeout if their host is gone).
+	watch := func(fs []workflow.Future) {
+		for _, f := range fs {
+			sel.AddFuture(f, func(f workflow.Future) {
+				if err := f.Get(ctx, nil); err != nil && !temporal.IsCanceledError(err) {
+					workflow.GetLogger(ctx).Warn("control activity failed", "error", err)
+				}
+			})
+		}
+	}
 
 	for _, t := range r.tasks {
 		t.future = workflow.ExecuteActivity(runTaskOptions(genCtx, r.plan, t.Task, r.generation), ActivityRunTask,
@@ -68,22 +94,39 @@ func (r *run) runGeneration(ctx workflow.Context, placedCh workflow.ReceiveChann
 		sel.AddFuture(t.future, func(workflow.Future) {
 			r.endOf(ctx, t, workflow.Now(ctx))
 			r.judge(t)
+			if r.decision == nil {
+				watch(r.breakBarriers(genCtx, info, t))
+			}
 		})
 	}
-	sel.AddReceive(placedCh, func(c workflow.ReceiveChannel, _ bool) {
+	sel.AddReceive(ch.placed, func(c workflow.ReceiveChannel, _ bool) {
 		var sig PlacedSignal
 		c.Receive(ctx, &sig)
-		for _, f := range r.onPlaced(genCtx, info, sig) {
-			sel.AddFuture(f, func(f workflow.Future) {
-				if err := f.Get(ctx, nil); err != nil && !temporal.IsCanceledError(err) {
-					workflow.GetLogger(ctx).Warn("release failed; the task will end by heartbeat timeout", "error", err)
-				}
-			})
+		watch(r.onPlaced(genCtx, info, sig))
+	})
+	sel.AddReceive(ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
+		var sig BarrierArrivals
+		c.Receive(ctx, &sig)
+		watch(r.onArrivals(genCtx, info, sig))
+	})
+	sel.AddReceive(ch.stop, func(c workflow.ReceiveChannel, _ bool) {
+		var req StopRequest
+		c.Receive(ctx, &req)
+		notify, grace := r.onStop(genCtx, info, req)
+		watch(notify)
+		if grace != nil {
+			sel.AddFuture(grace, func(workflow.Future) { r.decide(r.stopDecision(true)) })
 		}
 	})
-	if deadline != nil {
-		sel.AddFuture(deadline, func(workflow.Future) {
+	if ch.deadline != nil {
+		sel.AddFuture(ch.deadline, func(workflow.Future) {
 			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
+		})
+	}
+	if ch.warning != nil && !ch.warned {
+		sel.AddFuture(ch.warning, func(workflow.Future) {
+			ch.warned = true
+			watch(r.deadlineWarning(genCtx, info))
 		})
 	}
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
@@ -95,7 +138,7 @@ func (r *run) runGeneration(ctx workflow.Context, placedCh workflow.ReceiveChann
 	}
 	d := *r.decision
 	r.stopAll(ctx, info, cancelGen, d)
-	return d
+	return *r.decision
 }
 
 // onPlaced records where tasks landed and releases them once the rendezvous is complete: every task at once the
@@ -108,7 +151,7 @@ func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSign
 			workflow.GetLogger(ctx).Warn("ignoring a placement for a task this run does not have", "task", p.Task, "host", p.Host)
 			continue
 		}
-		if p.Generation != r.generation || t.done || r.decision != nil {
+		if p.Generation != r.generation || t.done || r.decision != nil || r.stopReq != nil {
 			continue // stale: an earlier generation, an unknown name, or a task already over
 		}
 		t.placed = true
@@ -195,13 +238,29 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 	if d.restart {
 		reason = "gang restart after: " + d.reason
 	}
+	grace := r.plan.StopGracePeriod
+	if d.kill {
+		// The stop request's grace period is over: what still runs is a straggler and is killed at once.
+		grace = 0
+		var stragglers []string
+		for _, t := range r.tasks {
+			if !t.done && t.status.State == TaskRunning {
+				t.status.Straggler = true
+				stragglers = append(stragglers, t.Name)
+			}
+		}
+		if len(stragglers) > 0 {
+			msg := fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, strings.Join(stragglers, ", "))
+			r.decision.reason += msg
+		}
+	}
 	var stops []workflow.Future
 	for _, h := range hosts {
 		stops = append(stops, workflow.ExecuteActivity(
 			controlOptions(dctx, h, r.plan.StopGracePeriod+30*time.Second, fmt.Sprintf("stop %d task(s) on %s", len(byHost[h]), h)),
 			ActivityStopTasks,
 			StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: byHost[h],
-				GracePeriod: r.plan.StopGracePeriod, Reason: reason}))
+				GracePeriod: grace, Reason: reason}))
 	}
 	// A task whose stop a host confirmed is over: its process group is gone. The run need not wait for that
 	// RunTask's own completion, which only repeats it (and queues behind all the others on the history).

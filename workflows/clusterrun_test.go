@@ -26,6 +26,17 @@ import (
 type behavior struct {
 	exit  int
 	block bool
+	// barriers are passed in order after the release; a broken one ends the attempt with exit 1.
+	barriers []barrierCall
+	// stop, when set, is requested after the barriers.
+	stop *StopRequest
+	// obey makes a blocked attempt exit 0 once its host is told the run should stop.
+	obey bool
+}
+
+type barrierCall struct {
+	name  string
+	types []string
 }
 
 func exits(code int) behavior { return behavior{exit: code} }
@@ -46,15 +57,24 @@ type fakeHosts struct {
 	ids      []string          // activity IDs seen
 	releases []ReleaseInput
 	stops    []StopTasksInput
-	maps     map[string]ClusterMap // task -> map it was released with
+	maps     map[string]ClusterMap  // task -> map it was released with
+	barrier  map[string]chan string // task/barrier -> "" or the error
+	passed   map[string][]string    // task -> "barrier: ok" or "barrier: error"
+	notified chan struct{}          // closed on NotifyStop
+	notices  []NotifyStopInput
+	signals  []SignalTasksInput
 }
 
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
 	f := &fakeHosts{env: env, script: script, released: map[string]chan ClusterMap{}, stop: map[string]chan struct{}{},
-		queues: map[string]string{}, maps: map[string]ClusterMap{}}
+		queues: map[string]string{}, maps: map[string]ClusterMap{}, barrier: map[string]chan string{}, passed: map[string][]string{},
+		notified: make(chan struct{})}
 	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
+	env.RegisterActivityWithOptions(f.releaseBarrier, activity.RegisterOptions{Name: ActivityReleaseBarrier})
+	env.RegisterActivityWithOptions(f.notifyStop, activity.RegisterOptions{Name: ActivityNotifyStop})
+	env.RegisterActivityWithOptions(f.signalTasks, activity.RegisterOptions{Name: ActivitySignalTasks})
 	return f
 }
 
@@ -86,8 +106,45 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	if f.script != nil {
 		b = f.script(in.Task.Name, int(info.Attempt), in.Generation)
 	}
-	if b.block {
+	for _, call := range b.barriers {
+		ch := make(chan string, 1)
+		f.mu.Lock()
+		f.barrier[in.Task.Name+"/"+call.name] = ch
+		f.mu.Unlock()
+		f.env.SignalWorkflow(SignalBarrierArrivals, BarrierArrivals{Arrivals: []BarrierArrival{{Task: in.Task.Name,
+			Attempt: res.Attempt, Generation: in.Generation, Barrier: call.name, Types: call.types}}})
 		select {
+		case e := <-ch:
+			f.mu.Lock()
+			if e == "" {
+				f.passed[in.Task.Name] = append(f.passed[in.Task.Name], call.name+": ok")
+			} else {
+				f.passed[in.Task.Name] = append(f.passed[in.Task.Name], call.name+": "+e)
+			}
+			f.mu.Unlock()
+			if e != "" {
+				res.ExitCode = 1
+				return res, ExitOutcome(in.Task, res)
+			}
+		case <-stop:
+			res.ExitCode, res.Signal, res.Stopped = 143, "SIGTERM", true
+			return res, nil
+		case <-ctx.Done():
+			return res, temporal.NewCanceledError(res)
+		}
+	}
+	if b.stop != nil {
+		f.env.SignalWorkflow(SignalStop, *b.stop)
+	}
+	if b.block {
+		var notified <-chan struct{}
+		if b.obey {
+			notified = f.notified
+		}
+		select {
+		case <-notified:
+			res.ExitCode = 0
+			return res, nil
 		case <-stop:
 			res.ExitCode, res.Signal, res.Stopped = 143, "SIGTERM", true
 			return res, nil
@@ -135,6 +192,35 @@ func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksRe
 		}
 	}
 	return out, nil
+}
+
+func (f *fakeHosts) releaseBarrier(_ context.Context, in ReleaseBarrierInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range in.Tasks {
+		if ch, ok := f.barrier[t.Task+"/"+in.Barrier]; ok {
+			ch <- in.Error
+			delete(f.barrier, t.Task+"/"+in.Barrier)
+		}
+	}
+	return nil
+}
+
+func (f *fakeHosts) notifyStop(_ context.Context, in NotifyStopInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.notices) == 0 {
+		close(f.notified)
+	}
+	f.notices = append(f.notices, in)
+	return nil
+}
+
+func (f *fakeHosts) signalTasks(_ context.Context, in SignalTasksInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.signals = append(f.signals, in)
+	return nil
 }
 
 func (f *fakeHosts) stoppedTasks() []string {

@@ -12,10 +12,13 @@ const (
 	// ReadLogsWorkflowType is a short helper workflow that reads log chunks from host workers.
 	ReadLogsWorkflowType = "ReadLogs"
 
-	ActivityRunTask   = "RunTask"
-	ActivityRelease   = "Release"
-	ActivityStopTasks = "StopTasks"
-	ActivityReadLogs  = "ReadLogs"
+	ActivityRunTask        = "RunTask"
+	ActivityRelease        = "Release"
+	ActivityStopTasks      = "StopTasks"
+	ActivityReadLogs       = "ReadLogs"
+	ActivityReleaseBarrier = "ReleaseBarrier"
+	ActivityNotifyStop     = "NotifyStop"
+	ActivitySignalTasks    = "SignalTasks"
 )
 
 // Task queues.
@@ -41,6 +44,11 @@ func ControlQueue(host string) string { return controlQueuePrefix + host }
 const (
 	// SignalTasksPlaced: host workers report where task attempts landed (PlacedSignal).
 	SignalTasksPlaced = "tasks-placed"
+	// SignalBarrierArrivals: host workers report tasks that arrived at barriers (BarrierArrivals).
+	SignalBarrierArrivals = "barrier-arrivals"
+	// SignalStop asks the run to stop (StopRequest), from a task or from outside:
+	// temporal workflow signal --workflow-id RUN --name stop --input '{"error": "bad data"}'
+	SignalStop = "stop"
 	// QueryStatus returns the live RunStatus.
 	QueryStatus = "status"
 )
@@ -79,3 +87,6 @@ const (
 	TaskFailed    = "Failed"    // failed for good
 	TaskStopped   = "Stopped"   // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
 )
+
+// ErrBarrier is the error type a barrier waiter gets when its barrier is broken or times out.
+const ErrBarrier = "BarrierError"

@@ -27,6 +27,7 @@ type decision struct {
 	status  string // a final run status, or "" for a gang restart
 	reason  string
 	restart bool
+	kill    bool // a stop request's grace period is over: kill what still runs, and name it
 }
 
 // run is the workflow's whole state; handlers only change it, the main flow acts on it.
@@ -42,6 +43,9 @@ type run struct {
 	startTime    time.Time
 	endTime      *time.Time
 	decision     *decision
+	barriers     map[string]*barrier
+	barrierOrder []string
+	stopReq      *StopRequest
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {
@@ -61,6 +65,8 @@ func (r *run) snapshot() RunStatus {
 	for _, t := range r.tasks {
 		s.Tasks = append(s.Tasks, t.status)
 	}
+	s.Barriers = r.barrierStatus()
+	s.StopRequest = r.stopReq
 	return s
 }
 
@@ -179,6 +185,13 @@ func orUnknown(s string) string {
 func (r *run) judge(t *task) {
 	st := t.status
 	p := r.plan
+	if r.stopReq != nil {
+		// A requested stop decides the outcome: endings during its grace period change nothing.
+		if r.allDone() {
+			r.decide(r.stopDecision(false))
+		}
+		return
+	}
 	switch st.State {
 	case TaskSucceeded:
 		if t.Type == "chief" && p.ChiefExit == spec.ChiefExitTerminate {
@@ -250,6 +263,7 @@ func (r *run) resetForGeneration() {
 	r.restartCount++
 	r.released = false
 	r.decision = nil
+	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}

@@ -114,6 +114,62 @@ type TaskResult struct {
 	StderrTail string          `json:"stderrTail,omitempty"`
 }
 
+// BarrierArrivals reports tasks that arrived at barriers; a host batches its arrivals into one signal.
+type BarrierArrivals struct {
+	Arrivals []BarrierArrival `json:"arrivals"`
+}
+
+// BarrierArrival is one task attempt arriving at one barrier.
+type BarrierArrival struct {
+	Task       string `json:"task"`
+	Attempt    int    `json:"attempt"`
+	Generation int    `json:"generation"`
+	Barrier    string `json:"barrier"`
+	// Types names the task types that take part; empty means every task.
+	Types []string `json:"types,omitempty"`
+}
+
+// ReleaseBarrierInput releases (or, with Error, fails) the named waiters of one barrier on one host.
+type ReleaseBarrierInput struct {
+	WorkflowID string        `json:"workflowId"`
+	RunID      string        `json:"runId"`
+	Barrier    string        `json:"barrier"`
+	Generation int           `json:"generation"`
+	Tasks      []TaskAttempt `json:"tasks"`
+	Error      string        `json:"error,omitempty"`
+}
+
+// StopRequest asks the whole run to stop. Every task then sees should-stop, gets stopGracePeriod to exit on its
+// own, and the stragglers are killed. The first request with an Error makes the run fail with it; without one,
+// the run ends succeeded.
+type StopRequest struct {
+	// Task names the requesting task; empty for a request from outside the run.
+	Task  string `json:"task,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// NotifyStopInput tells a host that its tasks of a run should stop.
+type NotifyStopInput struct {
+	WorkflowID string `json:"workflowId"`
+	RunID      string `json:"runId"`
+	By         string `json:"by"`
+	Error      string `json:"error,omitempty"`
+}
+
+// SignalTasksInput sends a signal to every process group of a run on one host.
+type SignalTasksInput struct {
+	WorkflowID string `json:"workflowId"`
+	RunID      string `json:"runId"`
+	Signal     string `json:"signal"`
+}
+
+// Progress is what a task last reported of its progress.
+type Progress struct {
+	Current float64 `json:"current"`
+	Total   float64 `json:"total,omitempty"`
+	Message string  `json:"message,omitempty"`
+}
+
 // HeartbeatDetails is what a running task reports on each heartbeat. It lives in the workflow's mutable state
 // while the activity is pending, so it stays small (≲200 bytes).
 type HeartbeatDetails struct {
@@ -122,6 +178,8 @@ type HeartbeatDetails struct {
 	Attempt int    `json:"attempt"`
 	Phase   string `json:"phase"` // rendezvous | running | stopping
 	Last    string `json:"last,omitempty"`
+	// Progress is the task's last reported progress (message cut to 40 characters).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // TaskStatus is one task as the workflow sees it.
@@ -141,6 +199,19 @@ type TaskStatus struct {
 	EndTime   *time.Time      `json:"endTime,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
+	// Straggler says the task did not exit within stopGracePeriod after a stop request and was killed.
+	Straggler bool `json:"straggler,omitempty"`
+}
+
+// BarrierStatus is one barrier of the current generation.
+type BarrierStatus struct {
+	Name       string   `json:"name"`
+	Generation int      `json:"generation"`
+	Types      []string `json:"types,omitempty"`
+	Arrived    []string `json:"arrived"`
+	Waiting    []string `json:"waiting,omitempty"` // participants not yet arrived
+	Released   bool     `json:"released,omitempty"`
+	Broken     string   `json:"broken,omitempty"`
 }
 
 // RunStatus is the live view of a run (query "status") and, once it ends, its result.
@@ -153,6 +224,10 @@ type RunStatus struct {
 	StartTime    time.Time    `json:"startTime"`
 	EndTime      *time.Time   `json:"endTime,omitempty"`
 	Tasks        []TaskStatus `json:"tasks"`
+	// Barriers of the current generation, in order of first arrival.
+	Barriers []BarrierStatus `json:"barriers,omitempty"`
+	// StopRequest is the stop request that ended (or is ending) the run, if any.
+	StopRequest *StopRequest `json:"stopRequest,omitempty"`
 }
 
 // Task returns the named task's status, or nil.

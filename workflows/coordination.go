@@ -1,0 +1,289 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// barrier is one named barrier of the current generation.
+type barrier struct {
+	name         string
+	types        []string // sorted; empty: every task
+	firstBy      string   // the task that declared it first
+	participants []string // plan order
+	arrived      map[string]bool
+	order        []string // arrival order
+	released     bool
+	broken       string
+}
+
+func (b *barrier) status(generation int) BarrierStatus {
+	s := BarrierStatus{Name: b.name, Generation: generation, Types: b.types, Arrived: append([]string{}, b.order...),
+		Released: b.released, Broken: b.broken}
+	for _, p := range b.participants {
+		if !b.arrived[p] {
+			s.Waiting = append(s.Waiting, p)
+		}
+	}
+	return s
+}
+
+func (b *barrier) complete() bool {
+	for _, p := range b.participants {
+		if !b.arrived[p] {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *barrier) has(task string) bool {
+	for _, p := range b.participants {
+		if p == task {
+			return true
+		}
+	}
+	return false
+}
+
+// delivery is one ReleaseBarrier to send: a barrier's waiters on one host, released or failed with err.
+type delivery struct {
+	barrier string
+	err     string
+	tasks   []*task
+}
+
+// onArrivals records barrier arrivals and releases or fails waiters. It returns the ReleaseBarrier futures.
+func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierArrivals) []workflow.Future {
+	var out []delivery
+	touched := map[string]bool{}
+	var touchedOrder []string
+	for _, a := range sig.Arrivals {
+		t := r.byName[a.Task]
+		if t == nil {
+			workflow.GetLogger(ctx).Warn("ignoring a barrier arrival for a task this run does not have", "task", a.Task, "barrier", a.Barrier)
+			continue
+		}
+		if a.Generation != r.generation || t.done {
+			continue // stale
+		}
+		b, problem := r.barrierFor(t, a)
+		switch {
+		case problem != "":
+			out = append(out, delivery{barrier: a.Barrier, err: problem, tasks: []*task{t}})
+			continue
+		case b.broken != "":
+			out = append(out, delivery{barrier: b.name, err: b.broken, tasks: []*task{t}})
+			continue
+		}
+		if !b.arrived[t.Name] {
+			b.arrived[t.Name] = true
+			b.order = append(b.order, t.Name)
+		}
+		if b.released {
+			// A restarted task passes a barrier its earlier attempt passed.
+			out = append(out, delivery{barrier: b.name, tasks: []*task{t}})
+			continue
+		}
+		if !touched[b.name] {
+			touched[b.name] = true
+			touchedOrder = append(touchedOrder, b.name)
+		}
+	}
+	for _, name := range touchedOrder {
+		b := r.barriers[name]
+		if b.complete() {
+			b.released = true
+			var waiters []*task
+			for _, p := range b.order {
+				waiters = append(waiters, r.byName[p])
+			}
+			out = append(out, delivery{barrier: b.name, tasks: waiters})
+		}
+	}
+	return r.deliver(ctx, info, out)
+}
+
+// barrierFor finds or declares the barrier an arrival names, or says why the arrival is refused.
+func (r *run) barrierFor(t *task, a BarrierArrival) (*barrier, string) {
+	types := append([]string(nil), a.Types...)
+	sort.Strings(types)
+	known := map[string]bool{}
+	var all []string
+	for _, x := range r.tasks {
+		if !known[x.Type] {
+			known[x.Type] = true
+			all = append(all, x.Type)
+		}
+	}
+	for _, typ := range types {
+		if !known[typ] {
+			return nil, fmt.Sprintf("barrier %q names task type %q, which this run does not have (it has %s)", a.Barrier, typ, strings.Join(all, ", "))
+		}
+	}
+	b := r.barriers[a.Barrier]
+	if b == nil {
+		b = &barrier{name: a.Barrier, types: types, firstBy: t.Name, arrived: map[string]bool{}}
+		in := map[string]bool{}
+		for _, typ := range types {
+			in[typ] = true
+		}
+		for _, x := range r.tasks {
+			if len(types) == 0 || in[x.Type] {
+				b.participants = append(b.participants, x.Name)
+			}
+		}
+		if r.barriers == nil {
+			r.barriers = map[string]*barrier{}
+		}
+		r.barriers[a.Barrier] = b
+		r.barrierOrder = append(r.barrierOrder, a.Barrier)
+		for _, x := range r.tasks {
+			if b.has(x.Name) && x.done && b.broken == "" {
+				b.broken = fmt.Sprintf("barrier %q is broken: %s ended (%s) before arriving", b.name, x.Name, strings.ToLower(x.status.State))
+			}
+		}
+	} else if strings.Join(b.types, ",") != strings.Join(types, ",") {
+		return nil, fmt.Sprintf("barrier %q is for %s (as %s declared it), not %s", a.Barrier, typesText(b.types), b.firstBy, typesText(types))
+	}
+	if !b.has(t.Name) {
+		return nil, fmt.Sprintf("%s is not a participant of barrier %q, which is for %s", t.Name, a.Barrier, typesText(b.types))
+	}
+	return b, ""
+}
+
+func typesText(types []string) string {
+	if len(types) == 0 {
+		return "every task"
+	}
+	return "task types " + strings.Join(types, ", ")
+}
+
+// breakBarriers fails every unreleased barrier task t takes part in: t ended and can no longer pass it.
+func (r *run) breakBarriers(ctx workflow.Context, info *workflow.Info, t *task) []workflow.Future {
+	var out []delivery
+	for _, name := range r.barrierOrder {
+		b := r.barriers[name]
+		if b.released || b.broken != "" || !b.has(t.Name) {
+			continue
+		}
+		why := strings.ToLower(t.status.State)
+		if t.status.Error != "" {
+			why = t.status.Error
+		}
+		b.broken = fmt.Sprintf("barrier %q is broken: %s ended (%s)", name, t.Name, why)
+		var waiters []*task
+		for _, p := range b.order {
+			if w := r.byName[p]; !w.done {
+				waiters = append(waiters, w)
+			}
+		}
+		if len(waiters) > 0 {
+			out = append(out, delivery{barrier: name, err: b.broken, tasks: waiters})
+		}
+	}
+	return r.deliver(ctx, info, out)
+}
+
+// deliver sends each delivery as one ReleaseBarrier per host.
+func (r *run) deliver(ctx workflow.Context, info *workflow.Info, ds []delivery) []workflow.Future {
+	var futures []workflow.Future
+	for _, d := range ds {
+		var hosts []string
+		byHost := map[string][]TaskAttempt{}
+		for _, t := range d.tasks {
+			h := t.status.Host
+			if h == "" {
+				continue
+			}
+			if _, ok := byHost[h]; !ok {
+				hosts = append(hosts, h)
+			}
+			byHost[h] = append(byHost[h], TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
+		}
+		for _, h := range hosts {
+			verb := "release"
+			if d.err != "" {
+				verb = "break"
+			}
+			futures = append(futures, workflow.ExecuteActivity(
+				controlOptions(ctx, h, 30*time.Second, fmt.Sprintf("%s barrier %s for %d task(s) on %s", verb, d.barrier, len(byHost[h]), h)),
+				ActivityReleaseBarrier,
+				ReleaseBarrierInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Barrier: d.barrier,
+					Generation: r.generation, Tasks: byHost[h], Error: d.err}))
+		}
+	}
+	return futures
+}
+
+func (r *run) barrierStatus() []BarrierStatus {
+	var out []BarrierStatus
+	for _, name := range r.barrierOrder {
+		out = append(out, r.barriers[name].status(r.generation))
+	}
+	return out
+}
+
+// runningHosts lists, in plan order, the hosts of tasks that are placed and not over.
+func (r *run) runningHosts() []string {
+	var hosts []string
+	seen := map[string]bool{}
+	for _, t := range r.tasks {
+		if t.placed && !t.done && !seen[t.status.Host] {
+			seen[t.status.Host] = true
+			hosts = append(hosts, t.status.Host)
+		}
+	}
+	return hosts
+}
+
+// onStop takes the first stop request: every host is told its tasks should stop, and a timer of
+// stopGracePeriod starts, after which the stragglers are killed. It returns the NotifyStop futures and the timer
+// (nil when the request is not the first).
+func (r *run) onStop(ctx workflow.Context, info *workflow.Info, req StopRequest) ([]workflow.Future, workflow.Future) {
+	if r.stopReq != nil || r.decision != nil {
+		return nil, nil // the first request wins
+	}
+	r.stopReq = &req
+	by := req.Task
+	if by == "" {
+		by = "outside the run"
+	}
+	workflow.GetLogger(ctx).Info("stop requested", "by", by, "error", req.Error)
+	var futures []workflow.Future
+	for _, h := range r.runningHosts() {
+		futures = append(futures, workflow.ExecuteActivity(
+			controlOptions(ctx, h, 30*time.Second, "notify stop on "+h),
+			ActivityNotifyStop, NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: by, Error: req.Error}))
+	}
+	timer := workflow.NewTimerWithOptions(ctx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
+	return futures, timer
+}
+
+// stopDecision is how a run ends after a stop request.
+func (r *run) stopDecision(stragglers bool) decision {
+	by := "stop requested by " + r.stopReq.Task
+	if r.stopReq.Task == "" {
+		by = "stop requested from outside the run"
+	}
+	d := decision{status: StatusSucceeded, reason: by, kill: stragglers}
+	if r.stopReq.Error != "" {
+		d.status, d.reason = StatusFailed, by+": "+r.stopReq.Error
+	}
+	return d
+}
+
+// deadlineWarning sends the spec's signal to every running task process.
+func (r *run) deadlineWarning(ctx workflow.Context, info *workflow.Info) []workflow.Future {
+	var futures []workflow.Future
+	for _, h := range r.runningHosts() {
+		futures = append(futures, workflow.ExecuteActivity(
+			controlOptions(ctx, h, 30*time.Second, fmt.Sprintf("%s to tasks on %s (deadline warning)", r.plan.DeadlineSignal, h)),
+			ActivitySignalTasks, SignalTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Signal: r.plan.DeadlineSignal}))
+	}
+	return futures
+}

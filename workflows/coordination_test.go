@@ -1,0 +1,168 @@
+package workflows
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func passes(names ...string) []barrierCall {
+	var calls []barrierCall
+	for _, n := range names {
+		calls = append(calls, barrierCall{name: n})
+	}
+	return calls
+}
+
+func TestBarrier_AllTasks(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return behavior{barriers: passes("ready", "done")} })
+	st, err := h.run(t, mustSpec(t, `{name: b, command: [x], tasks: {chief: {replicas: 1}, worker: {replicas: 3}}}`))
+	require.NoError(t, err)
+	for _, task := range []string{"chief-0", "worker-0", "worker-1", "worker-2"} {
+		assert.Equal(t, []string{"ready: ok", "done: ok"}, h.hosts.passed[task], task)
+	}
+	require.Len(t, st.Barriers, 2)
+	assert.True(t, st.Barriers[0].Released)
+	assert.Len(t, st.Barriers[0].Arrived, 4)
+	assert.Empty(t, st.Barriers[0].Waiting)
+}
+
+func TestBarrier_Subset(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if strings.HasPrefix(task, "ps") {
+			return behavior{barriers: []barrierCall{{name: "ps-sync", types: []string{"ps"}}}}
+		}
+		return exits(0)
+	})
+	st, err := h.run(t, mustSpec(t, `{name: b, command: [x], chiefExit: wait, tasks: {chief: {replicas: 1}, ps: {replicas: 2}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ps-sync: ok"}, h.hosts.passed["ps-1"])
+	assert.Equal(t, []string{"ps"}, st.Barriers[0].Types)
+	assert.ElementsMatch(t, []string{"ps-0", "ps-1"}, st.Barriers[0].Arrived)
+}
+
+func TestBarrier_BrokenByFailure(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(3)
+		}
+		return behavior{barriers: passes("ready")}
+	})
+	st, _ := h.run(t, mustSpec(t, `{name: b, command: [x], onFailure: continue, tasks: {worker: {replicas: 3}}}`))
+	for _, task := range []string{"worker-1", "worker-2"} {
+		require.Len(t, h.hosts.passed[task], 1, task)
+		assert.Contains(t, h.hosts.passed[task][0], `barrier "ready" is broken: worker-0`, task)
+	}
+	assert.Contains(t, st.Barriers[0].Broken, "worker-0")
+}
+
+func TestBarrier_BadArrivals(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		switch task {
+		case "worker-0":
+			return behavior{barriers: []barrierCall{{name: "x", types: []string{"gpu"}}}}
+		case "worker-1":
+			return behavior{barriers: []barrierCall{{name: "only-ps", types: []string{"ps"}}}}
+		}
+		return exits(0)
+	})
+	_, _ = h.run(t, mustSpec(t, `{name: b, command: [x], onFailure: continue, tasks: {worker: {replicas: 2}, ps: {replicas: 1}}}`))
+	assert.Contains(t, h.hosts.passed["worker-0"][0], `names task type "gpu", which this run does not have (it has worker, ps)`)
+	assert.Contains(t, h.hosts.passed["worker-1"][0], `worker-1 is not a participant of barrier "only-ps", which is for task types ps`)
+}
+
+func TestBarrier_ConflictingSubsets(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return behavior{barriers: []barrierCall{{name: "sync", types: []string{"worker"}}}}
+		}
+		time.Sleep(100 * time.Millisecond) // arrive second
+		return behavior{barriers: []barrierCall{{name: "sync"}}}
+	})
+	_, _ = h.run(t, mustSpec(t, `{name: b, command: [x], onFailure: continue, tasks: {worker: {replicas: 2}}}`))
+	assert.Contains(t, h.hosts.passed["worker-1"][0], `barrier "sync" is for task types worker (as worker-0 declared it), not every task`)
+}
+
+func TestBarrier_RestartedTaskPassesAgain(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-0" && attempt == 1 {
+			return behavior{barriers: passes("ready"), exit: 1}
+		}
+		return behavior{barriers: passes("ready")}
+	})
+	st, err := h.run(t, mustSpec(t, `{name: b, command: [x], tasks: {worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 1, backoff: 1ms}}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	assert.Equal(t, []string{"ready: ok", "ready: ok"}, h.hosts.passed["worker-0"], "passed once per attempt")
+}
+
+func TestBarrier_NewGenerationAfterGangRestart(t *testing.T) {
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		if generation == 0 && task == "worker-1" {
+			return behavior{barriers: passes("ready"), exit: 1}
+		}
+		return behavior{barriers: passes("ready")}
+	})
+	st, err := h.run(t, mustSpec(t, `{name: b, command: [x], restart: {policy: OnFailure, maxRestarts: 1, backoff: 1ms, scope: all}, tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	require.Len(t, st.Barriers, 1)
+	assert.Equal(t, 1, st.Barriers[0].Generation)
+	assert.True(t, st.Barriers[0].Released)
+	assert.Equal(t, []string{"ready: ok", "ready: ok"}, h.hosts.passed["worker-0"], "once per generation")
+}
+
+func TestStop_FirstErrorWinsAndTasksObey(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		switch task {
+		case "worker-1":
+			return behavior{stop: &StopRequest{Task: "worker-1", Error: "corrupt shard 7"}, block: true, obey: true}
+		case "worker-2":
+			time.Sleep(100 * time.Millisecond)
+			return behavior{stop: &StopRequest{Task: "worker-2", Error: "second error"}, block: true, obey: true}
+		}
+		return behavior{block: true, obey: true}
+	})
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 5s, tasks: {chief: {replicas: 1}, worker: {replicas: 3}}}`))
+	require.Error(t, err)
+	assert.Equal(t, ErrRunFailed, errType(err))
+	assert.Equal(t, "stop requested by worker-1: corrupt shard 7", st.Reason)
+	require.NotNil(t, st.StopRequest)
+	assert.Equal(t, "worker-1", st.StopRequest.Task)
+	for _, task := range st.Tasks {
+		assert.Equal(t, TaskSucceeded, task.State, "%s exited on its own", task.Name)
+		assert.False(t, task.Straggler)
+	}
+	require.NotEmpty(t, h.hosts.notices)
+	assert.Equal(t, "corrupt shard 7", h.hosts.notices[0].Error)
+}
+
+func TestStop_CleanRequestFromOutsideKillsStragglers(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "ps-0" {
+			return blocks // ignores should-stop
+		}
+		return behavior{block: true, obey: true}
+	})
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 300*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 300ms, tasks: {worker: {replicas: 2}, ps: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, "stop requested from outside the run; killed 1 straggler(s) still running after 300ms: ps-0", st.Reason)
+	assert.True(t, st.Task("ps-0").Straggler)
+	assert.Equal(t, TaskStopped, st.Task("ps-0").State)
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+	require.Len(t, h.hosts.stops, 1)
+	assert.Zero(t, h.hosts.stops[0].GracePeriod, "stragglers are killed at once")
+}
+
+func TestDeadlineWarning(t *testing.T) {
+	h := newHarness(t, nil)
+	st, err := h.run(t, mustSpec(t, `{name: d, command: [x], maxRunTime: 1s, deadlineWarning: {signal: SIGUSR1, before: 700ms}, tasks: {worker: {replicas: 2, hosts: [a, b]}}}`))
+	require.Error(t, err)
+	assert.Equal(t, StatusTimedOut, st.Status)
+	require.Len(t, h.hosts.signals, 2, "one SignalTasks per host")
+	assert.Equal(t, "SIGUSR1", h.hosts.signals[0].Signal)
+}
