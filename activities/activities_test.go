@@ -121,13 +121,13 @@ func newActivityHarness(t *testing.T) *activityHarness {
 	return a
 }
 
-func task(cmd ...string) spec.Task {
+func taskSpec(cmd ...string) spec.Task {
 	return spec.Task{Name: "worker-0", Type: "worker", Command: cmd, Restart: spec.Restart{Policy: spec.PolicyNever}}
 }
 
 func TestRunTask_SuccessWithResult(t *testing.T) {
 	a := newActivityHarness(t)
-	v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: task("sh", "-c",
+	v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: taskSpec("sh", "-c",
 		`echo "port in map: $TF_CONFIG"; echo '{"loss": 0.1}' > "$CLUSTERRUN_RESULT_FILE"`), StopGracePeriod: time.Second})
 	require.NoError(t, err)
 	var res workflows.TaskResult
@@ -141,7 +141,7 @@ func TestRunTask_SuccessWithResult(t *testing.T) {
 
 func TestRunTask_FailureCarriesErrorFileAndPolicy(t *testing.T) {
 	a := newActivityHarness(t)
-	tk := task("sh", "-c", `printf '%s' '{"message": {"message": "CUDA out of memory\nTraceback..."}}' > "$TORCHELASTIC_ERROR_FILE"; echo noise >&2; exit 137`)
+	tk := taskSpec("sh", "-c", `printf '%s' '{"message": {"message": "CUDA out of memory\nTraceback..."}}' > "$TORCHELASTIC_ERROR_FILE"; echo noise >&2; exit 137`)
 	tk.Restart = spec.Restart{Policy: spec.PolicyExitCode, MaxRestarts: 1}
 	_, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: tk, StopGracePeriod: time.Second})
 	var appErr *temporal.ApplicationError
@@ -157,7 +157,7 @@ func TestRunTask_FailureCarriesErrorFileAndPolicy(t *testing.T) {
 
 func TestRunTask_StartFailureIsPermanent(t *testing.T) {
 	a := newActivityHarness(t)
-	_, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: task("no-such-binary-xyz")})
+	_, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: taskSpec("no-such-binary-xyz")})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	assert.Equal(t, workflows.ErrTaskStartFailed, appErr.Type())
@@ -167,7 +167,7 @@ func TestRunTask_StartFailureIsPermanent(t *testing.T) {
 
 func TestRunTask_BadResultFileIsReported(t *testing.T) {
 	a := newActivityHarness(t)
-	v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: task("sh", "-c", `echo 'not json' > "$CLUSTERRUN_RESULT_FILE"`)})
+	v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: taskSpec("sh", "-c", `echo 'not json' > "$CLUSTERRUN_RESULT_FILE"`)})
 	require.NoError(t, err)
 	var res workflows.TaskResult
 	require.NoError(t, v.Get(&res))
@@ -182,7 +182,7 @@ func TestRunTask_StopTasksStopsIt(t *testing.T) {
 	var runErr error
 	go func() {
 		defer close(done)
-		v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: task("sleep", "300"), StopGracePeriod: 5 * time.Second})
+		v, err := a.env.ExecuteActivity(a.host.RunTask, workflows.RunTaskInput{Task: taskSpec("sleep", "300"), StopGracePeriod: 5 * time.Second})
 		runErr = err
 		if err == nil {
 			runErr = v.Get(&res)

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -72,6 +74,47 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	}
 	sort.Strings(out.Stopped)
 	return out, nil
+}
+
+// ReleaseBarrier hands a barrier's outcome (released, or broken with Error) to the named waiters on this host.
+func (h *Host) ReleaseBarrier(_ context.Context, in workflows.ReleaseBarrierInput) (workflows.ReleaseResult, error) {
+	var out workflows.ReleaseResult
+	for _, ta := range in.Tasks {
+		for _, e := range h.find(in.WorkflowID, in.RunID, []string{ta.Task}) {
+			if e.attempt == ta.Attempt && e.releaseBarrier(in.Barrier, in.Error) {
+				out.Released = append(out.Released, ta.Task)
+			}
+		}
+	}
+	return out, nil
+}
+
+// NotifyStop tells this host's tasks of a run that the run should stop (their should-stop turns true).
+func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error {
+	entries := h.find(in.WorkflowID, in.RunID, nil)
+	h.Logger.Info("run asks its tasks to stop", "run", in.WorkflowID, "by", in.By, "error", in.Error, "tasks", len(entries))
+	for _, e := range entries {
+		e.setNotice(in)
+	}
+	return nil
+}
+
+// SignalTasks sends a signal to the process group of every task of a run on this host.
+func (h *Host) SignalTasks(_ context.Context, in workflows.SignalTasksInput) error {
+	num := spec.SignalNumber(in.Signal)
+	if num == 0 {
+		return fmt.Errorf("unknown signal %q", in.Signal)
+	}
+	entries := h.find(in.WorkflowID, in.RunID, nil)
+	h.Logger.Info("signaling tasks", "run", in.WorkflowID, "signal", in.Signal, "tasks", len(entries))
+	for _, e := range entries {
+		if p := e.process(); p != nil {
+			if err := p.Signal(syscall.Signal(num)); err != nil {
+				h.Logger.Warn("signal failed", "task", e.task, "error", err)
+			}
+		}
+	}
+	return nil
 }
 
 // MaxLogChunk bounds one chunk of a log read.

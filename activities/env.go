@@ -19,6 +19,7 @@ type TaskIdentity struct {
 	Host         string
 	ResultFile   string
 	ErrorFile    string
+	Socket       string // the control socket, CLUSTERRUN_SOCKET
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment, then the spec's env, then the
@@ -51,6 +52,9 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	set("CLUSTERRUN_HOST", id.Host)
 	set("CLUSTERRUN_RESULT_FILE", id.ResultFile)
 	set("CLUSTERRUN_ERROR_FILE", id.ErrorFile)
+	if id.Socket != "" {
+		set("CLUSTERRUN_SOCKET", id.Socket)
+	}
 	set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
 	set("TF_CONFIG", TFConfig(t, m))
 

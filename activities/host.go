@@ -8,6 +8,7 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/task"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -29,11 +31,14 @@ type Host struct {
 	Addr string
 	// LogDir is the root of the per-run log folders (--log-dir).
 	LogDir string
+	// SocketDir holds the tasks' control sockets (--socket-dir). Optional: default <tmp>/clusterrun-<uid>.
+	SocketDir string
 	// Client signals workflows.
 	Client client.Client
 	Logger log.Logger
 
-	placer placer
+	placements batcher[workflows.Placement]
+	arrivals   batcher[workflows.BarrierArrival]
 
 	mu       sync.Mutex
 	entries  map[string]*entry
@@ -45,6 +50,12 @@ type Host struct {
 func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Host {
 	h := &Host{Name: name, Addr: addr, LogDir: logDir, Client: c, Logger: logger, entries: map[string]*entry{}}
 	h.idle = sync.NewCond(&h.mu)
+	h.placements.send = func(ctx context.Context, workflowID, runID string, items []workflows.Placement) error {
+		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
+	}
+	h.arrivals.send = func(ctx context.Context, workflowID, runID string, items []workflows.BarrierArrival) error {
+		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalBarrierArrivals, workflows.BarrierArrivals{Arrivals: items})
+	}
 	return h
 }
 
@@ -67,6 +78,79 @@ type entry struct {
 	stopBy   string
 	reason   string
 	finished chan struct{}
+
+	barriers map[string]chan string // barrier name -> waiter ("" released, else the error)
+	progress *workflows.Progress
+	notice   *workflows.NotifyStopInput // the run asked its tasks to stop
+}
+
+func (e *entry) waitBarrier(name string) chan string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.barriers == nil {
+		e.barriers = map[string]chan string{}
+	}
+	ch := make(chan string, 1)
+	e.barriers[name] = ch
+	return ch
+}
+
+func (e *entry) forgetBarrier(name string, ch chan string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.barriers[name] == ch {
+		delete(e.barriers, name)
+	}
+}
+
+// releaseBarrier hands the outcome to the waiter of a barrier, if one waits.
+func (e *entry) releaseBarrier(name, errMsg string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.barriers[name]
+	if !ok {
+		return false
+	}
+	select {
+	case ch <- errMsg:
+	default:
+	}
+	return true
+}
+
+func (e *entry) setProgress(p *workflows.Progress) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.progress = p
+}
+
+func (e *entry) lastProgress() *workflows.Progress {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.progress
+}
+
+func (e *entry) setNotice(n workflows.NotifyStopInput) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notice == nil {
+		e.notice = &n
+	}
+}
+
+// stopState answers should-stop: the run asked its tasks to stop, or clusterrun is stopping this task.
+func (e *entry) stopState() task.StopState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notice != nil {
+		return task.StopState{Stop: true, By: e.notice.By, Error: e.notice.Error}
+	}
+	select {
+	case <-e.stopReq:
+		return task.StopState{Stop: true, By: "clusterrun", Error: e.reason}
+	default:
+	}
+	return task.StopState{}
 }
 
 func key(workflowID, runID, task string) string { return workflowID + "\x00" + runID + "\x00" + task }

@@ -17,6 +17,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -59,7 +61,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	hb := startHeartbeats(ctx, heartbeatEvery(info.HeartbeatTimeout), workflows.HeartbeatDetails{Host: h.Name, Attempt: attempt, Phase: "rendezvous"})
 	defer hb.stop()
 	placed := workflows.Placement{Task: t.Name, Generation: in.Generation, Attempt: int(info.Attempt), Host: h.Name, Addr: h.Addr, Port: port}
-	if err := h.reportPlacement(ctx, wf.ID, wf.RunID, placed); err != nil {
+	if err := h.placements.add(ctx, wf.ID, wf.RunID, placed); err != nil {
 		return res, fmt.Errorf("report placement of %s to run %s: %w", t.Name, wf.ID, err)
 	}
 
@@ -84,8 +86,13 @@ wait:
 	defer stdout.Close()
 	defer stderr.Close()
 	resultFile, errorFile := filepath.Join(dir, "result.json"), filepath.Join(dir, "error.json")
+	ctl, err := h.startControl(e, taskInfo(wf.ID, t, attempt, in.Generation, h.Name, cluster), in.Generation)
+	if err != nil {
+		return res, fmt.Errorf("control socket for %s on %s: %w", t.Name, h.Name, err)
+	}
+	defer ctl.close()
 	env := TaskEnv(os.Environ(), TaskIdentity{RunID: wf.ID, Task: t, Attempt: attempt, RestartCount: in.Generation,
-		Host: h.Name, ResultFile: resultFile, ErrorFile: errorFile}, cluster)
+		Host: h.Name, ResultFile: resultFile, ErrorFile: errorFile, Socket: ctl.path}, cluster)
 
 	ln.Close()
 	p, err := proc.Start(proc.Config{Argv: t.Command, Env: env, Dir: t.WorkingDir, Stdout: stdout, Stderr: stderr})
@@ -100,6 +107,7 @@ wait:
 	stdoutPath, stderrPath := stdout.Name(), stderr.Name()
 	hb.update(func(d *workflows.HeartbeatDetails) { d.PID, d.Phase = p.Pid(), "running" }, func(d *workflows.HeartbeatDetails) {
 		d.Last = lastLine(stdoutPath, stderrPath)
+		d.Progress = e.lastProgress()
 	})
 
 	select {
@@ -127,6 +135,14 @@ wait:
 		return res, nil
 	}
 	return res, workflows.ExitOutcome(t, res)
+}
+
+func taskInfo(runID string, t spec.Task, attempt, generation int, host string, m workflows.ClusterMap) task.Info {
+	info := task.Info{Run: runID, Task: t.Name, Type: t.Type, Index: t.Index, Attempt: attempt, RestartCount: generation, Host: host}
+	for _, ep := range m.Endpoints {
+		info.Cluster = append(info.Cluster, task.Endpoint{Task: ep.Task, Host: ep.Host, Addr: ep.Addr, Port: ep.Port})
+	}
+	return info
 }
 
 func (h *Host) stoppedBeforeStart(ctx context.Context, e *entry, res workflows.TaskResult) (workflows.TaskResult, error) {

@@ -37,8 +37,10 @@ Usage: clusterrun COMMAND [arguments] [flags]
 Commands:
   run SPEC        start a run from a YAML or JSON spec and follow it
   status RUN      show every task of a run
-  cancel RUN      stop every task of a run and end it as canceled
+  stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
+  cancel RUN      stop every task of a run at once and end it as canceled
   validate SPEC   check a spec and list every problem
+  task ...        barrier, progress, stop, should-stop, info: from inside a task
 
 Run 'clusterrun COMMAND --help' for a command's flags and an example.
 The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
@@ -55,8 +57,10 @@ func commands() []command {
 	return []command{
 		{"run", runUsage, cmdRun},
 		{"status", statusUsage, cmdStatus},
+		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
 		{"validate", validateUsage, cmdValidate},
+		{"task", taskUsage, cmdTask},
 	}
 }
 
@@ -93,7 +97,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, cancel, validate (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

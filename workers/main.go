@@ -28,6 +28,7 @@ import (
 
 type config struct {
 	host, addr, logDir  string
+	socketDir           string
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
@@ -71,6 +72,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
 	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", 64), "most unpinned tasks run here at once (pinned tasks always run) [CLUSTERRUN_WORKER_SLOTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
+	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "on SIGTERM, time between SIGTERM and SIGKILL for this host's tasks")
 	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", time.Second, "most time a task's heartbeat (pid, last output line) waits before it is sent; bounds how stale `clusterrun status` is")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
@@ -122,6 +124,7 @@ func run(args []string) error {
 	defer cl.Close()
 
 	host := activities.NewHost(c.host, c.addr, c.logDir, cl, logger)
+	host.SocketDir = c.socketDir
 	base := worker.Options{
 		// Let a stopping worker's tasks end through Host.Shutdown first.
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
@@ -156,6 +159,9 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
 		w.RegisterActivityWithOptions(host.StopTasks, activity.RegisterOptions{Name: workflows.ActivityStopTasks})
 		w.RegisterActivityWithOptions(host.ReadLogs, activity.RegisterOptions{Name: workflows.ActivityReadLogs})
+		w.RegisterActivityWithOptions(host.ReleaseBarrier, activity.RegisterOptions{Name: workflows.ActivityReleaseBarrier})
+		w.RegisterActivityWithOptions(host.NotifyStop, activity.RegisterOptions{Name: workflows.ActivityNotifyStop})
+		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
 	})
 
 	for _, w := range workers {

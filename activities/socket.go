@@ -1,0 +1,234 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// controlServer serves one task attempt's control socket: HTTP with JSON bodies over a Unix socket, in a
+// directory only the task's user can open.
+type controlServer struct {
+	h     *Host
+	e     *entry
+	info  task.Info
+	gen   int
+	types map[string]bool
+	dir   string
+	path  string
+	srv   *http.Server
+}
+
+// SocketDir picks the folder for control sockets. A Unix socket path may hold at most 107 bytes, so the path
+// is short: <dir>/<12 hex>/control.sock.
+func SocketDir(dir string) string {
+	if dir != "" {
+		return dir
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("clusterrun-%d", os.Getuid()))
+}
+
+func (h *Host) startControl(e *entry, info task.Info, generation int) (*controlServer, error) {
+	sum := sha256.Sum256([]byte(e.workflowID + "\x00" + e.runID + "\x00" + e.task + "\x00" + fmt.Sprint(e.attempt)))
+	dir := filepath.Join(SocketDir(h.SocketDir), hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, err
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "control.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &controlServer{h: h, e: e, info: info, gen: generation, dir: dir, path: path, types: map[string]bool{}}
+	for _, ep := range info.Cluster {
+		c.types[TaskType(ep.Task)] = true
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(task.PathInfo, c.handle(http.MethodGet, c.infoHandler))
+	mux.HandleFunc(task.PathBarrier, c.handle(http.MethodPost, c.barrier))
+	mux.HandleFunc(task.PathProgress, c.handle(http.MethodPost, c.progress))
+	mux.HandleFunc(task.PathStop, c.handle(http.MethodPost, c.stop))
+	mux.HandleFunc(task.PathShouldStop, c.handle(http.MethodGet, c.shouldStop))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown endpoint %s; endpoints are GET %s, POST %s, POST %s, POST %s, GET %s",
+			r.URL.Path, task.PathInfo, task.PathBarrier, task.PathProgress, task.PathStop, task.PathShouldStop))
+	})
+	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = c.srv.Serve(ln) }()
+	return c, nil
+}
+
+func (c *controlServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.srv.Shutdown(ctx)
+	_ = c.srv.Close()
+	_ = os.RemoveAll(c.dir)
+}
+
+type handlerFunc func(r *http.Request) (any, int, error)
+
+func (c *controlServer) handle(method string, f handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method))
+			return
+		}
+		out, status, err := f(r)
+		if err != nil {
+			writeError(w, status, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(task.ErrorBody{Error: msg})
+}
+
+// decode reads a JSON body strictly: unknown fields and trailing data are errors.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("malformed JSON body for %s: %v", r.URL.Path, err)
+	}
+	return nil
+}
+
+func (c *controlServer) infoHandler(*http.Request) (any, int, error) { return c.info, 0, nil }
+
+func (c *controlServer) barrier(r *http.Request) (any, int, error) {
+	var req task.BarrierRequest
+	if err := decode(r, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	if err := task.CheckBarrierName(req.Name); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	for _, typ := range req.Types {
+		if !c.types[typ] {
+			return nil, http.StatusBadRequest, fmt.Errorf("barrier %q names task type %q, which this run does not have (it has %s)",
+				req.Name, typ, strings.Join(sortedSet(c.types), ", "))
+		}
+	}
+	var timeout time.Duration
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			return nil, http.StatusBadRequest, fmt.Errorf("barrier timeout %q is not a positive duration; write e.g. 30s or 5m", req.Timeout)
+		}
+		timeout = d
+	}
+	wait := c.e.waitBarrier(req.Name)
+	defer c.e.forgetBarrier(req.Name, wait)
+	arrival := workflows.BarrierArrival{Task: c.info.Task, Attempt: c.info.Attempt, Generation: c.gen, Barrier: req.Name, Types: req.Types}
+	ctx := r.Context()
+	if err := c.h.arrivals.add(ctx, c.e.workflowID, c.e.runID, arrival); err != nil {
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case msg := <-wait:
+		if msg != "" {
+			return nil, http.StatusConflict, errors.New(msg)
+		}
+		return map[string]string{"barrier": req.Name}, 0, nil
+	case <-expired:
+		return nil, http.StatusGatewayTimeout, fmt.Errorf("barrier %q timed out after %s%s", req.Name, timeout, c.missing(req.Name))
+	case <-c.e.finished:
+		return nil, http.StatusServiceUnavailable, errors.New("the task is ending")
+	case <-ctx.Done():
+		return nil, http.StatusRequestTimeout, ctx.Err()
+	}
+}
+
+// missing names the participants a barrier still waits for, as the workflow sees them.
+func (c *controlServer) missing(name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.h.Client.QueryWorkflow(ctx, c.e.workflowID, c.e.runID, workflows.QueryStatus)
+	if err != nil {
+		return ""
+	}
+	var st workflows.RunStatus
+	if v.Get(&st) != nil {
+		return ""
+	}
+	for _, b := range st.Barriers {
+		if b.Name == name && len(b.Waiting) > 0 {
+			return "; still waiting for " + strings.Join(b.Waiting, ", ")
+		}
+	}
+	return ""
+}
+
+func (c *controlServer) progress(r *http.Request) (any, int, error) {
+	var req task.ProgressRequest
+	if err := decode(r, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	if req.Current < 0 || req.Total < 0 {
+		return nil, http.StatusBadRequest, errors.New("progress current and total must not be negative")
+	}
+	msg := req.Message
+	if r := []rune(msg); len(r) > 40 {
+		msg = string(r[:39]) + "…"
+	}
+	c.e.setProgress(&workflows.Progress{Current: req.Current, Total: req.Total, Message: msg})
+	return map[string]bool{"ok": true}, 0, nil
+}
+
+func (c *controlServer) stop(r *http.Request) (any, int, error) {
+	var req task.StopRequest
+	if err := decode(r, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	err := c.h.Client.SignalWorkflow(r.Context(), c.e.workflowID, c.e.runID, workflows.SignalStop,
+		workflows.StopRequest{Task: c.info.Task, Error: req.Error})
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
+	}
+	return map[string]bool{"requested": true}, 0, nil
+}
+
+func (c *controlServer) shouldStop(*http.Request) (any, int, error) {
+	return c.e.stopState(), 0, nil
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const taskUsage = `Talk to clusterrun from inside a task (through the task's control socket, CLUSTERRUN_SOCKET).
+
+Usage: clusterrun task SUBCOMMAND [arguments] [flags]
+
+Subcommands:
+  barrier NAME [--timeout D] [--tasks TYPES]   wait until every task (or every task of TYPES) arrives
+  progress CUR [TOTAL] [--message M]           report progress (shown by clusterrun status and run)
+  stop [--error MSG]                           ask the whole run to stop; with --error the run fails
+  should-stop                                  exit 0 if the run is stopping, 1 if not
+  info                                         print this task's identity and the cluster map (JSON)
+
+Exit codes: 0 success; 1 a broken or timed-out barrier (or should-stop: no); 2 bad input or not inside a task.
+
+Example (in a task's shell script):
+  clusterrun task barrier data-ready --timeout 5m
+  clusterrun task progress 300 1000 --message "epoch 3"
+  if clusterrun task should-stop; then exit 0; fi
+`
+
+func cmdTask(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stderr, taskUsage)
+		if len(args) == 0 {
+			return &exitError{code: exitUsage}
+		}
+		return nil
+	}
+	sub, rest := args[0], args[1:]
+	run := map[string]func([]string, io.Writer, io.Writer) error{
+		"barrier": taskBarrier, "progress": taskProgress, "stop": taskStop, "should-stop": taskShouldStop, "info": taskInfo,
+	}[sub]
+	if run == nil {
+		return usageErrorf("unknown subcommand %q; use barrier, progress, stop, should-stop or info (see clusterrun task --help)", sub)
+	}
+	return run(rest, stdout, stderr)
+}
+
+func taskClient() (*task.Client, error) {
+	c, err := task.New()
+	if err != nil {
+		return nil, &exitError{code: exitUsage, msg: err.Error()}
+	}
+	return c, nil
+}
+
+// taskError maps a control-socket error to the CLI's exit codes.
+func taskError(err error) error {
+	var te *task.Error
+	if errors.As(err, &te) && te.Status == 400 {
+		return &exitError{code: exitUsage, msg: te.Message}
+	}
+	return &exitError{code: 1, msg: err.Error()}
+}
+
+func taskBarrier(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task barrier", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 0, "give up after this long (e.g. 30s, 5m); default: wait as long as it takes")
+	types := fs.String("tasks", "", "comma-separated task types that take part (default: every task)")
+	pos, err := parse(fs, "Usage: clusterrun task barrier NAME [--timeout D] [--tasks TYPES]\n", args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	if err := task.CheckBarrierName(pos[0]); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if *timeout < 0 {
+		return usageErrorf("--timeout %s: must be positive", *timeout)
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	opts := task.BarrierOptions{Timeout: *timeout}
+	for _, t := range strings.Split(*types, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			opts.Types = append(opts.Types, t)
+		}
+	}
+	if err := c.Barrier(context.Background(), pos[0], opts); err != nil {
+		return taskError(err)
+	}
+	return nil
+}
+
+func taskProgress(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task progress", flag.ContinueOnError)
+	msg := fs.String("message", "", "a short note (at most 40 characters are kept)")
+	pos, err := parse(fs, "Usage: clusterrun task progress CUR [TOTAL] [--message M]\n", args, 1, 2, stderr)
+	if err != nil {
+		return err
+	}
+	nums := make([]float64, 2)
+	for i, p := range pos {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 {
+			return usageErrorf("%q is not a number of 0 or more", p)
+		}
+		nums[i] = v
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	if err := c.Progress(context.Background(), nums[0], nums[1], *msg); err != nil {
+		return taskError(err)
+	}
+	return nil
+}
+
+func taskStop(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task stop", flag.ContinueOnError)
+	msg := fs.String("error", "", "the error that makes the run fail; without it the run ends succeeded")
+	if _, err := parse(fs, "Usage: clusterrun task stop [--error MSG]\n", args, 0, 0, stderr); err != nil {
+		return err
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	if err := c.RequestStop(context.Background(), *msg); err != nil {
+		return taskError(err)
+	}
+	return nil
+}
+
+func taskShouldStop(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task should-stop", flag.ContinueOnError)
+	if _, err := parse(fs, "Usage: clusterrun task should-stop\n", args, 0, 0, stderr); err != nil {
+		return err
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	s, err := c.ShouldStop(context.Background())
+	if err != nil {
+		return taskError(err)
+	}
+	if !s.Stop {
+		return &exitError{code: 1}
+	}
+	line := "stop requested by " + s.By
+	if s.Error != "" {
+		line += ": " + s.Error
+	}
+	fmt.Fprintln(stdout, line)
+	return nil
+}
+
+func taskInfo(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task info", flag.ContinueOnError)
+	if _, err := parse(fs, "Usage: clusterrun task info\n", args, 0, 0, stderr); err != nil {
+		return err
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		return taskError(err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(info)
+}
+
+const stopUsage = `Ask a run to stop: every task sees should-stop and gets stopGracePeriod to exit on its own; tasks still
+running then are killed and named in the result. Without --error the run ends succeeded; with it, failed.
+
+Usage: clusterrun stop RUN [--error MSG] [--no-wait]
+
+The same works with the temporal CLI:
+  temporal workflow signal --workflow-id RUN --name stop --input '{"error": "bad input data"}'
+
+Example:
+  clusterrun stop mnist-20261121-101500-a1b2c3 --error "dataset corrupted"
+`
+
+func cmdStop(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
+	msg := fs.String("error", "", "the error that makes the run fail")
+	noWait := fs.Bool("no-wait", false, "return once the stop is requested")
+	pos, err := parse(fs, stopUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := pos[0]
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if ended {
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to stop", id, st.Status)}
+	}
+	if err := c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg}); err != nil {
+		return fmt.Errorf("request stop of run %s: %w", id, err)
+	}
+	fmt.Fprintf(stderr, "stop requested for run %s; tasks get their stopGracePeriod to exit\n", id)
+	if *noWait {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 24*time.Hour)
+	defer cancel()
+	st, err = result(wctx, c, id)
+	if st.StopRequest != nil {
+		_ = report(st, err, id, stdout)
+		return nil // the stop did what was asked
+	}
+	return report(st, err, id, stdout)
+}

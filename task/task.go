@@ -1,0 +1,223 @@
+// Package task is the client a task process uses to talk to clusterrun: barriers across the cluster, progress
+// reports, stop requests and the cluster map. It speaks JSON over HTTP on the task's control socket, whose path
+// is in CLUSTERRUN_SOCKET; it has no dependencies beyond the standard library.
+//
+//	c, err := task.New()            // fails outside a clusterrun task
+//	err = c.Barrier(ctx, "ready", task.BarrierOptions{Timeout: time.Minute})
+//	err = c.Progress(ctx, step, steps, "epoch 3")
+//	if s, _ := c.ShouldStop(ctx); s.Stop { ... }
+package task
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"time"
+)
+
+// SocketEnv names the environment variable that holds the control socket's path.
+const SocketEnv = "CLUSTERRUN_SOCKET"
+
+// Endpoints of the control socket.
+const (
+	PathInfo       = "/v1/info"
+	PathBarrier    = "/v1/barrier"
+	PathProgress   = "/v1/progress"
+	PathStop       = "/v1/stop"
+	PathShouldStop = "/v1/should-stop"
+)
+
+// MaxBarrierName bounds a barrier name.
+const MaxBarrierName = 100
+
+var barrierNameRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
+
+// CheckBarrierName says what is wrong with a barrier name, if anything.
+func CheckBarrierName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("barrier name is empty")
+	case len(name) > MaxBarrierName:
+		return fmt.Errorf("barrier name is %d characters; at most %d", len(name), MaxBarrierName)
+	case !barrierNameRE.MatchString(name):
+		return fmt.Errorf("barrier name %q may hold only letters, digits and . _ : / -", name)
+	}
+	return nil
+}
+
+// BarrierRequest is the body of POST /v1/barrier.
+type BarrierRequest struct {
+	Name string `json:"name"`
+	// Types limits the barrier to these task types; empty means every task.
+	Types []string `json:"types,omitempty"`
+	// Timeout is a Go duration ("30s"); empty means no timeout.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// ProgressRequest is the body of POST /v1/progress.
+type ProgressRequest struct {
+	Current float64 `json:"current"`
+	Total   float64 `json:"total,omitempty"`
+	Message string  `json:"message,omitempty"`
+}
+
+// StopRequest is the body of POST /v1/stop; with Error the run fails with it, without one it succeeds.
+type StopRequest struct {
+	Error string `json:"error,omitempty"`
+}
+
+// StopState is the answer of GET /v1/should-stop.
+type StopState struct {
+	Stop  bool   `json:"stop"`
+	By    string `json:"by,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Endpoint is one task's address in the cluster.
+type Endpoint struct {
+	Task string `json:"task"`
+	Host string `json:"host"`
+	Addr string `json:"addr"`
+	Port int    `json:"port"`
+}
+
+// Info is the answer of GET /v1/info.
+type Info struct {
+	Run          string     `json:"run"`
+	Task         string     `json:"task"`
+	Type         string     `json:"type"`
+	Index        int        `json:"index"`
+	Attempt      int        `json:"attempt"`
+	RestartCount int        `json:"restartCount"`
+	Host         string     `json:"host"`
+	Cluster      []Endpoint `json:"cluster"`
+}
+
+// ErrorBody is every error answer: {"error": "..."}.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// ErrNoSocket says the program is not running as a clusterrun task.
+var ErrNoSocket = errors.New("not inside a clusterrun task: " + SocketEnv + " is not set (run this from a task started by clusterrun)")
+
+// Error is an error the control socket answered with.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Client talks to one task's control socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// New returns a client for the socket named in CLUSTERRUN_SOCKET.
+func New() (*Client, error) {
+	path := os.Getenv(SocketEnv)
+	if path == "" {
+		return nil, ErrNoSocket
+	}
+	return NewAt(path), nil
+}
+
+// NewAt returns a client for the socket at path.
+func NewAt(path string) *Client {
+	return &Client{socket: path, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}}}
+}
+
+// BarrierOptions tune a barrier wait.
+type BarrierOptions struct {
+	// Types limits the barrier to these task types. Optional: default every task.
+	Types []string
+	// Timeout bounds the wait. Optional: default none.
+	Timeout time.Duration
+}
+
+// Barrier waits until every participant has arrived at the named barrier. It fails when the barrier is broken
+// (a participant failed or was stopped), on timeout, or on bad input, with a message that says which.
+func (c *Client) Barrier(ctx context.Context, name string, opts BarrierOptions) error {
+	if err := CheckBarrierName(name); err != nil {
+		return err
+	}
+	req := BarrierRequest{Name: name, Types: opts.Types}
+	if opts.Timeout > 0 {
+		req.Timeout = opts.Timeout.String()
+	}
+	return c.call(ctx, http.MethodPost, PathBarrier, req, nil)
+}
+
+// Progress reports progress: current of total (total may be 0 when unknown), with an optional message.
+func (c *Client) Progress(ctx context.Context, current, total float64, message string) error {
+	return c.call(ctx, http.MethodPost, PathProgress, ProgressRequest{Current: current, Total: total, Message: message}, nil)
+}
+
+// RequestStop asks the whole run to stop; with errMsg the run fails with it.
+func (c *Client) RequestStop(ctx context.Context, errMsg string) error {
+	return c.call(ctx, http.MethodPost, PathStop, StopRequest{Error: errMsg}, nil)
+}
+
+// ShouldStop says whether the run is stopping.
+func (c *Client) ShouldStop(ctx context.Context) (StopState, error) {
+	var s StopState
+	err := c.call(ctx, http.MethodGet, PathShouldStop, nil, &s)
+	return s, err
+}
+
+// Info returns the task's identity and the cluster map.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var i Info
+	err := c.call(ctx, http.MethodGet, PathInfo, nil, &i)
+	return i, err
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://clusterrun"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("control socket %s: %w (is the task still running under clusterrun?)", c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e ErrorBody
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("control socket answered %s", resp.Status)
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
