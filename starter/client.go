@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -55,9 +57,15 @@ func errNoRun(runID, namespace string) error {
 	return &exitError{code: 1, msg: fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", runID, namespace)}
 }
 
+// live is a run's status with the last heartbeat of each running task.
+type live struct {
+	workflows.RunStatus
+	heartbeats map[string]heartbeat
+}
+
 // fetchStatus returns a run's status: live from the query while it runs, from its result once it has ended.
-// done reports whether it has ended; err is the run's own outcome when it has.
-func fetchStatus(ctx context.Context, c client.Client, runID string) (st workflows.RunStatus, done bool, outcome error, err error) {
+// done reports whether it has ended; outcome is the run's own error when it has.
+func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, done bool, outcome error, err error) {
 	desc, err := c.DescribeWorkflowExecution(ctx, runID, "")
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -75,12 +83,13 @@ func fetchStatus(ctx context.Context, c client.Client, runID string) (st workflo
 		if err != nil {
 			return st, false, nil, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", runID, err)
 		}
-		if err := v.Get(&st); err != nil {
+		if err := v.Get(&st.RunStatus); err != nil {
 			return st, false, nil, err
 		}
+		st.heartbeats = heartbeatsOf(desc.GetPendingActivities())
 		return st, false, nil, nil
 	}
-	st, outcome = result(ctx, c, runID)
+	st.RunStatus, outcome = result(ctx, c, runID)
 	return st, true, outcome, nil
 }
 
@@ -101,15 +110,11 @@ type heartbeat struct {
 	at time.Time
 }
 
-// pendingHeartbeats reads each pending RunTask's last heartbeat details, keyed by task name.
-func pendingHeartbeats(ctx context.Context, c client.Client, runID string) map[string]heartbeat {
+// heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by task name.
+func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]heartbeat {
 	out := map[string]heartbeat{}
-	desc, err := c.DescribeWorkflowExecution(ctx, runID, "")
-	if err != nil {
-		return out
-	}
 	dc := converter.GetDefaultDataConverter()
-	for _, pa := range desc.GetPendingActivities() {
+	for _, pa := range pending {
 		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
@@ -158,7 +163,7 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	live := hb != nil
 	if live {
-		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tEXIT\tLAST OUTPUT / ERROR")
+		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tPROGRESS\tEXIT\tLAST OUTPUT / ERROR")
 	} else {
 		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tEXIT\tRESULT / ERROR")
 	}
@@ -179,21 +184,56 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 			host = "-"
 		}
 		if live {
-			pid := "-"
+			pid, prog := "-", "-"
 			if h, ok := hb[t.Name]; ok {
 				if h.PID > 0 {
 					pid = fmt.Sprint(h.PID)
+				}
+				if h.Progress != nil {
+					prog = progressText(*h.Progress)
 				}
 				if note == "" {
 					note = h.Last
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, exit, clip(note, 80))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, prog, exit, clip(note, 80))
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.State, host, t.Attempt, exit, clip(note, 100))
 		}
 	}
 	_ = tw.Flush()
+}
+
+// progressText renders progress as "300/1000 (30%) epoch 3".
+func progressText(p workflows.Progress) string {
+	s := strconv.FormatFloat(p.Current, 'f', -1, 64)
+	if p.Total > 0 {
+		s += fmt.Sprintf("/%s (%.0f%%)", strconv.FormatFloat(p.Total, 'f', -1, 64), 100*p.Current/p.Total)
+	}
+	if p.Message != "" {
+		s += " " + p.Message
+	}
+	return s
+}
+
+// printBarriers lists the barriers of the current generation.
+func printBarriers(w io.Writer, st workflows.RunStatus) {
+	if len(st.Barriers) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nBARRIERS (generation", fmt.Sprint(st.Barriers[0].Generation)+")")
+	for _, b := range st.Barriers {
+		state := fmt.Sprintf("%d/%d arrived", len(b.Arrived), len(b.Arrived)+len(b.Waiting))
+		switch {
+		case b.Broken != "":
+			state = "broken: " + b.Broken
+		case b.Released:
+			state = "released (" + state + ")"
+		case len(b.Waiting) > 0:
+			state += ", waiting for " + clip(strings.Join(b.Waiting, ", "), 80)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", b.Name, state)
+	}
 }
 
 func clip(s string, n int) string {

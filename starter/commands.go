@@ -42,11 +42,14 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(st.RunStatus)
 	}
 	var hb map[string]heartbeat
 	if !ended {
-		hb = pendingHeartbeats(ctx, c, pos[0])
+		hb = st.heartbeats
+		if hb == nil {
+			hb = map[string]heartbeat{}
+		}
 	}
 	fmt.Fprintf(stdout, "run %s (%s): %s", pos[0], st.Name, st.Status)
 	if st.Reason != "" {
@@ -56,7 +59,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, " (gang restarts: %d)", st.RestartCount)
 	}
 	fmt.Fprintln(stdout)
-	printTable(stdout, st, hb)
+	printTable(stdout, st.RunStatus, hb)
+	printBarriers(stdout, st.RunStatus)
 	return nil
 }
 
@@ -99,14 +103,14 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 	if *noWait {
 		return nil
 	}
-	st, err = result(ctx, c, id)
-	if st.Status == workflows.StatusCanceled {
+	final, err := result(ctx, c, id)
+	if final.Status == workflows.StatusCanceled {
 		// The cancellation did what was asked: print the result, exit 0.
-		_ = report(st, err, id, stdout)
+		_ = report(final, err, id, stdout)
 		return nil
 	}
 	// The run ended some other way before the cancellation took effect: report that ending.
-	return report(st, err, id, stdout)
+	return report(final, err, id, stdout)
 }
 
 const validateUsage = `Check a run spec and list every problem with its field path.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -25,6 +26,53 @@ type follower struct {
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
+	// bars draws progress as a bar (on a terminal); plain lines otherwise.
+	bars     bool
+	progShow map[string]progressShown
+	barriers map[string]string // barrier -> last state printed
+}
+
+type progressShown struct {
+	p  workflows.Progress
+	at time.Time
+}
+
+// progressEvery bounds how often one task's progress is printed.
+const progressEvery = 2 * time.Second
+
+// progress prints each task's new progress, at most once per progressEvery per task.
+func (f *follower) progress(hb map[string]heartbeat) {
+	if f.progShow == nil {
+		f.progShow = map[string]progressShown{}
+	}
+	names := make([]string, 0, len(hb))
+	for name := range hb {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := hb[name].Progress
+		if p == nil {
+			continue
+		}
+		last, seen := f.progShow[name]
+		if seen && (last.p == *p || time.Since(last.at) < progressEvery) {
+			continue
+		}
+		f.progShow[name] = progressShown{p: *p, at: time.Now()}
+		if f.bars && p.Total > 0 {
+			f.say(name, "progress "+bar(p.Current/p.Total, 20)+" "+progressText(*p))
+		} else {
+			f.say(name, "progress "+progressText(*p))
+		}
+	}
+}
+
+// bar draws a fraction as [#####-----].
+func bar(frac float64, width int) string {
+	frac = min(max(frac, 0), 1)
+	n := int(frac*float64(width) + 0.5)
+	return "[" + strings.Repeat("#", n) + strings.Repeat("-", width-n) + "]"
 }
 
 type stream struct {
@@ -43,6 +91,22 @@ func newFollower(c client.Client, runID string, out io.Writer) *follower {
 func (f *follower) update(st workflows.RunStatus) {
 	for _, t := range st.Tasks {
 		f.width = max(f.width, len(t.Name))
+	}
+	if f.barriers == nil {
+		f.barriers = map[string]string{}
+	}
+	for _, b := range st.Barriers {
+		state := ""
+		switch {
+		case b.Broken != "":
+			state = b.Broken
+		case b.Released:
+			state = fmt.Sprintf("barrier %q released (%d tasks)", b.Name, len(b.Arrived))
+		}
+		if state != "" && f.barriers[b.Name] != state {
+			f.barriers[b.Name] = state
+			f.say("clusterrun", state)
+		}
 	}
 	for _, t := range st.Tasks {
 		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)

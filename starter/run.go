@@ -137,6 +137,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	}()
 
 	f := newFollower(c, id, stdout)
+	f.bars = isTerminal(os.Stdout)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	canceling := false
@@ -171,7 +172,8 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			if err != nil || ended {
 				continue
 			}
-			f.update(st)
+			f.update(st.RunStatus)
+			f.progress(st.heartbeats)
 			if err := f.poll(ctx); err != nil {
 				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
 			}

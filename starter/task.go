@@ -225,10 +225,10 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 24*time.Hour)
 	defer cancel()
-	st, err = result(wctx, c, id)
-	if st.StopRequest != nil {
-		_ = report(st, err, id, stdout)
+	final, err := result(wctx, c, id)
+	if final.StopRequest != nil {
+		_ = report(final, err, id, stdout)
 		return nil // the stop did what was asked
 	}
-	return report(st, err, id, stdout)
+	return report(final, err, id, stdout)
 }

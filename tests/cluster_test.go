@@ -122,7 +122,9 @@ func (c *cluster) startWorker(host string, extra ...string) error {
 	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s"}, extra...)
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker)
+	// Tasks inherit this environment: the clusterrun CLI under test is on their PATH.
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker,
+		"PATH="+c.bin+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return err

@@ -1,0 +1,201 @@
+package tests
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// Tasks on two hosts arrive at a barrier at different times; nobody leaves before the last arrives.
+func TestE2E_BarrierAcrossHosts(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: barrier
+command: [sh, -c, 'sleep "0.$CLUSTERRUN_TASK_INDEX"; a=$(date +%s%N); clusterrun task barrier ready --timeout 60s || exit 9; b=$(date +%s%N); clusterrun task barrier done --tasks worker || exit 9; echo "{\"arrived\": $a, \"left\": $b}" > "$CLUSTERRUN_RESULT_FILE"']
+chiefExit: wait
+tasks:
+  chief: {replicas: 1, hosts: [host-a], command: [sh, -c, 'clusterrun task barrier ready --timeout 60s && echo "{}" > "$CLUSTERRUN_RESULT_FILE"']}
+  worker: {replicas: 4, hosts: [host-a, host-b]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, `barrier "ready" released (5 tasks)`)
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var lastArrival, firstLeave int64
+	for _, task := range st.Tasks {
+		if task.Type != "worker" {
+			continue
+		}
+		var v struct{ Arrived, Left int64 }
+		require.NoError(t, json.Unmarshal(task.Result, &v), "%s: %s", task.Name, task.Result)
+		lastArrival = max(lastArrival, v.Arrived)
+		if firstLeave == 0 || v.Left < firstLeave {
+			firstLeave = v.Left
+		}
+	}
+	assert.Greater(t, firstLeave, lastArrival, "a task left the barrier before the last one arrived")
+	require.Len(t, st.Barriers, 2)
+	assert.Equal(t, "ready", st.Barriers[0].Name)
+	assert.Len(t, st.Barriers[0].Arrived, 5)
+	assert.Equal(t, []string{"worker"}, st.Barriers[1].Types)
+	assert.True(t, st.Barriers[1].Released)
+}
+
+func TestE2E_BrokenBarrier(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: broken
+command: [sh, -c, 'clusterrun task barrier ready; echo "barrier exit $?" >&2; exit 4']
+onFailure: continue
+tasks:
+  worker: {replicas: 3, hosts: [host-a, host-b]}
+  loader: {replicas: 1, hosts: [host-b], command: [sh, -c, 'echo "cannot open dataset" >&2; exit 2']}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.NotEqual(t, 0, r.code)
+	st, _ := outcome(t, id)
+	for _, w := range []string{"worker-0", "worker-1", "worker-2"} {
+		task := st.Task(w)
+		require.NotNil(t, task)
+		stderr := strings.Join(readLines(filepath.Join(env.logDir, id, "attempt_1", w, "stderr.log")), "\n")
+		assert.Contains(t, stderr, `barrier "ready" is broken: loader-0 ended`, w)
+		assert.Contains(t, stderr, "barrier exit 1", w)
+	}
+	assert.Contains(t, st.Barriers[0].Broken, "loader-0")
+}
+
+func TestE2E_BarrierTimeoutNamesTheMissing(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: timeout
+chiefExit: wait
+tasks:
+  worker: {replicas: 1, command: [sh, -c, 'clusterrun task barrier sync --timeout 1s; exit $?']}
+  slow: {replicas: 1, command: [sh, -c, 'sleep 3']}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.NotEqual(t, 0, r.code)
+	assert.Contains(t, r.stdout, `barrier "sync" timed out after 1s; still waiting for slow-0`)
+}
+
+func TestE2E_StopRequestFromTask(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: stop-from-task
+command: [sh, -c, 'until clusterrun task should-stop >/dev/null; do sleep 0.1; done; echo "saw should-stop"; exit 0']
+stopGracePeriod: 3s
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 2, hosts: [host-b], command: [sh, -c, 'if [ "$CLUSTERRUN_TASK_INDEX" = 1 ]; then sleep 0.5; clusterrun task stop --error "shard 7 is corrupt"; fi; until clusterrun task should-stop; do sleep 0.1; done; exit 0']}
+  ps: {replicas: 1, hosts: [host-a], command: [sleep, "305"]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 1, r.code, r.String())
+	assert.Contains(t, r.stdout, "stop requested by worker-1: shard 7 is corrupt; killed 1 straggler(s) still running after 3s: ps-0")
+	assert.Contains(t, r.stdout, "saw should-stop")
+	st, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusFailed, st.Status)
+	assert.True(t, st.Task("ps-0").Straggler)
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("chief-0").State)
+	assert.Empty(t, markedProcessesOf(t, "sleep 305"))
+}
+
+func TestE2E_StopRequestFromOutside(t *testing.T) {
+	for _, via := range []string{"clusterrun", "temporal"} {
+		t.Run(via, func(t *testing.T) {
+			id := runID(t)
+			spec := writeSpec(t, `{name: stop-outside, stopGracePeriod: 5s, command: [sh, -c, 'until clusterrun task should-stop; do sleep 0.1; done'], tasks: {worker: {replicas: 2}}}`)
+			require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+			waitUntil(t, "tasks running", time.Minute, func() bool {
+				st, ok := query(t, id)
+				return ok && st.Task("worker-0").State == workflows.TaskRunning && st.Task("worker-1").State == workflows.TaskRunning
+			})
+			if via == "clusterrun" {
+				r := cli(t, "stop", id)
+				assert.Equal(t, 0, r.code, r.String())
+				assert.Contains(t, r.stdout, "Succeeded: stop requested from outside the run")
+			} else {
+				out, err := exec.Command(filepath.Join(env.root, "bin", "temporal"), "workflow", "signal", "--address", env.address,
+					"--workflow-id", id, "--name", workflows.SignalStop, "--input", `{"error": "operator said so"}`).CombinedOutput()
+				require.NoError(t, err, string(out))
+			}
+			st, _ := outcome(t, id)
+			for _, task := range st.Tasks {
+				assert.Equal(t, workflows.TaskSucceeded, task.State, task.Name)
+			}
+			if via == "temporal" {
+				assert.Equal(t, "stop requested from outside the run: operator said so", st.Reason)
+			}
+		})
+	}
+}
+
+func TestE2E_DeadlineWarning(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: deadline
+maxRunTime: 6s
+deadlineWarning: {signal: SIGUSR1, before: 4s}
+command: [sh, -c, 'trap "echo checkpointing on USR1; exit 0" USR1; while :; do sleep 0.1; done']
+tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "[chief-0]  checkpointing on USR1")
+}
+
+func TestE2E_ProgressInStatus(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: progress, command: [sh, -c, 'clusterrun task progress 3 10 --message "epoch 3" && sleep 306'], tasks: {worker: {replicas: 1}}, stopGracePeriod: 1s}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	var status cliResult
+	waitUntil(t, "progress in status", 30*time.Second, func() bool {
+		status = cli(t, "status", id)
+		return strings.Contains(status.stdout, "3/10 (30%) epoch 3")
+	})
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+}
+
+// The Python client, and the socket's answers to bad requests, from inside a task.
+func TestE2E_PythonClientAndBadRequests(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed for the Python client test")
+	}
+	id := runID(t)
+	spec := writeSpec(t, `
+name: python
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "client_check.py")+`]
+tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(st.Task("worker-1").Result, &got))
+	assert.Equal(t, "worker-1", got["task"])
+	assert.Equal(t, float64(2), got["cluster_size"])
+	assert.Equal(t, false, got["should_stop"])
+	assert.Contains(t, got["unknown_endpoint"], "404 unknown endpoint /v1/bogus")
+	assert.Contains(t, got["malformed"], "400 malformed JSON body")
+	assert.Contains(t, got["bad_type"], `400 barrier "x" names task type "gpu", which this run does not have (it has worker)`)
+	assert.Contains(t, got["bad_name"], "400 barrier name")
+	assert.Contains(t, got["bad_timeout"], "400 barrier timeout \"soon\" is not a positive duration")
+	assert.Contains(t, got["wrong_method"], "405")
+}
+
+func TestE2E_TaskCLIOutsideATask(t *testing.T) {
+	r := cliEnv(t, []string{"CLUSTERRUN_SOCKET="}, "task", "barrier", "x")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "not inside a clusterrun task")
+}

@@ -1,0 +1,41 @@
+"""Run as a clusterrun task by tests/coordination_test.go: exercises the Python client and bad requests."""
+import http.client
+import json
+import os
+
+import clusterrun
+
+out = {}
+me = clusterrun.info()
+out["task"] = me["task"]
+out["cluster_size"] = len(me["cluster"])
+clusterrun.progress(1, 2, "halfway")
+clusterrun.barrier("py-ready", timeout=60)
+out["should_stop"] = clusterrun.should_stop()
+
+
+def raw(method, path, body=None):
+    conn = clusterrun._UnixConnection(os.environ["CLUSTERRUN_SOCKET"], timeout=30)
+    conn.request(method, path, body=body)
+    resp = conn.getresponse()
+    text = json.loads(resp.read()).get("error", "")
+    conn.close()
+    return "%d %s" % (resp.status, text)
+
+
+out["unknown_endpoint"] = raw("GET", "/v1/bogus")
+out["malformed"] = raw("POST", "/v1/barrier", b"{not json")
+out["bad_type"] = raw("POST", "/v1/barrier", json.dumps({"name": "x", "types": ["gpu"]}).encode())
+out["bad_name"] = raw("POST", "/v1/barrier", json.dumps({"name": ""}).encode())
+out["bad_timeout"] = raw("POST", "/v1/barrier", json.dumps({"name": "y", "timeout": "soon"}).encode())
+out["wrong_method"] = raw("GET", "/v1/barrier")
+
+try:
+    clusterrun.barrier("z", tasks=["gpu"])
+    out["client_bad_type"] = "no error"
+except clusterrun.ClusterrunError as e:
+    out["client_bad_type"] = str(e)
+
+clusterrun.barrier("py-done", timeout=60)
+with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
+    json.dump(out, f)
