@@ -102,16 +102,19 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 	sel.AddReceive(ch.placed, func(c workflow.ReceiveChannel, _ bool) {
 		var sig PlacedSignal
 		c.Receive(ctx, &sig)
+		r.signals++
 		watch(r.onPlaced(genCtx, info, sig))
 	})
 	sel.AddReceive(ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
 		var sig BarrierArrivals
 		c.Receive(ctx, &sig)
+		r.signals++
 		watch(r.onArrivals(genCtx, info, sig))
 	})
 	sel.AddReceive(ch.stop, func(c workflow.ReceiveChannel, _ bool) {
 		var req StopRequest
 		c.Receive(ctx, &req)
+		r.signals++
 		notify, grace := r.onStop(genCtx, info, req)
 		watch(notify)
 		if grace != nil {

@@ -50,6 +50,15 @@ func (b *barrier) has(task string) bool {
 	return false
 }
 
+// Budgets that keep a run inside Temporal's default limits (51,200 history events and 10,000 signals per run),
+// with room left to stop every task and end the run cleanly. Past them, new barrier arrivals are refused with an
+// error instead of the run being terminated by the server.
+// They are variables only so tests can lower them.
+var (
+	BarrierHistoryBudget = 40000
+	BarrierSignalBudget  = 9000
+)
+
 // delivery is one ReleaseBarrier to send: a barrier's waiters on one host, released or failed with err.
 type delivery struct {
 	barrier string
@@ -62,6 +71,12 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 	var out []delivery
 	touched := map[string]bool{}
 	var touchedOrder []string
+	overBudget := ""
+	if n := workflow.GetInfo(ctx).GetCurrentHistoryLength(); n > BarrierHistoryBudget {
+		overBudget = fmt.Sprintf("history length %d is past clusterrun's budget of %d (Temporal's limit is 51,200)", n, BarrierHistoryBudget)
+	} else if r.signals > BarrierSignalBudget {
+		overBudget = fmt.Sprintf("%d signals received, past clusterrun's budget of %d (Temporal's limit is 10,000)", r.signals, BarrierSignalBudget)
+	}
 	for _, a := range sig.Arrivals {
 		t := r.byName[a.Task]
 		if t == nil {
@@ -70,6 +85,11 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 		}
 		if a.Generation != r.generation || t.done {
 			continue // stale
+		}
+		if overBudget != "" {
+			out = append(out, delivery{barrier: a.Barrier, err: fmt.Sprintf("barrier %q refused: this run has used up its barrier budget: %s; "+
+				"use fewer barriers or fewer hosts per run (docs/control.md#limits)", a.Barrier, overBudget), tasks: []*task{t}})
+			continue
 		}
 		b, problem := r.barrierFor(t, a)
 		switch {

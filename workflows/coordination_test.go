@@ -166,3 +166,18 @@ func TestDeadlineWarning(t *testing.T) {
 	require.Len(t, h.hosts.signals, 2, "one SignalTasks per host")
 	assert.Equal(t, "SIGUSR1", h.hosts.signals[0].Signal)
 }
+
+func TestBarrier_RefusedPastTheSignalBudget(t *testing.T) {
+	defer func(old int) { BarrierSignalBudget = old }(BarrierSignalBudget)
+	BarrierSignalBudget = 5
+	h := newHarness(t, func(task string, _, _ int) behavior { return behavior{barriers: passes("late")} })
+	h.env.RegisterDelayedCallback(func() {
+		// Spend the budget with harmless signals (empty placements).
+		for i := 0; i <= BarrierSignalBudget; i++ {
+			h.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{})
+		}
+	}, 0)
+	_, _ = h.run(t, mustSpec(t, `{name: b, command: [x], onFailure: continue, tasks: {worker: {replicas: 1}}}`))
+	require.Len(t, h.hosts.passed["worker-0"], 1)
+	assert.Contains(t, h.hosts.passed["worker-0"][0], `barrier "late" refused: this run has used up its barrier budget`)
+}

@@ -46,6 +46,7 @@ type run struct {
 	barriers     map[string]*barrier
 	barrierOrder []string
 	stopReq      *StopRequest
+	signals      int // signals received, against the run's signal budget
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {
