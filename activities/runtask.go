@@ -113,7 +113,8 @@ wait:
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
-		// Canceled (the run is stopping, and StopTasks did not reach this host first) or the worker is stopping.
+		// The run is stopping and StopTasks did not reach this host first, or the SDK gave this attempt up
+		// (heartbeats kept failing, or the server no longer knows it). Either way the process must not outlive it.
 		e.requestStop(stopByRun, "canceled")
 		<-p.Done()
 	}
@@ -130,11 +131,26 @@ wait:
 		}
 		res.Stopped = true
 		if ctx.Err() != nil {
+			if lost := lostContact(ctx); lost != "" {
+				res.Stopped, res.Error = false, lost
+				return res, temporal.NewApplicationError(fmt.Sprintf("%s on %s was stopped: %s", t.Name, h.Name, lost), workflows.ErrTaskFailed, res)
+			}
 			return res, temporal.NewCanceledError(res)
 		}
 		return res, nil
 	}
 	return res, workflows.ExitOutcome(t, res)
+}
+
+// lostContact explains a canceled activity context that is not a cancellation request from the run: the SDK
+// also cancels it when heartbeats keep failing. It returns "" for a real cancellation request.
+func lostContact(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	var canceled *temporal.CanceledError
+	if cause == nil || errors.Is(cause, context.Canceled) || errors.As(cause, &canceled) {
+		return ""
+	}
+	return "lost contact with the Temporal server (heartbeat failed: " + cause.Error() + ")"
 }
 
 func taskInfo(runID string, t spec.Task, attempt, generation int, host string, m workflows.ClusterMap) task.Info {

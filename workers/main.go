@@ -74,7 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "on SIGTERM, time between SIGTERM and SIGKILL for this host's tasks")
-	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", time.Second, "most time a task's heartbeat (pid, last output line) waits before it is sent; bounds how stale `clusterrun status` is")
+	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s) before it gives the task up, so keep it well above the server's latency under load")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {
@@ -128,8 +128,8 @@ func run(args []string) error {
 	base := worker.Options{
 		// Let a stopping worker's tasks end through Host.Shutdown first.
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
-		// The SDK holds back heartbeats for up to 0.8 × the heartbeat timeout; cap that so status stays fresh and
-		// a cancellation reaches a task within about this interval even without the StopTasks downlink.
+		// Zero keeps the SDK's throttle (0.8 × heartbeatTimeout). A small cap makes status fresher but also gives
+		// each heartbeat RPC only that long: on a busy server the SDK then cancels healthy tasks.
 		MaxHeartbeatThrottleInterval: c.heartbeatThrottle,
 	}
 
