@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// batchWindow is how long a host waits for more reports of the same run before it signals. Tasks of a run land
-// on a host, or reach a barrier, within a few milliseconds of each other; one signal for all of them keeps them
-// from queueing on the workflow's history, where signals are applied one at a time.
+// batchWindow is how long a host waits for more placements of the same run before it signals. Tasks of a run
+// land on a host within a few milliseconds of each other; one signal for all of them keeps them from queueing on
+// the workflow's history, where signals are applied one at a time.
 const batchWindow = 3 * time.Millisecond
 
 // batcher gathers items per workflow run and sends each gathering with one call of send.

@@ -76,19 +76,6 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	return out, nil
 }
 
-// ReleaseBarrier hands a barrier's outcome (released, or broken with Error) to the named waiters on this host.
-func (h *Host) ReleaseBarrier(_ context.Context, in workflows.ReleaseBarrierInput) (workflows.ReleaseResult, error) {
-	var out workflows.ReleaseResult
-	for _, ta := range in.Tasks {
-		for _, e := range h.find(in.WorkflowID, in.RunID, []string{ta.Task}) {
-			if e.attempt == ta.Attempt && e.releaseBarrier(in.Barrier, in.Error) {
-				out.Released = append(out.Released, ta.Task)
-			}
-		}
-	}
-	return out, nil
-}
-
 // NotifyStop tells this host's tasks of a run that the run should stop (their should-stop turns true).
 func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error {
 	entries := h.find(in.WorkflowID, in.RunID, nil)

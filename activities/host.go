@@ -38,12 +38,13 @@ type Host struct {
 	Logger log.Logger
 
 	placements batcher[workflows.Placement]
-	arrivals   batcher[workflows.BarrierArrival]
+	gate       arrivalGate
 
-	mu       sync.Mutex
-	entries  map[string]*entry
-	shutdown bool
-	idle     *sync.Cond
+	mu        sync.Mutex
+	entries   map[string]*entry
+	followers map[string]context.CancelFunc // runs whose history this host follows
+	shutdown  bool
+	idle      *sync.Cond
 }
 
 // NewHost returns a Host with an empty registry.
@@ -52,9 +53,6 @@ func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Hos
 	h.idle = sync.NewCond(&h.mu)
 	h.placements.send = func(ctx context.Context, workflowID, runID string, items []workflows.Placement) error {
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
-	}
-	h.arrivals.send = func(ctx context.Context, workflowID, runID string, items []workflows.BarrierArrival) error {
-		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalBarrierArrivals, workflows.BarrierArrivals{Arrivals: items})
 	}
 	return h
 }
@@ -68,7 +66,7 @@ const (
 // entry is one task attempt on this host.
 type entry struct {
 	workflowID, runID, task string
-	attempt                 int
+	attempt, generation     int
 	release                 chan workflows.ClusterMap
 
 	mu       sync.Mutex
@@ -158,13 +156,13 @@ func key(workflowID, runID, task string) string { return workflowID + "\x00" + r
 // ErrShuttingDown refuses new task attempts while the host worker shuts down.
 var ErrShuttingDown = errors.New("host worker is shutting down")
 
-func (h *Host) register(workflowID, runID, task string, attempt int) (*entry, error) {
+func (h *Host) register(workflowID, runID, task string, attempt, generation int) (*entry, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.shutdown {
 		return nil, ErrShuttingDown
 	}
-	e := &entry{workflowID: workflowID, runID: runID, task: task, attempt: attempt,
+	e := &entry{workflowID: workflowID, runID: runID, task: task, attempt: attempt, generation: generation,
 		release: make(chan workflows.ClusterMap, 1), stopReq: make(chan struct{}), finished: make(chan struct{})}
 	if old := h.entries[key(workflowID, runID, task)]; old != nil {
 		// A newer attempt replaces a stale one (its activity timed out here but has not returned yet).
@@ -181,6 +179,7 @@ func (h *Host) unregister(e *entry) {
 		delete(h.entries, key(e.workflowID, e.runID, e.task))
 	}
 	close(e.finished)
+	h.unfollowIfIdle(e.workflowID, e.runID)
 	h.idle.Broadcast()
 }
 

@@ -44,7 +44,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	attempt := in.Generation + int(info.Attempt)
 	res := workflows.TaskResult{Task: t.Name, Host: h.Name, Attempt: attempt}
 
-	e, err := h.register(wf.ID, wf.RunID, t.Name, attempt)
+	e, err := h.register(wf.ID, wf.RunID, t.Name, attempt, in.Generation)
 	if err != nil {
 		return res, temporal.NewApplicationError(fmt.Sprintf("%s: %v", h.Name, err), workflows.ErrTaskFailed, res)
 	}

@@ -221,9 +221,16 @@ func printBarriers(w io.Writer, st workflows.RunStatus) {
 	if len(st.Barriers) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nBARRIERS (generation", fmt.Sprint(st.Barriers[0].Generation)+")")
+	head := fmt.Sprintf("\nBARRIERS (generation %d", st.Barriers[0].Generation)
+	if c := st.BarrierCounts; c != nil {
+		head += fmt.Sprintf(": %d in all, %d released, %d broken", c.Total, c.Released, c.Broken)
+		if c.Total > len(st.Barriers) {
+			head += fmt.Sprintf("; the last %d", len(st.Barriers))
+		}
+	}
+	fmt.Fprintln(w, head+")")
 	for _, b := range st.Barriers {
-		state := fmt.Sprintf("%d/%d arrived", len(b.Arrived), len(b.Arrived)+len(b.Waiting))
+		state := fmt.Sprintf("%d/%d arrived", b.ArrivedCount, b.Participants)
 		switch {
 		case b.Broken != "":
 			state = "broken: " + b.Broken

@@ -101,7 +101,7 @@ func (f *follower) update(st workflows.RunStatus) {
 		case b.Broken != "":
 			state = b.Broken
 		case b.Released:
-			state = fmt.Sprintf("barrier %q released (%d tasks)", b.Name, len(b.Arrived))
+			state = fmt.Sprintf("barrier %q released (%d tasks)", b.Name, b.ArrivedCount)
 		}
 		if state != "" && f.barriers[b.Name] != state {
 			f.barriers[b.Name] = state

@@ -45,7 +45,7 @@ tasks:
 	assert.Greater(t, firstLeave, lastArrival, "a task left the barrier before the last one arrived")
 	require.Len(t, st.Barriers, 2)
 	assert.Equal(t, "ready", st.Barriers[0].Name)
-	assert.Len(t, st.Barriers[0].Arrived, 5)
+	assert.Equal(t, 5, st.Barriers[0].ArrivedCount)
 	assert.Equal(t, []string{"worker"}, st.Barriers[1].Types)
 	assert.True(t, st.Barriers[1].Released)
 }

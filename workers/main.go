@@ -159,7 +159,6 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
 		w.RegisterActivityWithOptions(host.StopTasks, activity.RegisterOptions{Name: workflows.ActivityStopTasks})
 		w.RegisterActivityWithOptions(host.ReadLogs, activity.RegisterOptions{Name: workflows.ActivityReadLogs})
-		w.RegisterActivityWithOptions(host.ReleaseBarrier, activity.RegisterOptions{Name: workflows.ActivityReleaseBarrier})
 		w.RegisterActivityWithOptions(host.NotifyStop, activity.RegisterOptions{Name: workflows.ActivityNotifyStop})
 		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/log"
@@ -62,6 +63,7 @@ type fakeHosts struct {
 	passed   map[string][]string    // task -> "barrier: ok" or "barrier: error"
 	notified chan struct{}          // closed on NotifyStop
 	notices  []NotifyStopInput
+	outcomes []BarrierOutcome
 	signals  []SignalTasksInput
 }
 
@@ -72,7 +74,12 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
-	env.RegisterActivityWithOptions(f.releaseBarrier, activity.RegisterOptions{Name: ActivityReleaseBarrier})
+	// Host workers follow the run's memo for barrier outcomes; so do the fakes.
+	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
+		if o, ok := args.Get(0).(map[string]interface{})[MemoBarrier].(BarrierOutcome); ok {
+			f.outcome(o)
+		}
+	}).Return(nil)
 	env.RegisterActivityWithOptions(f.notifyStop, activity.RegisterOptions{Name: ActivityNotifyStop})
 	env.RegisterActivityWithOptions(f.signalTasks, activity.RegisterOptions{Name: ActivitySignalTasks})
 	return f
@@ -194,16 +201,24 @@ func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksRe
 	return out, nil
 }
 
-func (f *fakeHosts) releaseBarrier(_ context.Context, in ReleaseBarrierInput) error {
+func (f *fakeHosts) outcome(o BarrierOutcome) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, t := range in.Tasks {
-		if ch, ok := f.barrier[t.Task+"/"+in.Barrier]; ok {
-			ch <- in.Error
-			delete(f.barrier, t.Task+"/"+in.Barrier)
+	f.outcomes = append(f.outcomes, o)
+	for key, ch := range f.barrier {
+		task, name, _ := strings.Cut(key, "/")
+		if name != o.Barrier {
+			continue
+		}
+		hit := len(o.Tasks) == 0
+		for _, t := range o.Tasks {
+			hit = hit || t.Task == task
+		}
+		if hit {
+			ch <- o.Error
+			delete(f.barrier, key)
 		}
 	}
-	return nil
 }
 
 func (f *fakeHosts) notifyStop(_ context.Context, in NotifyStopInput) error {

@@ -22,8 +22,12 @@ type barrier struct {
 }
 
 func (b *barrier) status(generation int) BarrierStatus {
-	s := BarrierStatus{Name: b.name, Generation: generation, Types: b.types, Arrived: append([]string{}, b.order...),
-		Released: b.released, Broken: b.broken}
+	s := BarrierStatus{Name: b.name, Generation: generation, Types: b.types, Participants: len(b.participants),
+		ArrivedCount: len(b.order), Released: b.released, Broken: b.broken}
+	if b.released {
+		return s
+	}
+	s.Arrived = append([]string{}, b.order...)
 	for _, p := range b.participants {
 		if !b.arrived[p] {
 			s.Waiting = append(s.Waiting, p)
@@ -31,6 +35,9 @@ func (b *barrier) status(generation int) BarrierStatus {
 	}
 	return s
 }
+
+// recentBarriers is how many barriers the status lists in full.
+const recentBarriers = 20
 
 func (b *barrier) complete() bool {
 	for _, p := range b.participants {
@@ -56,14 +63,15 @@ func (b *barrier) has(task string) bool {
 // They are variables only so tests can lower them.
 var (
 	BarrierHistoryBudget = 40000
-	BarrierSignalBudget  = 9000
+	BarrierSignalBudget  = 9500
 )
 
-// delivery is one ReleaseBarrier to send: a barrier's waiters on one host, released or failed with err.
+// delivery is one barrier outcome to publish: released, or failed with err.
 type delivery struct {
 	barrier string
 	err     string
 	tasks   []*task
+	all     bool // every waiter of the barrier, wherever it is
 }
 
 // onArrivals records barrier arrivals and releases or fails waiters. It returns the ReleaseBarrier futures.
@@ -122,7 +130,7 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 			for _, p := range b.order {
 				waiters = append(waiters, r.byName[p])
 			}
-			out = append(out, delivery{barrier: b.name, tasks: waiters})
+			out = append(out, delivery{barrier: b.name, tasks: waiters, all: true})
 		}
 	}
 	return r.deliver(ctx, info, out)
@@ -203,49 +211,49 @@ func (r *run) breakBarriers(ctx workflow.Context, info *workflow.Info, t *task) 
 			}
 		}
 		if len(waiters) > 0 {
-			out = append(out, delivery{barrier: name, err: b.broken, tasks: waiters})
+			out = append(out, delivery{barrier: name, err: b.broken, tasks: waiters, all: true})
 		}
 	}
 	return r.deliver(ctx, info, out)
 }
 
-// deliver sends each delivery as one ReleaseBarrier per host.
-func (r *run) deliver(ctx workflow.Context, info *workflow.Info, ds []delivery) []workflow.Future {
-	var futures []workflow.Future
+// deliver publishes each delivery as one memo upsert, which host workers following the history apply. A
+// delivery to every waiter of a barrier goes out untargeted.
+func (r *run) deliver(ctx workflow.Context, _ *workflow.Info, ds []delivery) []workflow.Future {
 	for _, d := range ds {
-		var hosts []string
-		byHost := map[string][]TaskAttempt{}
-		for _, t := range d.tasks {
-			h := t.status.Host
-			if h == "" {
-				continue
+		r.outcomes++
+		o := BarrierOutcome{Seq: r.outcomes, Generation: r.generation, Barrier: d.barrier, Error: d.err}
+		if !d.all {
+			for _, t := range d.tasks {
+				o.Tasks = append(o.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
 			}
-			if _, ok := byHost[h]; !ok {
-				hosts = append(hosts, h)
-			}
-			byHost[h] = append(byHost[h], TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
 		}
-		for _, h := range hosts {
-			verb := "release"
-			if d.err != "" {
-				verb = "break"
-			}
-			futures = append(futures, workflow.ExecuteActivity(
-				controlOptions(ctx, h, 30*time.Second, fmt.Sprintf("%s barrier %s for %d task(s) on %s", verb, d.barrier, len(byHost[h]), h)),
-				ActivityReleaseBarrier,
-				ReleaseBarrierInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Barrier: d.barrier,
-					Generation: r.generation, Tasks: byHost[h], Error: d.err}))
+		if err := workflow.UpsertMemo(ctx, map[string]interface{}{MemoBarrier: o}); err != nil {
+			workflow.GetLogger(ctx).Error("cannot publish a barrier outcome", "barrier", d.barrier, "error", err)
 		}
 	}
-	return futures
+	return nil
 }
 
-func (r *run) barrierStatus() []BarrierStatus {
-	var out []BarrierStatus
-	for _, name := range r.barrierOrder {
-		out = append(out, r.barriers[name].status(r.generation))
+func (r *run) barrierStatus() ([]BarrierStatus, *BarrierCounts) {
+	if len(r.barrierOrder) == 0 {
+		return nil, nil
 	}
-	return out
+	var out []BarrierStatus
+	counts := &BarrierCounts{Total: len(r.barrierOrder)}
+	for i, name := range r.barrierOrder {
+		b := r.barriers[name]
+		if b.released {
+			counts.Released++
+		}
+		if b.broken != "" {
+			counts.Broken++
+		}
+		if i >= len(r.barrierOrder)-recentBarriers {
+			out = append(out, b.status(r.generation))
+		}
+	}
+	return out, counts
 }
 
 // runningHosts lists, in plan order, the hosts of tasks that are placed and not over.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,14 @@ func TestBarrier_AllTasks(t *testing.T) {
 	}
 	require.Len(t, st.Barriers, 2)
 	assert.True(t, st.Barriers[0].Released)
-	assert.Len(t, st.Barriers[0].Arrived, 4)
+	// One published outcome per barrier, for every waiter on every host.
+	require.Len(t, h.hosts.outcomes, 2)
+	assert.Empty(t, h.hosts.outcomes[0].Tasks)
+	assert.Equal(t, []int{1, 2}, []int{h.hosts.outcomes[0].Seq, h.hosts.outcomes[1].Seq})
+	assert.Equal(t, 4, st.Barriers[0].ArrivedCount)
+	assert.Equal(t, 4, st.Barriers[0].Participants)
 	assert.Empty(t, st.Barriers[0].Waiting)
+	assert.Equal(t, &BarrierCounts{Total: 2, Released: 2}, st.BarrierCounts)
 }
 
 func TestBarrier_Subset(t *testing.T) {
@@ -41,7 +48,8 @@ func TestBarrier_Subset(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ps-sync: ok"}, h.hosts.passed["ps-1"])
 	assert.Equal(t, []string{"ps"}, st.Barriers[0].Types)
-	assert.ElementsMatch(t, []string{"ps-0", "ps-1"}, st.Barriers[0].Arrived)
+	assert.Equal(t, 2, st.Barriers[0].Participants)
+	assert.Equal(t, 2, st.Barriers[0].ArrivedCount)
 }
 
 func TestBarrier_BrokenByFailure(t *testing.T) {
@@ -180,4 +188,18 @@ func TestBarrier_RefusedPastTheSignalBudget(t *testing.T) {
 	_, _ = h.run(t, mustSpec(t, `{name: b, command: [x], onFailure: continue, tasks: {worker: {replicas: 1}}}`))
 	require.Len(t, h.hosts.passed["worker-0"], 1)
 	assert.Contains(t, h.hosts.passed["worker-0"][0], `barrier "late" refused: this run has used up its barrier budget`)
+}
+
+func TestBarrier_StatusStaysSmall(t *testing.T) {
+	var names []string
+	for i := 0; i < 30; i++ {
+		names = append(names, fmt.Sprintf("b%d", i))
+	}
+	h := newHarness(t, func(string, int, int) behavior { return behavior{barriers: passes(names...)} })
+	st, err := h.run(t, mustSpec(t, `{name: b, command: [x], tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	assert.Len(t, st.Barriers, recentBarriers, "only the most recent barriers are listed")
+	assert.Equal(t, "b29", st.Barriers[len(st.Barriers)-1].Name)
+	assert.Equal(t, &BarrierCounts{Total: 30, Released: 30}, st.BarrierCounts)
+	assert.Nil(t, st.Barriers[0].Arrived, "a released barrier keeps counts, not names")
 }

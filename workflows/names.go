@@ -12,13 +12,12 @@ const (
 	// ReadLogsWorkflowType is a short helper workflow that reads log chunks from host workers.
 	ReadLogsWorkflowType = "ReadLogs"
 
-	ActivityRunTask        = "RunTask"
-	ActivityRelease        = "Release"
-	ActivityStopTasks      = "StopTasks"
-	ActivityReadLogs       = "ReadLogs"
-	ActivityReleaseBarrier = "ReleaseBarrier"
-	ActivityNotifyStop     = "NotifyStop"
-	ActivitySignalTasks    = "SignalTasks"
+	ActivityRunTask     = "RunTask"
+	ActivityRelease     = "Release"
+	ActivityStopTasks   = "StopTasks"
+	ActivityReadLogs    = "ReadLogs"
+	ActivityNotifyStop  = "NotifyStop"
+	ActivitySignalTasks = "SignalTasks"
 )
 
 // Task queues.
@@ -87,6 +86,12 @@ const (
 	TaskFailed    = "Failed"    // failed for good
 	TaskStopped   = "Stopped"   // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
 )
+
+// MemoBarrier is the memo key under which the workflow publishes each barrier outcome (a BarrierOutcome). Host
+// workers follow the run's history and hand each outcome to their waiting tasks: one history event per outcome,
+// however many hosts wait, where an activity per host would cost three events each plus the workflow tasks
+// their completions wake.
+const MemoBarrier = "clusterrun.barrier"
 
 // ErrBarrier is the error type a barrier waiter gets when its barrier is broken or times out.
 const ErrBarrier = "BarrierError"

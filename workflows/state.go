@@ -47,6 +47,7 @@ type run struct {
 	barrierOrder []string
 	stopReq      *StopRequest
 	signals      int // signals received, against the run's signal budget
+	outcomes     int // barrier outcomes published (BarrierOutcome.Seq)
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {
@@ -66,7 +67,7 @@ func (r *run) snapshot() RunStatus {
 	for _, t := range r.tasks {
 		s.Tasks = append(s.Tasks, t.status)
 	}
-	s.Barriers = r.barrierStatus()
+	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq
 	return s
 }

@@ -129,13 +129,13 @@ type BarrierArrival struct {
 	Types []string `json:"types,omitempty"`
 }
 
-// ReleaseBarrierInput releases (or, with Error, fails) the named waiters of one barrier on one host.
-type ReleaseBarrierInput struct {
-	WorkflowID string        `json:"workflowId"`
-	RunID      string        `json:"runId"`
-	Barrier    string        `json:"barrier"`
+// BarrierOutcome releases (or, with Error, fails) waiters of one barrier: every waiter of it when Tasks is
+// empty, else the named attempts. The workflow publishes it in its memo under MemoBarrier.
+type BarrierOutcome struct {
+	Seq        int           `json:"seq"` // increases by one per outcome in a run
 	Generation int           `json:"generation"`
-	Tasks      []TaskAttempt `json:"tasks"`
+	Barrier    string        `json:"barrier"`
+	Tasks      []TaskAttempt `json:"tasks,omitempty"`
 	Error      string        `json:"error,omitempty"`
 }
 
@@ -203,15 +203,25 @@ type TaskStatus struct {
 	Straggler bool `json:"straggler,omitempty"`
 }
 
-// BarrierStatus is one barrier of the current generation.
+// BarrierStatus is one barrier of the current generation. Who arrived and who is awaited are listed only while
+// the barrier is pending; a released barrier keeps its counts, so a run with many barriers stays cheap to query.
 type BarrierStatus struct {
-	Name       string   `json:"name"`
-	Generation int      `json:"generation"`
-	Types      []string `json:"types,omitempty"`
-	Arrived    []string `json:"arrived"`
-	Waiting    []string `json:"waiting,omitempty"` // participants not yet arrived
-	Released   bool     `json:"released,omitempty"`
-	Broken     string   `json:"broken,omitempty"`
+	Name         string   `json:"name"`
+	Generation   int      `json:"generation"`
+	Types        []string `json:"types,omitempty"`
+	Participants int      `json:"participants"`
+	ArrivedCount int      `json:"arrivedCount"`
+	Arrived      []string `json:"arrived,omitempty"`
+	Waiting      []string `json:"waiting,omitempty"` // participants not yet arrived
+	Released     bool     `json:"released,omitempty"`
+	Broken       string   `json:"broken,omitempty"`
+}
+
+// BarrierCounts sums up every barrier of the current generation.
+type BarrierCounts struct {
+	Total    int `json:"total"`
+	Released int `json:"released"`
+	Broken   int `json:"broken"`
 }
 
 // RunStatus is the live view of a run (query "status") and, once it ends, its result.
@@ -224,8 +234,10 @@ type RunStatus struct {
 	StartTime    time.Time    `json:"startTime"`
 	EndTime      *time.Time   `json:"endTime,omitempty"`
 	Tasks        []TaskStatus `json:"tasks"`
-	// Barriers of the current generation, in order of first arrival.
-	Barriers []BarrierStatus `json:"barriers,omitempty"`
+	// Barriers are the most recent barriers of the current generation (at most 20), oldest first; BarrierCounts
+	// counts all of them.
+	Barriers      []BarrierStatus `json:"barriers,omitempty"`
+	BarrierCounts *BarrierCounts  `json:"barrierCounts,omitempty"`
 	// StopRequest is the stop request that ended (or is ending) the run, if any.
 	StopRequest *StopRequest `json:"stopRequest,omitempty"`
 }
