@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,15 +24,17 @@ type arrivalGate struct {
 
 type heldArrivals struct {
 	workflowID, runID string
-	items             []workflows.BarrierArrival
+	sig               workflows.BarrierArrivals
 	waiters           []chan error
 	timer             *time.Timer
 }
 
-// arrive reports an arrival and returns once the signal carrying it was sent (or failed).
-func (h *Host) arrive(ctx context.Context, e *entry, a workflows.BarrierArrival) error {
-	expected := h.localParticipants(e.workflowID, e.runID, a.Generation, a.Types)
-	k := e.workflowID + "\x00" + e.runID + "\x00" + a.Barrier + "\x00" + itoa(a.Generation)
+// arrive reports that attempt e arrived at a barrier (declared for types) and returns once the signal carrying
+// the arrival was sent (or failed).
+func (h *Host) arrive(ctx context.Context, e *entry, barrier string, types []string) error {
+	expected := h.localParticipants(e.workflowID, e.runID, e.generation, types)
+	// Arrivals that name other types go apart: the workflow refuses the odd ones with a clear error.
+	k := e.workflowID + "\x00" + e.runID + "\x00" + barrier + "\x00" + itoa(e.generation) + "\x00" + strings.Join(types, ",")
 	done := make(chan error, 1)
 	g := &h.gate
 	g.mu.Lock()
@@ -40,13 +43,14 @@ func (h *Host) arrive(ctx context.Context, e *entry, a workflows.BarrierArrival)
 	}
 	held := g.pending[k]
 	if held == nil {
-		held = &heldArrivals{workflowID: e.workflowID, runID: e.runID}
+		held = &heldArrivals{workflowID: e.workflowID, runID: e.runID,
+			sig: workflows.BarrierArrivals{Barrier: barrier, Generation: e.generation, Types: types}}
 		held.timer = time.AfterFunc(maxArrivalHold, func() { h.sendArrivals(k) })
 		g.pending[k] = held
 	}
-	held.items = append(held.items, a)
+	held.sig.Tasks = append(held.sig.Tasks, workflows.TaskAttempt{Task: e.task, Attempt: e.attempt})
 	held.waiters = append(held.waiters, done)
-	full := len(held.items) >= expected
+	full := len(held.sig.Tasks) >= expected
 	g.mu.Unlock()
 	if full {
 		h.sendArrivals(k)
@@ -72,8 +76,7 @@ func (h *Host) sendArrivals(k string) {
 	held.timer.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := h.Client.SignalWorkflow(ctx, held.workflowID, held.runID, workflows.SignalBarrierArrivals,
-		workflows.BarrierArrivals{Arrivals: held.items})
+	err := h.Client.SignalWorkflow(ctx, held.workflowID, held.runID, workflows.SignalBarrierArrivals, held.sig)
 	for _, w := range held.waiters {
 		w <- err
 	}

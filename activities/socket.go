@@ -146,9 +146,8 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	wait := c.e.waitBarrier(req.Name)
 	defer c.e.forgetBarrier(req.Name, wait)
 	c.h.followRun(c.e.workflowID, c.e.runID)
-	arrival := workflows.BarrierArrival{Task: c.info.Task, Attempt: c.info.Attempt, Generation: c.gen, Barrier: req.Name, Types: req.Types}
 	ctx := r.Context()
-	if err := c.h.arrive(ctx, c.e, arrival); err != nil {
+	if err := c.h.arrive(ctx, c.e, req.Name, req.Types); err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
 	}
 	var expired <-chan time.Time

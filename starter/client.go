@@ -179,6 +179,9 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 		if note == "" && len(t.Result) > 0 {
 			note = string(t.Result)
 		}
+		if note == "" && t.ResultOmitted {
+			note = "(result too large for the run's results; see result.json in the task's log folder on " + t.Host + ")"
+		}
 		host := t.Host
 		if host == "" {
 			host = "-"

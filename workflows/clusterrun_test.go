@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,8 +119,8 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 		f.mu.Lock()
 		f.barrier[in.Task.Name+"/"+call.name] = ch
 		f.mu.Unlock()
-		f.env.SignalWorkflow(SignalBarrierArrivals, BarrierArrivals{Arrivals: []BarrierArrival{{Task: in.Task.Name,
-			Attempt: res.Attempt, Generation: in.Generation, Barrier: call.name, Types: call.types}}})
+		f.env.SignalWorkflow(SignalBarrierArrivals, BarrierArrivals{Barrier: call.name, Generation: in.Generation, Types: call.types,
+			Tasks: []TaskAttempt{{Task: in.Task.Name, Attempt: res.Attempt}}})
 		select {
 		case e := <-ch:
 			f.mu.Lock()
@@ -594,4 +595,33 @@ func TestClusterRun_UnknownTaskInSignalIsIgnored(t *testing.T) {
 	require.NoError(t, err, "the run is unharmed")
 	assert.Len(t, st.Tasks, 2)
 	assert.Equal(t, StatusSucceeded, st.Status)
+}
+
+func TestClusterRun_ResultsStayBounded(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
+	big := json.RawMessage(`"` + strings.Repeat("x", 300<<10) + `"`)
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTaskInput) (TaskResult, error) {
+		info := activity.GetInfo(ctx)
+		env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Attempt: int(info.Attempt), Host: "h"}}})
+		return TaskResult{Task: in.Task.Name, Result: big}, nil
+	}, activity.RegisterOptions{Name: ActivityRunTask})
+	env.RegisterActivityWithOptions(func(context.Context, ReleaseInput) (ReleaseResult, error) { return ReleaseResult{}, nil },
+		activity.RegisterOptions{Name: ActivityRelease})
+	env.ExecuteWorkflow(WorkflowType, mustSpec(t, `{name: big, command: [x], tasks: {worker: {replicas: 8}}}`))
+	require.NoError(t, env.GetWorkflowError())
+	var st RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	kept := 0
+	for _, task := range st.Tasks {
+		if task.ResultOmitted {
+			assert.Nil(t, task.Result)
+		} else {
+			kept++
+		}
+	}
+	assert.Equal(t, 3, kept, "3 × 300 KiB fit in 1 MiB, in task order")
+	assert.True(t, st.Tasks[7].ResultOmitted)
 }

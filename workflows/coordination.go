@@ -62,9 +62,19 @@ func (b *barrier) has(task string) bool {
 // error instead of the run being terminated by the server.
 // They are variables only so tests can lower them.
 var (
-	BarrierHistoryBudget = 40000
-	BarrierSignalBudget  = 9500
+	BarrierHistoryBudget      = 40000
+	BarrierHistoryBytesBudget = 40 << 20
+	BarrierSignalBudget       = 9500
 )
+
+// BarrierArrival is one task attempt arriving at one barrier.
+type BarrierArrival struct {
+	Task       string
+	Attempt    int
+	Generation int
+	Barrier    string
+	Types      []string
+}
 
 // delivery is one barrier outcome to publish: released, or failed with err.
 type delivery struct {
@@ -80,12 +90,16 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 	touched := map[string]bool{}
 	var touchedOrder []string
 	overBudget := ""
-	if n := workflow.GetInfo(ctx).GetCurrentHistoryLength(); n > BarrierHistoryBudget {
+	cur := workflow.GetInfo(ctx)
+	if n := cur.GetCurrentHistoryLength(); n > BarrierHistoryBudget {
 		overBudget = fmt.Sprintf("history length %d is past clusterrun's budget of %d (Temporal's limit is 51,200)", n, BarrierHistoryBudget)
+	} else if size := cur.GetCurrentHistorySize(); size > BarrierHistoryBytesBudget {
+		overBudget = fmt.Sprintf("history size %d MB is past clusterrun's budget of %d MB (Temporal's limit is 50 MB)", size>>20, BarrierHistoryBytesBudget>>20)
 	} else if r.signals > BarrierSignalBudget {
 		overBudget = fmt.Sprintf("%d signals received, past clusterrun's budget of %d (Temporal's limit is 10,000)", r.signals, BarrierSignalBudget)
 	}
-	for _, a := range sig.Arrivals {
+	for _, ta := range sig.Tasks {
+		a := BarrierArrival{Task: ta.Task, Attempt: ta.Attempt, Generation: sig.Generation, Barrier: sig.Barrier, Types: sig.Types}
 		t := r.byName[a.Task]
 		if t == nil {
 			workflow.GetLogger(ctx).Warn("ignoring a barrier arrival for a task this run does not have", "task", a.Task, "barrier", a.Barrier)

@@ -60,12 +60,22 @@ func newRun(p *spec.Plan, now time.Time) *run {
 	return r
 }
 
+// MaxResultsBytes bounds the task results one RunStatus carries, so the run's result and the status query stay
+// far below Temporal's 2 MB payload limit however many tasks write results.
+const MaxResultsBytes = 1 << 20
+
 // snapshot is the query "status" and the run's result.
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
 		StartTime: r.startTime, EndTime: r.endTime}
+	budget := MaxResultsBytes
 	for _, t := range r.tasks {
-		s.Tasks = append(s.Tasks, t.status)
+		st := t.status
+		if len(st.Result) > budget {
+			st.Result, st.ResultOmitted = nil, true
+		}
+		budget -= len(st.Result)
+		s.Tasks = append(s.Tasks, st)
 	}
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq

@@ -114,19 +114,14 @@ type TaskResult struct {
 	StderrTail string          `json:"stderrTail,omitempty"`
 }
 
-// BarrierArrivals reports tasks that arrived at barriers; a host batches its arrivals into one signal.
+// BarrierArrivals reports task attempts that arrived at one barrier; a host sends its arrivals at a barrier
+// together, as one signal, once all its participants are in.
 type BarrierArrivals struct {
-	Arrivals []BarrierArrival `json:"arrivals"`
-}
-
-// BarrierArrival is one task attempt arriving at one barrier.
-type BarrierArrival struct {
-	Task       string `json:"task"`
-	Attempt    int    `json:"attempt"`
-	Generation int    `json:"generation"`
 	Barrier    string `json:"barrier"`
+	Generation int    `json:"generation"`
 	// Types names the task types that take part; empty means every task.
-	Types []string `json:"types,omitempty"`
+	Types []string      `json:"types,omitempty"`
+	Tasks []TaskAttempt `json:"tasks"`
 }
 
 // BarrierOutcome releases (or, with Error, fails) waiters of one barrier: every waiter of it when Tasks is
@@ -201,6 +196,9 @@ type TaskStatus struct {
 	Error     string          `json:"error,omitempty"`
 	// Straggler says the task did not exit within stopGracePeriod after a stop request and was killed.
 	Straggler bool `json:"straggler,omitempty"`
+	// ResultOmitted says the task's result did not fit in the run's results (MaxResultsBytes, in task order);
+	// it is still in result.json in the task's log folder on its host.
+	ResultOmitted bool `json:"resultOmitted,omitempty"`
 }
 
 // BarrierStatus is one barrier of the current generation. Who arrived and who is awaited are listed only while

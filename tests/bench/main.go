@@ -8,6 +8,9 @@
 //	   (srun -n 64 --overcommit --kill-on-bad-exit=1)
 //	c. host-worker memory and CPU per idle supervised task   (slurmstepd + srun for 64 sleeping tasks)
 //	d. stop latency: the chief exits → a sleeping task on another host gets SIGTERM
+//	e. barrier latency (last arrival → every waiter released) for 8, 64 and 256 tasks over 4 host workers,
+//	   against the design's floor measured the same way (a barrier with one participant)
+//	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
 //
 // Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
 package main

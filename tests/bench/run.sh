@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: sets up Slurm on this machine (root; deployments/slurm/setup-single-node.sh) and a separate
-# clusterrun dev environment (its own state dir and port, host workers bench-a and bench-b), runs the
-# side-by-side benchmarks, prints the report and tears the clusterrun environment down again.
+# clusterrun dev environment (its own state dir and port), runs the side-by-side benchmarks with 4 host workers,
+# then the barrier scale scenario with 8, prints the report and tears the clusterrun environment down again.
+# Extra arguments go to the harness (go run ./tests/bench -h), e.g. -only ab.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -10,8 +11,13 @@ if [ "$(id -u)" = 0 ]; then
 else
 	echo "bench: not root, so no Slurm peer; clusterrun figures only" >&2
 fi
-export CLUSTERRUN_STATE=$root/.clusterrun-bench TEMPORAL_PORT=7244 TEMPORAL_UI_PORT=8244
-export CLUSTERRUN_DEV_HOSTS="bench-a bench-b" TEMPORAL_ADDRESS=127.0.0.1:7244
+export CLUSTERRUN_STATE=$root/.clusterrun-bench TEMPORAL_PORT=7244 TEMPORAL_UI_PORT=8244 TEMPORAL_ADDRESS=127.0.0.1:7244
 trap './deployments/dev/down.sh >/dev/null' EXIT
-./deployments/dev/up.sh
-go run ./tests/bench -clusterrun "$root/bin/clusterrun" -worker-pid "$(cat "$CLUSTERRUN_STATE/worker-bench-a.pid")" "$@"
+harness=(go run ./tests/bench -clusterrun "$root/bin/clusterrun" -log-dir "$CLUSTERRUN_STATE/logs")
+
+CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
+"${harness[@]}" -only abcde -worker-pid "$(cat "$CLUSTERRUN_STATE/worker-bench-a.pid")" "$@"
+./deployments/dev/down.sh >/dev/null
+
+CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh
+"${harness[@]}" -only f "$@"
