@@ -11,6 +11,9 @@
 //	e. barrier latency (last arrival → every waiter released) for 8, 64 and 256 tasks over 4 host workers,
 //	   against the design's floor measured the same way (a barrier with one participant)
 //	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
+//	e. barrier latency (last arrival → every waiter released) for 8, 64 and 256 tasks over 4 host workers,
+//	   against the design's floor measured the same way (a barrier with one participant)
+//	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
 //
 // Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
 package main
@@ -18,6 +21,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -36,7 +40,14 @@ var (
 	hostB      = flag.String("host-b", "bench-b", "second host worker's --host")
 	workerPID  = flag.Int("worker-pid", 0, "pid of the host-a worker, for the idle overhead scenario")
 	idleFor    = flag.Duration("idle", 20*time.Second, "how long to sample idle overhead")
+	only       = flag.String("only", "", "run only these scenarios (letters, e.g. ef)")
+	python     = flag.String("python", "/usr/bin/python3", "Python for the barrier scenarios")
+	barrierN   = flag.Int("barriers", 30, "barriers per run in the barrier latency scenario")
+	scaleN     = flag.Int("scale-barriers", 1000, "barriers in the scale scenario")
+	logDir     = flag.String("log-dir", ".clusterrun-bench/logs", "the host workers' --log-dir, where the barrier scenarios' tasks leave their timestamps")
 )
+
+func want(scenario string) bool { return *only == "" || strings.Contains(*only, scenario) }
 
 func main() {
 	flag.Parse()
@@ -47,9 +58,24 @@ func main() {
 	haveSrun := srunErr == nil
 
 	fmt.Printf("Measured %s on %s (%d runs each; medians, p90 in brackets).\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), hostname(), *runs)
+	if want("a") || want("b") || want("d") {
+		speedScenarios(dir, haveSrun)
+	}
+	if want("e") {
+		barrierLatency(dir)
+	}
+	if want("f") {
+		barrierScale(dir)
+	}
+	fmt.Println()
+	if want("c") && *workerPID > 0 {
+		idleOverhead(dir, haveSrun)
+	}
+}
+
+func speedScenarios(dir string, haveSrun bool) {
 	fmt.Println("| scenario | clusterrun | srun | clusterrun / srun |")
 	fmt.Println("| --- | --- | --- | --- |")
-
 	trivial := write(dir, "trivial.yaml", `{name: bench-trivial, command: ["true"], tasks: {worker: {replicas: 64}}}`)
 	a := timeRuns(func() error { return runQuiet(*clusterrun, "run", trivial) })
 	var as []time.Duration
@@ -78,11 +104,6 @@ tasks:
 
 	d := stopLatency(dir)
 	fmt.Printf("| d. stop latency: chief exit → SIGTERM in a task on another host | %s | – | – |\n", stat(d))
-
-	fmt.Println()
-	if *workerPID > 0 {
-		idleOverhead(dir, haveSrun)
-	}
 }
 
 func row(name string, ours, theirs []time.Duration) {
@@ -291,3 +312,118 @@ func check(err error) {
 		os.Exit(1)
 	}
 }
+
+// barrierScript runs BARRIERS barriers back to back and records, for each, when the task arrived and when it
+// was released (time.time_ns), in marks.json beside its logs (a result would be too large at scale).
+const barrierScript = `
+import json, os, sys, time
+sys.path.insert(0, os.environ["CLUSTERRUN_PY"])
+import clusterrun
+marks = []
+for i in range(int(os.environ["BARRIERS"])):
+    t0 = time.time_ns()
+    clusterrun.barrier("b%d" % i)
+    marks.append([t0, time.time_ns()])
+with open(os.path.join(os.path.dirname(os.environ["CLUSTERRUN_RESULT_FILE"]), "marks.json"), "w") as f:
+    json.dump(marks, f)
+`
+
+// runBarriers runs n tasks through k barriers and returns, per barrier, the time from the last arrival to the
+// last release, and the run's history length and signal count.
+func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals int, err error) {
+	script := write(dir, "barriers.py", barrierScript)
+	pyDir, _ := filepath.Abs("python")
+	spec := write(dir, fmt.Sprintf("barriers-%d-%d.yaml", n, k), fmt.Sprintf(
+		"{name: bench-barriers, command: [%s, %s], heartbeatTimeout: 30s, env: {BARRIERS: \"%d\", CLUSTERRUN_PY: %s}, tasks: {worker: {replicas: %d}}}",
+		*python, script, k, pyDir, n))
+	idOut, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("start barrier run: %w", err)
+	}
+	id := strings.TrimSpace(string(idOut))
+	var st struct {
+		Status string
+		Reason string
+		Tasks  []struct{ Name string }
+	}
+	for {
+		out, err := exec.Command(*clusterrun, "status", id, "--json").Output()
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("status of %s: %w", id, err)
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return nil, 0, 0, err
+		}
+		if st.Status != "Running" {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if st.Status != "Succeeded" {
+		return nil, 0, 0, fmt.Errorf("barrier run %s: %s: %s", id, st.Status, st.Reason)
+	}
+	marks := make([][][2]int64, len(st.Tasks))
+	for i, t := range st.Tasks {
+		b, err := os.ReadFile(filepath.Join(*logDir, id, "attempt_1", t.Name, "marks.json"))
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if err := json.Unmarshal(b, &marks[i]); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	for b := 0; b < k; b++ {
+		var lastIn, lastOut int64
+		for _, m := range marks {
+			lastIn, lastOut = max(lastIn, m[b][0]), max(lastOut, m[b][1])
+		}
+		lat = append(lat, time.Duration(lastOut-lastIn))
+	}
+	// The history: its length, and how many signals it holds.
+	show, err := exec.Command(filepath.Join(filepath.Dir(*clusterrun), "temporal"), "workflow", "show", "-w", id, "-o", "json").Output()
+	if err == nil {
+		var h struct {
+			Events []struct {
+				EventType string `json:"eventType"`
+			} `json:"events"`
+		}
+		if json.Unmarshal(show, &h) == nil {
+			history = len(h.Events)
+			for _, e := range h.Events {
+				if e.EventType == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED" {
+					signals++
+				}
+			}
+		}
+	}
+	return lat, history, signals, nil
+}
+
+// barrierLatency: last arrival → every waiter released, for 8, 64 and 256 tasks, against the floor of the
+// design measured the same way: a barrier with one participant (one arrival signal, one workflow task, one
+// published outcome seen by the host).
+func barrierLatency(dir string) {
+	fmt.Println()
+	fmt.Println("| e. barrier latency, last arrival → all released | p50 | p95 | p50 / floor |")
+	fmt.Println("| --- | --- | --- | --- |")
+	floor, _, _, err := runBarriers(dir, 1, *barrierN)
+	check(err)
+	fmt.Printf("| floor: 1 task (one signal in, one outcome out) | %.1f ms | %.1f ms | 1.00× |\n", ms(median(floor)), ms(quantile(floor, 0.95)))
+	for _, n := range []int{8, 64, 256} {
+		lat, _, _, err := runBarriers(dir, n, *barrierN)
+		check(err)
+		fmt.Printf("| %d tasks | %.1f ms | %.1f ms | %.2f× |\n", n, ms(median(lat)), ms(quantile(lat, 0.95)), float64(median(lat))/float64(median(floor)))
+	}
+}
+
+// barrierScale: 256 tasks pass many barriers within Temporal's default limits.
+func barrierScale(dir string) {
+	start := time.Now()
+	lat, history, signals, err := runBarriers(dir, 256, *scaleN)
+	check(err)
+	fmt.Printf("\nf. scale: 256 tasks on the host workers passed %d barriers in %s (per barrier p50 %.1f ms, p95 %.1f ms); "+
+		"history %d events of Temporal's 51,200, %d signals of its 10,000.\n",
+		len(lat), time.Since(start).Round(time.Second), ms(median(lat)), ms(quantile(lat, 0.95)), history, signals)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
