@@ -317,7 +317,7 @@ func check(err error) {
 // was released (time.time_ns), in marks.json beside its logs (a result would be too large at scale).
 const barrierScript = `
 import json, os, sys, time
-sys.path.insert(0, os.environ["CLUSTERRUN_PY"])
+sys.path.insert(0, os.environ["BENCH_CLIENT_DIR"])
 import clusterrun
 marks = []
 for i in range(int(os.environ["BARRIERS"])):
@@ -334,7 +334,7 @@ func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals in
 	script := write(dir, "barriers.py", barrierScript)
 	pyDir, _ := filepath.Abs("python")
 	spec := write(dir, fmt.Sprintf("barriers-%d-%d.yaml", n, k), fmt.Sprintf(
-		"{name: bench-barriers, command: [%s, %s], heartbeatTimeout: 30s, env: {BARRIERS: \"%d\", CLUSTERRUN_PY: %s}, tasks: {worker: {replicas: %d}}}",
+		"{name: bench-barriers, command: [%s, %s], heartbeatTimeout: 30s, env: {BARRIERS: \"%d\", BENCH_CLIENT_DIR: %s}, tasks: {worker: {replicas: %d}}}",
 		*python, script, k, pyDir, n))
 	idOut, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
 	if err != nil {
