@@ -328,9 +328,23 @@ with open(os.path.join(os.path.dirname(os.environ["CLUSTERRUN_RESULT_FILE"]), "m
     json.dump(marks, f)
 `
 
-// runBarriers runs n tasks through k barriers and returns, per barrier, the time from the last arrival to the
-// last release, and the run's history length and signal count.
-func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals int, err error) {
+// barrierRun is what one barrier run measured.
+type barrierRun struct {
+	lat        []time.Duration // per barrier: last arrival → last release
+	rendezvous time.Duration   // workflow start → the last Release of the rendezvous completed
+	history    int             // events
+	signals    int
+}
+
+// runBarriers runs n tasks through k barriers.
+func runBarriers(dir string, n, k int) (barrierRun, error) {
+	var r barrierRun
+	lat, history, signals, rendezvous, err := runBarriersRaw(dir, n, k)
+	r.lat, r.history, r.signals, r.rendezvous = lat, history, signals, rendezvous
+	return r, err
+}
+
+func runBarriersRaw(dir string, n, k int) (lat []time.Duration, history, signals int, rendezvous time.Duration, err error) {
 	script := write(dir, "barriers.py", barrierScript)
 	pyDir, _ := filepath.Abs("python")
 	spec := write(dir, fmt.Sprintf("barriers-%d-%d.yaml", n, k), fmt.Sprintf(
@@ -338,7 +352,7 @@ func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals in
 		*python, script, k, pyDir, n))
 	idOut, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("start barrier run: %w", err)
+		return nil, 0, 0, 0, fmt.Errorf("start barrier run: %w", err)
 	}
 	id := strings.TrimSpace(string(idOut))
 	var st struct {
@@ -349,10 +363,10 @@ func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals in
 	for {
 		out, err := exec.Command(*clusterrun, "status", id, "--json").Output()
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("status of %s: %w", id, err)
+			return nil, 0, 0, 0, fmt.Errorf("status of %s: %w", id, err)
 		}
 		if err := json.Unmarshal(out, &st); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 		if st.Status != "Running" {
 			break
@@ -360,16 +374,16 @@ func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals in
 		time.Sleep(time.Second)
 	}
 	if st.Status != "Succeeded" {
-		return nil, 0, 0, fmt.Errorf("barrier run %s: %s: %s", id, st.Status, st.Reason)
+		return nil, 0, 0, 0, fmt.Errorf("barrier run %s: %s: %s", id, st.Status, st.Reason)
 	}
 	marks := make([][][2]int64, len(st.Tasks))
 	for i, t := range st.Tasks {
 		b, err := os.ReadFile(filepath.Join(*logDir, id, "attempt_1", t.Name, "marks.json"))
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 		if err := json.Unmarshal(b, &marks[i]); err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 	}
 	for b := 0; b < k; b++ {
@@ -384,19 +398,35 @@ func runBarriers(dir string, n, k int) (lat []time.Duration, history, signals in
 	if err == nil {
 		var h struct {
 			Events []struct {
-				EventType string `json:"eventType"`
+				EventID   string    `json:"eventId"`
+				EventTime time.Time `json:"eventTime"`
+				EventType string    `json:"eventType"`
+				Scheduled *struct {
+					ActivityType struct{ Name string } `json:"activityType"`
+				} `json:"activityTaskScheduledEventAttributes"`
+				Completed *struct {
+					ScheduledEventID string `json:"scheduledEventId"`
+				} `json:"activityTaskCompletedEventAttributes"`
 			} `json:"events"`
 		}
-		if json.Unmarshal(show, &h) == nil {
+		if json.Unmarshal(show, &h) == nil && len(h.Events) > 0 {
 			history = len(h.Events)
+			release := map[string]bool{}
+			var lastRelease time.Time
 			for _, e := range h.Events {
-				if e.EventType == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED" {
+				switch {
+				case e.EventType == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED":
 					signals++
+				case e.Scheduled != nil && e.Scheduled.ActivityType.Name == "Release":
+					release[e.EventID] = true
+				case e.Completed != nil && release[e.Completed.ScheduledEventID]:
+					lastRelease = e.EventTime
 				}
 			}
+			rendezvous = lastRelease.Sub(h.Events[0].EventTime)
 		}
 	}
-	return lat, history, signals, nil
+	return lat, history, signals, rendezvous, nil
 }
 
 // barrierLatency: last arrival → every waiter released, for 8, 64 and 256 tasks, against the floor of the
@@ -406,24 +436,32 @@ func barrierLatency(dir string) {
 	fmt.Println()
 	fmt.Println("| e. barrier latency, last arrival → all released | p50 | p95 | p50 / floor |")
 	fmt.Println("| --- | --- | --- | --- |")
-	floor, _, _, err := runBarriers(dir, 1, *barrierN)
+	floor, err := runBarriers(dir, 1, *barrierN)
 	check(err)
-	fmt.Printf("| floor: 1 task (one signal in, one outcome out) | %.1f ms | %.1f ms | 1.00× |\n", ms(median(floor)), ms(quantile(floor, 0.95)))
+	fmt.Printf("| floor: 1 task (one signal in, one outcome out) | %.1f ms | %.1f ms | 1.00× |\n", ms(median(floor.lat)), ms(quantile(floor.lat, 0.95)))
+	rendezvous := []string{fmt.Sprintf("| floor: 1 task | %.0f ms | 1.00× |", ms(floor.rendezvous))}
 	for _, n := range []int{8, 64, 256} {
-		lat, _, _, err := runBarriers(dir, n, *barrierN)
+		r, err := runBarriers(dir, n, *barrierN)
 		check(err)
-		fmt.Printf("| %d tasks | %.1f ms | %.1f ms | %.2f× |\n", n, ms(median(lat)), ms(quantile(lat, 0.95)), float64(median(lat))/float64(median(floor)))
+		fmt.Printf("| %d tasks | %.1f ms | %.1f ms | %.2f× |\n", n, ms(median(r.lat)), ms(quantile(r.lat, 0.95)), float64(median(r.lat))/float64(median(floor.lat)))
+		rendezvous = append(rendezvous, fmt.Sprintf("| %d tasks | %.0f ms | %.2f× |", n, ms(r.rendezvous), float64(r.rendezvous)/float64(floor.rendezvous)))
+	}
+	fmt.Println()
+	fmt.Println("| start-up rendezvous: run start → every task released with the cluster map | time | / floor |")
+	fmt.Println("| --- | --- | --- |")
+	for _, line := range rendezvous {
+		fmt.Println(line)
 	}
 }
 
 // barrierScale: 256 tasks pass many barriers within Temporal's default limits.
 func barrierScale(dir string) {
 	start := time.Now()
-	lat, history, signals, err := runBarriers(dir, 256, *scaleN)
+	r, err := runBarriers(dir, 256, *scaleN)
 	check(err)
 	fmt.Printf("\nf. scale: 256 tasks on the host workers passed %d barriers in %s (per barrier p50 %.1f ms, p95 %.1f ms); "+
 		"history %d events of Temporal's 51,200, %d signals of its 10,000.\n",
-		len(lat), time.Since(start).Round(time.Second), ms(median(lat)), ms(quantile(lat, 0.95)), history, signals)
+		len(r.lat), time.Since(start).Round(time.Second), ms(median(r.lat)), ms(quantile(r.lat, 0.95)), r.history, r.signals)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
