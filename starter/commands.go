@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -82,34 +84,40 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return endRun(pos[0], "cancel", *noWait, stdout, stderr,
+		func(ctx context.Context, c client.Client, id string) error { return c.CancelWorkflow(ctx, id, "") },
+		func(st workflows.RunStatus) bool { return st.Status == workflows.StatusCanceled })
+}
+
+// endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
+// took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have.
+func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
+	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) bool) error {
 	ctx := context.Background()
 	c, err := dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	id := pos[0]
 	st, ended, _, err := fetchStatus(ctx, c, id)
 	if err != nil {
 		return err
 	}
 	if ended {
-		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to cancel", id, st.Status)}
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to %s", id, st.Status, verb)}
 	}
-	if err := c.CancelWorkflow(ctx, id, ""); err != nil {
-		return fmt.Errorf("cancel run %s: %w", id, err)
+	if err := act(ctx, c, id); err != nil {
+		return fmt.Errorf("%s run %s: %w", verb, id, err)
 	}
-	fmt.Fprintf(stderr, "cancel requested for run %s\n", id)
-	if *noWait {
+	fmt.Fprintf(stderr, "%s requested for run %s\n", verb, id)
+	if noWait {
 		return nil
 	}
 	final, err := result(ctx, c, id)
-	if final.Status == workflows.StatusCanceled {
-		// The cancellation did what was asked: print the result, exit 0.
+	if took(final) {
 		_ = report(final, err, id, stdout)
 		return nil
 	}
-	// The run ended some other way before the cancellation took effect: report that ending.
 	return report(final, err, id, stdout)
 }
 

@@ -9,7 +9,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"time"
+
+	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -202,33 +203,9 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
-	c, err := dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	id := pos[0]
-	st, ended, _, err := fetchStatus(ctx, c, id)
-	if err != nil {
-		return err
-	}
-	if ended {
-		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to stop", id, st.Status)}
-	}
-	if err := c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg}); err != nil {
-		return fmt.Errorf("request stop of run %s: %w", id, err)
-	}
-	fmt.Fprintf(stderr, "stop requested for run %s; tasks get their stopGracePeriod to exit\n", id)
-	if *noWait {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, 24*time.Hour)
-	defer cancel()
-	final, err := result(wctx, c, id)
-	if final.StopRequest != nil {
-		_ = report(final, err, id, stdout)
-		return nil // the stop did what was asked
-	}
-	return report(final, err, id, stdout)
+	return endRun(pos[0], "stop", *noWait, stdout, stderr,
+		func(ctx context.Context, c client.Client, id string) error {
+			return c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg})
+		},
+		func(st workflows.RunStatus) bool { return st.StopRequest != nil })
 }
