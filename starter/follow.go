@@ -27,9 +27,16 @@ type follower struct {
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
 	// bars draws progress as a bar (on a terminal); plain lines otherwise.
-	bars     bool
-	progShow map[string]progressShown
-	barriers map[string]string // barrier -> last state printed
+	bars bool
+	// For clusterrun logs: quiet drops the state lines, streamNames picks the streams (default stdout and
+	// stderr), tail keeps only the last lines of each stream's first read, prefix marks lines with their task.
+	quiet       bool
+	streamNames []string
+	tail        int
+	prefix      bool
+	unreadable  int
+	progShow    map[string]progressShown
+	barriers    map[string]string // barrier -> last state printed
 }
 
 type progressShown struct {
@@ -78,13 +85,26 @@ func bar(frac float64, width int) string {
 type stream struct {
 	host, task, name string
 	attempt          int
+	tailLines        int // > 0: keep only the last lines of the first read
 	offset           int64
 	done             bool // the attempt has ended: read what is left, then close
 	closed           bool // nothing more to read
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{c: c, runID: runID, out: out, streams: map[string]*stream{}, states: map[string]string{}}
+	return &follower{c: c, runID: runID, out: out, streams: map[string]*stream{}, states: map[string]string{},
+		streamNames: []string{"stdout", "stderr"}, prefix: true}
+}
+
+// open starts reading a task attempt's streams, unless they are open already; done reads to the end and stops.
+func (f *follower) open(t workflows.TaskStatus, attempt int, done bool) {
+	for _, name := range f.streamNames {
+		k := fmt.Sprintf("%s/%d/%s", t.Name, attempt, name)
+		if _, ok := f.streams[k]; !ok {
+			f.streams[k] = &stream{host: t.Host, task: t.Name, name: name, attempt: attempt, done: done, tailLines: f.tail}
+			f.order = append(f.order, k)
+		}
+	}
 }
 
 // update notes state changes and new attempts from a status; final means the run has ended.
@@ -111,7 +131,7 @@ func (f *follower) update(st workflows.RunStatus) {
 	for _, t := range st.Tasks {
 		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
 		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
-		if f.states[t.Name] != key && t.State != workflows.TaskPending {
+		if f.states[t.Name] != key && t.State != workflows.TaskPending && !f.quiet {
 			f.states[t.Name] = key
 			if ended {
 				f.ends = append(f.ends, t.Name, describeState(t))
@@ -127,13 +147,7 @@ func (f *follower) update(st workflows.RunStatus) {
 		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && !ended) {
 			continue
 		}
-		for _, name := range []string{"stdout", "stderr"} {
-			k := fmt.Sprintf("%s/%d/%s", t.Name, t.Attempt, name)
-			if _, ok := f.streams[k]; !ok {
-				f.streams[k] = &stream{host: t.Host, task: t.Name, name: name, attempt: t.Attempt, done: ended}
-				f.order = append(f.order, k)
-			}
-		}
+		f.open(t, t.Attempt, ended)
 	}
 }
 
@@ -181,7 +195,11 @@ func (f *follower) poll(ctx context.Context) error {
 		if s.closed {
 			continue
 		}
-		reqs = append(reqs, workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset, Flush: s.done})
+		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset, Flush: s.done}
+		if s.tailLines > 0 && s.offset == 0 {
+			req.Tail = int64(min(s.tailLines*1024, 256<<10))
+		}
+		reqs = append(reqs, req)
 		keys = append(keys, k)
 	}
 	if len(reqs) == 0 {
@@ -209,10 +227,22 @@ func (f *follower) poll(ctx context.Context) error {
 		s := f.streams[keys[i]]
 		if c.Error != "" {
 			f.say(s.task, "cannot read "+s.name+": "+c.Error)
+			f.unreadable++
 			s.closed = true
 			continue
 		}
-		f.print(s.task, c.Data)
+		if c.Missing && s.done {
+			f.say(s.task, fmt.Sprintf("%s.log of attempt %d no longer exists on host %s", s.name, s.attempt, s.host))
+			f.unreadable++
+			s.closed = true
+			continue
+		}
+		data := c.Data
+		if s.tailLines > 0 {
+			data = lastLines(data, s.tailLines)
+			s.tailLines = 0
+		}
+		f.print(s.task, data)
 		s.offset = c.Next
 		if s.done && (c.EOF || c.Missing) {
 			s.closed = true
@@ -225,7 +255,10 @@ func (f *follower) print(task string, data []byte) {
 	if len(data) == 0 {
 		return
 	}
-	prefix := fmt.Sprintf("%-*s ", f.width+2, "["+task+"]")
+	prefix := ""
+	if f.prefix {
+		prefix = fmt.Sprintf("%-*s ", f.width+2, "["+task+"]")
+	}
 	var buf bytes.Buffer
 	for _, line := range strings.SplitAfter(string(data), "\n") {
 		if line == "" {
@@ -249,4 +282,16 @@ func (f *follower) pending() bool {
 		}
 	}
 	return false
+}
+
+// lastLines keeps the last n lines of data.
+func lastLines(data []byte, n int) []byte {
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return []byte(strings.Join(lines, ""))
 }

@@ -37,6 +37,7 @@ Usage: clusterrun COMMAND [arguments] [flags]
 Commands:
   run SPEC        start a run from a YAML or JSON spec and follow it
   status RUN      show every task of a run
+  logs RUN        print tasks' output from whichever host ran them
   stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
   cancel RUN      stop every task of a run at once and end it as canceled
   validate SPEC   check a spec and list every problem
@@ -57,6 +58,7 @@ func commands() []command {
 	return []command{
 		{"run", runUsage, cmdRun},
 		{"status", statusUsage, cmdStatus},
+		{"logs", logsUsage, cmdLogs},
 		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
 		{"validate", validateUsage, cmdValidate},
@@ -97,7 +99,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

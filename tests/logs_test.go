@@ -1,0 +1,77 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+func TestE2E_Logs(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: logs
+command: [sh, -c, 'for i in 1 2 3 4 5; do echo "$CLUSTERRUN_TASK line $i"; done; echo "$CLUSTERRUN_TASK complains" >&2']
+tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts: [host-b]}}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id).code)
+
+	all := cli(t, "logs", id)
+	require.Equal(t, 0, all.code, all.String())
+	for _, task := range []string{"worker-0", "worker-1", "ps-0"} {
+		assert.Contains(t, all.stdout, "["+task+"]", task)
+		assert.Regexp(t, `\[`+task+`\]\s+`+task+` line 5\n`, all.stdout)
+	}
+	assert.NotContains(t, all.stdout, "complains", "stdout only by default")
+
+	one := cli(t, "logs", id, "worker-1", "--stderr")
+	require.Equal(t, 0, one.code, one.String())
+	assert.Equal(t, "worker-1 complains\n", one.stdout, "a single task has no prefix")
+
+	tail := cli(t, "logs", id, "--tasks", "worker-*", "--tail", "2")
+	require.Equal(t, 0, tail.code, tail.String())
+	assert.NotContains(t, tail.stdout, "ps-0")
+	assert.NotContains(t, tail.stdout, "line 3")
+	assert.Contains(t, tail.stdout, "worker-1 line 4")
+	assert.Contains(t, tail.stdout, "worker-0 line 5")
+
+	r := cli(t, "logs", id, "worker-0", "--attempt", "2")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "worker-0 has no attempt 2: it has run 1 attempt(s)")
+	r = cli(t, "logs", id, "gpu-0")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `has no task "gpu-0"`)
+	r = cli(t, "logs", "no-such-run")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `no run with ID "no-such-run"`)
+
+	// A log that is gone from its host says so.
+	require.NoError(t, os.Remove(filepath.Join(env.logDir, id, "attempt_1", "ps-0", "stdout.log")))
+	r = cli(t, "logs", id, "ps-0")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, "stdout.log of attempt 1 no longer exists on host host-b")
+}
+
+func TestE2E_LogsFollow(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: follow, command: [sh, -c, 'i=0; while [ $i -lt 8 ]; do i=$((i+1)); echo "tick $i"; sleep 0.3; done'], tasks: {worker: {replicas: 1, hosts: [host-b]}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the task to run", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-0").State == workflows.TaskRunning
+	})
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "logs", id, "--follow")
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	out, err := cmd.Output()
+	require.NoError(t, err, string(out))
+	for i := 1; i <= 8; i++ {
+		assert.Equal(t, 1, strings.Count(string(out), "tick "+string(rune('0'+i))+"\n"), "tick %d exactly once in:\n%s", i, out)
+	}
+}
