@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
 
-Usage: clusterrun status RUN [--json]
+Usage: clusterrun status RUN [--json] [--watch]
 
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
@@ -26,25 +27,44 @@ Example:
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
+	watch := fs.Duration("watch", 0, "refresh every this long (e.g. 2s) until the run ends; 0 prints once")
 	pos, err := parse(fs, statusUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	if *watch < 0 {
+		return usageErrorf("--watch %s: must be positive", *watch)
+	}
+	ctx := context.Background()
 	c, err := dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st, ended, _, err := fetchStatus(ctx, c, pos[0])
-	if err != nil {
-		return err
+	for {
+		ended, err := printStatus(ctx, c, pos[0], *asJSON, *watch > 0 && isTerminal(os.Stdout), stdout)
+		if err != nil || ended || *watch == 0 {
+			return err
+		}
+		time.Sleep(*watch)
 	}
-	if *asJSON {
+}
+
+// printStatus prints a run's status once; clear redraws the terminal first. It reports whether the run ended.
+func printStatus(ctx context.Context, c client.Client, id string, asJSON, clear bool, stdout io.Writer) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err != nil {
+		return false, err
+	}
+	if clear {
+		fmt.Fprint(stdout, "\033[H\033[2J")
+	}
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st.RunStatus)
+		return ended, enc.Encode(st.RunStatus)
 	}
 	var hb map[string]heartbeat
 	if !ended {
@@ -53,7 +73,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 			hb = map[string]heartbeat{}
 		}
 	}
-	fmt.Fprintf(stdout, "run %s (%s): %s", pos[0], st.Name, st.Status)
+	fmt.Fprintf(stdout, "run %s (%s): %s", id, st.Name, st.Status)
 	if st.Reason != "" {
 		fmt.Fprintf(stdout, ": %s", st.Reason)
 	}
@@ -63,7 +83,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	printTable(stdout, st.RunStatus, hb)
 	printBarriers(stdout, st.RunStatus)
-	return nil
+	return ended, nil
 }
 
 const cancelUsage = `Cancel a run: stop every task (SIGTERM, stopGracePeriod, SIGKILL) and end the run as canceled.

@@ -75,3 +75,13 @@ func TestE2E_LogsFollow(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(string(out), "tick "+string(rune('0'+i))+"\n"), "tick %d exactly once in:\n%s", i, out)
 	}
 }
+
+func TestE2E_StatusWatch(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: watch, command: [sleep, "2"], tasks: {worker: {replicas: 1}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	r := cli(t, "status", id, "--watch", "300ms")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, ": Running", "refreshed while it ran")
+	assert.Contains(t, r.stdout, ": Succeeded", "and returned once it ended")
+}
