@@ -36,6 +36,8 @@ type Host struct {
 	// Client signals workflows.
 	Client client.Client
 	Logger log.Logger
+	// Metrics receives clusterrun's own metrics. Optional: default none.
+	Metrics client.MetricsHandler
 
 	placements batcher[workflows.Placement]
 	gate       arrivalGate
@@ -49,7 +51,8 @@ type Host struct {
 
 // NewHost returns a Host with an empty registry.
 func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Host {
-	h := &Host{Name: name, Addr: addr, LogDir: logDir, Client: c, Logger: logger, entries: map[string]*entry{}}
+	h := &Host{Name: name, Addr: addr, LogDir: logDir, Client: c, Logger: logger, Metrics: client.MetricsNopHandler,
+		entries: map[string]*entry{}}
 	h.idle = sync.NewCond(&h.mu)
 	h.placements.send = func(ctx context.Context, workflowID, runID string, items []workflows.Placement) error {
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})

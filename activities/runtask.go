@@ -102,6 +102,7 @@ wait:
 			workflows.ErrTaskStartFailed, nil, res)
 	}
 	e.started(p, in.StopGracePeriod)
+	h.taskStarted(attempt)
 	res.PID, res.StartTime = p.Pid(), time.Now()
 	h.Logger.Info("task started", "run", wf.ID, "task", t.Name, "attempt", attempt, "pid", p.Pid())
 	stdoutPath, stderrPath := stdout.Name(), stderr.Name()
@@ -120,6 +121,7 @@ wait:
 	}
 
 	exit := p.Exit()
+	h.taskExited(exit.Code)
 	res.ExitCode, res.Signal, res.EndTime = exit.Code, exit.Signal, time.Now()
 	collectFiles(&res, resultFile, errorFile, stderrPath)
 	h.Logger.Info("task exited", "run", wf.ID, "task", t.Name, "attempt", attempt, "exit", exit.String())

@@ -150,6 +150,9 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	if err := c.h.arrive(ctx, c.e, req.Name, req.Types); err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
 	}
+	began := time.Now()
+	outcome := "other"
+	defer func() { c.h.barrierWaited(outcome, time.Since(began)) }()
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -159,10 +162,13 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	select {
 	case msg := <-wait:
 		if msg != "" {
+			outcome = "broken"
 			return nil, http.StatusConflict, errors.New(msg)
 		}
+		outcome = "released"
 		return map[string]string{"barrier": req.Name}, 0, nil
 	case <-expired:
+		outcome = "timeout"
 		return nil, http.StatusGatewayTimeout, fmt.Errorf("barrier %q timed out after %s%s", req.Name, timeout, c.missing(req.Name))
 	case <-c.e.finished:
 		return nil, http.StatusServiceUnavailable, errors.New("the task is ending")

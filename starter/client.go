@@ -28,7 +28,7 @@ func dial(ctx context.Context) (client.Client, error) {
 	host, _ := os.Hostname()
 	// The SDK's own log lines would interleave with task output; the CLI reports errors itself.
 	quiet := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
-	return conn.Dial(ctx, fmt.Sprintf("clusterrun@%s(pid %d)", host, os.Getpid()), quiet)
+	return conn.Dial(ctx, fmt.Sprintf("clusterrun@%s(pid %d)", host, os.Getpid()), quiet, nil)
 }
 
 // loadSpec reads and validates a spec file; every problem is listed, one per line.

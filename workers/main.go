@@ -33,6 +33,7 @@ type config struct {
 	slots               int
 	shutdownGrace       time.Duration
 	heartbeatThrottle   time.Duration
+	metricsAddr         string
 	logFormat, logLevel string
 }
 
@@ -75,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "on SIGTERM, time between SIGTERM and SIGKILL for this host's tasks")
 	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s) before it gives the task up, so keep it well above the server's latency under load")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {
@@ -117,13 +119,19 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cl, err := conn.Dial(ctx, fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger)
+	metrics, metricsCloser, err := serveMetrics(c.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer metricsCloser.Close()
+	cl, err := conn.Dial(ctx, fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger, metrics)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 
 	host := activities.NewHost(c.host, c.addr, c.logDir, cl, logger)
+	host.Metrics = metrics.WithTags(map[string]string{"host": c.host})
 	host.SocketDir = c.socketDir
 	base := worker.Options{
 		// Let a stopping worker's tasks end through Host.Shutdown first.
@@ -168,7 +176,8 @@ func run(args []string) error {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
-	logger.Info("clusterrun-worker ready", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir)
+	logger.Info("clusterrun-worker ready", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
+		"metrics", c.metricsAddr)
 	<-ctx.Done()
 
 	logger.Info("shutting down: stopping this host's tasks", "running", host.Running(), "grace", c.shutdownGrace)

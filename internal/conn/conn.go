@@ -33,14 +33,17 @@ func Options() (client.Options, error) {
 	return opts, nil
 }
 
-// Dial connects to the Temporal server and checks that it answers.
-func Dial(ctx context.Context, identity string, logger log.Logger) (client.Client, error) {
+// Dial connects to the Temporal server and checks that it answers. metrics may be nil.
+func Dial(ctx context.Context, identity string, logger log.Logger, metrics client.MetricsHandler) (client.Client, error) {
 	opts, err := Options()
 	if err != nil {
 		return nil, err
 	}
 	opts.Identity = identity
 	opts.Logger = logger
+	if metrics != nil {
+		opts.MetricsHandler = metrics
+	}
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)

@@ -1,0 +1,67 @@
+package tests
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestE2E_WorkerMetrics(t *testing.T) {
+	host := "metrics-" + randomHex(2)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	require.NoError(t, env.startWorker(host, "--metrics-addr", addr))
+	defer env.stopWorker(host, syscall.SIGTERM)
+
+	spec := writeSpec(t, fmt.Sprintf(`
+name: metrics
+onFailure: continue
+command: [sh, -c, 'clusterrun task barrier m --tasks worker && exit 0']
+tasks:
+  worker: {replicas: 2, hosts: [%[1]s]}
+  bad: {replicas: 1, hosts: [%[1]s], command: [sh, -c, 'exit 3']}
+`, host))
+	r := cli(t, "run", spec)
+	assert.Equal(t, 3, r.code, r.String())
+
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if regexp.MustCompile(`clusterrun_task_exits_total\{[^}]*exit_code="3"[^}]*\} 1`).MatchString(body) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, want := range []string{
+		`clusterrun_task_starts_total\{[^}]*host="` + host + `"[^}]*\} 3`,
+		`clusterrun_task_exits_total\{[^}]*exit_code="0"[^}]*\} 2`,
+		`clusterrun_barrier_waits_total\{[^}]*outcome="released"[^}]*\} 2`,
+		`clusterrun_barrier_wait_latency_seconds_count\{[^}]*outcome="released"[^}]*\} 2`,
+		`clusterrun_tasks_running\{[^}]*\} 0`,
+		`temporal_activity_execution_latency`, // the SDK's own
+	} {
+		assert.Regexp(t, want, body)
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", body)
+	}
+}
