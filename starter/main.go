@@ -38,6 +38,7 @@ Commands:
   run SPEC        start a run from a YAML or JSON spec and follow it
   status RUN      show every task of a run
   logs RUN        print tasks' output from whichever host ran them
+  list            list runs, newest first
   stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
   cancel RUN      stop every task of a run at once and end it as canceled
   validate SPEC   check a spec and list every problem
@@ -59,6 +60,7 @@ func commands() []command {
 		{"run", runUsage, cmdRun},
 		{"status", statusUsage, cmdStatus},
 		{"logs", logsUsage, cmdLogs},
+		{"list", listUsage, cmdList},
 		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
 		{"validate", validateUsage, cmdValidate},
@@ -99,7 +101,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

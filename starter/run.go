@@ -102,14 +102,29 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 	if cmd != "" {
 		summary += " — " + clip(cmd, 120)
 	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	opts := client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             workflows.TaskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		// Without this the SDK hands back the existing run for a taken ID, and we would follow someone else's run.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            summary,
-	}, workflows.WorkflowType, s)
+		Memo:                                     map[string]interface{}{workflows.MemoName: s.Name},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(s.Name),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet(workflows.StatusRunning)),
+	}
+	run, err := c.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, s)
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(err.Error(), "search attribute") {
+		// The server does not know clusterrun's search attributes: run without them.
+		fmt.Fprintf(os.Stderr, "note: search attributes %s and %s are not registered on this Temporal namespace, so clusterrun list "+
+			"shows this run without its final state; register them with: temporal operator search-attribute create "+
+			"--name %s --type Keyword; and again for %s\n", workflows.SearchAttrName, workflows.SearchAttrState,
+			workflows.SearchAttrName, workflows.SearchAttrState)
+		opts.TypedSearchAttributes = temporal.SearchAttributes{}
+		run, err = c.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, s)
+	}
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {

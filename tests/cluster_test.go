@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -80,8 +81,12 @@ func runSuite(m *testing.M) (int, error) {
 	c.server, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath: temporalCLI,
 		LogLevel:     "error",
-		Stdout:       &bytes.Buffer{},
-		Stderr:       &bytes.Buffer{},
+		// As make up does: clusterrun list shows each run's own state from these.
+		SearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(""),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet("")),
+		Stdout: &bytes.Buffer{},
+		Stderr: &bytes.Buffer{},
 	})
 	if err != nil {
 		return 1, fmt.Errorf("start dev server: %w", err)

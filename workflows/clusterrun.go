@@ -29,6 +29,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil)
 	}
 	r := newRun(plan, workflow.Now(ctx))
+	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
 	}
@@ -324,6 +325,12 @@ func (r *run) finish(ctx workflow.Context) (*RunStatus, error) {
 	d := r.decision
 	now := workflow.Now(ctx)
 	r.status, r.reason, r.endTime = d.status, d.reason, &now
+	if r.searchable {
+		// Failed and timed-out runs both end the workflow failed; the attribute keeps them apart for list.
+		if err := workflow.UpsertTypedSearchAttributes(ctx, temporal.NewSearchAttributeKeyKeyword(SearchAttrState).ValueSet(d.status)); err != nil {
+			workflow.GetLogger(ctx).Warn("cannot record the run's state as a search attribute", "error", err)
+		}
+	}
 	result := r.snapshot()
 	switch d.status {
 	case StatusSucceeded:

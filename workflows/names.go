@@ -87,6 +87,17 @@ const (
 	TaskStopped   = "Stopped"   // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
 )
 
+// Search attributes (Keyword) that `clusterrun list` filters on; `make up` registers them on the dev server.
+// A run started without them (say by the temporal CLI, or on a cluster where they are not registered) never
+// sets them, since upserting an unregistered attribute would fail the run's workflow task.
+const (
+	SearchAttrName  = "ClusterRunName"
+	SearchAttrState = "ClusterRunState"
+)
+
+// MemoName holds the run's name in the workflow memo, which needs no registration.
+const MemoName = "clusterrun.name"
+
 // MemoBarrier is the memo key under which the workflow publishes each barrier outcome (a BarrierOutcome). Host
 // workers follow the run's history and hand each outcome to their waiting tasks: one history event per outcome,
 // however many hosts wait, where an activity per host would cost three events each plus the workflow tasks

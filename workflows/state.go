@@ -46,8 +46,9 @@ type run struct {
 	barriers     map[string]*barrier
 	barrierOrder []string
 	stopReq      *StopRequest
-	signals      int // signals received, against the run's signal budget
-	outcomes     int // barrier outcomes published (BarrierOutcome.Seq)
+	signals      int  // signals received, against the run's signal budget
+	outcomes     int  // barrier outcomes published (BarrierOutcome.Seq)
+	searchable   bool // started with clusterrun's search attributes, so it may update them
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {

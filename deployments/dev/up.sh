@@ -44,6 +44,10 @@ else
 	echo "up: starting Temporal dev server (pid $!), log $state/temporal.log"
 fi
 wait_for "the Temporal dev server" 60 "$bin/temporal" operator cluster health --address "$TEMPORAL_ADDRESS"
+# clusterrun list filters and shows runs by these; creating one that exists already is harmless.
+for attr in ClusterRunName ClusterRunState; do
+	"$bin/temporal" operator search-attribute create --address "$TEMPORAL_ADDRESS" --name "$attr" --type Keyword >/dev/null 2>&1 || true
+done
 
 for h in $hosts; do
 	pidf=$state/worker-$h.pid
