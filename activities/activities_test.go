@@ -96,7 +96,7 @@ func (c *signalingClient) SignalWorkflow(ctx context.Context, wfID, runID, name 
 	for _, p := range arg.(workflows.PlacedSignal).Placements {
 		go func() {
 			_, _ = c.host.Release(context.Background(), workflows.ReleaseInput{WorkflowID: wfID, RunID: runID,
-				Tasks:   []workflows.TaskAttempt{{Task: p.Task, Attempt: p.Generation + p.Attempt}},
+				Tasks:   []workflows.TaskAttempt{{Task: p.Task, Attempt: p.Attempt}},
 				Cluster: clusterOf(workflows.Endpoint{Task: p.Task, Host: p.Host, Addr: p.Addr, Port: p.Port})})
 		}()
 	}

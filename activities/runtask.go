@@ -41,7 +41,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	info := activity.GetInfo(ctx)
 	wf := info.WorkflowExecution
 	t := in.Task
-	attempt := in.Generation + int(info.Attempt)
+	attempt := in.AttemptOffset + int(info.Attempt)
 	res := workflows.TaskResult{Task: t.Name, Host: h.Name, Attempt: attempt}
 
 	e, err := h.register(wf.ID, wf.RunID, t.Name, attempt, in.Generation)
@@ -60,7 +60,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 
 	hb := startHeartbeats(ctx, heartbeatEvery(info.HeartbeatTimeout), workflows.HeartbeatDetails{Host: h.Name, Attempt: attempt, Phase: "rendezvous"})
 	defer hb.stop()
-	placed := workflows.Placement{Task: t.Name, Generation: in.Generation, Attempt: int(info.Attempt), Host: h.Name, Addr: h.Addr, Port: port}
+	placed := workflows.Placement{Task: t.Name, Generation: in.Generation, Attempt: attempt, Host: h.Name, Addr: h.Addr, Port: port}
 	if err := h.placements.add(ctx, wf.ID, wf.RunID, placed); err != nil {
 		return res, fmt.Errorf("report placement of %s to run %s: %w", t.Name, wf.ID, err)
 	}

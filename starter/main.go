@@ -39,6 +39,8 @@ Commands:
   status RUN      show every task of a run
   logs RUN        print tasks' output from whichever host ran them
   list            list runs, newest first
+  terminate-task RUN TASK        stop one task; it ends Terminated, not Failed
+  start-task RUN TYPE [--index N] start a task that is not running (again, or a new index)
   stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
   cancel RUN      stop every task of a run at once and end it as canceled
   validate SPEC   check a spec and list every problem
@@ -61,6 +63,8 @@ func commands() []command {
 		{"status", statusUsage, cmdStatus},
 		{"logs", logsUsage, cmdLogs},
 		{"list", listUsage, cmdList},
+		{"terminate-task", terminateTaskUsage, cmdTerminateTask},
+		{"start-task", startTaskUsage, cmdStartTask},
 		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
 		{"validate", validateUsage, cmdValidate},
@@ -101,7 +105,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

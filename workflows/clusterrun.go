@@ -89,10 +89,16 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 		}
 	}
 
-	for _, t := range r.tasks {
-		t.future = workflow.ExecuteActivity(runTaskOptions(genCtx, r.plan, t.Task, r.generation), ActivityRunTask,
-			RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod})
-		sel.AddFuture(t.future, func(workflow.Future) {
+	launch := func(t *task, attemptOffset int) {
+		tctx, cancel := workflow.WithCancel(genCtx)
+		t.cancel = cancel
+		t.future = workflow.ExecuteActivity(runTaskOptions(tctx, r.plan, t.Task, r.generation, t.starts), ActivityRunTask,
+			RunTaskInput{Task: t.Task, Generation: r.generation, AttemptOffset: attemptOffset, StopGracePeriod: r.plan.StopGracePeriod})
+		f := t.future
+		sel.AddFuture(f, func(workflow.Future) {
+			if f != t.future {
+				return // an earlier launch of a task started again
+			}
 			r.endOf(ctx, t, workflow.Now(ctx))
 			r.judge(t)
 			if r.decision == nil {
@@ -100,6 +106,23 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 			}
 		})
 	}
+	for _, t := range r.tasks {
+		launch(t, r.generation)
+	}
+	sel.AddReceive(workflow.GetSignalChannel(ctx, SignalTerminateTask), func(c workflow.ReceiveChannel, _ bool) {
+		var req TaskControl
+		c.Receive(ctx, &req)
+		r.signals++
+		watch(r.onTerminate(genCtx, info, req))
+	})
+	sel.AddReceive(workflow.GetSignalChannel(ctx, SignalStartTask), func(c workflow.ReceiveChannel, _ bool) {
+		var req TaskControl
+		c.Receive(ctx, &req)
+		r.signals++
+		if t, offset := r.onStart(ctx, req); t != nil {
+			launch(t, offset)
+		}
+	})
 	sel.AddReceive(ch.placed, func(c workflow.ReceiveChannel, _ bool) {
 		var sig PlacedSignal
 		c.Receive(ctx, &sig)
@@ -161,7 +184,7 @@ func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSign
 		t.placed = true
 		st := &t.status
 		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
-		st.Attempt = r.generation + p.Attempt
+		st.Attempt = p.Attempt
 		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
 		if r.released {
 			late = append(late, t)

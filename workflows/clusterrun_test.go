@@ -99,9 +99,10 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	if host == "" {
 		host = "pooled-host"
 	}
+	attempt := in.AttemptOffset + int(info.Attempt)
 	f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-		Attempt: int(info.Attempt), Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
-	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: in.Generation + int(info.Attempt)}
+		Attempt: attempt, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
+	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: attempt}
 	select {
 	case m := <-rel:
 		f.mu.Lock()

@@ -48,6 +48,12 @@ const (
 	// SignalStop asks the run to stop (StopRequest), from a task or from outside:
 	// temporal workflow signal --workflow-id RUN --name stop --input '{"error": "bad data"}'
 	SignalStop = "stop"
+	// SignalTerminateTask stops one task (SIGTERM, stopGracePeriod, SIGKILL); it ends Terminated, not Failed
+	// (TaskControl with Task): temporal workflow signal --workflow-id RUN --name terminate-task --input '{"task": "worker-3"}'
+	SignalTerminateTask = "terminate-task"
+	// SignalStartTask starts a task that is not running: one that ended, or a new index of a type (TaskControl
+	// with Type and, optionally, Index): --name start-task --input '{"type": "worker", "index": 4}'
+	SignalStartTask = "start-task"
 	// QueryStatus returns the live RunStatus.
 	QueryStatus = "status"
 )
@@ -79,12 +85,13 @@ const (
 
 // Task states.
 const (
-	TaskPending   = "Pending"   // scheduled, not yet picked up by a host worker
-	TaskPlaced    = "Placed"    // on a host, waiting for the rendezvous
-	TaskRunning   = "Running"   // released with the cluster map; the process runs
-	TaskSucceeded = "Succeeded" // exited 0
-	TaskFailed    = "Failed"    // failed for good
-	TaskStopped   = "Stopped"   // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
+	TaskPending    = "Pending"    // scheduled, not yet picked up by a host worker
+	TaskPlaced     = "Placed"     // on a host, waiting for the rendezvous
+	TaskRunning    = "Running"    // released with the cluster map; the process runs
+	TaskSucceeded  = "Succeeded"  // exited 0
+	TaskFailed     = "Failed"     // failed for good
+	TaskStopped    = "Stopped"    // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
+	TaskTerminated = "Terminated" // stopped by the user (terminate-task)
 )
 
 // Search attributes (Keyword) that `clusterrun list` filters on; `make up` registers them on the dev server.

@@ -22,8 +22,13 @@ func ActivityID(task string, generation int) string {
 	return fmt.Sprintf("%s.r%d", task, generation)
 }
 
-// runTaskOptions: one long activity per task, on its host's or its pool's queue.
-func runTaskOptions(ctx workflow.Context, p *spec.Plan, t spec.Task, generation int) workflow.Context {
+// runTaskOptions: one long activity per task, on its host's or its pool's queue. starts > 0 marks a relaunch
+// by start-task ("worker-3.s1"), so activity IDs stay unique.
+func runTaskOptions(ctx workflow.Context, p *spec.Plan, t spec.Task, generation, starts int) workflow.Context {
+	id := ActivityID(t.Name, generation)
+	if starts > 0 {
+		id = fmt.Sprintf("%s.s%d", id, starts)
+	}
 	queue := PoolQueue(t.Pool)
 	where := "pool " + t.Pool
 	if t.Host != "" {
@@ -35,7 +40,7 @@ func runTaskOptions(ctx workflow.Context, p *spec.Plan, t spec.Task, generation 
 		startToClose = p.MaxRunTime + p.StopGracePeriod + time.Minute
 	}
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID: ActivityID(t.Name, generation),
+		ActivityID: id,
 		TaskQueue:  queue,
 		// A task nobody picks up is a missing or full host worker: say so instead of waiting forever.
 		ScheduleToStartTimeout: p.StartTimeout,

@@ -16,10 +16,13 @@ import (
 // task is the workflow's bookkeeping for one task in the current generation.
 type task struct {
 	spec.Task
-	status TaskStatus
-	future workflow.Future
-	placed bool
-	done   bool
+	status     TaskStatus
+	future     workflow.Future
+	cancel     workflow.CancelFunc // cancels this task's RunTask alone
+	placed     bool
+	done       bool
+	terminated bool // the user asked to stop it (terminate-task)
+	starts     int  // launches by start-task after the first, for unique activity IDs
 }
 
 // decision is how the current generation ends.
@@ -161,6 +164,9 @@ func (r *run) endOf(ctx workflow.Context, t *task, now time.Time) {
 	if r.status == StatusStopping && st.State == TaskFailed && res.Stopped {
 		st.State = TaskStopped
 	}
+	if t.terminated && st.State != TaskSucceeded {
+		st.State, st.Error = TaskTerminated, "terminated by the user"
+	}
 }
 
 func (r *run) record(t *task, res TaskResult) {
@@ -206,6 +212,11 @@ func (r *run) judge(t *task) {
 		return
 	}
 	switch st.State {
+	case TaskTerminated:
+		if t.Type == "chief" && p.ChiefExit == spec.ChiefExitTerminate {
+			r.decide(decision{status: StatusCanceled, reason: "chief-0 terminated by the user"})
+			return
+		}
 	case TaskSucceeded:
 		if t.Type == "chief" && p.ChiefExit == spec.ChiefExitTerminate {
 			r.decide(decision{status: StatusSucceeded, reason: "chief-0 exited 0"})

@@ -14,7 +14,10 @@ import (
 type RunTaskInput struct {
 	Task spec.Task `json:"task"`
 	// Generation counts gang restarts (scope: all); 0 for the first launch.
-	Generation      int           `json:"generation"`
+	Generation int `json:"generation"`
+	// AttemptOffset is added to the activity's own attempt to number the task's attempts across gang restarts
+	// and restarts by the user (start-task).
+	AttemptOffset   int           `json:"attemptOffset"`
 	StopGracePeriod time.Duration `json:"stopGracePeriod"`
 }
 
@@ -29,7 +32,7 @@ type PlacedSignal struct {
 type Placement struct {
 	Task       string `json:"task"`
 	Generation int    `json:"generation"`
-	// Attempt is the Temporal activity attempt (1-based).
+	// Attempt is the task's attempt number (1-based, counting every launch).
 	Attempt int    `json:"attempt"`
 	Host    string `json:"host"`
 	Addr    string `json:"addr"`
@@ -156,6 +159,14 @@ type SignalTasksInput struct {
 	WorkflowID string `json:"workflowId"`
 	RunID      string `json:"runId"`
 	Signal     string `json:"signal"`
+}
+
+// TaskControl names a task to terminate (Task), or one to start (Type, and Index; without Index, the next free
+// index of the type).
+type TaskControl struct {
+	Task  string `json:"task,omitempty"`
+	Type  string `json:"type,omitempty"`
+	Index *int   `json:"index,omitempty"`
 }
 
 // Progress is what a task last reported of its progress.

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const terminateTaskUsage = `Stop one task of a running run (SIGTERM, stopGracePeriod, SIGKILL). It ends Terminated, not Failed,
+so onFailure does not apply; terminating the chief (with chiefExit: terminate) ends the run as canceled.
+
+Usage: clusterrun terminate-task RUN TASK
+
+The same works with the temporal CLI:
+  temporal workflow signal --workflow-id RUN --name terminate-task --input '{"task": "worker-3"}'
+
+Example:
+  clusterrun terminate-task mnist-20261121-101500-a1b2c3 worker-3
+`
+
+const startTaskUsage = `Start a task that is not running: one that ended (again, as its next attempt), or a new index of a type.
+A new task gets the current cluster map; tasks already running keep the one they started with.
+
+Usage: clusterrun start-task RUN TYPE [--index N]
+
+Without --index, the next free index of TYPE is started. The same works with the temporal CLI:
+  temporal workflow signal --workflow-id RUN --name start-task --input '{"type": "worker", "index": 3}'
+
+Example:
+  clusterrun start-task mnist-20261121-101500-a1b2c3 worker --index 3
+`
+
+func cmdTerminateTask(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("terminate-task", flag.ContinueOnError)
+	pos, err := parse(fs, terminateTaskUsage, args, 2, 2, stderr)
+	if err != nil {
+		return err
+	}
+	id, name := pos[0], pos[1]
+	return controlTask(id, stdout, func(st workflows.RunStatus) (any, string, error) {
+		t := st.Task(name)
+		switch {
+		case t == nil:
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", id, name, taskNames(st))}
+		case t.State != workflows.TaskRunning && t.State != workflows.TaskPlaced && t.State != workflows.TaskPending:
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is not running (it is %s); nothing to terminate", name, t.State)}
+		}
+		return workflows.TaskControl{Task: name}, workflows.SignalTerminateTask, nil
+	}, func(st workflows.RunStatus) bool {
+		t := st.Task(name)
+		return t != nil && t.State != workflows.TaskRunning && t.State != workflows.TaskPlaced && t.State != workflows.TaskPending
+	}, name)
+}
+
+func cmdStartTask(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("start-task", flag.ContinueOnError)
+	idx := fs.Int("index", -1, "the task's index (default: the next free one)")
+	pos, err := parse(fs, startTaskUsage, args, 2, 2, stderr)
+	if err != nil {
+		return err
+	}
+	id, typ := pos[0], pos[1]
+	var name string
+	return controlTask(id, stdout, func(st workflows.RunStatus) (any, string, error) {
+		count, types := 0, map[string]bool{}
+		for _, t := range st.Tasks {
+			types[t.Type] = true
+			if t.Type == typ {
+				count++
+			}
+		}
+		if !types[typ] {
+			var all []string
+			for ty := range types {
+				all = append(all, ty)
+			}
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has no task type %q (it has %s)", id, typ, strings.Join(sortStrings(all), ", "))}
+		}
+		req := workflows.TaskControl{Type: typ}
+		index := count
+		if *idx >= 0 {
+			index = *idx
+			req.Index = idx
+		}
+		name = fmt.Sprintf("%s-%d", typ, index)
+		if t := st.Task(name); t != nil && (t.State == workflows.TaskRunning || t.State == workflows.TaskPlaced || t.State == workflows.TaskPending) {
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is already running (attempt %d); terminate it first to start it again", name, t.Attempt)}
+		}
+		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
+		}
+		return req, workflows.SignalStartTask, nil
+	}, func(st workflows.RunStatus) bool {
+		// With changed() in waitForEffect: the task exists anew, or again, and got past Pending.
+		t := st.Task(name)
+		return t != nil && t.State != workflows.TaskPending
+	}, "")
+}
+
+// controlTask checks a request against the run's status, signals it, and waits until the status shows its
+// effect, then prints the task's row.
+func controlTask(id string, stdout io.Writer, check func(workflows.RunStatus) (any, string, error),
+	done func(workflows.RunStatus) bool, show string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if ended {
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s)", id, st.Status)}
+	}
+	before := st.RunStatus
+	req, signal, err := check(before)
+	if err != nil {
+		return err
+	}
+	if err := c.SignalWorkflow(ctx, id, "", signal, req); err != nil {
+		return fmt.Errorf("%s on run %s: %w", signal, id, err)
+	}
+	return waitForEffect(ctx, c, id, before, done, show, stdout)
+}
+
+func waitForEffect(ctx context.Context, c client.Client, id string, before workflows.RunStatus,
+	done func(workflows.RunStatus) bool, show string, stdout io.Writer) error {
+	for {
+		st, ended, _, err := fetchStatus(ctx, c, id)
+		if err != nil {
+			return err
+		}
+		if ended || done(st.RunStatus) && changed(before, st.RunStatus) {
+			printTable(stdout, filterTo(st.RunStatus, show, before), nil)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s did not show the change within 5 minutes; check it with: clusterrun status %s", id, id)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// changed reports whether the set of tasks or any task's state or attempt differs.
+func changed(a, b workflows.RunStatus) bool {
+	if len(a.Tasks) != len(b.Tasks) {
+		return true
+	}
+	for i := range a.Tasks {
+		if a.Tasks[i].State != b.Tasks[i].State || a.Tasks[i].Attempt != b.Tasks[i].Attempt {
+			return true
+		}
+	}
+	return false
+}
+
+// filterTo keeps the named task, or (with no name) the tasks that changed since before.
+func filterTo(st workflows.RunStatus, name string, before workflows.RunStatus) workflows.RunStatus {
+	var keep []workflows.TaskStatus
+	for _, t := range st.Tasks {
+		old := before.Task(t.Name)
+		if t.Name == name || (name == "" && (old == nil || old.State != t.State || old.Attempt != t.Attempt)) {
+			keep = append(keep, t)
+		}
+	}
+	st.Tasks = keep
+	return st
+}
+
+func taskNames(st workflows.RunStatus) string {
+	var all []string
+	for _, t := range st.Tasks {
+		all = append(all, t.Name)
+	}
+	return clip(strings.Join(all, ", "), 200)
+}
+
+func sortStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}

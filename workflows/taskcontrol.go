@@ -1,0 +1,81 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// onTerminate stops one task at the user's request: its RunTask is canceled (so it is not retried) and its host
+// stops the process (SIGTERM, stopGracePeriod, SIGKILL). The task then ends Terminated. A request for a task
+// that is not running is logged and ignored; `clusterrun terminate-task` checks first and says so.
+func (r *run) onTerminate(ctx workflow.Context, info *workflow.Info, req TaskControl) []workflow.Future {
+	t := r.byName[req.Task]
+	if t == nil || t.done || r.decision != nil {
+		workflow.GetLogger(ctx).Warn("ignoring terminate-task: no such running task", "task", req.Task)
+		return nil
+	}
+	t.terminated = true
+	t.cancel()
+	if !t.placed {
+		return nil // the cancellation ends it before it starts
+	}
+	h := t.status.Host
+	return []workflow.Future{workflow.ExecuteActivity(
+		controlOptions(ctx, h, r.plan.StopGracePeriod+30*time.Second, fmt.Sprintf("terminate %s on %s", t.Name, h)),
+		ActivityStopTasks,
+		StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: []string{t.Name},
+			GracePeriod: r.plan.StopGracePeriod, Reason: "terminated by the user"})}
+}
+
+// onStart prepares a task to start: an ended one again (its attempts go on counting), or a new index of a type
+// (a copy of the type's first task, with the next rank). It returns the task and its attempt offset, or nil
+// when the request cannot be served (logged; `clusterrun start-task` checks first and says why).
+func (r *run) onStart(ctx workflow.Context, req TaskControl) (*task, int) {
+	logger := workflow.GetLogger(ctx)
+	var proto *task
+	count := 0
+	for _, t := range r.tasks {
+		if t.Type == req.Type {
+			if proto == nil {
+				proto = t
+			}
+			count++
+		}
+	}
+	if proto == nil || r.decision != nil || r.stopReq != nil {
+		logger.Warn("ignoring start-task: no such task type, or the run is ending", "type", req.Type)
+		return nil, 0
+	}
+	index := count
+	if req.Index != nil {
+		index = *req.Index
+	}
+	name := fmt.Sprintf("%s-%d", req.Type, index)
+	if t := r.byName[name]; t != nil {
+		if !t.done {
+			logger.Warn("ignoring start-task: the task is running", "task", name)
+			return nil, 0
+		}
+		offset := t.status.Attempt
+		t.starts++
+		t.placed, t.done, t.terminated = false, false, false
+		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: offset}
+		return t, offset
+	}
+	if index < 0 {
+		logger.Warn("ignoring start-task: negative index", "index", index)
+		return nil, 0
+	}
+	nt := &task{Task: proto.Task}
+	nt.Name, nt.Index = name, index
+	nt.Host = ""
+	if proto.Rank >= 0 {
+		nt.Rank = len(r.tasks)
+	}
+	nt.status = TaskStatus{Name: name, Type: nt.Type, Index: index, State: TaskPending}
+	r.tasks = append(r.tasks, nt)
+	r.byName[name] = nt
+	return nt, r.generation
+}

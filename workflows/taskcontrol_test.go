@@ -1,0 +1,82 @@
+package workflows
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func index(i int) *int { return &i }
+
+func TestTaskControl_TerminateThenStartAgain(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return blocks
+		}
+		return blocks
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "worker-1"})
+	}, 200*time.Millisecond)
+	var mid RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&mid))
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(1)})
+	}, 400*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 700*time.Millisecond)
+	st, _ := h.run(t, mustSpec(t, `{name: tc, command: [x], tasks: {chief: {replicas: 1}, worker: {replicas: 2}}}`))
+
+	assert.Equal(t, TaskTerminated, mid.Task("worker-1").State, "terminated, not failed")
+	assert.Equal(t, "terminated by the user", mid.Task("worker-1").Error)
+	assert.Equal(t, StatusRunning, mid.Status, "the run goes on")
+	assert.Contains(t, h.hosts.ids, "worker-1.s1", "started again with its own activity ID")
+	assert.Equal(t, 2, st.Task("worker-1").Attempt, "attempts go on counting")
+}
+
+func TestTaskControl_StartNewIndex(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-2" {
+			return exits(0)
+		}
+		return blocks
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker"})
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "gpu"})                     // no such type: ignored
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(0)}) // running: ignored
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "nope-0"})              // ignored
+	}, 200*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 600*time.Millisecond)
+	st, _ := h.run(t, mustSpec(t, `{name: tc, command: [x], chiefExit: wait, tasks: {worker: {replicas: 2}}}`))
+	require.Len(t, st.Tasks, 3)
+	w2 := st.Task("worker-2")
+	require.NotNil(t, w2)
+	assert.Equal(t, TaskSucceeded, w2.State)
+	assert.Len(t, h.hosts.maps["worker-2"].Endpoints, 3, "released with the current map, itself included")
+	assert.Equal(t, 1, countID(h.hosts.ids, "worker-0"), "the running task was not started twice")
+}
+
+func countID(ids []string, id string) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
+}
+
+func TestTaskControl_TerminatedChiefEndsTheRun(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "chief-0"}) }, 200*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: tc, command: [x], tasks: {chief: {replicas: 1}, worker: {replicas: 1}}}`))
+	require.Error(t, err)
+	assert.Equal(t, StatusCanceled, st.Status)
+	assert.Equal(t, "chief-0 terminated by the user", st.Reason)
+	assert.Equal(t, TaskTerminated, st.Task("chief-0").State)
+	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}
