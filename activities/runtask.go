@@ -202,14 +202,10 @@ func startHeartbeats(ctx context.Context, every time.Duration, d workflows.Heart
 		defer b.wg.Done()
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		// No beat at once: the SDK sends a task's first heartbeat immediately but holds each later one for its
+		// throttle interval (0.8 × heartbeatTimeout). Keeping the first for the process start (the kick) shows
+		// its pid in the Web UI and in status at once; the ticker beats in time should the rendezvous be slow.
 		for {
-			b.mu.Lock()
-			if b.refresh != nil {
-				b.refresh(&b.details)
-			}
-			d := b.details
-			b.mu.Unlock()
-			activity.RecordHeartbeat(ctx, d)
 			select {
 			case <-tick.C:
 			case <-b.kick:
@@ -218,6 +214,13 @@ func startHeartbeats(ctx context.Context, every time.Duration, d workflows.Heart
 			case <-ctx.Done():
 				return
 			}
+			b.mu.Lock()
+			if b.refresh != nil {
+				b.refresh(&b.details)
+			}
+			d := b.details
+			b.mu.Unlock()
+			activity.RecordHeartbeat(ctx, d)
 		}
 	}()
 	return b

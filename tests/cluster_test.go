@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ type cluster struct {
 	bin     string // where the binaries under test were built
 	logDir  string
 	address string
+	uiURL   string // the dev server's Web UI
 	marker  string // set in every worker's environment, so every task process inherits it
 	server  *testsuite.DevServer
 	client  client.Client
@@ -78,8 +80,15 @@ func runSuite(m *testing.M) (int, error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	uiPort, err := freeTCPPort()
+	if err != nil {
+		return 1, err
+	}
+	c.uiURL = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
 	c.server, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath: temporalCLI,
+		EnableUI:     true,
+		UIPort:       fmt.Sprint(uiPort),
 		LogLevel:     "error",
 		// As make up does: clusterrun list shows each run's own state from these.
 		SearchAttributes: temporal.NewSearchAttributes(
@@ -109,6 +118,15 @@ func runSuite(m *testing.M) (int, error) {
 		return 1, fmt.Errorf("processes left behind after the suite: %s", strings.Join(orphans, "; "))
 	}
 	return code, nil
+}
+
+func freeTCPPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {

@@ -1,0 +1,105 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// ensureChromium returns Debian's Chromium, installing it when it is missing.
+func ensureChromium(t *testing.T) string {
+	t.Helper()
+	const path = "/usr/bin/chromium"
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if os.Getuid() != 0 {
+		t.Fatal("chromium is missing and this test is not root, so it cannot install it: apt-get install chromium")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	t.Log("installing chromium (Debian) for the Web UI test; this takes a few minutes once")
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium"}} {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "apt-get %v:\n%s", args, out)
+	}
+	return path
+}
+
+// A run reads well in the Temporal Web UI: its pending activities are the tasks, by name, with their heartbeat.
+func TestE2E_WebUI(t *testing.T) {
+	chromium := ensureChromium(t)
+	id := runID(t)
+	spec := writeSpec(t, `{name: webui, command: [sh, -c, 'echo "serving $CLUSTERRUN_TASK"; exec sleep 308'], stopGracePeriod: 1s, tasks: {chief: {replicas: 1}, worker: {replicas: 2}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	defer cli(t, "cancel", id)
+	waitUntil(t, "tasks running", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 308")) == 3 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	desc, err := env.client.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.WindowSize(1400, 1000),
+	)...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	defer cancelBrowser()
+
+	page := env.uiURL + "/namespaces/default/workflows/" + id + "/" + runID + "/pending-activities"
+	_, err = chromedp.Run(browser, chromedp.Navigate(page))
+	require.NoError(t, err, "open %s", page)
+	_, err = chromedp.Run(browser, chromedp.Poll[bool](
+		`document.body && ["chief-0", "worker-0", "worker-1", '"pid"', '"running"'].every(s => document.body.innerText.includes(s))`,
+		chromedp.WithPollingTimeout(60*time.Second)))
+	if err != nil {
+		text, _ := chromedp.Run(browser, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		t.Fatalf("the tasks did not show on %s: %v\npage text:\n%s", page, err, clipText(text, 3000))
+	}
+	_, _ = chromedp.Run(browser, chromedp.Sleep(500*time.Millisecond)) // let the page settle before the picture
+	text, err := chromedp.Run(browser, chromedp.Evaluate[string](`document.body.innerText`))
+	require.NoError(t, err)
+	// Quality 100 gives a PNG; anything less a JPEG.
+	shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	require.NoError(t, err, "screenshot of %s", page)
+	for _, want := range []string{"chief-0", "worker-0", "worker-1", workflows.ActivityRunTask} {
+		assert.Contains(t, text, want)
+	}
+	assert.Contains(t, text, `"phase": "running"`, "the heartbeat details show the running process")
+	assert.Equal(t, 3, strings.Count(text, `"pid"`), "each task's heartbeat has its pid")
+
+	out := filepath.Join(env.root, "out")
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	shotPath := filepath.Join(out, "webui-pending-activities.png")
+	require.NoError(t, os.WriteFile(shotPath, shot, 0o644))
+	t.Logf("screenshot: %s", shotPath)
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
