@@ -163,7 +163,7 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	live := hb != nil
 	if live {
-		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tPROGRESS\tEXIT\tLAST OUTPUT / ERROR")
+		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tPROGRESS\tHEARTBEAT\tEXIT\tLAST OUTPUT / ERROR")
 	} else {
 		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tEXIT\tRESULT / ERROR")
 	}
@@ -187,8 +187,11 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 			host = "-"
 		}
 		if live {
-			pid, prog := "-", "-"
+			pid, prog, beat := "-", "-", "-"
 			if h, ok := hb[t.Name]; ok {
+				if !h.at.IsZero() {
+					beat = time.Since(h.at).Round(time.Second).String() + " ago"
+				}
 				if h.PID > 0 {
 					pid = fmt.Sprint(h.PID)
 				}
@@ -199,7 +202,7 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 					note = h.Last
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, prog, exit, clip(note, 80))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, prog, beat, exit, clip(note, 70))
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.State, host, t.Attempt, exit, clip(note, 100))
 		}

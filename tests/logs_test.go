@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,22 @@ func TestE2E_StatusWatch(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: watch, command: [sleep, "2"], tasks: {worker: {replicas: 1}}}`)
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	var live cliResult
+	waitUntil(t, "the heartbeat in status", 30*time.Second, func() bool {
+		live = cli(t, "status", id)
+		return regexp.MustCompile(`worker-0\s+Running\s+\S+\s+1\s+\d+\s+-\s+\d+s ago`).MatchString(live.stdout)
+	})
+	js := cli(t, "status", id, "--json")
+	require.Equal(t, 0, js.code, js.String())
+	var st workflows.RunStatus
+	require.NoError(t, json.Unmarshal([]byte(js.stdout), &st))
+	assert.Equal(t, "watch", st.Name)
+	assert.Equal(t, workflows.StatusRunning, st.Status)
+	require.Len(t, st.Tasks, 1)
+	assert.Equal(t, workflows.TaskRunning, st.Tasks[0].State)
+	assert.NotEmpty(t, st.Tasks[0].Host)
+	assert.NotZero(t, st.Tasks[0].Port)
+
 	r := cli(t, "status", id, "--watch", "300ms")
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, ": Running", "refreshed while it ran")
