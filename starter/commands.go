@@ -109,23 +109,33 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 		func(st workflows.RunStatus) bool { return st.Status == workflows.StatusCanceled })
 }
 
+// dialRunning connects and returns the status of a run that is still running, or says there is nothing to do.
+func dialRunning(ctx context.Context, id, verb string) (client.Client, live, error) {
+	c, err := dial(ctx)
+	if err != nil {
+		return nil, live{}, err
+	}
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err == nil && ended {
+		err = &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to %s", id, st.Status, verb)}
+	}
+	if err != nil {
+		c.Close()
+		return nil, live{}, err
+	}
+	return c, st, nil
+}
+
 // endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
 // took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have.
 func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) bool) error {
 	ctx := context.Background()
-	c, err := dial(ctx)
+	c, _, err := dialRunning(ctx, id, verb)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st, ended, _, err := fetchStatus(ctx, c, id)
-	if err != nil {
-		return err
-	}
-	if ended {
-		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to %s", id, st.Status, verb)}
-	}
 	if err := act(ctx, c, id); err != nil {
 		return fmt.Errorf("%s run %s: %w", verb, id, err)
 	}

@@ -110,18 +110,11 @@ func controlTask(id string, stdout io.Writer, check func(workflows.RunStatus) (a
 	done func(workflows.RunStatus) bool, show string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := dial(ctx)
+	c, st, err := dialRunning(ctx, id, "change")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st, ended, _, err := fetchStatus(ctx, c, id)
-	if err != nil {
-		return err
-	}
-	if ended {
-		return &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s)", id, st.Status)}
-	}
 	before := st.RunStatus
 	req, signal, err := check(before)
 	if err != nil {
