@@ -359,13 +359,20 @@ func TestE2E_WorkerSIGKILLLeavesNoOrphan(t *testing.T) {
 	host := "doomed-" + randomHex(2)
 	require.NoError(t, env.startWorker(host))
 	id := runID(t)
-	spec := writeSpec(t, fmt.Sprintf(`{name: lost, command: [sleep, "301"], heartbeatTimeout: 2s, tasks: {worker: {replicas: 1, hosts: [%s]}}}`, host))
+	// The task forks a helper (a grandchild of the worker) and then becomes sleep 301 itself.
+	spec := writeSpec(t, fmt.Sprintf(`{name: lost, command: [sh, -c, 'sleep 309 & exec sleep 301'], heartbeatTimeout: 2s, tasks: {worker: {replicas: 1, hosts: [%s]}}}`, host))
 	r := cli(t, "run", spec, "--id", id, "--detach")
 	require.Equal(t, 0, r.code, r.String())
-	waitUntil(t, "the task to run", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 301")) == 1 })
+	waitUntil(t, "the task to run", time.Minute, func() bool {
+		return len(markedProcessesOf(t, "sleep 301")) == 1 && len(markedProcessesOf(t, "sleep 309")) == 1
+	})
 
 	env.stopWorker(host, syscall.SIGKILL)
-	assert.Empty(t, markedProcessesOf(t, "sleep 301"), "the task outlived its SIGKILLed worker")
+	assert.Empty(t, markedProcessesOf(t, "sleep 301"), "the task outlived its SIGKILLed worker (Pdeathsig)")
+	// The helper is not the worker's child, so Pdeathsig does not reach it; the worker's next start sweeps it.
+	require.NoError(t, env.startWorker(host))
+	assert.Empty(t, markedProcessesOf(t, "sleep 309"), "the restarted worker killed its predecessor's leftover")
+	env.stopWorker(host, syscall.SIGTERM)
 	st, err := outcome(t, id)
 	require.Error(t, err)
 	assert.Contains(t, st.Task("worker-0").Error, "lost: no heartbeat from host "+host)

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/clusterrun/clusterrun/activities"
+	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -130,6 +131,12 @@ func run(args []string) error {
 	}
 	defer cl.Close()
 
+	// A host worker that was SIGKILLed took its direct task processes along (Pdeathsig), but not what they had
+	// forked. Every task process carries CLUSTERRUN_HOST; this worker has no task yet, so any process that still
+	// does for this host is a leftover of its previous life.
+	for _, l := range proc.Sweep("CLUSTERRUN_HOST=" + c.host) {
+		logger.Warn("killed a task process left over from an earlier run of this host worker", "pid", l.PID, "command", l.Cmdline)
+	}
 	host := activities.NewHost(c.host, c.addr, c.logDir, cl, logger)
 	host.Metrics = metrics.WithTags(map[string]string{"host": c.host})
 	host.SocketDir = c.socketDir

@@ -164,6 +164,24 @@ func TestProcess_Pdeathsig_ParentKilled(t *testing.T) {
 	waitFor(t, fmt.Sprintf("child %d to die with its parent", child), func() bool { return !alive(child) })
 }
 
+func TestSweep_KillsMarkedProcessesOnly(t *testing.T) {
+	mark := "PROC_SWEEP_TEST=" + strconv.Itoa(os.Getpid())
+	marked := exec.Command("sleep", "300")
+	marked.Env = append(os.Environ(), mark)
+	require.NoError(t, marked.Start())
+	other := exec.Command("sleep", "300")
+	require.NoError(t, other.Start())
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+
+	found := Sweep(mark)
+	require.Len(t, found, 1)
+	assert.Equal(t, marked.Process.Pid, found[0].PID)
+	assert.Equal(t, "sleep 300", found[0].Cmdline)
+	_ = marked.Wait()
+	assert.True(t, alive(other.Process.Pid), "an unmarked process is left alone")
+	assert.Empty(t, FindLeftovers(mark))
+}
+
 func TestStart_Errors(t *testing.T) {
 	_, err := Start(Config{Argv: []string{"no-such-command-xyz"}, Env: os.Environ()})
 	var se *StartError
