@@ -15,7 +15,7 @@ WORKFLOWCHECK := $(BIN)/workflowcheck
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools build up down demo test test-race check fmt vet lint bench clean
+.PHONY: all tools build up down demo test test-race check fmt vet lint bench clean record-histories
 
 all: build
 
@@ -53,6 +53,13 @@ test: $(TEMPORAL) build
 
 test-race: $(TEMPORAL) build
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Runs the end-to-end suite and saves the history of every run it made under workflows/testdata/histories/$(HISTORIES),
+# where workflows/replay_test.go replays them: a later workflow change that would wedge runs in flight fails it.
+HISTORIES ?= next
+record-histories: $(TEMPORAL) build
+	rm -rf workflows/testdata/histories/$(HISTORIES)
+	CLUSTERRUN_RECORD_HISTORIES=$(CURDIR)/workflows/testdata/histories/$(HISTORIES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./tests/
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -113,6 +113,12 @@ func runSuite(m *testing.M) (int, error) {
 	}
 	env = c
 	code := m.Run()
+	if dir := os.Getenv(RecordHistoriesEnv); dir != "" {
+		if err := c.recordHistories(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: record histories:", err)
+			code = 1
+		}
+	}
 	c.stopWorkers()
 	if orphans := c.orphans(); len(orphans) > 0 {
 		return 1, fmt.Errorf("processes left behind after the suite: %s", strings.Join(orphans, "; "))
