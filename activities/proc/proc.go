@@ -10,6 +10,8 @@
 //   - Done closes once the leader has exited and no other member of its group is left (or a short bounded wait
 //     for stragglers in uninterruptible sleep has passed). Leftover group members are killed when the leader exits.
 //   - Stop is idempotent: SIGTERM to the group, the grace period, then SIGKILL to the group.
+//   - With a Cgroup, the process starts inside it (clone3 CLONE_INTO_CGROUP), and every signal, kill and "gone"
+//     check covers the cgroup too: descendants that left the process group (setsid) are still found.
 package proc
 
 import (
@@ -36,6 +38,8 @@ type Config struct {
 	Dir    string
 	Stdout *os.File
 	Stderr *os.File
+	// Cgroup holds the process and everything it starts. Optional: default none (process group only).
+	Cgroup *Cgroup
 }
 
 // Exit is how a process ended.
@@ -79,9 +83,10 @@ func (e *StartError) Unwrap() error { return e.Err }
 
 // Process is a started process group.
 type Process struct {
-	pid  int
-	done chan struct{}
-	exit Exit
+	pid    int
+	cgroup *Cgroup
+	done   chan struct{}
+	exit   Exit
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Stop was first called
@@ -101,7 +106,7 @@ func Start(cfg Config) (*Process, error) {
 			return nil, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: &os.PathError{Op: "chdir", Path: cfg.Dir, Err: syscall.ENOENT}}
 		}
 	}
-	p := &Process{done: make(chan struct{}), stopped: make(chan struct{})}
+	p := &Process{cgroup: cfg.Cgroup, done: make(chan struct{}), stopped: make(chan struct{})}
 	started := make(chan error, 1)
 	go p.run(cfg, started)
 	if err := <-started; err != nil {
@@ -127,7 +132,20 @@ func (p *Process) run(cfg Config, started chan<- error) {
 	cmd.Stdout = cfg.Stdout
 	cmd.Stderr = cfg.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if p.cgroup != nil {
+		fd, err := syscall.Open(p.cgroup.Path, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			started <- fmt.Errorf("open cgroup %s: %w", p.cgroup.Path, err)
+			close(p.done)
+			return
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	err := cmd.Start()
+	if fd := cmd.SysProcAttr.CgroupFD; cmd.SysProcAttr.UseCgroupFD {
+		_ = syscall.Close(fd)
+	}
+	if err != nil {
 		started <- &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: err}
 		close(p.done)
 		return
@@ -135,12 +153,30 @@ func (p *Process) run(cfg Config, started chan<- error) {
 	p.pid = cmd.Process.Pid
 	started <- nil
 
-	err := cmd.Wait()
+	err = cmd.Wait()
 	p.exit = exitOf(cmd.ProcessState, err)
-	// The leader is gone; helpers it left in its group must not outlive the task.
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-	waitGroupGone(p.pid, StragglerWait)
+	// The leader is gone; helpers it left in its group (or its cgroup) must not outlive the task.
+	p.kill()
+	p.waitGone(StragglerWait)
 	close(p.done)
+}
+
+// kill sends SIGKILL to the group and kills the cgroup.
+func (p *Process) kill() {
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	if p.cgroup != nil {
+		p.cgroup.Kill()
+	}
+}
+
+// waitGone waits until no live member of the group or the cgroup is left, or max has passed.
+func (p *Process) waitGone(max time.Duration) {
+	deadline := time.Now().Add(max)
+	delay := time.Millisecond
+	for (GroupAlive(p.pid) || (p.cgroup != nil && p.cgroup.Populated())) && time.Now().Before(deadline) {
+		time.Sleep(delay)
+		delay = min(delay*2, 50*time.Millisecond)
+	}
 }
 
 func lookPath(name string, env []string) (string, error) {
@@ -184,17 +220,29 @@ func (p *Process) Exit() Exit {
 	return p.exit
 }
 
-// Signal sends sig to the whole process group.
+// Signal sends sig to the whole process group, and to every process of its cgroup.
 func (p *Process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.done:
 		return nil
 	default:
 	}
+	if p.cgroup != nil {
+		p.cgroup.Signal(sig)
+	}
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal process group %d: %w", p.pid, err)
 	}
 	return nil
+}
+
+// Kill kills the group (and cgroup) at once, whether or not a Stop is under way: the grace period is cut short.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+	default:
+		p.kill()
+	}
 }
 
 // Stop ends the process group: SIGTERM, up to grace for it to exit, then SIGKILL; it returns once the group is
@@ -211,7 +259,7 @@ func (p *Process) Stop(grace time.Duration) Exit {
 			case <-p.done:
 			case <-t.C:
 				// The grace period is over: nothing in the group may ignore this one.
-				_ = p.Signal(syscall.SIGKILL)
+				p.Kill()
 			}
 		}()
 	})
@@ -225,16 +273,6 @@ func (p *Process) Stopping() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waitGroupGone waits until no live (non-zombie) process is left in group pgid, or max has passed.
-func waitGroupGone(pgid int, max time.Duration) {
-	deadline := time.Now().Add(max)
-	delay := time.Millisecond
-	for GroupAlive(pgid) && time.Now().Before(deadline) {
-		time.Sleep(delay)
-		delay = min(delay*2, 50*time.Millisecond)
 	}
 }
 

@@ -222,3 +222,46 @@ func TestTail_Bounded(t *testing.T) {
 	assert.Nil(t, data)
 	assert.False(t, truncated)
 }
+
+// cgroupParent returns a parent for test cgroups, or skips where cgroup v2 is not writable (the fallback is
+// the process group, covered by the tests above).
+func cgroupParent(t *testing.T) string {
+	t.Helper()
+	parent, err := CgroupParent()
+	if err != nil {
+		t.Skipf("no writable cgroup v2 here: %v", err)
+	}
+	return parent
+}
+
+func TestProcess_Cgroup_StopKillsDescendantsThatLeftTheGroup(t *testing.T) {
+	cg, err := NewCgroup(cgroupParent(t), fmt.Sprintf("proc-test-%d", os.Getpid()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cg.Remove(5 * time.Second) })
+	dir := t.TempDir()
+	// setsid takes the helper out of the task's process group: a signal to the group no longer reaches it.
+	p, err := Start(Config{Argv: []string{"sh", "-c", `setsid sh -c 'echo $$ > "$DIR/escaped"; exec sleep 300' & exec sleep 300`},
+		Env: append(os.Environ(), "DIR="+dir), Cgroup: cg})
+	require.NoError(t, err)
+	escaped := readPid(t, filepath.Join(dir, "escaped"))
+	_, pgid, _ := procStat(escaped)
+	require.NotEqual(t, p.Pid(), pgid, "the helper left the task's process group")
+	assert.Contains(t, cg.Procs(), escaped)
+
+	p.Stop(time.Second)
+	assert.False(t, alive(escaped), "a descendant outside the process group survived the stop")
+	assert.False(t, cg.Populated())
+}
+
+func TestProcess_Cgroup_LeaderExitKillsEscapedDescendants(t *testing.T) {
+	cg, err := NewCgroup(cgroupParent(t), fmt.Sprintf("proc-test-exit-%d", os.Getpid()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cg.Remove(5 * time.Second) })
+	dir := t.TempDir()
+	p, err := Start(Config{Argv: []string{"sh", "-c", `setsid sh -c 'echo $$ > "$DIR/escaped"; exec sleep 300' & sleep 0.2; exit 0`},
+		Env: append(os.Environ(), "DIR="+dir), Cgroup: cg})
+	require.NoError(t, err)
+	escaped := readPid(t, filepath.Join(dir, "escaped"))
+	assert.Equal(t, Exit{Code: 0}, p.Exit())
+	assert.False(t, alive(escaped), "a descendant outside the process group outlived its task")
+}
