@@ -34,6 +34,7 @@ $(WORKFLOWCHECK):
 build:
 	$(GO) build -o $(BIN)/clusterrun ./starter
 	$(GO) build -o $(BIN)/clusterrun-worker ./workers
+	$(GO) build -o $(BIN)/clusterrun-shim ./workers/shim
 
 # The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.
 up: $(TEMPORAL) build
@@ -79,4 +80,4 @@ bench: $(TEMPORAL) build
 	./tests/bench/run.sh
 
 clean:
-	rm -rf $(BIN)/clusterrun $(BIN)/clusterrun-worker
+	rm -rf $(BIN)/clusterrun $(BIN)/clusterrun-worker $(BIN)/clusterrun-shim

@@ -1,0 +1,228 @@
+package shim
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/clusterrun/clusterrun/activities/proc"
+)
+
+// StartTimeout bounds how long Launch waits for a shim to report its task started.
+const StartTimeout = 30 * time.Second
+
+// Launch starts a shim for the record folder dir, whose Config is written, and returns once the task runs (or
+// with a *StartError saying why it could not start). command is the shim program and any leading arguments;
+// the shim gets "--ready-fd 3 DIR" after them. env is the shim's own environment.
+//
+// The shim runs in a session of its own and with no Pdeathsig, so it outlives the caller; the caller reaps it
+// if it ends first.
+func Launch(command []string, dir string, env []string) (Started, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return Started{}, err
+	}
+	defer r.Close()
+	logFile, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		w.Close()
+		return Started{}, err
+	}
+	defer logFile.Close()
+	args := append(append([]string(nil), command[1:]...), "--ready-fd", "3", dir)
+	cmd := exec.Command(command[0], args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.ExtraFiles = []*os.File{w}
+	// A session of its own: no signal meant for the worker's group or terminal reaches the shim.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		return Started{}, fmt.Errorf("start the task supervisor %s: %w", command[0], err)
+	}
+	go func() { _ = cmd.Wait() }() // reap the shim if it ends while this process lives
+
+	line := make(chan []byte, 1)
+	go func() {
+		b, _ := bufio.NewReader(r).ReadBytes('\n')
+		line <- b
+	}()
+	var b []byte
+	select {
+	case b = <-line:
+	case <-time.After(StartTimeout):
+		_ = cmd.Process.Kill()
+		return Started{}, fmt.Errorf("the task supervisor did not report within %s (see %s)", StartTimeout, filepath.Join(dir, LogFile))
+	}
+	var m message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Started{}, fmt.Errorf("the task supervisor ended without starting the task (see %s)", filepath.Join(dir, LogFile))
+	}
+	switch {
+	case m.StartFailed:
+		return Started{}, &StartError{Msg: m.Error}
+	case m.Error != "":
+		return Started{}, fmt.Errorf("task supervisor: %s", m.Error)
+	case m.Started == nil:
+		return Started{}, errors.New("the task supervisor answered without a pid")
+	}
+	return *m.Started, nil
+}
+
+// Client talks to one shim over its socket.
+type Client struct {
+	Socket string
+}
+
+// ErrGone says the shim does not answer: it has ended, or was killed.
+var ErrGone = errors.New("task supervisor is gone")
+
+func (c Client) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	return conn, nil
+}
+
+// Watch claims the task: it returns the task's Started (or, if it has already ended, its Exit) and a channel
+// that yields its Exit once it ends, or an error wrapping ErrGone if the shim dies first. Closing the Watch
+// gives the claim up, and the shim's orphan timer starts.
+func (c Client) Watch(ctx context.Context) (*Watch, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := send(conn, request{Op: "watch"}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	w := &Watch{conn: conn, ended: make(chan End, 1)}
+	r := bufio.NewReader(conn)
+	first, err := readMessage(r)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	if first.Exit != nil {
+		w.ended <- End{Exit: *first.Exit}
+		conn.Close()
+		return w, nil
+	}
+	if first.Started != nil {
+		w.Started = *first.Started
+	}
+	go func() {
+		m, err := readMessage(r)
+		switch {
+		case err != nil:
+			w.ended <- End{Err: fmt.Errorf("%w: %v", ErrGone, err)}
+		case m.Exit == nil:
+			w.ended <- End{Err: fmt.Errorf("%w: unexpected answer", ErrGone)}
+		default:
+			w.ended <- End{Exit: *m.Exit}
+		}
+		conn.Close()
+	}()
+	return w, nil
+}
+
+// Watch is a held claim on one task.
+type Watch struct {
+	Started Started
+	conn    net.Conn
+	ended   chan End
+}
+
+// End is how a watch ended: the task's Exit, or Err (wrapping ErrGone) when the shim died first.
+type End struct {
+	Exit Exit
+	Err  error
+}
+
+// Ended yields one End.
+func (w *Watch) Ended() <-chan End { return w.ended }
+
+// Close gives the claim up; the task goes on running.
+func (w *Watch) Close() { w.conn.Close() }
+
+// Stop asks the shim to stop the task: SIGTERM, grace, SIGKILL (at once for grace 0). The first reason is the
+// one recorded in the task's exit.
+func (c Client) Stop(ctx context.Context, grace time.Duration, reason string) error {
+	return c.call(ctx, request{Op: "stop", Grace: grace, Reason: reason})
+}
+
+// Signal sends a signal to the task's process group (and cgroup).
+func (c Client) Signal(ctx context.Context, sig syscall.Signal) error {
+	return c.call(ctx, request{Op: "signal", Signal: int(sig)})
+}
+
+func (c Client) call(ctx context.Context, req request) error {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	if err := send(conn, req); err != nil {
+		return fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	m, err := readMessage(bufio.NewReader(conn))
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	if m.Error != "" {
+		return errors.New(m.Error)
+	}
+	return nil
+}
+
+func send(conn net.Conn, req request) error {
+	b, _ := json.Marshal(req)
+	_, err := conn.Write(append(b, '\n'))
+	return err
+}
+
+func readMessage(r *bufio.Reader) (message, error) {
+	var m message
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return m, err
+	}
+	return m, json.Unmarshal(line, &m)
+}
+
+// Reap settles a task whose shim is gone without recording an exit (the shim was killed, or the host
+// rebooted): whatever the task left in its cgroup or process group is killed, and an exit record saying so is
+// written, so every later reader sees the same ending.
+func Reap(dir, reason string) Exit {
+	if x, ok, _ := ReadExit(dir); ok {
+		return x
+	}
+	// A pid is only meaningful within the boot that recorded it: after a reboot it may name anything.
+	if st, ok, _ := ReadStarted(dir); ok && st.BootID == BootID() {
+		if st.Cgroup != "" {
+			cg := &proc.Cgroup{Path: st.Cgroup}
+			cg.Kill()
+			_ = cg.Remove(2 * time.Second)
+		}
+		if st.PID > 0 && proc.GroupAlive(st.PID) {
+			_ = syscall.Kill(-st.PID, syscall.SIGKILL)
+		}
+	}
+	x := Exit{Code: -1, Reason: reason, EndedAt: time.Now()}
+	_ = writeJSON(filepath.Join(dir, ExitFile), x)
+	return x
+}

@@ -1,0 +1,189 @@
+// Package shim is clusterrun's per-task supervisor, the role containerd-shim, conmon and slurmstepd play in their
+// systems: a small process that owns one task attempt's process tree, so the task does not live or die with the
+// long-lived host worker.
+//
+// Contract:
+//   - The host worker writes the task's Config into a record folder and starts clusterrun-shim in a session of its
+//     own. The shim starts the task (through package proc: its own process group, Pdeathsig from the shim, its own
+//     cgroup where cgroup v2 is writable) and reports the pid, or why it could not start, on a pipe. It writes
+//     proc.json, and, once the task and its group are gone, exit.json, both atomically, so a worker that starts
+//     later reads how the task ended even if nobody was listening.
+//   - The task's stdout and stderr go straight to the attempt's log files, opened for append: the shim copies
+//     nothing, and a restarted worker keeps reading the same files.
+//   - Ownership is a held connection: a worker "watches" the task over the shim's Unix socket and learns of its
+//     exit on that connection. When no worker has watched for OrphanAfter, the shim stops the task itself
+//     (SIGTERM, Grace, SIGKILL), so no task outlives its host worker by more than that bound.
+//   - If the shim itself is killed, Pdeathsig takes the task's main process down; what it left in its cgroup or
+//     group is killed by the next worker that finds the shim gone (Reap).
+//   - SIGTERM or SIGINT to the shim stops the task (Grace) and ends the shim; that is how `make down` ends tasks
+//     whose workers have detached from them.
+//
+// The shim imports no Temporal code and keeps to the standard library, so each one costs little memory.
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Files in a task attempt's record folder.
+const (
+	// ConfigFile is written by the host worker before it starts the shim.
+	ConfigFile = "config.json"
+	// ProcFile is written by the shim once the task runs.
+	ProcFile = "proc.json"
+	// ExitFile is written by the shim (or by Reap) once the task is gone.
+	ExitFile = "exit.json"
+	// LogFile holds the shim's own log lines.
+	LogFile = "shim.log"
+)
+
+// Config is what one shim runs.
+type Config struct {
+	Argv []string `json:"argv"`
+	// Env is the task's full environment, as KEY=VALUE.
+	Env []string `json:"env"`
+	// Dir is the working directory. Optional: default the shim's.
+	Dir string `json:"dir,omitempty"`
+	// Stdout and Stderr are the paths of the task's log files, opened for append.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Socket is the shim's own Unix socket (at most 107 bytes long).
+	Socket string `json:"socket"`
+	// Cgroup is a cgroup v2 folder to create and start the task in. Optional: default none (process group only).
+	Cgroup string `json:"cgroup,omitempty"`
+	// OrphanAfter is how long the task may go without a watching host worker before the shim stops it.
+	// Optional: default never.
+	OrphanAfter time.Duration `json:"orphanAfter,omitempty"`
+	// Grace is the time between SIGTERM and SIGKILL for stops the shim decides itself (orphaned, SIGTERM).
+	Grace time.Duration `json:"grace"`
+}
+
+// Started says the task runs.
+type Started struct {
+	ShimPID int `json:"shimPid"`
+	PID     int `json:"pid"`
+	// Cgroup is the task's cgroup folder, or empty when it has none.
+	Cgroup    string    `json:"cgroup,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+	// BootID names the boot the pids belong to (/proc/sys/kernel/random/boot_id).
+	BootID string `json:"bootId"`
+}
+
+// BootID is this boot's ID; pids recorded under another are meaningless.
+func BootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}
+
+// Exit is how a task attempt ended.
+type Exit struct {
+	// Code is the exit code, or 128+N for a death by signal N; -1 when it is unknown (the shim died).
+	Code int `json:"code"`
+	// Signal names the signal that killed the task, if one did.
+	Signal string `json:"signal,omitempty"`
+	// Stopped says a stop request ended the task (it did not end on its own); Reason says whose.
+	Stopped bool   `json:"stopped,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	EndedAt time.Time `json:"endedAt"`
+}
+
+// StartError says the task could not start at all; the message says why and what to fix.
+type StartError struct{ Msg string }
+
+func (e *StartError) Error() string { return e.Msg }
+
+// ReadConfig reads the Config in a record folder.
+func ReadConfig(dir string) (Config, error) {
+	var c Config
+	return c, readJSON(filepath.Join(dir, ConfigFile), &c)
+}
+
+// WriteConfig writes the Config of a record folder (readable by its owner only: the environment may hold secrets).
+func WriteConfig(dir string, c Config) error { return writeJSON(filepath.Join(dir, ConfigFile), c) }
+
+// ReadStarted reads proc.json; ok is false when the task never started.
+func ReadStarted(dir string) (s Started, ok bool, err error) {
+	err = readJSON(filepath.Join(dir, ProcFile), &s)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, false, nil
+	}
+	return s, err == nil, err
+}
+
+// ReadExit reads exit.json; ok is false while the task has not ended (or its end was not recorded).
+func ReadExit(dir string) (e Exit, ok bool, err error) {
+	err = readJSON(filepath.Join(dir, ExitFile), &e)
+	if errors.Is(err, os.ErrNotExist) {
+		return e, false, nil
+	}
+	return e, err == nil, err
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON writes v to path atomically and durably: a temporary file, fsync, rename, fsync of the folder. A
+// crash leaves either the old file or the new one, never half of one.
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// request is one line a client sends on the shim's socket.
+type request struct {
+	// Op is watch (hold the connection: the task's Started, then its Exit), stop or signal.
+	Op     string        `json:"op"`
+	Grace  time.Duration `json:"grace,omitempty"`
+	Reason string        `json:"reason,omitempty"`
+	Signal int           `json:"signal,omitempty"`
+}
+
+// message is one line the shim answers with.
+type message struct {
+	Started *Started `json:"started,omitempty"`
+	Exit    *Exit    `json:"exit,omitempty"`
+	OK      bool     `json:"ok,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	// StartFailed, on the ready pipe, says Error is why the task could not start.
+	StartFailed bool `json:"startFailed,omitempty"`
+}

@@ -1,0 +1,332 @@
+package shim
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/activities/proc"
+)
+
+// TestMain doubles as the shim (SHIM_TEST_ROLE=shim, the same arguments as clusterrun-shim) and as a launcher
+// that starts a shim, prints its task's pid and blocks (SHIM_TEST_ROLE=launcher), so a test can SIGKILL the
+// launcher and watch the task live on.
+func TestMain(m *testing.M) {
+	switch os.Getenv("SHIM_TEST_ROLE") {
+	case "shim":
+		fs := flag.NewFlagSet("shim", flag.ExitOnError)
+		fd := fs.Int("ready-fd", -1, "")
+		_ = fs.Parse(os.Args[1:])
+		var ready io.WriteCloser
+		if *fd >= 0 {
+			ready = os.NewFile(uintptr(*fd), "ready")
+		}
+		if err := Run(fs.Arg(0), ready); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "launcher":
+		st, err := Launch(shimCommand(), os.Getenv("SHIM_TEST_DIR"), shimEnv())
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		w, err := Client{Socket: os.Getenv("SHIM_TEST_SOCKET")}.Watch(context.Background())
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		_ = w
+		fmt.Println(st.PID)
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+func shimCommand() []string { return []string{os.Args[0]} }
+
+func shimEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SHIM_TEST_ROLE=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "SHIM_TEST_ROLE=shim")
+}
+
+// record makes a record folder and a short socket path for one task, and writes its Config.
+func record(t *testing.T, script string, edit func(*Config)) (dir string, cfg Config) {
+	t.Helper()
+	dir = t.TempDir()
+	sockDir, err := os.MkdirTemp("", "shim")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	cfg = Config{Argv: []string{"sh", "-c", script}, Env: append(os.Environ(), "DIR="+dir),
+		Stdout: filepath.Join(dir, "stdout.log"), Stderr: filepath.Join(dir, "stderr.log"),
+		Socket: filepath.Join(sockDir, "shim.sock"), Grace: time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	require.NoError(t, WriteConfig(dir, cfg))
+	return dir, cfg
+}
+
+// launch starts a shim and stops its task when the test ends.
+func launch(t *testing.T, dir string, cfg Config) Started {
+	t.Helper()
+	st, err := Launch(shimCommand(), dir, shimEnv())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), 0, "test over")
+		waitFor(t, "the task to end", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	})
+	return st
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && len(b) > i+2 && b[i+2] != 'Z'
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func watch(t *testing.T, cfg Config) *Watch {
+	t.Helper()
+	w, err := Client{Socket: cfg.Socket}.Watch(context.Background())
+	require.NoError(t, err)
+	return w
+}
+
+func ended(t *testing.T, w *Watch) Exit {
+	t.Helper()
+	select {
+	case e := <-w.Ended():
+		require.NoError(t, e.Err)
+		return e.Exit
+	case <-time.After(15 * time.Second):
+		t.Fatal("the task did not end")
+	}
+	return Exit{}
+}
+
+func TestShim_RunsTaskAndRecordsItsExit(t *testing.T) {
+	dir, cfg := record(t, `echo out; echo err >&2; exit 3`, nil)
+	st := launch(t, dir, cfg)
+	assert.NotZero(t, st.PID)
+	assert.Equal(t, BootID(), st.BootID)
+	rec, ok, err := ReadStarted(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, st.PID, rec.PID)
+
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	x, _, _ := ReadExit(dir)
+	assert.Equal(t, 3, x.Code)
+	assert.False(t, x.Stopped)
+	assert.Equal(t, "out\n", proc.Tail(cfg.Stdout, 100))
+	assert.Equal(t, "err\n", proc.Tail(cfg.Stderr, 100))
+	// A watcher that comes after the end still learns it.
+	w, err := Client{Socket: cfg.Socket}.Watch(context.Background())
+	if err == nil {
+		assert.Equal(t, 3, ended(t, w).Code)
+	} else {
+		assert.ErrorIs(t, err, ErrGone, "the shim is gone once the exit is recorded")
+	}
+}
+
+func TestShim_WatcherLearnsTheExit(t *testing.T) {
+	dir, cfg := record(t, `read x < "$DIR/go" 2>/dev/null; while [ ! -e "$DIR/go" ]; do sleep 0.02; done; exit 7`, nil)
+	st := launch(t, dir, cfg)
+	w := watch(t, cfg)
+	assert.Equal(t, st.PID, w.Started.PID)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	assert.Equal(t, 7, ended(t, w).Code)
+}
+
+func TestShim_StopGracefullyThenKill(t *testing.T) {
+	dir, cfg := record(t, `trap "" TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	launch(t, dir, cfg)
+	w := watch(t, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	began := time.Now()
+	require.NoError(t, Client{Socket: cfg.Socket}.Stop(context.Background(), 300*time.Millisecond, "the run is over"))
+	x := ended(t, w)
+	assert.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "SIGKILL came before the grace period")
+	assert.Equal(t, "SIGKILL", x.Signal)
+	assert.True(t, x.Stopped)
+	assert.Equal(t, "the run is over", x.Reason)
+}
+
+func TestShim_LaterStopCutsTheGraceShort(t *testing.T) {
+	dir, cfg := record(t, `trap "" TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	launch(t, dir, cfg)
+	w := watch(t, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	c := Client{Socket: cfg.Socket}
+	require.NoError(t, c.Stop(context.Background(), time.Hour, "first"))
+	require.NoError(t, c.Stop(context.Background(), 0, "second"))
+	x := ended(t, w)
+	assert.Equal(t, "SIGKILL", x.Signal)
+	assert.Equal(t, "first", x.Reason, "the first reason is kept")
+}
+
+func TestShim_SignalReachesTheGroup(t *testing.T) {
+	dir, cfg := record(t, `trap 'echo got USR1 > "$DIR/usr1"; exit 0' USR1; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	launch(t, dir, cfg)
+	w := watch(t, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	require.NoError(t, Client{Socket: cfg.Socket}.Signal(context.Background(), syscall.SIGUSR1))
+	assert.Equal(t, 0, ended(t, w).Code)
+	b, _ := os.ReadFile(filepath.Join(dir, "usr1"))
+	assert.Equal(t, "got USR1\n", string(b))
+}
+
+// The task outlives the process that launched its shim, even a SIGKILLed one: that is the point.
+func TestShim_TaskOutlivesItsLauncher(t *testing.T) {
+	dir, cfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = time.Hour })
+	launcher := exec.Command(os.Args[0], "-test.run=^$")
+	launcher.Env = append(shimEnv()[:len(shimEnv())-1], "SHIM_TEST_ROLE=launcher", "SHIM_TEST_DIR="+dir, "SHIM_TEST_SOCKET="+cfg.Socket)
+	out, err := launcher.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, launcher.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "launcher said %q", line)
+	t.Cleanup(func() {
+		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), 0, "test over")
+		waitFor(t, "the task to end", func() bool { return !alive(pid) })
+	})
+
+	require.NoError(t, launcher.Process.Signal(syscall.SIGKILL))
+	_ = launcher.Wait()
+	time.Sleep(200 * time.Millisecond) // Pdeathsig would act at once; give it every chance to
+	assert.True(t, alive(pid), "the task died with the process that launched its shim")
+	// A new worker re-attaches: same pid.
+	w := watch(t, cfg)
+	assert.Equal(t, pid, w.Started.PID)
+	w.Close()
+}
+
+func TestShim_OrphanedTaskIsStopped(t *testing.T) {
+	dir, cfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = 300 * time.Millisecond; c.Grace = 100 * time.Millisecond })
+	st := launch(t, dir, cfg)
+	w := watch(t, cfg)
+	time.Sleep(500 * time.Millisecond)
+	assert.True(t, alive(st.PID), "a watched task must not be stopped")
+	w.Close() // the worker goes away
+	waitFor(t, "the orphan to be stopped", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	x, _, _ := ReadExit(dir)
+	assert.True(t, x.Stopped)
+	assert.Contains(t, x.Reason, "orphaned: no host worker attached for 300ms")
+	assert.False(t, alive(st.PID))
+}
+
+func TestShim_ReattachCancelsTheOrphanTimer(t *testing.T) {
+	dir, cfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = 400 * time.Millisecond })
+	st := launch(t, dir, cfg)
+	w := watch(t, cfg)
+	w.Close()
+	time.Sleep(100 * time.Millisecond)
+	w = watch(t, cfg) // a new worker, within the bound
+	time.Sleep(600 * time.Millisecond)
+	assert.True(t, alive(st.PID))
+	_, ok, _ := ReadExit(dir)
+	assert.False(t, ok)
+	w.Close()
+}
+
+// If the shim is SIGKILLed, Pdeathsig takes its task down; Reap kills what is left in the cgroup and records it.
+func TestShim_KilledShimTakesItsTaskAlong(t *testing.T) {
+	parent, err := proc.CgroupParent()
+	cgroup := ""
+	if err == nil {
+		cgroup = filepath.Join(parent, fmt.Sprintf("shim-test-%d", os.Getpid()))
+	}
+	dir, cfg := record(t, `setsid sh -c 'echo $$ > "$DIR/escaped"; exec sleep 300' & exec sleep 300`, func(c *Config) { c.Cgroup = cgroup })
+	st := launch(t, dir, cfg)
+	w := watch(t, cfg)
+	waitFor(t, "the escaped helper", func() bool { _, err := os.Stat(filepath.Join(dir, "escaped")); return err == nil })
+	b, _ := os.ReadFile(filepath.Join(dir, "escaped"))
+	escaped, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+
+	require.NoError(t, syscall.Kill(st.ShimPID, syscall.SIGKILL))
+	e := <-w.Ended()
+	assert.ErrorIs(t, e.Err, ErrGone)
+	waitFor(t, "Pdeathsig to take the task down", func() bool { return !alive(st.PID) })
+	x := Reap(dir, "its supervisor died")
+	assert.Equal(t, -1, x.Code)
+	assert.Equal(t, "its supervisor died", x.Reason)
+	if cgroup != "" {
+		waitFor(t, "the escaped helper to be killed", func() bool { return !alive(escaped) })
+	} else {
+		_ = syscall.Kill(escaped, syscall.SIGKILL)
+	}
+	again, ok, _ := ReadExit(dir)
+	assert.True(t, ok)
+	assert.Equal(t, x.Reason, again.Reason, "the record is final")
+}
+
+func TestShim_StartFailureIsReported(t *testing.T) {
+	dir, cfg := record(t, "", func(c *Config) { c.Argv = []string{"no-such-program-xyz"} })
+	_, err := Launch(shimCommand(), dir, shimEnv())
+	var se *StartError
+	require.True(t, errors.As(err, &se), "got %v", err)
+	assert.Contains(t, se.Msg, `command "no-such-program-xyz" not found on this host`)
+	_, statErr := os.Stat(cfg.Socket)
+	assert.True(t, errors.Is(statErr, os.ErrNotExist), "no socket left behind")
+}
+
+func TestShim_SIGTERMStopsTheTask(t *testing.T) {
+	dir, cfg := record(t, `trap 'exit 0' TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	st := launch(t, dir, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	require.NoError(t, syscall.Kill(st.ShimPID, syscall.SIGTERM))
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	x, _, _ := ReadExit(dir)
+	assert.Equal(t, 0, x.Code)
+	assert.True(t, x.Stopped)
+	assert.Equal(t, "clusterrun-shim received SIGTERM", x.Reason)
+}
+
+func TestShim_RecordsAreJSON(t *testing.T) {
+	dir, cfg := record(t, `exit 0`, nil)
+	launch(t, dir, cfg)
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	for _, f := range []string{ConfigFile, ProcFile, ExitFile} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		assert.True(t, json.Valid(b), f)
+		fi, _ := os.Stat(filepath.Join(dir, f))
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "%s may hold secrets", f)
+	}
+}
