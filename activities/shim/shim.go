@@ -88,8 +88,8 @@ type Exit struct {
 	// Signal names the signal that killed the task, if one did.
 	Signal string `json:"signal,omitempty"`
 	// Stopped says a stop request ended the task (it did not end on its own); Reason says whose.
-	Stopped bool   `json:"stopped,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Stopped bool      `json:"stopped,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
 	EndedAt time.Time `json:"endedAt"`
 }
 
