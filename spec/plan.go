@@ -39,6 +39,14 @@ type Task struct {
 	Restart    Restart           `json:"restart"`
 	// Rank is the task's place in the training world (RANK); -1 for evaluators, which are outside it.
 	Rank int `json:"rank"`
+	// HostLossGrace: how long the workflow waits for a silent host to re-attach before the task is lost.
+	HostLossGrace time.Duration `json:"hostLossGrace,omitempty"`
+	// StopAfterDisconnect: a host out of contact with the server this long stops the task; 0 never.
+	StopAfterDisconnect time.Duration `json:"stopAfterDisconnect,omitempty"`
+	// HangTimeout: no output and no progress for this long is a hang; 0 is off.
+	HangTimeout time.Duration `json:"hangTimeout,omitempty"`
+	// HangSignal is sent to a hung task before it is stopped ("SIGABRT").
+	HangSignal string `json:"hangSignal,omitempty"`
 }
 
 // Restart is a resolved restart policy.
@@ -127,6 +135,10 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 			env[k] = v
 		}
 		restart := resolveRestart(ts.Restart, runRestart)
+		hostLoss := mustDuration(ts.HostLossGrace, mustDuration(s.HostLossGrace, DefaultHostLossGrace))
+		selfStop := mustDuration(ts.StopAfterDisconnect, mustDuration(s.StopAfterDisconnect, 0))
+		hang := mustDuration(ts.HangTimeout, mustDuration(s.HangTimeout, 0))
+		hangSignal := SignalName(or(ts.HangSignal, or(s.HangSignal, DefaultHangSignal)))
 		if p.Scope == ScopeAll {
 			// The workflow restarts the whole cluster; a single attempt per task.
 			restart.MaxRestarts = 0
@@ -142,6 +154,11 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 				Pool:       or(ts.Pool, or(s.Pool, DefaultPool)),
 				Restart:    restart,
 				Rank:       -1,
+
+				HostLossGrace:       hostLoss,
+				StopAfterDisconnect: selfStop,
+				HangTimeout:         hang,
+				HangSignal:          hangSignal,
 			}
 			if len(ts.Hosts) > 0 {
 				t.Host = ts.Hosts[i%len(ts.Hosts)]

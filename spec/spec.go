@@ -50,6 +50,20 @@ type RunSpec struct {
 	// DeadlineWarning sends a signal to every task process some time before maxRunTime, so jobs can checkpoint
 	// (Slurm's --signal). Optional.
 	DeadlineWarning *DeadlineWarning `json:"deadlineWarning,omitempty"`
+	// HostLossGrace is how long a task whose host went silent keeps its place before it counts as lost and its
+	// restart policy applies. It is measured on the workflow's clock while the Temporal server is up, from when
+	// the silence is noticed (heartbeatTimeout after the last heartbeat). Optional: default 2m.
+	HostLossGrace Duration `json:"hostLossGrace,omitempty"`
+	// StopAfterDisconnect makes a host that has been out of contact with the Temporal server this long stop the
+	// task itself, so that a copy restarted elsewhere after hostLossGrace never runs beside it (Nomad's
+	// stop_on_client_after). Optional: default never, which keeps tasks through any server outage.
+	StopAfterDisconnect Duration `json:"stopAfterDisconnect,omitempty"`
+	// HangTimeout: a task that writes no output and reports no progress for this long (outside barrier waits)
+	// is hung. It gets HangSignal, then is stopped and counted as a failure. Optional: default off.
+	HangTimeout Duration `json:"hangTimeout,omitempty"`
+	// HangSignal is sent to a hung task before it is stopped, so it can dump its stacks. Optional: default
+	// SIGABRT (Python with PYTHONFAULTHANDLER=1, Go and C++ runtimes dump stacks or core on it).
+	HangSignal string `json:"hangSignal,omitempty"`
 
 	// decodeProblems holds unknown fields and type errors found while decoding, so that validation reports them
 	// together with every other problem instead of failing the decode (a failed decode inside the workflow would
@@ -73,6 +87,11 @@ type TaskSpec struct {
 	Pool string `json:"pool,omitempty"`
 	// Restart overrides the run's restart policy for this type.
 	Restart *RestartSpec `json:"restart,omitempty"`
+	// HostLossGrace, StopAfterDisconnect, HangTimeout and HangSignal override the run's for this type.
+	HostLossGrace       Duration `json:"hostLossGrace,omitempty"`
+	StopAfterDisconnect Duration `json:"stopAfterDisconnect,omitempty"`
+	HangTimeout         Duration `json:"hangTimeout,omitempty"`
+	HangSignal          string   `json:"hangSignal,omitempty"`
 }
 
 // RestartSpec is a restart policy.

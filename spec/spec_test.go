@@ -240,3 +240,60 @@ func TestValidate_DeadlineWarning(t *testing.T) {
 		assert.Contains(t, err.Error(), want, doc)
 	}
 }
+
+func TestPlan_LivenessSettings(t *testing.T) {
+	s, err := Parse([]byte(`
+name: live
+command: [x]
+hostLossGrace: 5m
+hangTimeout: 10m
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 1, hostLossGrace: 30s, stopAfterDisconnect: 10s, hangTimeout: 1m, hangSignal: usr1}
+`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	chief, worker := p.Tasks[0], p.Tasks[1]
+	assert.Equal(t, 5*time.Minute, chief.HostLossGrace)
+	assert.Zero(t, chief.StopAfterDisconnect, "by default a host never stops its tasks on its own")
+	assert.Equal(t, 10*time.Minute, chief.HangTimeout)
+	assert.Equal(t, "SIGABRT", chief.HangSignal)
+	assert.Equal(t, 30*time.Second, worker.HostLossGrace)
+	assert.Equal(t, 10*time.Second, worker.StopAfterDisconnect)
+	assert.Equal(t, time.Minute, worker.HangTimeout)
+	assert.Equal(t, "SIGUSR1", worker.HangSignal)
+
+	s, err = Parse([]byte(`{name: d, command: [x], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	p, _ = NewPlan(s)
+	assert.Equal(t, DefaultHostLossGrace, p.Tasks[0].HostLossGrace)
+	assert.Zero(t, p.Tasks[0].HangTimeout, "hang detection is off by default")
+}
+
+func TestValidate_Liveness(t *testing.T) {
+	for _, tc := range []struct {
+		doc, path, msg string
+	}{
+		{`hostLossGrace: 10ms`, "hostLossGrace", "less than the 1s minimum"},
+		{`hangTimeout: soon`, "hangTimeout", "is not a duration"},
+		{`hangSignal: SIGNOPE`, "hangSignal", `"SIGNOPE" is not a signal name`},
+		{`stopAfterDisconnect: 2m`, "stopAfterDisconnect", "2m0s plus stopGracePeriod 15s must be less than hostLossGrace 2m0s"},
+		{"hostLossGrace: 1m\nstopAfterDisconnect: 50s", "stopAfterDisconnect", "must be less than hostLossGrace 1m0s"},
+	} {
+		t.Run(tc.doc, func(t *testing.T) {
+			_, err := Parse([]byte("name: l\ncommand: [x]\ntasks: {worker: {replicas: 1}, ps: {replicas: 1}}\n" + tc.doc))
+			var invalid *InvalidSpecError
+			require.True(t, errors.As(err, &invalid), "got %v", err)
+			require.Len(t, invalid.Problems, 1, "reported once, not once per task type: %v", invalid.Problems)
+			assert.Equal(t, tc.path, invalid.Problems[0].Path)
+			assert.Contains(t, invalid.Problems[0].Message, tc.msg)
+		})
+	}
+	// A task type's own setting is checked against what it inherits.
+	_, err := Parse([]byte("name: l\ncommand: [x]\nhostLossGrace: 1m\ntasks: {worker: {replicas: 1, stopAfterDisconnect: 1m}}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "tasks.worker.stopAfterDisconnect: 1m0s plus stopGracePeriod 15s must be less than hostLossGrace 1m0s")
+	_, err = Parse([]byte("name: l\ncommand: [x]\nstopGracePeriod: 1s\nhostLossGrace: 1m\nstopAfterDisconnect: 30s\ntasks: {worker: {replicas: 1}}\n"))
+	assert.NoError(t, err)
+}

@@ -19,6 +19,8 @@ const (
 	DefaultStopGracePeriod = 15 * time.Second
 	DefaultHeartbeat       = 10 * time.Second
 	DefaultStartTimeout    = 5 * time.Minute
+	DefaultHostLossGrace   = 2 * time.Minute
+	DefaultHangSignal      = "SIGABRT"
 )
 
 // Restart policies, scopes, and the chiefExit and onFailure values.
@@ -87,6 +89,7 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("startTimeout", "%s is less than the 1s minimum", d)
 	}
 	v.restart("restart", s.Restart, true, "")
+	v.liveness("", s.HostLossGrace, s.StopAfterDisconnect, s.HangTimeout, s.HangSignal, s.StopGracePeriod, "", "")
 	if dw := s.DeadlineWarning; dw != nil {
 		before, ok := v.duration("deadlineWarning.before", dw.Before)
 		maxRun, _ := time.ParseDuration(string(s.MaxRunTime))
@@ -135,6 +138,7 @@ func (s *RunSpec) Validate() []Problem {
 				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%q is not a valid host name (letters, digits, '.', '_', '-')", h)
 			}
 		}
+		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
 		if t.Restart != nil && gang {
 			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")
 		} else {
@@ -145,6 +149,44 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("tasks", "%d tasks in all; at most %d per run (Temporal's pending-activity limit)", total, MaxTasks)
 	}
 	return v.problems
+}
+
+// liveness checks hostLossGrace, stopAfterDisconnect, hangTimeout and hangSignal at prefix (the run's, or a task
+// type's over the run's inherited values).
+func (v *validator) liveness(prefix string, hostLoss, selfStop, hang Duration, hangSignal string, grace, inheritedLoss, inheritedStop Duration) {
+	loss, lossOK := v.duration(prefix+"hostLossGrace", hostLoss)
+	if lossOK && hostLoss != "" && loss < time.Second {
+		v.add(prefix+"hostLossGrace", "%s is less than the 1s minimum", loss)
+	}
+	stop, stopOK := v.duration(prefix+"stopAfterDisconnect", selfStop)
+	if stopOK && selfStop != "" && stop < time.Second {
+		v.add(prefix+"stopAfterDisconnect", "%s is less than the 1s minimum", stop)
+	}
+	if d, ok := v.duration(prefix+"hangTimeout", hang); ok && hang != "" && d < time.Second {
+		v.add(prefix+"hangTimeout", "%s is less than the 1s minimum", d)
+	}
+	if hangSignal != "" && SignalNumber(hangSignal) == 0 {
+		v.add(prefix+"hangSignal", "%q is not a signal name; use e.g. SIGABRT, SIGQUIT or SIGUSR1", hangSignal)
+	}
+	// The effective pair must keep two copies of a task apart: the host's own stop, grace included, has to be
+	// over before the workflow gives the task up and starts it elsewhere. A task type that sets neither was
+	// checked with the run.
+	if prefix != "" && selfStop == "" && hostLoss == "" {
+		return
+	}
+	if selfStop == "" {
+		selfStop = inheritedStop
+	}
+	if hostLoss == "" {
+		hostLoss = inheritedLoss
+	}
+	effLoss := mustDuration(hostLoss, DefaultHostLossGrace)
+	effStop := mustDuration(selfStop, 0)
+	effGrace := mustDuration(grace, DefaultStopGracePeriod)
+	if effStop > 0 && effStop+effGrace >= effLoss && (lossOK && stopOK) {
+		v.add(prefix+"stopAfterDisconnect", "%s plus stopGracePeriod %s must be less than hostLossGrace %s, so that a host that is "+
+			"cut off has stopped its copy before the task starts elsewhere; raise hostLossGrace or lower stopAfterDisconnect", effStop, effGrace, effLoss)
+	}
 }
 
 func (v *validator) command(path string, cmd []string, required bool) {
@@ -243,8 +285,8 @@ func runPolicy(r *RestartSpec) string {
 	return r.Policy
 }
 
-// signals a deadline warning may send, by name.
-var signals = map[string]int{"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGUSR1": 10, "SIGUSR2": 12, "SIGTERM": 15, "SIGCONT": 18, "SIGWINCH": 28}
+// signals a deadline warning or a hang check may send, by name.
+var signals = map[string]int{"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGABRT": 6, "SIGUSR1": 10, "SIGUSR2": 12, "SIGTERM": 15, "SIGCONT": 18, "SIGWINCH": 28}
 
 // SignalNumber returns the number of a signal named "SIGUSR1" or "USR1" (any case), or 0.
 func SignalNumber(name string) int {

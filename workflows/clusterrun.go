@@ -20,6 +20,8 @@ import (
 // type RunFailed or RunTimedOut whose details hold the RunStatus; a canceled run ends canceled with the RunStatus
 // as details; an invalid spec fails it with InvalidSpec and the list of problems.
 func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
+	// Runs started before leases have no marker here and replay as they were written.
+	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
 	plan, err := spec.NewPlan(&in)
 	if err != nil {
 		var invalid *spec.InvalidSpecError
@@ -29,6 +31,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil)
 	}
 	r := newRun(plan, workflow.Now(ctx))
+	r.leased = leased
 	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
@@ -69,175 +72,6 @@ type channels struct {
 	deadline               workflow.Future // maxRunTime, or nil
 	warning                workflow.Future // the deadline warning, or nil
 	warned                 bool
-}
-
-// runGeneration launches every task, serves the rendezvous, barriers and stop requests, and waits for a
-// decision, then stops whatever still runs. It returns the decision.
-func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
-	genCtx, cancelGen := workflow.WithCancel(ctx)
-	sel := workflow.NewSelector(ctx)
-	info := workflow.GetInfo(ctx)
-	// watch keeps a control activity's future in the loop; its failure is logged (the tasks it concerned end by
-	// their own heartbeat timeout if their host is gone).
-	watch := func(fs []workflow.Future) {
-		for _, f := range fs {
-			sel.AddFuture(f, func(f workflow.Future) {
-				if err := f.Get(ctx, nil); err != nil && !temporal.IsCanceledError(err) {
-					workflow.GetLogger(ctx).Warn("control activity failed", "error", err)
-				}
-			})
-		}
-	}
-
-	launch := func(t *task, attemptOffset int) {
-		tctx, cancel := workflow.WithCancel(genCtx)
-		t.cancel = cancel
-		t.future = workflow.ExecuteActivity(runTaskOptions(tctx, r.plan, t.Task, r.generation, t.starts), ActivityRunTask,
-			RunTaskInput{Task: t.Task, Generation: r.generation, AttemptOffset: attemptOffset, StopGracePeriod: r.plan.StopGracePeriod})
-		f := t.future
-		sel.AddFuture(f, func(workflow.Future) {
-			if f != t.future {
-				return // an earlier launch of a task started again
-			}
-			r.endOf(ctx, t, workflow.Now(ctx))
-			r.judge(t)
-			if r.decision == nil {
-				watch(r.breakBarriers(genCtx, info, t))
-			}
-		})
-	}
-	for _, t := range r.tasks {
-		launch(t, r.generation)
-	}
-	sel.AddReceive(workflow.GetSignalChannel(ctx, SignalTerminateTask), func(c workflow.ReceiveChannel, _ bool) {
-		var req TaskControl
-		c.Receive(ctx, &req)
-		r.signals++
-		watch(r.onTerminate(genCtx, info, req))
-	})
-	sel.AddReceive(workflow.GetSignalChannel(ctx, SignalStartTask), func(c workflow.ReceiveChannel, _ bool) {
-		var req TaskControl
-		c.Receive(ctx, &req)
-		r.signals++
-		if t, offset := r.onStart(ctx, req); t != nil {
-			launch(t, offset)
-		}
-	})
-	sel.AddReceive(ch.placed, func(c workflow.ReceiveChannel, _ bool) {
-		var sig PlacedSignal
-		c.Receive(ctx, &sig)
-		r.signals++
-		watch(r.onPlaced(genCtx, info, sig))
-	})
-	sel.AddReceive(ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
-		var sig BarrierArrivals
-		c.Receive(ctx, &sig)
-		r.signals++
-		watch(r.onArrivals(genCtx, info, sig))
-	})
-	sel.AddReceive(ch.stop, func(c workflow.ReceiveChannel, _ bool) {
-		var req StopRequest
-		c.Receive(ctx, &req)
-		r.signals++
-		notify, grace := r.onStop(genCtx, info, req)
-		watch(notify)
-		if grace != nil {
-			sel.AddFuture(grace, func(workflow.Future) { r.decide(r.stopDecision(true)) })
-		}
-	})
-	if ch.deadline != nil {
-		sel.AddFuture(ch.deadline, func(workflow.Future) {
-			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
-		})
-	}
-	if ch.warning != nil && !ch.warned {
-		sel.AddFuture(ch.warning, func(workflow.Future) {
-			ch.warned = true
-			watch(r.deadlineWarning(genCtx, info))
-		})
-	}
-	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
-		r.decide(decision{status: StatusCanceled, reason: "run canceled"})
-	})
-
-	for r.decision == nil {
-		sel.Select(ctx)
-	}
-	d := *r.decision
-	r.stopAll(ctx, info, cancelGen, d)
-	return *r.decision
-}
-
-// onPlaced records where tasks landed and releases them once the rendezvous is complete: every task at once the
-// first time, and later on (tasks restarted by retry) those of this signal. It returns the Release futures.
-func (r *run) onPlaced(ctx workflow.Context, info *workflow.Info, sig PlacedSignal) []workflow.Future {
-	var late []*task
-	for _, p := range sig.Placements {
-		t := r.byName[p.Task]
-		if t == nil {
-			workflow.GetLogger(ctx).Warn("ignoring a placement for a task this run does not have", "task", p.Task, "host", p.Host)
-			continue
-		}
-		if p.Generation != r.generation || t.done || r.decision != nil || r.stopReq != nil {
-			continue // stale: an earlier generation, an unknown name, or a task already over
-		}
-		t.placed = true
-		st := &t.status
-		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
-		st.Attempt = p.Attempt
-		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
-		if r.released {
-			late = append(late, t)
-		}
-	}
-	if !r.released && r.allPlaced() {
-		r.released = true
-		for _, t := range r.tasks {
-			if t.placed && !t.done {
-				late = append(late, t)
-			}
-		}
-	}
-	return r.releaseByHost(ctx, info, late)
-}
-
-func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) []workflow.Future {
-	var hosts []string
-	byHost := map[string][]*task{}
-	for _, t := range tasks {
-		h := t.status.Host
-		if _, ok := byHost[h]; !ok {
-			hosts = append(hosts, h)
-		}
-		byHost[h] = append(byHost[h], t)
-	}
-	var futures []workflow.Future
-	for _, h := range hosts {
-		futures = append(futures, r.release(ctx, info, byHost[h]))
-	}
-	return futures
-}
-
-// release sends the cluster map to waiting attempts on one host (all given tasks share that host).
-func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) workflow.Future {
-	now := workflow.Now(ctx)
-	in := ReleaseInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Cluster: r.clusterMap()}
-	for _, t := range tasks {
-		t.status.State = TaskRunning
-		t.status.StartTime = &now
-		in.Tasks = append(in.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
-	}
-	host := tasks[0].status.Host
-	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, fmt.Sprintf("release %d task(s) on %s", len(tasks), host)),
-		ActivityRelease, in)
-}
-
-func (r *run) clusterMap() ClusterMap {
-	m := ClusterMap{Generation: r.generation}
-	for _, t := range r.tasks {
-		m.Endpoints = append(m.Endpoints, Endpoint{Task: t.Name, Host: t.status.Host, Addr: t.status.Addr, Port: t.status.Port})
-	}
-	return m
 }
 
 // stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
@@ -314,10 +148,22 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 		}
 	}
 	for _, t := range r.tasks {
-		if !t.done {
+		switch {
+		case t.done:
+		case t.between():
+			// Waiting to restart: nothing runs.
+			now := workflow.Now(dctx)
+			t.done, t.backoff = true, nil
+			t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "", &now
+		default:
+			unreachable := t.status.State == TaskUnreachable
 			r.endOf(dctx, t, workflow.Now(dctx))
 			if t.status.State == TaskFailed && t.status.Error == "" {
 				t.status.State = TaskStopped
+			}
+			if unreachable && t.status.State == TaskStopped {
+				t.status.Error = fmt.Sprintf("not confirmed: host %s was unreachable; it stops the task when it reconnects, "+
+					"and the task's supervisor stops it after %s without its host worker", t.status.Host, t.HostLossGrace+r.plan.HeartbeatTimeout)
 			}
 		}
 	}

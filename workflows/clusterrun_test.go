@@ -61,16 +61,22 @@ type fakeHosts struct {
 	stops    []StopTasksInput
 	maps     map[string]ClusterMap  // task -> map it was released with
 	barrier  map[string]chan string // task/barrier -> "" or the error
-	passed   map[string][]string    // task -> "barrier: ok" or "barrier: error"
-	notified chan struct{}          // closed on NotifyStop
-	notices  []NotifyStopInput
-	outcomes []BarrierOutcome
-	signals  []SignalTasksInput
+	// waiterAttempt is the attempt waiting at each task/barrier: outcomes are for attempts, not names.
+	waiterAttempt map[string]int
+	passed        map[string][]string // task -> "barrier: ok" or "barrier: error"
+	notified      chan struct{}       // closed on NotifyStop
+	notices       []NotifyStopInput
+	outcomes      []BarrierOutcome
+	signals       []SignalTasksInput
+	inputs        []RunTaskInput // every lease, in order
+	// lease, when set, may end a lease its own way once its process "runs" (after the release of a launch, at
+	// once for a re-attach); done false lets the task behave as scripted.
+	lease func(ctx context.Context, in RunTaskInput, res TaskResult) (out TaskResult, err error, done bool)
 }
 
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
 	f := &fakeHosts{env: env, script: script, released: map[string]chan ClusterMap{}, stop: map[string]chan struct{}{},
-		queues: map[string]string{}, maps: map[string]ClusterMap{}, barrier: map[string]chan string{}, passed: map[string][]string{},
+		queues: map[string]string{}, maps: map[string]ClusterMap{}, barrier: map[string]chan string{}, waiterAttempt: map[string]int{}, passed: map[string][]string{},
 		notified: make(chan struct{})}
 	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
@@ -93,32 +99,45 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	f.released[in.Task.Name], f.stop[in.Task.Name] = rel, stop
 	f.queues[in.Task.Name] = info.TaskQueue
 	f.ids = append(f.ids, info.ActivityID)
+	f.inputs = append(f.inputs, in)
 	f.mu.Unlock()
 
 	host := in.Task.Host
 	if host == "" {
 		host = "pooled-host"
 	}
-	attempt := in.AttemptOffset + int(info.Attempt)
-	f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-		Attempt: attempt, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
+	if in.Attach {
+		host = in.Host
+	}
+	attempt := in.Attempt
 	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: attempt}
-	select {
-	case m := <-rel:
-		f.mu.Lock()
-		f.maps[in.Task.Name] = m
-		f.mu.Unlock()
-	case <-ctx.Done():
-		return res, temporal.NewCanceledError(res)
+	if !in.Attach {
+		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+			Attempt: attempt, Lease: in.Lease, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
+		select {
+		case m := <-rel:
+			f.mu.Lock()
+			f.maps[in.Task.Name] = m
+			f.mu.Unlock()
+		case <-ctx.Done():
+			return res, temporal.NewCanceledError(res)
+		}
+	}
+	res.PID = 100 + in.Task.Rank
+	if f.lease != nil {
+		if out, err, done := f.lease(ctx, in, res); done {
+			return out, err
+		}
 	}
 	b := blocks
 	if f.script != nil {
-		b = f.script(in.Task.Name, int(info.Attempt), in.Generation)
+		b = f.script(in.Task.Name, attempt, in.Generation)
 	}
 	for _, call := range b.barriers {
 		ch := make(chan string, 1)
 		f.mu.Lock()
 		f.barrier[in.Task.Name+"/"+call.name] = ch
+		f.waiterAttempt[in.Task.Name+"/"+call.name] = attempt
 		f.mu.Unlock()
 		f.env.SignalWorkflow(SignalBarrierArrivals, BarrierArrivals{Barrier: call.name, Generation: in.Generation, Types: call.types,
 			Tasks: []TaskAttempt{{Task: in.Task.Name, Attempt: res.Attempt}}})
@@ -133,7 +152,7 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 			f.mu.Unlock()
 			if e != "" {
 				res.ExitCode = 1
-				return res, ExitOutcome(in.Task, res)
+				return res, AttemptOutcome(in, res)
 			}
 		case <-stop:
 			res.ExitCode, res.Signal, res.Stopped = 143, "SIGTERM", true
@@ -143,7 +162,11 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 		}
 	}
 	if b.stop != nil {
-		f.env.SignalWorkflow(SignalStop, *b.stop)
+		req := *b.stop
+		if req.Task != "" {
+			req.Attempt = attempt
+		}
+		f.env.SignalWorkflow(SignalStop, req)
 	}
 	if b.block {
 		var notified <-chan struct{}
@@ -167,7 +190,7 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	if b.exit != 0 {
 		res.Error = "boom"
 	}
-	return res, ExitOutcome(in.Task, res)
+	return res, AttemptOutcome(in, res)
 }
 
 func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, error) {
@@ -214,7 +237,7 @@ func (f *fakeHosts) outcome(o BarrierOutcome) {
 		}
 		hit := len(o.Tasks) == 0
 		for _, t := range o.Tasks {
-			hit = hit || t.Task == task
+			hit = hit || (t.Task == task && t.Attempt == f.waiterAttempt[key])
 		}
 		if hit {
 			ch <- o.Error
@@ -520,7 +543,7 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.RestartCount)
 	assert.Equal(t, 2, st.Task("chief-0").Attempt, "attempt counts gang restarts")
-	assert.Contains(t, h.hosts.ids, "worker-1.r1")
+	assert.Contains(t, h.hosts.ids, "worker-1.a2", "one activity per attempt, named by it")
 	// Generation 0's survivors were stopped, then generation 1's workers after the chief exited.
 	assert.Equal(t, []string{"chief-0", "worker-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
 	require.Len(t, h.hosts.releases, 2, "a new rendezvous per generation")

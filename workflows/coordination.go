@@ -81,11 +81,12 @@ type delivery struct {
 	barrier string
 	err     string
 	tasks   []*task
-	all     bool // every waiter of the barrier, wherever it is
+	all     bool         // every waiter of the barrier, wherever it is
+	stale   *TaskAttempt // a superseded attempt, named by itself rather than by its task's current attempt
 }
 
-// onArrivals records barrier arrivals and releases or fails waiters. It returns the ReleaseBarrier futures.
-func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierArrivals) []workflow.Future {
+// onArrivals records barrier arrivals and queues the outcomes that release or fail waiters.
+func (r *run) onArrivals(ctx workflow.Context, sig BarrierArrivals) {
 	var out []delivery
 	touched := map[string]bool{}
 	var touchedOrder []string
@@ -107,6 +108,12 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 		}
 		if a.Generation != r.generation || t.done {
 			continue // stale
+		}
+		if r.leased && a.Attempt != t.status.Attempt {
+			// A superseded attempt (a copy its host kept through a partition, say) cannot pass for the current one.
+			out = append(out, delivery{barrier: a.Barrier, err: fmt.Sprintf("barrier %q refused: %s attempt %d was superseded by attempt %d",
+				a.Barrier, t.Name, a.Attempt, t.status.Attempt), stale: &TaskAttempt{Task: t.Name, Attempt: a.Attempt}})
+			continue
 		}
 		if overBudget != "" {
 			out = append(out, delivery{barrier: a.Barrier, err: fmt.Sprintf("barrier %q refused: this run has used up its barrier budget: %s; "+
@@ -147,7 +154,7 @@ func (r *run) onArrivals(ctx workflow.Context, info *workflow.Info, sig BarrierA
 			out = append(out, delivery{barrier: b.name, tasks: waiters, all: true})
 		}
 	}
-	return r.deliver(ctx, info, out)
+	r.todo.deliver = append(r.todo.deliver, out...)
 }
 
 // barrierFor finds or declares the barrier an arrival names, or says why the arrival is refused.
@@ -206,7 +213,7 @@ func typesText(types []string) string {
 }
 
 // breakBarriers fails every unreleased barrier task t takes part in: t ended and can no longer pass it.
-func (r *run) breakBarriers(ctx workflow.Context, info *workflow.Info, t *task) []workflow.Future {
+func (r *run) breakBarriers(t *task) {
 	var out []delivery
 	for _, name := range r.barrierOrder {
 		b := r.barriers[name]
@@ -228,16 +235,19 @@ func (r *run) breakBarriers(ctx workflow.Context, info *workflow.Info, t *task) 
 			out = append(out, delivery{barrier: name, err: b.broken, tasks: waiters, all: true})
 		}
 	}
-	return r.deliver(ctx, info, out)
+	r.todo.deliver = append(r.todo.deliver, out...)
 }
 
 // deliver publishes each delivery as one memo upsert, which host workers following the history apply. A
 // delivery to every waiter of a barrier goes out untargeted.
-func (r *run) deliver(ctx workflow.Context, _ *workflow.Info, ds []delivery) []workflow.Future {
+func (r *run) deliver(ctx workflow.Context, ds []delivery) {
 	for _, d := range ds {
 		r.outcomes++
 		o := BarrierOutcome{Seq: r.outcomes, Generation: r.generation, Barrier: d.barrier, Error: d.err}
-		if !d.all {
+		switch {
+		case d.stale != nil:
+			o.Tasks = []TaskAttempt{*d.stale}
+		case !d.all:
 			for _, t := range d.tasks {
 				o.Tasks = append(o.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
 			}
@@ -246,7 +256,6 @@ func (r *run) deliver(ctx workflow.Context, _ *workflow.Info, ds []delivery) []w
 			workflow.GetLogger(ctx).Error("cannot publish a barrier outcome", "barrier", d.barrier, "error", err)
 		}
 	}
-	return nil
 }
 
 func (r *run) barrierStatus() ([]BarrierStatus, *BarrierCounts) {
@@ -283,12 +292,15 @@ func (r *run) runningHosts() []string {
 	return hosts
 }
 
-// onStop takes the first stop request: every host is told its tasks should stop, and a timer of
-// stopGracePeriod starts, after which the stragglers are killed. It returns the NotifyStop futures and the timer
-// (nil when the request is not the first).
-func (r *run) onStop(ctx workflow.Context, info *workflow.Info, req StopRequest) ([]workflow.Future, workflow.Future) {
+// onStop takes the first stop request: every host is to be told its tasks should stop, and after
+// stopGracePeriod the stragglers are killed.
+func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 	if r.stopReq != nil || r.decision != nil {
-		return nil, nil // the first request wins
+		return // the first request wins
+	}
+	if t := r.byName[req.Task]; r.leased && req.Task != "" && (t == nil || req.Attempt != t.status.Attempt) {
+		workflow.GetLogger(ctx).Warn("ignoring a stop request from a superseded attempt", "task", req.Task, "attempt", req.Attempt)
+		return
 	}
 	r.stopReq = &req
 	by := req.Task
@@ -296,14 +308,23 @@ func (r *run) onStop(ctx workflow.Context, info *workflow.Info, req StopRequest)
 		by = "outside the run"
 	}
 	workflow.GetLogger(ctx).Info("stop requested", "by", by, "error", req.Error)
+	r.todo.notifyStop = true
+}
+
+// notifyStop tells every host running tasks that the run asks them to stop; it returns the NotifyStop futures.
+func (r *run) notifyStop(ctx workflow.Context, info *workflow.Info) []workflow.Future {
+	req := r.stopReq
+	by := req.Task
+	if by == "" {
+		by = "outside the run"
+	}
 	var futures []workflow.Future
 	for _, h := range r.runningHosts() {
 		futures = append(futures, workflow.ExecuteActivity(
 			controlOptions(ctx, h, 30*time.Second, "notify stop on "+h),
 			ActivityNotifyStop, NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: by, Error: req.Error}))
 	}
-	timer := workflow.NewTimerWithOptions(ctx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
-	return futures, timer
+	return futures
 }
 
 // stopDecision is how a run ends after a stop request.

@@ -20,6 +20,10 @@ const (
 	ActivitySignalTasks = "SignalTasks"
 )
 
+// ChangeLeases marks, with workflow.GetVersion, runs that use leases: RunTask attempts that the workflow
+// restarts and re-attaches itself. Runs started before it keep Temporal's retries as their restarts.
+const ChangeLeases = "clusterrun-leases"
+
 // Task queues.
 const (
 	// TaskQueue runs the ClusterRun and ReadLogs workflows; every host worker polls it.
@@ -66,8 +70,16 @@ const (
 	ErrTaskFailed = "TaskFailed"
 	// ErrTaskStartFailed: a task's process could not start on its host (missing command or working dir).
 	ErrTaskStartFailed = "TaskStartFailed"
-	// ErrTaskRestart: a task exited 0 under restart policy Always and asks to be started again.
+	// ErrTaskRestart: a task exited 0 under restart policy Always and asks to be started again (runs started
+	// before leases, where Temporal's retry restarted tasks).
 	ErrTaskRestart = "TaskRestart"
+	// ErrTaskDetached: the host worker gave up this lease (it lost contact with the server, or is being
+	// restarted) but keeps the attempt's process; the workflow re-attaches. Details: TaskResult (PID 0 when the
+	// process had not started).
+	ErrTaskDetached = "TaskDetached"
+	// ErrTaskLost: the host has no record of the attempt (it never started there, or the host lost its state).
+	// Details: TaskResult.
+	ErrTaskLost = "TaskLost"
 	// ErrRunFailed and ErrRunTimedOut end a ClusterRun execution. Details: RunStatus.
 	ErrRunFailed   = "RunFailed"
 	ErrRunTimedOut = "RunTimedOut"
@@ -85,13 +97,16 @@ const (
 
 // Task states.
 const (
-	TaskPending    = "Pending"    // scheduled, not yet picked up by a host worker
-	TaskPlaced     = "Placed"     // on a host, waiting for the rendezvous
-	TaskRunning    = "Running"    // released with the cluster map; the process runs
-	TaskSucceeded  = "Succeeded"  // exited 0
-	TaskFailed     = "Failed"     // failed for good
-	TaskStopped    = "Stopped"    // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
-	TaskTerminated = "Terminated" // stopped by the user (terminate-task)
+	TaskPending = "Pending" // scheduled, not yet picked up by a host worker
+	TaskPlaced  = "Placed"  // on a host, waiting for the rendezvous
+	TaskRunning = "Running" // released with the cluster map; the process runs
+	// TaskUnreachable: contact with the task's host is lost; its state is unknown. The workflow waits up to
+	// hostLossGrace for the host to re-attach before it counts the task as lost.
+	TaskUnreachable = "Unreachable"
+	TaskSucceeded   = "Succeeded"  // exited 0
+	TaskFailed      = "Failed"     // failed for good
+	TaskStopped     = "Stopped"    // stopped by clusterrun (chief exit, fail-fast, cancel, timeout, restart)
+	TaskTerminated  = "Terminated" // stopped by the user (terminate-task)
 )
 
 // Search attributes (Keyword) that `clusterrun list` filters on; `make up` registers them on the dev server.

@@ -14,7 +14,59 @@ import (
 // noLimit stands in for "no maxRunTime": Temporal needs some StartToClose bound on an activity.
 const noLimit = 10 * 365 * 24 * time.Hour
 
-// ActivityID names a task's RunTask activity: "worker-3", and "worker-3.r2" after the second gang restart.
+// LeaseID names the RunTask activity of one lease: "worker-3" for the first attempt's launch, "worker-3.a2"
+// for attempt 2, and "worker-3.a2.l2" for the lease that re-attached to attempt 2.
+func LeaseID(task string, attempt, lease int) string {
+	id := task
+	if attempt > 1 || lease > 1 {
+		id += fmt.Sprintf(".a%d", attempt)
+	}
+	if lease > 1 {
+		id += fmt.Sprintf(".l%d", lease)
+	}
+	return id
+}
+
+// leaseOptions: one lease on a task attempt. A launch goes to its host's or its pool's queue; a re-attach goes
+// to the control queue of the host that holds the process, whatever the task's pool, and waits there at most
+// hostLossGrace. Temporal never retries a lease: restarts are the workflow's, so that no retry starts a second
+// copy of a task elsewhere while its host is only cut off.
+func leaseOptions(ctx workflow.Context, p *spec.Plan, t *task, attach bool) workflow.Context {
+	queue, where := PoolQueue(t.Pool), "pool "+t.Pool
+	if t.Host != "" {
+		queue, where = HostQueue(t.Host), "host "+t.Host
+	}
+	// A task nobody picks up is a missing or full host worker: say so instead of waiting forever.
+	scheduleToStart := p.StartTimeout
+	summary := summary(t.Task, where)
+	if attach {
+		host := t.status.Host
+		queue = ControlQueue(host)
+		// A silent host keeps its task this long: the grace is measured while the server is up.
+		scheduleToStart = t.HostLossGrace
+		summary = fmt.Sprintf("%s (attempt %d) re-attach on host %s", t.Name, t.attempt, host)
+	}
+	startToClose := noLimit
+	if p.MaxRunTime > 0 {
+		// The workflow's own timer stops the run at maxRunTime; this only bounds a lost stop.
+		startToClose = p.MaxRunTime + p.StopGracePeriod + time.Minute
+	}
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:             LeaseID(t.Name, t.attempt, t.lease),
+		TaskQueue:              queue,
+		ScheduleToStartTimeout: scheduleToStart,
+		StartToCloseTimeout:    startToClose,
+		// A silent host means "contact lost, state unknown": the workflow then asks that host to re-attach.
+		HeartbeatTimeout: p.HeartbeatTimeout,
+		// Every stop waits until the process is confirmed gone.
+		WaitForCancellation: true,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary,
+	})
+}
+
+// ActivityID names a task's RunTask activity in runs started before leases: "worker-3", and "worker-3.r2" after
+// the second gang restart.
 func ActivityID(task string, generation int) string {
 	if generation == 0 {
 		return task
@@ -22,8 +74,9 @@ func ActivityID(task string, generation int) string {
 	return fmt.Sprintf("%s.r%d", task, generation)
 }
 
-// runTaskOptions: one long activity per task, on its host's or its pool's queue. starts > 0 marks a relaunch
-// by start-task ("worker-3.s1"), so activity IDs stay unique.
+// runTaskOptions: one long activity per task, on its host's or its pool's queue, retried by Temporal under the
+// task's restart policy (runs started before leases). starts > 0 marks a relaunch by start-task ("worker-3.s1"),
+// so activity IDs stay unique.
 func runTaskOptions(ctx workflow.Context, p *spec.Plan, t spec.Task, generation, starts int) workflow.Context {
 	id := ActivityID(t.Name, generation)
 	if starts > 0 {

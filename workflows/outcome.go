@@ -8,8 +8,21 @@ import (
 	"github.com/clusterrun/clusterrun/spec"
 )
 
-// ExitOutcome turns how a task's process ended on its own into RunTask's error: nil when the task succeeded,
-// else an ApplicationError whose type and retryability carry the task's restart policy to Temporal's retry.
+// AttemptOutcome turns how a task's process ended on its own into RunTask's error for the lease in: nil when
+// it exited 0, else a TaskFailed ApplicationError carrying the TaskResult. The workflow decides any restart.
+// For runs started before leases, it is ExitOutcome.
+func AttemptOutcome(in RunTaskInput, res TaskResult) error {
+	if !in.Leased() {
+		return ExitOutcome(in.Task, res)
+	}
+	if res.ExitCode == 0 && !res.Hung {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(failureMessage(in.Task, res), ErrTaskFailed, nil, res)
+}
+
+// ExitOutcome is AttemptOutcome for runs started before leases, where Temporal's retry restarted tasks: the
+// error's type and retryability carry the task's restart policy.
 func ExitOutcome(t spec.Task, res TaskResult) error {
 	if res.ExitCode == 0 {
 		if t.Restart.Policy == spec.PolicyAlways {
@@ -18,16 +31,24 @@ func ExitOutcome(t spec.Task, res TaskResult) error {
 		}
 		return nil
 	}
+	return temporal.NewApplicationErrorWithOptions(failureMessage(t, res), ErrTaskFailed, temporal.ApplicationErrorOptions{
+		NonRetryable: !t.Restart.Restartable(res.ExitCode),
+		Details:      []any{res},
+	})
+}
+
+// failureMessage is "worker-3 exited with code 3 on host-b (attempt 1): <cause>".
+func failureMessage(t spec.Task, res TaskResult) string {
 	how := fmt.Sprintf("exited with code %d", res.ExitCode)
 	if res.Signal != "" {
 		how = fmt.Sprintf("was killed by %s", res.Signal)
+	}
+	if res.Hung {
+		how = "hung and was stopped"
 	}
 	msg := fmt.Sprintf("%s %s on %s (attempt %d)", t.Name, how, res.Host, res.Attempt)
 	if res.Error != "" {
 		msg += ": " + res.Error
 	}
-	return temporal.NewApplicationErrorWithOptions(msg, ErrTaskFailed, temporal.ApplicationErrorOptions{
-		NonRetryable: !t.Restart.Restartable(res.ExitCode),
-		Details:      []any{res},
-	})
+	return msg
 }

@@ -17,13 +17,27 @@ import (
 type task struct {
 	spec.Task
 	status     TaskStatus
-	future     workflow.Future
-	cancel     workflow.CancelFunc // cancels this task's RunTask alone
+	future     workflow.Future     // the current lease's RunTask
+	cancel     workflow.CancelFunc // cancels that RunTask alone
 	placed     bool
 	done       bool
 	terminated bool // the user asked to stop it (terminate-task)
-	starts     int  // launches by start-task after the first, for unique activity IDs
+	starts     int  // runs before leases: launches by start-task after the first, for unique activity IDs
+
+	// In runs with leases:
+	attempt  int  // the current attempt, 1-based; 0 before the first launch
+	lease    int  // the current lease on that attempt
+	released bool // the current attempt got the cluster map, so its process may have started
+	restarts int  // restarts used from the task's own budget (scope: task)
+	// startFailed: the attempt could not start at all (missing command or folder); never restarted.
+	startFailed bool
+	// backoff is a pending restart's timer (nil when none), and cancelBackoff stops it.
+	backoff       workflow.Future
+	cancelBackoff workflow.CancelFunc
 }
+
+// between says the task has no RunTask under way: it waits for a restart's backoff.
+func (t *task) between() bool { return t.backoff != nil }
 
 // decision is how the current generation ends.
 type decision struct {
@@ -52,6 +66,12 @@ type run struct {
 	signals      int  // signals received, against the run's signal budget
 	outcomes     int  // barrier outcomes published (BarrierOutcome.Seq)
 	searchable   bool // started with clusterrun's search attributes, so it may update them
+	// leased: the run uses leases (started by this version or later). Runs started before replay with
+	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
+	leased bool
+
+	// What the handlers decided to do; act carries it out after each wait, in this order.
+	todo actions
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {
@@ -115,6 +135,11 @@ func (r *run) allDone() bool {
 func (r *run) endOf(ctx workflow.Context, t *task, now time.Time) {
 	var res TaskResult
 	err := t.future.Get(ctx, &res)
+	r.settle(t, res, err, now)
+}
+
+// settle records how a task's attempt ended, from its RunTask's result or error.
+func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 	t.done = true
 	st := &t.status
 	st.EndTime = &now
@@ -139,6 +164,7 @@ func (r *run) endOf(ctx workflow.Context, t *task, now time.Time) {
 		}
 		st.State = TaskFailed
 		st.Error = appErr.Message()
+		t.startFailed = appErr.Type() == ErrTaskStartFailed
 		if appErr.Type() == ErrTaskRestart {
 			// Policy Always ran out of restarts on a clean exit: that is a success.
 			st.State, st.Error = TaskSucceeded, ""
@@ -290,6 +316,7 @@ func (r *run) resetForGeneration() {
 	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
-		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}
+		t.released, t.startFailed, t.backoff, t.cancelBackoff = false, false, nil, nil
+		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt}
 	}
 }

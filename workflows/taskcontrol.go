@@ -7,16 +7,33 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// onTerminate stops one task at the user's request: its RunTask is canceled (so it is not retried) and its host
-// stops the process (SIGTERM, stopGracePeriod, SIGKILL). The task then ends Terminated. A request for a task
-// that is not running is logged and ignored; `clusterrun terminate-task` checks first and says so.
-func (r *run) onTerminate(ctx workflow.Context, info *workflow.Info, req TaskControl) []workflow.Future {
+// onTerminate records the user's request to stop one task; act cancels its RunTask (so it is not restarted)
+// and has its host stop the process (SIGTERM, stopGracePeriod, SIGKILL). The task then ends Terminated. A
+// request for a task that is not running is logged and ignored; `clusterrun terminate-task` checks first and
+// says so.
+func (r *run) onTerminate(ctx workflow.Context, req TaskControl) {
 	t := r.byName[req.Task]
 	if t == nil || t.done || r.decision != nil {
 		workflow.GetLogger(ctx).Warn("ignoring terminate-task: no such running task", "task", req.Task)
-		return nil
+		return
 	}
 	t.terminated = true
+	if t.between() {
+		// It waits to restart: nothing runs, so it ends here and now.
+		t.cancelBackoff()
+		t.backoff, t.cancelBackoff = nil, nil
+		now := workflow.Now(ctx)
+		t.done = true
+		t.status.State, t.status.Error, t.status.EndTime = TaskTerminated, "terminated by the user", &now
+		r.taskOver(t)
+		return
+	}
+	r.todo.terminate = append(r.todo.terminate, t)
+}
+
+// terminate cancels t's RunTask and, if it was placed, stops its process on its host; it returns the StopTasks
+// future.
+func (r *run) terminate(ctx workflow.Context, info *workflow.Info, t *task) []workflow.Future {
 	t.cancel()
 	if !t.placed {
 		return nil // the cancellation ends it before it starts
@@ -29,10 +46,10 @@ func (r *run) onTerminate(ctx workflow.Context, info *workflow.Info, req TaskCon
 			GracePeriod: r.plan.StopGracePeriod, Reason: "terminated by the user"})}
 }
 
-// onStart prepares a task to start: an ended one again (its attempts go on counting), or a new index of a type
-// (a copy of the type's first task, with the next rank). It returns the task and its attempt offset, or nil
-// when the request cannot be served (logged; `clusterrun start-task` checks first and says why).
-func (r *run) onStart(ctx workflow.Context, req TaskControl) (*task, int) {
+// onStart records the user's request to start a task that is not running: an ended one again (its attempts go
+// on counting), or a new index of a type (a copy of the type's first task, with the next rank). The request is
+// logged and ignored when it cannot be served; `clusterrun start-task` checks first and says why.
+func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 	logger := workflow.GetLogger(ctx)
 	var proto *task
 	count := 0
@@ -46,7 +63,7 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) (*task, int) {
 	}
 	if proto == nil || r.decision != nil || r.stopReq != nil {
 		logger.Warn("ignoring start-task: no such task type, or the run is ending", "type", req.Type)
-		return nil, 0
+		return
 	}
 	index := count
 	if req.Index != nil {
@@ -56,17 +73,18 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) (*task, int) {
 	if t := r.byName[name]; t != nil {
 		if !t.done {
 			logger.Warn("ignoring start-task: the task is running", "task", name)
-			return nil, 0
+			return
 		}
 		offset := t.status.Attempt
 		t.starts++
-		t.placed, t.done, t.terminated = false, false, false
+		t.placed, t.done, t.terminated, t.startFailed = false, false, false, false
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: offset}
-		return t, offset
+		r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: newAttempt, offset: offset})
+		return
 	}
 	if index < 0 {
 		logger.Warn("ignoring start-task: negative index", "index", index)
-		return nil, 0
+		return
 	}
 	nt := &task{Task: proto.Task}
 	nt.Name, nt.Index = name, index
@@ -77,5 +95,5 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) (*task, int) {
 	nt.status = TaskStatus{Name: name, Type: nt.Type, Index: index, State: TaskPending}
 	r.tasks = append(r.tasks, nt)
 	r.byName[name] = nt
-	return nt, r.generation
+	r.todo.launch = append(r.todo.launch, launchOrder{t: nt, how: newAttempt, offset: r.generation})
 }

@@ -33,7 +33,7 @@ func TestTaskControl_TerminateThenStartAgain(t *testing.T) {
 	assert.Equal(t, TaskTerminated, mid.Task("worker-1").State, "terminated, not failed")
 	assert.Equal(t, "terminated by the user", mid.Task("worker-1").Error)
 	assert.Equal(t, StatusRunning, mid.Status, "the run goes on")
-	assert.Contains(t, h.hosts.ids, "worker-1.s1", "started again with its own activity ID")
+	assert.Contains(t, h.hosts.ids, "worker-1.a2", "started again as its next attempt, with its own activity ID")
 	assert.Equal(t, 2, st.Task("worker-1").Attempt, "attempts go on counting")
 }
 

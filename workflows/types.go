@@ -10,16 +10,29 @@ import (
 	"github.com/clusterrun/clusterrun/spec"
 )
 
-// RunTaskInput starts one task attempt on a host.
+// RunTaskInput is one lease on one task attempt: start the attempt's process on a host, or (Attach) take up the
+// process an earlier lease started there.
 type RunTaskInput struct {
 	Task spec.Task `json:"task"`
 	// Generation counts gang restarts (scope: all); 0 for the first launch.
 	Generation int `json:"generation"`
-	// AttemptOffset is added to the activity's own attempt to number the task's attempts across gang restarts
-	// and restarts by the user (start-task).
+	// AttemptOffset numbers attempts in runs started before leases (Attempt 0): the attempt is AttemptOffset
+	// plus the activity's own attempt, as Temporal retried RunTask then.
 	AttemptOffset   int           `json:"attemptOffset"`
 	StopGracePeriod time.Duration `json:"stopGracePeriod"`
+	// Attempt is the task attempt this lease serves (1-based, counting every launch of the task's process).
+	// Zero only in runs started before leases.
+	Attempt int `json:"attempt,omitempty"`
+	// Lease numbers the activities that served this attempt: 1 for the one that launched it, one more for each
+	// that re-attached. A host hands the attempt to the newest lease.
+	Lease int `json:"lease,omitempty"`
+	// Attach takes up the attempt's process on this host (Host) instead of starting one.
+	Attach bool   `json:"attach,omitempty"`
+	Host   string `json:"host,omitempty"`
 }
+
+// Leased says the input comes from a run that uses leases (every run started by this version or later).
+func (in RunTaskInput) Leased() bool { return in.Attempt > 0 }
 
 // PlacedSignal reports task attempts that hold a host and a port. A host worker batches the placements of all
 // its attempts of one run that land within a few milliseconds into one signal, so a rendezvous costs about one
@@ -33,15 +46,19 @@ type Placement struct {
 	Task       string `json:"task"`
 	Generation int    `json:"generation"`
 	// Attempt is the task's attempt number (1-based, counting every launch).
-	Attempt int    `json:"attempt"`
-	Host    string `json:"host"`
-	Addr    string `json:"addr"`
-	Port    int    `json:"port"`
+	Attempt int `json:"attempt"`
+	// Lease is the lease that placed it (0 in runs started before leases).
+	Lease int    `json:"lease,omitempty"`
+	Host  string `json:"host"`
+	Addr  string `json:"addr"`
+	Port  int    `json:"port"`
 }
 
 // Endpoint is where one task listens.
 type Endpoint struct {
 	Task string `json:"task"`
+	// Type is the task's type; empty in maps of runs started before it was carried.
+	Type string `json:"type,omitempty"`
 	Host string `json:"host"`
 	Addr string `json:"addr"`
 	Port int    `json:"port"`
@@ -112,6 +129,8 @@ type TaskResult struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Error is a one-line cause: error.json's message, or the last line of stderr.
 	Error string `json:"error,omitempty"`
+	// Hung says the host found the task hung (no output or progress for hangTimeout) and stopped it.
+	Hung bool `json:"hung,omitempty"`
 	// ErrorFile is the error.json the task wrote (torchelastic's format), if any.
 	ErrorFile  json.RawMessage `json:"errorFile,omitempty"`
 	StderrTail string          `json:"stderrTail,omitempty"`
@@ -142,8 +161,10 @@ type BarrierOutcome struct {
 // the run ends succeeded.
 type StopRequest struct {
 	// Task names the requesting task; empty for a request from outside the run.
-	Task  string `json:"task,omitempty"`
-	Error string `json:"error,omitempty"`
+	Task string `json:"task,omitempty"`
+	// Attempt is the requesting task's attempt: a request from a superseded attempt is ignored.
+	Attempt int    `json:"attempt,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // NotifyStopInput tells a host that its tasks of a run should stop.
@@ -179,9 +200,11 @@ type Progress struct {
 // HeartbeatDetails is what a running task reports on each heartbeat. It lives in the workflow's mutable state
 // while the activity is pending, so it stays small (≲200 bytes).
 type HeartbeatDetails struct {
+	Task    string `json:"task,omitempty"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid,omitempty"`
 	Attempt int    `json:"attempt"`
+	Lease   int    `json:"lease,omitempty"`
 	Phase   string `json:"phase"` // rendezvous | running | stopping
 	Last    string `json:"last,omitempty"`
 	// Progress is the task's last reported progress (message cut to 40 characters).

@@ -1,0 +1,195 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// generation is one launch of the whole cluster: the selector its handlers wait on, and the context whose
+// cancellation stops every task of it.
+type generation struct {
+	r         *run
+	ctx       workflow.Context // the run's
+	genCtx    workflow.Context // canceled to stop every RunTask of this generation
+	cancelGen workflow.CancelFunc
+	sel       workflow.Selector
+	info      *workflow.Info
+	ch        *channels
+}
+
+// actions are what the handlers of one wait decided to do. act carries them out, always in this order, which
+// is the order the handlers of runs started before leases issued them in (recorded histories replay).
+type actions struct {
+	terminate  []*task       // cancel their RunTask and stop their process (terminate-task)
+	launch     []launchOrder // start a lease
+	restart    []*task       // start a restart's backoff timer
+	release    []*task       // send the cluster map (all share one host per Release; grouped in act)
+	deliver    []delivery    // barrier outcomes to publish
+	notifyStop bool          // tell every host its tasks should stop, and start the grace timer
+	warn       bool          // send the deadline warning to every task
+}
+
+// launchOrder starts one lease on a task.
+type launchOrder struct {
+	t *task
+	// how: a new attempt, the same attempt again (its process never started), or a re-attach to the attempt's
+	// process on its host.
+	how launchKind
+	// offset numbers attempts in runs started before leases (RunTaskInput.AttemptOffset).
+	offset int
+}
+
+type launchKind int
+
+const (
+	newAttempt launchKind = iota
+	sameAttempt
+	reattach
+)
+
+// runGeneration launches every task, serves the rendezvous, barriers, stop requests and task control, and
+// waits for a decision, then stops whatever still runs. It returns the decision.
+func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
+	genCtx, cancelGen := workflow.WithCancel(ctx)
+	g := &generation{r: r, ctx: ctx, genCtx: genCtx, cancelGen: cancelGen, sel: workflow.NewSelector(ctx),
+		info: workflow.GetInfo(ctx), ch: ch}
+	for _, t := range r.tasks {
+		r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: newAttempt, offset: r.generation})
+	}
+	g.act()
+	g.listen()
+	for r.decision == nil {
+		g.sel.Select(ctx)
+		g.act()
+	}
+	d := *r.decision
+	r.stopAll(ctx, g.info, cancelGen, d)
+	return *r.decision
+}
+
+// listen adds the run's inputs to the selector; each handler only records what happened and what to do.
+func (g *generation) listen() {
+	r, ctx := g.r, g.ctx
+	g.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalTerminateTask), func(c workflow.ReceiveChannel, _ bool) {
+		var req TaskControl
+		c.Receive(ctx, &req)
+		r.signals++
+		r.onTerminate(ctx, req)
+	})
+	g.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalStartTask), func(c workflow.ReceiveChannel, _ bool) {
+		var req TaskControl
+		c.Receive(ctx, &req)
+		r.signals++
+		r.onStart(ctx, req)
+	})
+	g.sel.AddReceive(g.ch.placed, func(c workflow.ReceiveChannel, _ bool) {
+		var sig PlacedSignal
+		c.Receive(ctx, &sig)
+		r.signals++
+		r.onPlaced(ctx, sig)
+	})
+	g.sel.AddReceive(g.ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
+		var sig BarrierArrivals
+		c.Receive(ctx, &sig)
+		r.signals++
+		r.onArrivals(ctx, sig)
+	})
+	g.sel.AddReceive(g.ch.stop, func(c workflow.ReceiveChannel, _ bool) {
+		var req StopRequest
+		c.Receive(ctx, &req)
+		r.signals++
+		r.onStop(ctx, req)
+	})
+	if g.ch.deadline != nil {
+		g.sel.AddFuture(g.ch.deadline, func(workflow.Future) {
+			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
+		})
+	}
+	if g.ch.warning != nil && !g.ch.warned {
+		g.sel.AddFuture(g.ch.warning, func(workflow.Future) {
+			g.ch.warned = true
+			r.todo.warn = true
+		})
+	}
+	g.sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+		r.decide(decision{status: StatusCanceled, reason: "run canceled"})
+	})
+}
+
+// act carries out what the last handler decided: the one place in a generation that starts activities and
+// timers, cancels them and publishes outcomes.
+func (g *generation) act() {
+	r := g.r
+	todo := r.todo
+	r.todo = actions{}
+	for _, t := range todo.terminate {
+		g.watch(r.terminate(g.genCtx, g.info, t))
+	}
+	for _, o := range todo.launch {
+		if r.decision == nil || o.t.future == nil {
+			g.launch(o)
+		}
+	}
+	for _, t := range todo.restart {
+		if r.decision == nil {
+			g.startBackoff(t)
+		}
+	}
+	g.watch(r.releaseByHost(g.genCtx, g.info, todo.release))
+	r.deliver(g.genCtx, todo.deliver)
+	if todo.notifyStop {
+		g.watch(r.notifyStop(g.genCtx, g.info))
+		grace := workflow.NewTimerWithOptions(g.genCtx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
+		g.sel.AddFuture(grace, func(workflow.Future) { r.decide(r.stopDecision(true)) })
+	}
+	if todo.warn {
+		g.watch(r.deadlineWarning(g.genCtx, g.info))
+	}
+}
+
+// launch starts one lease on a task and waits for its end in the selector.
+func (g *generation) launch(o launchOrder) {
+	r, t := g.r, o.t
+	tctx, cancel := workflow.WithCancel(g.genCtx)
+	t.cancel = cancel
+	t.future = r.startLease(tctx, t, o)
+	f := t.future
+	g.sel.AddFuture(f, func(workflow.Future) {
+		if f != t.future {
+			return // an earlier lease of a task started again
+		}
+		r.leaseEnded(g.ctx, t)
+	})
+}
+
+// startBackoff waits out a restart's backoff, then launches the task's next attempt.
+func (g *generation) startBackoff(t *task) {
+	bctx, cancel := workflow.WithCancel(g.genCtx)
+	t.cancelBackoff = cancel
+	timer := workflow.NewTimerWithOptions(bctx, t.Restart.Backoff,
+		workflow.TimerOptions{Summary: fmt.Sprintf("restart %s (attempt %d)", t.Name, t.attempt+1)})
+	t.backoff = timer
+	g.sel.AddFuture(timer, func(f workflow.Future) {
+		if t.backoff != f {
+			return
+		}
+		t.backoff, t.cancelBackoff = nil, nil
+		if f.Get(g.ctx, nil) == nil {
+			g.r.todo.launch = append(g.r.todo.launch, launchOrder{t: t, how: newAttempt})
+		}
+	})
+}
+
+// watch keeps control activities' futures in the loop; a failure is logged (the tasks they concern end by
+// their own RunTask if their host is gone).
+func (g *generation) watch(fs []workflow.Future) {
+	for _, f := range fs {
+		g.sel.AddFuture(f, func(f workflow.Future) {
+			if err := f.Get(g.ctx, nil); err != nil && !temporal.IsCanceledError(err) {
+				workflow.GetLogger(g.ctx).Warn("control activity failed", "error", err)
+			}
+		})
+	}
+}

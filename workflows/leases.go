@@ -1,0 +1,205 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// Leases. A RunTask activity is a lease: "host H is responsible for attempt k of task T". The process lives in
+// its host's supervisor, not in the activity, so a lease can end while the process runs on: the host lost
+// contact with the server, or its worker is being restarted. The workflow then asks that very host to take the
+// attempt up again with a new lease (a re-attach), and only when the host stays silent for hostLossGrace, or
+// has no record of the attempt, does the attempt count as lost. Restarts are decided here too, never by
+// Temporal's retries, so no retry can start a second copy of a task on another host while the first runs.
+
+// MaxLeases bounds the leases one attempt may use before it counts as lost: a host that keeps losing contact
+// would otherwise hold a task forever without it making progress.
+const MaxLeases = 100
+
+// startLease starts the RunTask activity of one lease on t and returns its future.
+func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.Future {
+	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod}
+	if !r.leased {
+		in.AttemptOffset = o.offset
+		return workflow.ExecuteActivity(runTaskOptions(ctx, r.plan, t.Task, r.generation, t.starts), ActivityRunTask, in)
+	}
+	switch o.how {
+	case newAttempt:
+		t.attempt++
+		t.lease = 1
+		t.placed, t.released = false, false
+		st := &t.status
+		st.State, st.Attempt, st.Error = TaskPending, t.attempt, ""
+		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime = nil, "", nil, nil, nil
+	case sameAttempt:
+		t.lease++
+		t.placed, t.released = false, false
+	case reattach:
+		t.lease++
+		in.Attach, in.Host = true, t.status.Host
+	}
+	in.Attempt, in.Lease = t.attempt, t.lease
+	return workflow.ExecuteActivity(leaseOptions(ctx, r.plan, t, o.how == reattach), ActivityRunTask, in)
+}
+
+// leaseEnded records how the current lease of t ended and queues what follows: a re-attach, the same attempt
+// again, a restart, or the end of the task.
+func (r *run) leaseEnded(ctx workflow.Context, t *task) {
+	now := workflow.Now(ctx)
+	if !r.leased {
+		r.endOf(ctx, t, now)
+		r.taskOver(t)
+		return
+	}
+	res, err := leaseResult(ctx, t.future)
+	attached := t.status.State == TaskUnreachable
+	switch end := leaseEndOf(err, attached); {
+	case end == leaseContactLost && t.lease < MaxLeases:
+		r.contactLost(t, res, err)
+		return
+	case end == leaseHostLost && !t.released && res.PID == 0 && t.lease < MaxLeases:
+		// The attempt never started its process: start it again, wherever it lands.
+		r.relaunch(t, fmt.Sprintf("host %s lost %s before its process started", orUnknown(t.status.Host), t.Name))
+		return
+	case end == leaseContactLost, end == leaseHostLost:
+		r.lost(t, res, err, now)
+	default:
+		r.settle(t, res, err, now)
+	}
+	if r.restartDue(t) {
+		r.queueRestart(t)
+		return
+	}
+	r.taskOver(t)
+}
+
+// leaseResult reads a lease's TaskResult: its result, or the details of its error.
+func leaseResult(ctx workflow.Context, f workflow.Future) (TaskResult, error) {
+	var res TaskResult
+	err := f.Get(ctx, &res)
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&res)
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		_ = canceled.Details(&res)
+	}
+	return res, err
+}
+
+// leaseEnd classifies how a lease's activity ended.
+type leaseEnd int
+
+const (
+	leaseSettled     leaseEnd = iota // the attempt ended: success, failure, stop, start failure
+	leaseContactLost                 // the host gave the lease up or went silent: state unknown
+	leaseHostLost                    // the host has no record of the attempt, or did not re-attach in time
+)
+
+func leaseEndOf(err error, attached bool) leaseEnd {
+	var appErr *temporal.ApplicationError
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached:
+		return leaseContactLost
+	case errors.As(err, &appErr) && appErr.Type() == ErrTaskLost:
+		return leaseHostLost
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		return leaseContactLost
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START && attached:
+		return leaseHostLost
+	}
+	return leaseSettled
+}
+
+// contactLost: the task's host went silent or gave its lease up, and the process may well run on. Ask that
+// host to take it up again; a task that never got as far as a host starts again wherever it lands.
+func (r *run) contactLost(t *task, res TaskResult, err error) {
+	var appErr *temporal.ApplicationError
+	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
+	if !t.placed || detachedBeforeStart {
+		r.relaunch(t, fmt.Sprintf("%s lost its host before its process started", t.Name))
+		return
+	}
+	why := fmt.Sprintf("no heartbeat from host %s for %s", t.status.Host, r.plan.HeartbeatTimeout)
+	if errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached {
+		why = appErr.Message()
+	}
+	t.status.State = TaskUnreachable
+	t.status.Error = fmt.Sprintf("%s; waiting up to hostLossGrace %s for the host to take it up again", why, t.HostLossGrace)
+	r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: reattach})
+}
+
+// relaunch starts the current attempt again: its process never started, so no restart is used.
+func (r *run) relaunch(t *task, why string) {
+	t.status.State, t.status.Error = TaskPending, why+"; starting it again"
+	r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: sameAttempt})
+}
+
+// lost ends an attempt whose host did not come back within hostLossGrace, or no longer knows it: a failure
+// with exit code -1, which OnFailure, ExitCode and Always restart.
+func (r *run) lost(t *task, res TaskResult, err error, now time.Time) {
+	why := fmt.Sprintf("%s lost: host %s did not take it up again within hostLossGrace %s", t.Name, orUnknown(t.status.Host), t.HostLossGrace)
+	var appErr *temporal.ApplicationError
+	switch {
+	case errors.As(err, &appErr) && appErr.Type() == ErrTaskLost:
+		why = fmt.Sprintf("%s lost: %s", t.Name, appErr.Message())
+	case t.lease >= MaxLeases:
+		why = fmt.Sprintf("%s lost: its host lost contact %d times in a row", t.Name, t.lease)
+	}
+	t.done = true
+	code := -1
+	st := &t.status
+	st.State, st.Error, st.ExitCode, st.Signal, st.EndTime = TaskFailed, why, &code, "", &now
+	if res.PID != 0 {
+		st.Host = res.Host
+	}
+}
+
+// restartDue says whether the attempt that just ended is restarted under the task's own policy (scope: task).
+func (r *run) restartDue(t *task) bool {
+	if t.terminated || t.startFailed || r.decision != nil || r.stopReq != nil || t.restarts >= t.Restart.MaxRestarts {
+		return false
+	}
+	switch t.status.State {
+	case TaskSucceeded:
+		return t.Restart.Policy == spec.PolicyAlways
+	case TaskFailed:
+		code := -1
+		if t.status.ExitCode != nil {
+			code = *t.status.ExitCode
+		}
+		return t.Restart.Restartable(code)
+	}
+	return false
+}
+
+// queueRestart counts a restart and waits its backoff before the next attempt.
+func (r *run) queueRestart(t *task) {
+	t.restarts++
+	t.done = false
+	why := failureText(t.status)
+	if t.status.State == TaskSucceeded {
+		why = t.Name + " exited 0 under restart policy Always"
+	}
+	t.status.State = TaskPending
+	t.status.Error = fmt.Sprintf("restart %d of %d in %s after: %s", t.restarts, t.Restart.MaxRestarts, t.Restart.Backoff, why)
+	r.todo.restart = append(r.todo.restart, t)
+}
+
+// taskOver handles a task that ended for good in this generation: the run's policies decide what follows, and
+// barriers it can no longer pass break.
+func (r *run) taskOver(t *task) {
+	r.judge(t)
+	if r.decision == nil {
+		r.breakBarriers(t)
+	}
+}

@@ -1,0 +1,259 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+)
+
+const leaseSpec = `
+name: leases
+command: [x]
+hostLossGrace: 1m
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 1}
+`
+
+// leasesOf lists the leases the fake hosts saw for a task: "a1.l1 launch", "a1.l2 attach host-a", ...
+func leasesOf(h *harness, task string) []string {
+	h.hosts.mu.Lock()
+	defer h.hosts.mu.Unlock()
+	var out []string
+	for _, in := range h.hosts.inputs {
+		if in.Task.Name != task {
+			continue
+		}
+		s := fmt.Sprintf("a%d.l%d", in.Attempt, in.Lease)
+		if in.Attach {
+			s += " attach " + in.Host
+		} else {
+			s += " launch"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func heartbeatTimeout() error { return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil) }
+
+// A host that goes silent is asked to take the task up again: the same attempt, on the same host, through its
+// control queue, and no restart is used.
+func TestLeases_LostContactReattachesOnTheSameHost(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return behavior{exit: 0}
+		}
+		return blocks
+	})
+	var during RunStatus
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "chief-0" && in.Lease == 1:
+			return res, heartbeatTimeout(), true // the host went silent
+		case in.Task.Name == "chief-0" && in.Attach:
+			v, err := h.env.QueryWorkflow(QueryStatus)
+			require.NoError(t, err)
+			require.NoError(t, v.Get(&during))
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, leaseSpec))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a"}, leasesOf(h, "chief-0"))
+	assert.Equal(t, ControlQueue("host-a"), h.hosts.queues["chief-0"], "the re-attach goes to the host that holds the process")
+	assert.Contains(t, h.hosts.ids, "chief-0.a1.l2")
+	assert.Equal(t, 1, st.Task("chief-0").Attempt, "a re-attach is no new attempt")
+	assert.Equal(t, TaskUnreachable, during.Task("chief-0").State)
+	assert.Contains(t, during.Task("chief-0").Error, "no heartbeat from host host-a")
+	assert.Contains(t, during.Task("chief-0").Error, "hostLossGrace 1m0s")
+}
+
+// A pool task re-attaches to the host it landed on, not to its pool.
+func TestLeases_PoolTaskReattachesToItsHost(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name == "worker-0" && in.Lease == 1 {
+			return res, temporal.NewNonRetryableApplicationError("host pooled-host is restarting", ErrTaskDetached, nil, res), true
+		}
+		return res, nil, false
+	}
+	_, err := h.run(t, mustSpec(t, `{name: pool, command: [x], chiefExit: wait, tasks: {chief: {replicas: 1}, worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach pooled-host"}, leasesOf(h, "worker-0"))
+}
+
+// A host that does not come back within hostLossGrace loses the task: it fails with exit code -1 and its
+// restart policy starts a new attempt, as a launch (wherever it lands), not a re-attach.
+func TestLeases_HostThatNeverReturnsLosesTheTask(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "worker-0" && in.Attempt == 1 && !in.Attach:
+			return res, heartbeatTimeout(), true
+		case in.Task.Name == "worker-0" && in.Attach:
+			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), true
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: lost
+command: [x]
+chiefExit: wait
+hostLossGrace: 30s
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10ms}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach pooled-host", "a2.l1 launch"}, leasesOf(h, "worker-0"))
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+
+	// Without a restart policy, the loss fails the run and says what happened.
+	h = newHarness(t, func(string, int, int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Attach {
+			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), true
+		}
+		return res, heartbeatTimeout(), true
+	}
+	st, err = h.run(t, mustSpec(t, `{name: lost, command: [x], hostLossGrace: 30s, tasks: {worker: {replicas: 1}}}`))
+	require.Error(t, err)
+	assert.Equal(t, TaskFailed, st.Task("worker-0").State)
+	assert.Equal(t, -1, *st.Task("worker-0").ExitCode)
+	assert.Contains(t, st.Reason, "worker-0 lost: host pooled-host did not take it up again within hostLossGrace 30s")
+}
+
+// A host that answers but no longer knows the attempt (its state is gone) loses it at once.
+func TestLeases_HostWithoutRecordLosesTheTask(t *testing.T) {
+	h := newHarness(t, nil)
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Attach {
+			return res, temporal.NewNonRetryableApplicationError("host-a has no record of chief-0 attempt 1", ErrTaskLost, nil, res), true
+		}
+		return res, heartbeatTimeout(), true
+	}
+	st, err := h.run(t, mustSpec(t, `{name: norecord, command: [x], tasks: {chief: {replicas: 1, hosts: [host-a]}}}`))
+	require.Error(t, err)
+	assert.Contains(t, st.Reason, "chief-0 lost: host-a has no record of chief-0 attempt 1")
+}
+
+// A host that gives a lease up before the process started: the same attempt starts again, no restart used.
+func TestLeases_DetachedBeforeTheStartRelaunchesTheSameAttempt(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name == "chief-0" && in.Lease == 1 {
+			res.PID = 0
+			return res, temporal.NewNonRetryableApplicationError("host-a shut down before chief-0 started", ErrTaskDetached, nil, res), true
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, leaseSpec))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 launch"}, leasesOf(h, "chief-0"))
+	assert.Equal(t, 1, st.Task("chief-0").Attempt)
+}
+
+// After a loss, a copy the cut-off host kept running cannot pass a barrier for the new attempt, nor stop the run.
+func TestLeases_SupersededAttemptCannotTouchTheNewOne(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-0" && attempt == 2 {
+			return behavior{barriers: []barrierCall{{name: "sync"}}, exit: 0}
+		}
+		if task == "chief-0" {
+			return behavior{barriers: []barrierCall{{name: "sync"}}, exit: 0}
+		}
+		return blocks
+	})
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "worker-0" && in.Attempt == 1 && !in.Attach:
+			return res, heartbeatTimeout(), true
+		case in.Task.Name == "worker-0" && in.Attach:
+			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), true
+		case in.Task.Name == "worker-0" && in.Attempt == 2:
+			// The old copy, still running on the cut-off host, tries its luck once attempt 2 runs.
+			h.env.SignalWorkflow(SignalStop, StopRequest{Task: "worker-0", Attempt: 1, Error: "ghost"})
+			h.env.SignalWorkflow(SignalBarrierArrivals, BarrierArrivals{Barrier: "sync", Tasks: []TaskAttempt{{Task: "worker-0", Attempt: 1}}})
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: ghost
+command: [x]
+chiefExit: wait
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10ms}}
+`))
+	require.NoError(t, err, "the ghost's stop request must not end the run")
+	assert.Nil(t, st.StopRequest)
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	var refused *BarrierOutcome
+	for i, o := range h.hosts.outcomes {
+		if o.Error != "" {
+			refused = &h.hosts.outcomes[i]
+		}
+	}
+	require.NotNil(t, refused)
+	assert.Equal(t, []TaskAttempt{{Task: "worker-0", Attempt: 1}}, refused.Tasks, "the refusal names the old attempt only")
+	assert.Contains(t, refused.Error, "worker-0 attempt 1 was superseded by attempt 2")
+	assert.Equal(t, []string{"sync: ok"}, h.hosts.passed["worker-0"], "attempt 2 passed the barrier with the chief")
+}
+
+// Terminating a task while it waits out a restart's backoff ends it at once.
+func TestLeases_TerminateDuringRestartBackoff(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(1)
+		}
+		return blocks
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "worker-0"})
+	}, 300*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 600*time.Millisecond)
+	st, _ := h.run(t, mustSpec(t, `
+name: backoff
+command: [x]
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 3, backoff: 1h}}
+`))
+	assert.Equal(t, TaskTerminated, st.Task("worker-0").State)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt, "no new attempt started")
+	assert.Equal(t, []string{"a1.l1 launch"}, leasesOf(h, "worker-0"))
+}
+
+// A stop that finds a task waiting out its backoff ends it Stopped, without waiting for the timer.
+func TestLeases_StopDuringRestartBackoff(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(1)
+		}
+		return blocks
+	})
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 300*time.Millisecond)
+	st, _ := h.run(t, mustSpec(t, `
+name: backoff
+command: [x]
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 3, backoff: 1h}}
+`))
+	assert.Equal(t, StatusCanceled, st.Status)
+	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}
+
+func TestLeaseID(t *testing.T) {
+	assert.Equal(t, "worker-3", LeaseID("worker-3", 1, 1))
+	assert.Equal(t, "worker-3.a2", LeaseID("worker-3", 2, 1))
+	assert.Equal(t, "worker-3.a2.l3", LeaseID("worker-3", 2, 3))
+	assert.Equal(t, "worker-3.a1.l2", LeaseID("worker-3", 1, 2))
+}
