@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,9 +33,9 @@ type heldArrivals struct {
 // arrive reports that attempt e arrived at a barrier (declared for types) and returns once the signal carrying
 // the arrival was sent (or failed).
 func (h *Host) arrive(ctx context.Context, e *entry, barrier string, types []string) error {
-	expected := h.localParticipants(e.workflowID, e.runID, e.generation, types)
+	expected := h.localParticipants(e.ref.WorkflowID, e.ref.RunID, e.ref.Generation, types)
 	// Arrivals that name other types go apart: the workflow refuses the odd ones with a clear error.
-	k := e.workflowID + "\x00" + e.runID + "\x00" + barrier + "\x00" + itoa(e.generation) + "\x00" + strings.Join(types, ",")
+	k := e.ref.WorkflowID + "\x00" + e.ref.RunID + "\x00" + barrier + "\x00" + strconv.Itoa(e.ref.Generation) + "\x00" + strings.Join(types, ",")
 	done := make(chan error, 1)
 	g := &h.gate
 	g.mu.Lock()
@@ -43,12 +44,12 @@ func (h *Host) arrive(ctx context.Context, e *entry, barrier string, types []str
 	}
 	held := g.pending[k]
 	if held == nil {
-		held = &heldArrivals{workflowID: e.workflowID, runID: e.runID,
-			sig: workflows.BarrierArrivals{Barrier: barrier, Generation: e.generation, Types: types}}
+		held = &heldArrivals{workflowID: e.ref.WorkflowID, runID: e.ref.RunID,
+			sig: workflows.BarrierArrivals{Barrier: barrier, Generation: e.ref.Generation, Types: types}}
 		held.timer = time.AfterFunc(maxArrivalHold, func() { h.sendArrivals(k) })
 		g.pending[k] = held
 	}
-	held.sig.Tasks = append(held.sig.Tasks, workflows.TaskAttempt{Task: e.task, Attempt: e.attempt})
+	held.sig.Tasks = append(held.sig.Tasks, workflows.TaskAttempt{Task: e.ref.Task, Attempt: e.ref.Attempt})
 	held.waiters = append(held.waiters, done)
 	full := len(held.sig.Tasks) >= expected
 	g.mu.Unlock()
@@ -82,16 +83,17 @@ func (h *Host) sendArrivals(k string) {
 	}
 }
 
-// localParticipants counts this host's tasks of a run and generation that take part in a barrier for types.
+// localParticipants counts this host's running tasks of a run and generation that take part in a barrier for
+// types.
 func (h *Host) localParticipants(workflowID, runID string, generation int, types []string) int {
 	n := 0
-	for _, e := range h.find(workflowID, runID, nil) {
-		if e.generation != generation {
+	for _, e := range h.reg.find(workflowID, runID, nil) {
+		if e.ref.Generation != generation || e.exited() != nil {
 			continue
 		}
 		in := len(types) == 0
 		for _, t := range types {
-			in = in || TaskType(e.task) == t
+			in = in || e.ref.Type == t
 		}
 		if in {
 			n++

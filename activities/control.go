@@ -18,11 +18,9 @@ import (
 // (it failed or was replaced) is skipped: a later attempt reports its placement again.
 func (h *Host) Release(_ context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
 	var out workflows.ReleaseResult
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	for _, ta := range in.Tasks {
-		e := h.entries[key(in.WorkflowID, in.RunID, ta.Task)]
-		if e == nil || e.attempt != ta.Attempt {
+		e := h.reg.lookup(in.WorkflowID, in.RunID, ta.Task, ta.Attempt)
+		if e == nil {
 			continue
 		}
 		select {
@@ -34,42 +32,40 @@ func (h *Host) Release(_ context.Context, in workflows.ReleaseInput) (workflows.
 	return out, nil
 }
 
-// StopTasks stops the named tasks of a run on this host and returns once their processes are gone (or, for an
-// attempt that had not started its process yet, once that attempt has ended), with how each ended.
+// StopTasks stops the named tasks of a run on this host (every attempt of each, superseded copies included)
+// and returns once their processes are gone (or, for an attempt that had not started its process yet, once it
+// has ended), with how each task's newest attempt ended.
 func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (workflows.StopTasksResult, error) {
-	entries := h.find(in.WorkflowID, in.RunID, in.Tasks)
+	entries := h.reg.find(in.WorkflowID, in.RunID, in.Tasks)
 	h.Logger.Info("stopping tasks", "run", in.WorkflowID, "tasks", len(entries), "reason", in.Reason)
 	ownEnd := map[*entry]bool{}
 	for _, e := range entries {
-		if p := e.process(); p != nil {
-			select {
-			case <-p.Done():
-				ownEnd[e] = true // it ended before the stop: its RunTask reports that
-			default:
-			}
+		if e.exited() != nil {
+			ownEnd[e] = true // it ended before the stop: the lease that holds it reports that
+			continue
 		}
-		e.requestStop(stopByRun, in.Reason)
+		go h.stopEntry(e, stopByRun, in.Reason, in.GracePeriod)
+	}
+	newest := map[string]*entry{}
+	for _, e := range entries {
+		select {
+		case <-e.ended:
+		case <-ctx.Done():
+			return workflows.StopTasksResult{}, fmt.Errorf("stop tasks on %s: %w", h.Name, ctx.Err())
+		}
+		if cur := newest[e.ref.Task]; cur == nil || e.ref.Attempt > cur.ref.Attempt {
+			newest[e.ref.Task] = e
+		}
 	}
 	var out workflows.StopTasksResult
 	for _, e := range entries {
-		p := e.process()
-		var gone <-chan struct{} = e.finished
-		if p != nil {
-			gone = p.Done()
-		}
-		select {
-		case <-gone:
-		case <-e.finished:
-		case <-ctx.Done():
-			return out, fmt.Errorf("stop tasks on %s: %w", h.Name, ctx.Err())
-		}
-		if ownEnd[e] {
+		if newest[e.ref.Task] != e || ownEnd[e] {
 			continue
 		}
-		out.Stopped = append(out.Stopped, e.task)
-		if p := e.process(); p != nil {
-			exit := p.Exit()
-			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.task, Attempt: e.attempt, ExitCode: exit.Code, Signal: exit.Signal})
+		out.Stopped = append(out.Stopped, e.ref.Task)
+		if e.process() != nil {
+			x := e.exited()
+			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal})
 		}
 	}
 	sort.Strings(out.Stopped)
@@ -78,7 +74,7 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 
 // NotifyStop tells this host's tasks of a run that the run should stop (their should-stop turns true).
 func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error {
-	entries := h.find(in.WorkflowID, in.RunID, nil)
+	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("run asks its tasks to stop", "run", in.WorkflowID, "by", in.By, "error", in.Error, "tasks", len(entries))
 	for _, e := range entries {
 		e.setNotice(in)
@@ -92,16 +88,92 @@ func (h *Host) SignalTasks(_ context.Context, in workflows.SignalTasksInput) err
 	if num == 0 {
 		return fmt.Errorf("unknown signal %q", in.Signal)
 	}
-	entries := h.find(in.WorkflowID, in.RunID, nil)
+	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("signaling tasks", "run", in.WorkflowID, "signal", in.Signal, "tasks", len(entries))
 	for _, e := range entries {
-		if p := e.process(); p != nil {
-			if err := p.Signal(syscall.Signal(num)); err != nil {
-				h.Logger.Warn("signal failed", "task", e.task, "error", err)
-			}
+		if err := h.signalEntry(e, syscall.Signal(num)); err != nil {
+			h.Logger.Warn("signal failed", "task", e.ref.Task, "error", err)
 		}
 	}
 	return nil
+}
+
+// ControlHost drains this host (it takes no new tasks; running ones go on), undrains it, or takes it down now
+// (drained, and its tasks stopped: they end failed, so their restart policy applies, elsewhere for unpinned
+// ones). It returns the host's state.
+func (h *Host) ControlHost(_ context.Context, in workflows.ControlHostInput) (workflows.HostState, error) {
+	if in.Drain != nil {
+		if err := h.setDrain(*in.Drain); err != nil {
+			return workflows.HostState{}, err
+		}
+	}
+	if in.StopTasks {
+		reason := in.Reason
+		if reason == "" {
+			reason = "host " + h.Name + " taken down by the operator"
+		}
+		for _, e := range h.reg.all() {
+			if e.exited() == nil {
+				go h.stopEntry(e, stopByHost, reason, e.grace)
+			}
+		}
+	}
+	return h.State(), nil
+}
+
+// State describes this host: drained or not, and every task attempt on it.
+func (h *Host) State() workflows.HostState {
+	h.mu.Lock()
+	st := workflows.HostState{Host: h.Name, Drained: h.drained}
+	h.mu.Unlock()
+	for _, e := range h.reg.all() {
+		t := workflows.HostTask{Run: e.ref.WorkflowID, Task: e.ref.Task, Attempt: e.ref.Attempt, State: "placing"}
+		if p := e.process(); p != nil {
+			t.PID, t.State = p.PID, "running"
+		}
+		if x := e.exited(); x != nil {
+			t.State = "ended"
+		}
+		t.Held, _ = e.held()
+		st.Tasks = append(st.Tasks, t)
+	}
+	return st
+}
+
+// setDrain records the drain state on disk (a drained host stays drained across worker restarts) and starts or
+// stops taking new tasks.
+func (h *Host) setDrain(drained bool) error {
+	h.mu.Lock()
+	h.drained = drained
+	h.mu.Unlock()
+	marker := filepath.Join(h.StateDir, "drained")
+	if drained {
+		if err := os.WriteFile(marker, []byte("drained by clusterrun drain\n"), 0o600); err != nil {
+			return err
+		}
+	} else if err := os.Remove(marker); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	h.Logger.Info("drain state changed", "drained", drained)
+	if h.OnDrain != nil {
+		return h.OnDrain(drained)
+	}
+	return nil
+}
+
+// loadDrain reads the drain state a previous worker recorded.
+func (h *Host) loadDrain() {
+	_, err := os.Stat(filepath.Join(h.StateDir, "drained"))
+	h.mu.Lock()
+	h.drained = err == nil
+	h.mu.Unlock()
+}
+
+// Drained reports whether this host takes no new tasks.
+func (h *Host) Drained() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.drained
 }
 
 // MaxLogChunk bounds one chunk of a log read.

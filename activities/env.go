@@ -68,7 +68,7 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		}
 	}
 	for _, e := range m.Endpoints {
-		if TaskType(e.Task) == "evaluator" {
+		if EndpointType(e) == "evaluator" {
 			continue
 		}
 		if master == "" {
@@ -101,7 +101,7 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 func TFConfig(t spec.Task, m workflows.ClusterMap) string {
 	cluster := map[string][]string{}
 	for _, e := range m.Endpoints {
-		typ := TaskType(e.Task)
+		typ := EndpointType(e)
 		if typ == "evaluator" {
 			continue
 		}
@@ -114,12 +114,16 @@ func TFConfig(t spec.Task, m workflows.ClusterMap) string {
 	return string(b)
 }
 
-// TaskType is the type part of a task name: "worker" for "worker-3".
-func TaskType(name string) string {
-	if i := strings.LastIndexByte(name, '-'); i > 0 {
-		return name[:i]
+// EndpointType is an endpoint's task type. Maps of runs started before the type was carried as a field have
+// none; for those alone it is read off the name ("worker" of "worker-3"), which task names make unambiguous.
+func EndpointType(e workflows.Endpoint) string {
+	if e.Type != "" {
+		return e.Type
 	}
-	return name
+	if i := strings.LastIndexByte(e.Task, '-'); i > 0 {
+		return e.Task[:i]
+	}
+	return e.Task
 }
 
 func sortedKeys(m map[string]string) []string {

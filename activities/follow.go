@@ -28,13 +28,13 @@ func (h *Host) followRun(workflowID, runID string) {
 	go h.follow(ctx, workflowID, runID)
 }
 
-// unfollowIfIdle stops following a run once no task of it is left on this host. Called with h.mu held.
+// unfollowIfIdle stops following a run once no task of it is left on this host.
 func (h *Host) unfollowIfIdle(workflowID, runID string) {
-	for _, e := range h.entries {
-		if e.workflowID == workflowID && e.runID == runID {
-			return
-		}
+	if h.reg.hasRun(workflowID, runID) {
+		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	k := workflowID + "\x00" + runID
 	if cancel, ok := h.followers[k]; ok {
 		cancel()
@@ -79,13 +79,13 @@ func (h *Host) follow(ctx context.Context, workflowID, runID string) {
 
 // applyOutcome hands a barrier outcome to the matching waiters on this host.
 func (h *Host) applyOutcome(workflowID, runID string, o workflows.BarrierOutcome) {
-	for _, e := range h.find(workflowID, runID, nil) {
-		if e.generation != o.Generation {
+	for _, e := range h.reg.find(workflowID, runID, nil) {
+		if e.ref.Generation != o.Generation {
 			continue
 		}
 		hit := len(o.Tasks) == 0
 		for _, t := range o.Tasks {
-			hit = hit || (t.Task == e.task && t.Attempt == e.attempt)
+			hit = hit || (t.Task == e.ref.Task && t.Attempt == e.ref.Attempt)
 		}
 		if hit {
 			e.releaseBarrier(o.Barrier, o.Error)

@@ -7,12 +7,14 @@ import (
 
 // Metric names (Prometheus renders them with underscores, e.g. clusterrun_task_exits).
 const (
-	metricTasksRunning  = "clusterrun_tasks_running"
-	metricTaskStarts    = "clusterrun_task_starts"
-	metricTaskRestarts  = "clusterrun_task_restarts"
-	metricTaskExits     = "clusterrun_task_exits"
-	metricBarrierWaits  = "clusterrun_barrier_waits"
-	metricBarrierWaited = "clusterrun_barrier_wait_latency"
+	metricTasksRunning   = "clusterrun_tasks_running"
+	metricTaskStarts     = "clusterrun_task_starts"
+	metricTaskRestarts   = "clusterrun_task_restarts"
+	metricTaskExits      = "clusterrun_task_exits"
+	metricBarrierWaits   = "clusterrun_barrier_waits"
+	metricBarrierWaited  = "clusterrun_barrier_wait_latency"
+	metricTaskReattaches = "clusterrun_task_reattaches"
+	metricTasksHung      = "clusterrun_tasks_hung"
 )
 
 // taskStarted counts a started process; attempts after the first are restarts.
@@ -31,23 +33,7 @@ func (h *Host) taskExited(code int) {
 }
 
 func (h *Host) updateRunning() {
-	h.mu.Lock()
-	entries := make([]*entry, 0, len(h.entries))
-	for _, e := range h.entries {
-		entries = append(entries, e)
-	}
-	h.mu.Unlock()
-	n := 0
-	for _, e := range entries {
-		if p := e.process(); p != nil {
-			select {
-			case <-p.Done():
-			default:
-				n++
-			}
-		}
-	}
-	h.Metrics.Gauge(metricTasksRunning).Update(float64(n))
+	h.Metrics.Gauge(metricTasksRunning).Update(float64(h.Running()))
 }
 
 // barrierWaited counts a barrier wait and how long it took, by outcome: released, broken, timeout or other.

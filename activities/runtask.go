@@ -2,32 +2,19 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/clusterrun/clusterrun/activities/proc"
-	"github.com/clusterrun/clusterrun/spec"
-	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/workflows"
-)
-
-// Bounds on what a task attempt reports back; they keep payloads far below Temporal's 2 MB limit.
-const (
-	MaxResultBytes    = 256 << 10
-	MaxErrorFileBytes = 32 << 10
-	StderrTailBytes   = 2 << 10
-	LastLineRunes     = 100
 )
 
 // AttemptDir is where one attempt's files live: <log-dir>/<run-id>/attempt_<n>/<task>.
@@ -35,144 +22,322 @@ func AttemptDir(logDir, runID string, attempt int, task string) string {
 	return filepath.Join(logDir, runID, "attempt_"+strconv.Itoa(attempt), task)
 }
 
-// RunTask runs one attempt of one task on this host: reserve a port, report the placement, wait for the
-// rendezvous, start the process group, heartbeat, and report how it ended.
+// RunTask holds one lease on one task attempt on this host. A launch registers the attempt, reports its
+// placement, waits for the rendezvous and starts the process under its supervisor; a re-attach (in.Attach)
+// takes up a process an earlier lease started here. Either way it then heartbeats until the process ends
+// (and reports how), the run stops it, or the lease is given up (TaskDetached: the process runs on).
 func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflows.TaskResult, error) {
-	info := activity.GetInfo(ctx)
-	wf := info.WorkflowExecution
-	t := in.Task
-	attempt := in.AttemptOffset + int(info.Attempt)
-	res := workflows.TaskResult{Task: t.Name, Host: h.Name, Attempt: attempt}
-
-	e, err := h.register(wf.ID, wf.RunID, t.Name, attempt, in.Generation)
+	ref := attemptOf(ctx, in)
+	lease := max(in.Lease, 1)
+	res := workflows.TaskResult{Task: ref.Task, Host: h.Name, Attempt: ref.Attempt}
+	if in.Attach {
+		return h.attach(ctx, in, ref, lease, res)
+	}
+	e, holder, err := h.register(in, ref, lease)
 	if err != nil {
-		return res, temporal.NewApplicationError(fmt.Sprintf("%s: %v", h.Name, err), workflows.ErrTaskFailed, res)
+		return res, h.refused(in, res, err)
 	}
-	defer h.unregister(e)
-
-	// Hold the port until the process starts, so nothing else on this host takes it meanwhile.
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, t.Name, err)
+	if e.process() != nil {
+		// The same attempt again, while its process runs (a lease lost at the start): never a second copy.
+		defer e.letGo(lease)
+		return h.hold(ctx, in, e, lease, holder)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	defer ln.Close()
-
-	hb := startHeartbeats(ctx, heartbeatEvery(info.HeartbeatTimeout), workflows.HeartbeatDetails{Host: h.Name, Attempt: attempt, Phase: "rendezvous"})
-	defer hb.stop()
-	placed := workflows.Placement{Task: t.Name, Generation: in.Generation, Attempt: attempt, Host: h.Name, Addr: h.Addr, Port: port}
-	if err := h.placements.add(ctx, wf.ID, wf.RunID, placed); err != nil {
-		return res, fmt.Errorf("report placement of %s to run %s: %w", t.Name, wf.ID, err)
+	defer e.letGo(lease)
+	cluster, ln, end := h.rendezvous(ctx, in, e, holder, res)
+	if end != nil {
+		return end.res, end.err
 	}
-
-	var cluster workflows.ClusterMap
-wait:
-	for {
-		select {
-		case cluster = <-e.release:
-			break wait
-		case <-e.stopReq:
-			return h.stoppedBeforeStart(ctx, e, res)
-		case <-ctx.Done():
-			return res, temporal.NewCanceledError(res)
-		}
+	if end := h.start(ctx, in, e, cluster, ln, res); end != nil {
+		return end.res, end.err
 	}
-
-	dir := AttemptDir(h.LogDir, wf.ID, attempt, t.Name)
-	stdout, stderr, err := openLogs(dir)
-	if err != nil {
-		return res, fmt.Errorf("log files for %s on %s: %w", t.Name, h.Name, err)
-	}
-	defer stdout.Close()
-	defer stderr.Close()
-	resultFile, errorFile := filepath.Join(dir, "result.json"), filepath.Join(dir, "error.json")
-	ctl, err := h.startControl(e, taskInfo(wf.ID, t, attempt, in.Generation, h.Name, cluster), in.Generation)
-	if err != nil {
-		return res, fmt.Errorf("control socket for %s on %s: %w", t.Name, h.Name, err)
-	}
-	defer ctl.close()
-	env := TaskEnv(os.Environ(), TaskIdentity{RunID: wf.ID, Task: t, Attempt: attempt, RestartCount: in.Generation,
-		Host: h.Name, ResultFile: resultFile, ErrorFile: errorFile, Socket: ctl.path}, cluster)
-
-	ln.Close()
-	p, err := proc.Start(proc.Config{Argv: t.Command, Env: env, Dir: t.WorkingDir, Stdout: stdout, Stderr: stderr})
-	if err != nil {
-		res.ExitCode, res.Error = 127, err.Error()
-		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s cannot start on host %s: %v", t.Name, h.Name, err),
-			workflows.ErrTaskStartFailed, nil, res)
-	}
-	e.started(p, in.StopGracePeriod)
-	h.taskStarted(attempt)
-	res.PID, res.StartTime = p.Pid(), time.Now()
-	h.Logger.Info("task started", "run", wf.ID, "task", t.Name, "attempt", attempt, "pid", p.Pid())
-	stdoutPath, stderrPath := stdout.Name(), stderr.Name()
-	hb.update(func(d *workflows.HeartbeatDetails) { d.PID, d.Phase = p.Pid(), "running" }, func(d *workflows.HeartbeatDetails) {
-		d.Last = lastLine(stdoutPath, stderrPath)
-		d.Progress = e.lastProgress()
-	})
-
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		// The run is stopping and StopTasks did not reach this host first, or the SDK gave this attempt up
-		// (heartbeats kept failing, or the server no longer knows it). Either way the process must not outlive it.
-		e.requestStop(stopByRun, "canceled")
-		<-p.Done()
-	}
-
-	exit := p.Exit()
-	h.taskExited(exit.Code)
-	res.ExitCode, res.Signal, res.EndTime = exit.Code, exit.Signal, time.Now()
-	collectFiles(&res, resultFile, errorFile, stderrPath)
-	h.Logger.Info("task exited", "run", wf.ID, "task", t.Name, "attempt", attempt, "exit", exit.String())
-
-	if p.Stopping() {
-		if e.stopSource() == stopByHost {
-			res.Error = "host worker " + h.Name + " shut down"
-			return res, workflows.ExitOutcome(t, res)
-		}
-		res.Stopped = true
-		if ctx.Err() != nil {
-			if lost := lostContact(ctx); lost != "" {
-				res.Stopped, res.Error = false, lost
-				return res, temporal.NewApplicationError(fmt.Sprintf("%s on %s was stopped: %s", t.Name, h.Name, lost), workflows.ErrTaskFailed, res)
-			}
-			return res, temporal.NewCanceledError(res)
-		}
-		return res, nil
-	}
-	return res, workflows.ExitOutcome(t, res)
+	return h.hold(ctx, in, e, lease, holder)
 }
 
-// lostContact explains a canceled activity context that is not a cancellation request from the run: the SDK
-// also cancels it when heartbeats keep failing. It returns "" for a real cancellation request.
+// ending is how a RunTask returns before it holds a running process.
+type ending struct {
+	res workflows.TaskResult
+	err error
+}
+
+// attemptOf names the attempt a lease serves: the workflow's number, or (runs started before leases) the
+// offset plus Temporal's own attempt.
+func attemptOf(ctx context.Context, in workflows.RunTaskInput) attemptRef {
+	info := activity.GetInfo(ctx)
+	attempt := in.Attempt
+	if !in.Leased() {
+		attempt = in.AttemptOffset + int(info.Attempt)
+	}
+	return attemptRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Task: in.Task.Name,
+		Type: in.Task.Type, Index: in.Task.Index, Attempt: attempt, Generation: in.Generation}
+}
+
+// register adds the attempt to this host's registry and gives it to the lease. An attempt already here (the
+// same attempt launched again) is taken up rather than started twice; older attempts of the task are retired.
+func (h *Host) register(in workflows.RunTaskInput, ref attemptRef, lease int) (*entry, chan struct{}, error) {
+	if e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt); e != nil && e.process() != nil && e.exited() == nil {
+		return e, e.claim(lease), nil
+	}
+	e := newEntry(ref, in.Task, !in.Leased(), in.StopGracePeriod)
+	superseded, err := h.reg.add(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, old := range superseded {
+		go h.retire(old, fmt.Sprintf("superseded by attempt %d", ref.Attempt))
+	}
+	return e, e.claim(lease), nil
+}
+
+// refused answers a lease this host will not take: it is shutting down.
+func (h *Host) refused(in workflows.RunTaskInput, res workflows.TaskResult, err error) error {
+	if in.Leased() {
+		return detachedError(fmt.Sprintf("host worker %s is shutting down; %s was not started", h.Name, in.Task.Name), res)
+	}
+	return temporal.NewApplicationError(fmt.Sprintf("%s: %v", h.Name, err), workflows.ErrTaskFailed, res)
+}
+
+// rendezvous reserves a port, reports the placement, and waits for the cluster map. The returned listener
+// holds the port until the process starts, so nothing else on this host takes it meanwhile.
+func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *entry, holder chan struct{}, res workflows.TaskResult) (workflows.ClusterMap, net.Listener, *ending) {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		h.forget(e)
+		return workflows.ClusterMap{}, nil, &ending{res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, e.ref.Task, err)}
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	hb := startHeartbeats(ctx, heartbeatEvery(activity.GetInfo(ctx).HeartbeatTimeout),
+		workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, Lease: max(in.Lease, 1), Phase: "rendezvous"})
+	defer hb.stop()
+	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
+		Host: h.Name, Addr: h.Addr, Port: port}
+	end := func(x *ending) (workflows.ClusterMap, net.Listener, *ending) {
+		ln.Close()
+		h.forget(e)
+		return workflows.ClusterMap{}, nil, x
+	}
+	if err := h.placements.add(ctx, e.ref.WorkflowID, e.ref.RunID, placed); err != nil {
+		if in.Leased() && ctx.Err() == nil {
+			return end(&ending{res, detachedError(fmt.Sprintf("report the placement of %s: %v", e.ref.Task, err), res)})
+		}
+		return end(&ending{res, fmt.Errorf("report placement of %s to run %s: %w", e.ref.Task, e.ref.WorkflowID, err)})
+	}
+	select {
+	case cluster := <-e.release:
+		return cluster, ln, nil
+	case <-e.stopReq:
+		return end(h.stoppedBeforeStart(ctx, in, e, res))
+	case <-holder:
+		return end(&ending{res, detachedError(fmt.Sprintf("host worker %s is shutting down; %s was not started", h.Name, e.ref.Task), res)})
+	case <-ctx.Done():
+		if in.Leased() && !canceledByRun(ctx) {
+			return end(&ending{res, detachedError(lostContact(ctx)+"; "+e.ref.Task+" was not started", res)})
+		}
+		res.Stopped = true
+		return end(&ending{res, temporal.NewCanceledError(res)})
+	}
+}
+
+// forget drops an attempt that ends before its process started.
+func (h *Host) forget(e *entry) {
+	e.endBeforeStart()
+	h.reg.remove(e)
+}
+
+func (h *Host) stoppedBeforeStart(ctx context.Context, in workflows.RunTaskInput, e *entry, res workflows.TaskResult) *ending {
+	if by, reason := e.stopCause(); by == stopByHost {
+		if in.Leased() {
+			return &ending{res, detachedError(reason+"; "+e.ref.Task+" was not started", res)}
+		}
+		res.ExitCode, res.Error = -1, "host worker "+h.Name+" shut down before the task started"
+		return &ending{res, temporal.NewApplicationError(res.Error, workflows.ErrTaskFailed, res)}
+	}
+	res.Stopped = true
+	if ctx.Err() != nil {
+		return &ending{res, temporal.NewCanceledError(res)}
+	}
+	return &ending{res, nil}
+}
+
+// start prepares the attempt's log folder and control socket, builds its environment and starts the process
+// under its supervisor.
+func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, cluster workflows.ClusterMap, ln net.Listener, res workflows.TaskResult) *ending {
+	fail := func(err error) *ending {
+		ln.Close()
+		h.closeControl(e)
+		h.forget(e)
+		return &ending{res, err}
+	}
+	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
+	if err := prepareLogs(dir); err != nil {
+		return fail(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err))
+	}
+	e.setInfo(taskInfo(e.ref, h.Name, cluster))
+	ctl, err := h.serveControl(e)
+	if err != nil {
+		return fail(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err))
+	}
+	env := TaskEnv(os.Environ(), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
+		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
+		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path}, cluster)
+
+	ln.Close()
+	st, err := h.launch(e, in.Task.Command, env, in.Task.WorkingDir, activity.GetInfo(ctx).HeartbeatTimeout)
+	var se *shim.StartError
+	switch {
+	case errors.As(err, &se):
+		res.ExitCode, res.Error = 127, se.Msg
+		return fail(temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s cannot start on host %s: %s", e.ref.Task, h.Name, se.Msg),
+			workflows.ErrTaskStartFailed, nil, res))
+	case err != nil:
+		return fail(fmt.Errorf("start %s on %s: %w", e.ref.Task, h.Name, err))
+	}
+	// A stop asked for while the process was starting applies now.
+	if by, reason := e.stopCause(); by != "" {
+		h.stopEntry(e, by, reason, e.grace)
+	}
+	h.taskStarted(e.ref.Attempt)
+	h.Logger.Info("task started", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "pid", st.PID,
+		"user", os.Getuid(), "dir", in.Task.WorkingDir, "argv", in.Task.Command)
+	return nil
+}
+
+// attach takes up an attempt an earlier lease started on this host: the process, its control socket and its
+// logs go on as they were; only the lease is new.
+func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemptRef, lease int, res workflows.TaskResult) (workflows.TaskResult, error) {
+	e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt)
+	if e == nil || e.process() == nil {
+		msg := fmt.Sprintf("host %s has no record of %s attempt %d", h.Name, ref.Task, ref.Attempt)
+		if other := h.reg.latest(ref.WorkflowID, ref.RunID, ref.Task); other != nil {
+			msg += fmt.Sprintf(" (it holds attempt %d)", other.ref.Attempt)
+		}
+		return res, temporal.NewNonRetryableApplicationError(msg, workflows.ErrTaskLost, nil, res)
+	}
+	res.PID = e.process().PID
+	if h.reg.closed() {
+		// This worker is on its way out: the next one takes the task up.
+		return res, detachedError(fmt.Sprintf("host worker %s is shutting down; %s goes on running for its next worker", h.Name, ref.Task), res)
+	}
+	holder := e.claim(lease)
+	if holder == nil {
+		return res, detachedError(fmt.Sprintf("lease %d of %s attempt %d is stale", lease, ref.Task, ref.Attempt), res)
+	}
+	defer e.letGo(lease)
+	h.Metrics.Counter(metricTaskReattaches).Inc(1)
+	h.Logger.Info("task taken up again", "run", ref.WorkflowID, "task", ref.Task, "attempt", ref.Attempt, "lease", lease, "pid", res.PID)
+	// Tell the run the task is back (batched with this host's other re-attaches). Should the signal fail, the
+	// task only shows as unreachable until it ends.
+	go func() {
+		err := h.placements.add(ctx, ref.WorkflowID, ref.RunID, workflows.Placement{Task: ref.Task, Generation: ref.Generation,
+			Attempt: ref.Attempt, Lease: lease, Host: h.Name, Addr: h.Addr, Reattached: true})
+		if err != nil && ctx.Err() == nil {
+			h.Logger.Warn("cannot tell the run that a task was taken up again", "task", ref.Task, "error", err)
+		}
+	}()
+	return h.hold(ctx, in, e, lease, holder)
+}
+
+// hold heartbeats for a running attempt until its process ends (and reports how), the run stops it, or the
+// lease is given up: contact with the server is lost, a newer lease took over, or this worker shuts down. The
+// process runs on in every case but the first two.
+func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, lease int, holder chan struct{}) (workflows.TaskResult, error) {
+	st := e.process()
+	res := workflows.TaskResult{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, PID: st.PID}
+	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
+	stdout, stderr := filepath.Join(logs, "stdout.log"), filepath.Join(logs, "stderr.log")
+	hb := startHeartbeats(ctx, heartbeatEvery(activity.GetInfo(ctx).HeartbeatTimeout),
+		workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, PID: st.PID, Attempt: e.ref.Attempt, Lease: lease, Phase: "running"})
+	hb.update(func(*workflows.HeartbeatDetails) {}, func(d *workflows.HeartbeatDetails) {
+		d.Last = lastLine(stdout, stderr)
+		d.Progress = e.lastProgress()
+	})
+	defer hb.stop()
+
+	select {
+	case <-e.ended:
+		return h.report(ctx, in, e)
+	case <-holder:
+		if e.exited() != nil {
+			return h.report(ctx, in, e)
+		}
+		if e.legacy {
+			<-e.ended // the host stops it (shutdown)
+			return h.report(ctx, in, e)
+		}
+		return res, detachedError(h.whyLetGo(e, lease), res)
+	case <-ctx.Done():
+		if canceledByRun(ctx) || e.legacy {
+			// The run is stopping and StopTasks did not reach this host first (or, before leases, the SDK gave
+			// the attempt up). Either way the process must not outlive this lease.
+			h.stopEntry(e, stopByRun, "canceled", e.grace)
+			<-e.ended
+			return h.report(ctx, in, e)
+		}
+		e.letGo(lease)
+		return res, detachedError(lostContact(ctx)+"; the task goes on running on "+h.Name, res)
+	}
+}
+
+// whyLetGo says why lease lost its hold on e.
+func (h *Host) whyLetGo(e *entry, lease int) string {
+	e.mu.Lock()
+	current := e.lease
+	e.mu.Unlock()
+	if current > lease {
+		return fmt.Sprintf("lease %d of %s attempt %d was taken over by lease %d", lease, e.ref.Task, e.ref.Attempt, current)
+	}
+	return fmt.Sprintf("host worker %s is shutting down; %s goes on running for its next worker", h.Name, e.ref.Task)
+}
+
+// canceledByRun says the activity's context was canceled because the workflow asked (not because the SDK gave
+// the activity up after failed heartbeats, or because the server no longer knows it).
+func canceledByRun(ctx context.Context) bool {
+	var canceled *temporal.CanceledError
+	return errors.As(context.Cause(ctx), &canceled)
+}
+
+// lostContact explains a canceled activity context that is not a cancellation request from the run.
 func lostContact(ctx context.Context) string {
 	cause := context.Cause(ctx)
-	var canceled *temporal.CanceledError
-	if cause == nil || errors.Is(cause, context.Canceled) || errors.As(cause, &canceled) {
-		return ""
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		return "the lease ended (the host worker is stopping)"
 	}
 	return "lost contact with the Temporal server (heartbeat failed: " + cause.Error() + ")"
 }
 
-func taskInfo(runID string, t spec.Task, attempt, generation int, host string, m workflows.ClusterMap) task.Info {
-	info := task.Info{Run: runID, Task: t.Name, Type: t.Type, Index: t.Index, Attempt: attempt, RestartCount: generation, Host: host}
-	for _, ep := range m.Endpoints {
-		info.Cluster = append(info.Cluster, task.Endpoint{Task: ep.Task, Host: ep.Host, Addr: ep.Addr, Port: ep.Port})
-	}
-	return info
+func detachedError(msg string, res workflows.TaskResult) error {
+	return temporal.NewNonRetryableApplicationError(msg, workflows.ErrTaskDetached, nil, res)
 }
 
-func (h *Host) stoppedBeforeStart(ctx context.Context, e *entry, res workflows.TaskResult) (workflows.TaskResult, error) {
-	if e.stopSource() == stopByHost {
-		res.ExitCode, res.Error = -1, "host worker "+h.Name+" shut down before the task started"
-		return res, temporal.NewApplicationError(res.Error, workflows.ErrTaskFailed, res)
+// report turns how an attempt ended into RunTask's result: a task stopped by the run is Stopped; one stopped by
+// the host (hung, cut off, taken down, orphaned) or whose supervisor died failed, whatever its exit code; else
+// its exit code decides.
+func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) (workflows.TaskResult, error) {
+	x := *e.exited()
+	st := e.process()
+	res := workflows.TaskResult{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal,
+		StartTime: st.StartedAt, EndTime: x.EndedAt, PID: st.PID}
+	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
+	collectFiles(&res, filepath.Join(dir, "result.json"), filepath.Join(dir, "error.json"), filepath.Join(dir, "stderr.log"))
+	switch {
+	case x.Stopped && x.By == stopByRun:
+		res.Stopped = true
+		if ctx.Err() != nil {
+			if e.legacy && !canceledByRun(ctx) {
+				res.Stopped, res.Error = false, lostContact(ctx)
+				return res, temporal.NewApplicationError(fmt.Sprintf("%s on %s was stopped: %s", e.ref.Task, h.Name, res.Error), workflows.ErrTaskFailed, res)
+			}
+			return res, temporal.NewCanceledError(res)
+		}
+		return res, nil
+	case x.Stopped || x.By == shim.ByReap:
+		res.Hung = x.By == stopByHang
+		res.Error = x.Reason
+		if e.legacy {
+			return res, workflows.ExitOutcome(in.Task, res)
+		}
+		return res, workflows.TaskFailure(in.Task, res)
 	}
-	res.Stopped = true
-	if ctx.Err() != nil {
-		return res, temporal.NewCanceledError(res)
-	}
-	return res, nil
+	return res, workflows.AttemptOutcome(in, res)
 }
 
 // heartbeatEvery picks the heartbeat period: often enough that a beat lands well within the timeout (the SDK
@@ -183,165 +348,3 @@ func heartbeatEvery(timeout time.Duration) time.Duration {
 	}
 	return max(timeout/4, 100*time.Millisecond)
 }
-
-// heartbeater records heartbeats on its own goroutine: RecordHeartbeat can block on an RPC, and the task's
-// main loop must stay free to react to its process and to stop requests.
-type heartbeater struct {
-	mu      sync.Mutex
-	details workflows.HeartbeatDetails
-	refresh func(*workflows.HeartbeatDetails)
-	kick    chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
-}
-
-func startHeartbeats(ctx context.Context, every time.Duration, d workflows.HeartbeatDetails) *heartbeater {
-	b := &heartbeater{details: d, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		// No beat at once: the SDK sends a task's first heartbeat immediately but holds each later one for its
-		// throttle interval (0.8 × heartbeatTimeout). Keeping the first for the process start (the kick) shows
-		// its pid in the Web UI and in status at once; the ticker beats in time should the rendezvous be slow.
-		for {
-			select {
-			case <-tick.C:
-			case <-b.kick:
-			case <-b.done:
-				return
-			case <-ctx.Done():
-				return
-			}
-			b.mu.Lock()
-			if b.refresh != nil {
-				b.refresh(&b.details)
-			}
-			d := b.details
-			b.mu.Unlock()
-			activity.RecordHeartbeat(ctx, d)
-		}
-	}()
-	return b
-}
-
-// update changes the details now and sets what to refresh before each later beat.
-func (b *heartbeater) update(now, refresh func(*workflows.HeartbeatDetails)) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now(&b.details)
-	b.refresh = refresh
-	select {
-	case b.kick <- struct{}{}: // beat now, so the new details show at once
-	default:
-	}
-}
-
-func (b *heartbeater) stop() {
-	close(b.done)
-	b.wg.Wait()
-}
-
-func openLogs(dir string) (stdout, stderr *os.File, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
-	}
-	for _, name := range []string{"result.json", "error.json"} {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, nil, err
-		}
-	}
-	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-	if stdout, err = os.OpenFile(filepath.Join(dir, "stdout.log"), flags, 0o644); err != nil {
-		return nil, nil, err
-	}
-	if stderr, err = os.OpenFile(filepath.Join(dir, "stderr.log"), flags, 0o644); err != nil {
-		stdout.Close()
-		return nil, nil, err
-	}
-	return stdout, stderr, nil
-}
-
-// lastLine is the newer of the last stdout and stderr lines.
-func lastLine(stdoutPath, stderrPath string) string {
-	out, errLine := proc.LastLine(stdoutPath, LastLineRunes), proc.LastLine(stderrPath, LastLineRunes)
-	if errLine == "" {
-		return out
-	}
-	if out == "" {
-		return errLine
-	}
-	so, e1 := os.Stat(stdoutPath)
-	se, e2 := os.Stat(stderrPath)
-	if e1 == nil && e2 == nil && se.ModTime().After(so.ModTime()) {
-		return errLine
-	}
-	return out
-}
-
-// collectFiles reads the result file, error.json and the stderr tail into the task result, bounded.
-func collectFiles(res *workflows.TaskResult, resultFile, errorFile, stderrPath string) {
-	if data, truncated, err := proc.ReadBounded(resultFile, MaxResultBytes); err == nil && data != nil {
-		switch {
-		case truncated:
-			res.Error = appendCause(res.Error, fmt.Sprintf("result file is over %d bytes and was dropped", MaxResultBytes))
-		case !json.Valid(data):
-			res.Error = appendCause(res.Error, "result file is not valid JSON and was dropped")
-		default:
-			res.Result = json.RawMessage(data)
-		}
-	}
-	if data, _, err := proc.ReadBounded(errorFile, MaxErrorFileBytes); err == nil && data != nil && json.Valid(data) {
-		res.ErrorFile = json.RawMessage(data)
-		if msg := errorFileMessage(data); msg != "" && res.ExitCode != 0 {
-			res.Error = msg
-		}
-	}
-	res.StderrTail = proc.Tail(stderrPath, StderrTailBytes)
-	if res.Error == "" && res.ExitCode != 0 {
-		res.Error = proc.LastLine(stderrPath, 200)
-	}
-}
-
-// errorFileMessage reads the message of a torchelastic-style error file:
-// {"message": {"message": "...", "extraInfo": {...}}} or {"message": "..."}.
-func errorFileMessage(data []byte) string {
-	var f struct {
-		Message json.RawMessage `json:"message"`
-	}
-	if json.Unmarshal(data, &f) != nil || f.Message == nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(f.Message, &s) == nil {
-		return firstLine(s)
-	}
-	var nested struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(f.Message, &nested) == nil {
-		return firstLine(nested.Message)
-	}
-	return ""
-}
-
-func firstLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > 300 {
-		s = s[:297] + "..."
-	}
-	return s
-}
-
-func appendCause(cur, more string) string {
-	if cur == "" {
-		return more
-	}
-	return cur + "; " + more
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -2,8 +2,6 @@ package activities
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,14 +19,12 @@ import (
 )
 
 // controlServer serves one task attempt's control socket: HTTP with JSON bodies over a Unix socket, in a
-// directory only the task's user can open.
+// folder only the task's user can open. It lives as long as the attempt's process, whichever lease holds it,
+// and a worker that takes the attempt up serves it again at the same path.
 type controlServer struct {
 	h     *Host
 	e     *entry
-	info  task.Info
-	gen   int
 	types map[string]bool
-	dir   string
 	path  string
 	srv   *http.Server
 }
@@ -42,25 +38,26 @@ func SocketDir(dir string) string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("clusterrun-%d", os.Getuid()))
 }
 
-func (h *Host) startControl(e *entry, info task.Info, generation int) (*controlServer, error) {
-	sum := sha256.Sum256([]byte(e.workflowID + "\x00" + e.runID + "\x00" + e.task + "\x00" + fmt.Sprint(e.attempt)))
-	dir := filepath.Join(SocketDir(h.SocketDir), hex.EncodeToString(sum[:6]))
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+// serveControl starts (or starts again, at the path the task knows) an attempt's control socket.
+func (h *Host) serveControl(e *entry) (*controlServer, error) {
+	if e.controlSocket == "" {
+		e.controlSocket = filepath.Join(h.socketFolder(e.key), "control.sock")
+	}
+	path := e.controlSocket
+	if err := os.MkdirAll(filepath.Dir(filepath.Dir(path)), 0o700); err != nil {
 		return nil, err
 	}
-	_ = os.RemoveAll(dir)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, "control.sock")
+	_ = os.Remove(path) // left by a worker that died
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	c := &controlServer{h: h, e: e, info: info, gen: generation, dir: dir, path: path, types: map[string]bool{}}
-	for _, ep := range info.Cluster {
-		c.types[TaskType(ep.Task)] = true
+	c := &controlServer{h: h, e: e, path: path, types: map[string]bool{}}
+	for _, ep := range e.taskInfo().Cluster {
+		c.types[ep.Type] = true
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(task.PathInfo, c.handle(http.MethodGet, c.infoHandler))
@@ -74,7 +71,26 @@ func (h *Host) startControl(e *entry, info task.Info, generation int) (*controlS
 	})
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = c.srv.Serve(ln) }()
+	e.mu.Lock()
+	old := e.ctl
+	e.ctl = c
+	e.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 	return c, nil
+}
+
+// closeControl stops an attempt's control socket, if it is served; the socket file goes with it, so a client
+// sees ENOENT (and retries) until a worker serves it again.
+func (h *Host) closeControl(e *entry) {
+	e.mu.Lock()
+	c := e.ctl
+	e.ctl = nil
+	e.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
 }
 
 func (c *controlServer) close() {
@@ -82,7 +98,7 @@ func (c *controlServer) close() {
 	defer cancel()
 	_ = c.srv.Shutdown(ctx)
 	_ = c.srv.Close()
-	_ = os.RemoveAll(c.dir)
+	_ = os.Remove(c.path)
 }
 
 type handlerFunc func(r *http.Request) (any, int, error)
@@ -119,7 +135,7 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func (c *controlServer) infoHandler(*http.Request) (any, int, error) { return c.info, 0, nil }
+func (c *controlServer) infoHandler(*http.Request) (any, int, error) { return c.e.taskInfo(), 0, nil }
 
 func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	var req task.BarrierRequest
@@ -145,7 +161,7 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	}
 	wait := c.e.waitBarrier(req.Name)
 	defer c.e.forgetBarrier(req.Name, wait)
-	c.h.followRun(c.e.workflowID, c.e.runID)
+	c.h.followRun(c.e.ref.WorkflowID, c.e.ref.RunID)
 	ctx := r.Context()
 	if err := c.h.arrive(ctx, c.e, req.Name, req.Types); err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
@@ -170,7 +186,7 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	case <-expired:
 		outcome = "timeout"
 		return nil, http.StatusGatewayTimeout, fmt.Errorf("barrier %q timed out after %s%s", req.Name, timeout, c.missing(req.Name))
-	case <-c.e.finished:
+	case <-c.e.ended:
 		return nil, http.StatusServiceUnavailable, errors.New("the task is ending")
 	case <-ctx.Done():
 		return nil, http.StatusRequestTimeout, ctx.Err()
@@ -181,7 +197,7 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 func (c *controlServer) missing(name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := c.h.Client.QueryWorkflow(ctx, c.e.workflowID, c.e.runID, workflows.QueryStatus)
+	v, err := c.h.Client.QueryWorkflow(ctx, c.e.ref.WorkflowID, c.e.ref.RunID, workflows.QueryStatus)
 	if err != nil {
 		return ""
 	}
@@ -218,8 +234,8 @@ func (c *controlServer) stop(r *http.Request) (any, int, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	err := c.h.Client.SignalWorkflow(r.Context(), c.e.workflowID, c.e.runID, workflows.SignalStop,
-		workflows.StopRequest{Task: c.info.Task, Error: req.Error})
+	err := c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
+		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
 	}

@@ -1,5 +1,7 @@
 // Command clusterrun-worker is the host worker: one per machine. It runs ClusterRun workflows, runs the task
-// processes placed on this host or taken from its pool, and serves the host's control downlink.
+// processes placed on this host or taken from its pool (each under its own clusterrun-shim), and serves the
+// host's control downlink. It can be restarted or upgraded without touching its tasks: a worker that stops
+// leaves them running, and the next one with the same --host takes them up again.
 package main
 
 import (
@@ -9,14 +11,17 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
@@ -29,10 +34,12 @@ import (
 
 type config struct {
 	host, addr, logDir  string
-	socketDir           string
+	socketDir, stateDir string
+	shim, cgroup        string
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
+	stopTasksOnExit     bool
 	heartbeatThrottle   time.Duration
 	metricsAddr         string
 	logFormat, logLevel string
@@ -45,6 +52,10 @@ Usage: clusterrun-worker [flags]
 Every flag can also be set by an environment variable (shown in brackets); a flag wins.
 The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
 the temporal CLI's config file, exactly as for the temporal CLI (default localhost:7233, namespace default).
+
+Each task runs under its own supervisor (clusterrun-shim, found beside this program or on PATH), so stopping,
+restarting or upgrading the worker leaves the tasks running; the next worker with the same --host takes them
+up again. --stop-tasks-on-exit stops them instead.
 
 Example:
   clusterrun-worker --host gpu-a --addr 10.0.0.5 --pool gpus --slots 8 --log-dir /var/log/clusterrun
@@ -74,9 +85,13 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
 	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", 64), "most unpinned tasks run here at once (pinned tasks always run) [CLUSTERRUN_WORKER_SLOTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
+	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
-	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "on SIGTERM, time between SIGTERM and SIGKILL for this host's tasks")
-	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s) before it gives the task up, so keep it well above the server's latency under load")
+	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
+	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
+	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
+	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
@@ -97,10 +112,39 @@ func parseFlags(args []string) (config, error) {
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
 	}
+	if c.cgroup != "auto" && c.cgroup != "off" {
+		return c, fmt.Errorf("--cgroup %q: use auto or off", c.cgroup)
+	}
 	if c.addr == "" {
 		c.addr = defaultAddr()
 	}
+	shimPath, err := findShim(c.shim)
+	if err != nil {
+		return c, err
+	}
+	c.shim = shimPath
 	return c, nil
+}
+
+// findShim locates clusterrun-shim: the --shim flag, else beside this program, else on PATH.
+func findShim(flagValue string) (string, error) {
+	if flagValue != "" {
+		if _, err := os.Stat(flagValue); err != nil {
+			return "", fmt.Errorf("--shim %s: %w", flagValue, err)
+		}
+		return flagValue, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "clusterrun-shim")
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	if p, err := exec.LookPath("clusterrun-shim"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("cannot find clusterrun-shim (the per-task supervisor) beside clusterrun-worker or on PATH: " +
+		"install it next to the worker (make build puts both in bin/), or pass --shim PATH")
 }
 
 func run(args []string) error {
@@ -131,69 +175,164 @@ func run(args []string) error {
 	}
 	defer cl.Close()
 
-	// A host worker that was SIGKILLed took its direct task processes along (Pdeathsig), but not what they had
-	// forked. Every task process carries CLUSTERRUN_HOST; this worker has no task yet, so any process that still
-	// does for this host is a leftover of its previous life.
-	for _, l := range proc.Sweep("CLUSTERRUN_HOST=" + c.host) {
-		logger.Warn("killed a task process left over from an earlier run of this host worker", "pid", l.PID, "command", l.Cmdline)
-	}
 	host := activities.NewHost(c.host, c.addr, c.logDir, cl, logger)
 	host.Metrics = metrics.WithTags(map[string]string{"host": c.host})
 	host.SocketDir = c.socketDir
+	host.StateDir = filepath.Join(c.stateDir, c.host)
+	host.Shim = []string{c.shim}
+	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
-		// Let a stopping worker's tasks end through Host.Shutdown first.
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
 		// Zero keeps the SDK's throttle (0.8 × heartbeatTimeout). A small cap makes status fresher but also gives
-		// each heartbeat RPC only that long: on a busy server the SDK then cancels healthy tasks.
+		// each heartbeat RPC only that long.
 		MaxHeartbeatThrottleInterval: c.heartbeatThrottle,
 	}
-
-	var workers []worker.Worker
-	add := func(queue string, opts worker.Options, reg func(worker.Worker)) {
-		w := worker.New(cl, queue, opts)
-		reg(w)
-		workers = append(workers, w)
+	pollers := &taskPollers{c: c, host: host, base: base}
+	host.OnDrain = pollers.drain
+	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
+	if err := host.Start(); err != nil {
+		return err
 	}
-	add(workflows.TaskQueue, base, func(w worker.Worker) {
+
+	var control []worker.Worker
+	add := func(queue string, reg func(worker.Worker)) {
+		w := worker.New(cl, queue, base)
+		reg(w)
+		control = append(control, w)
+	}
+	add(workflows.TaskQueue, func(w worker.Worker) {
 		w.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
+		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
 	})
-	runTask := func(w worker.Worker) {
-		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
-	}
-	taskOpts := base
-	// Pollers are idle long-polls; enough of them take a 64-task burst up noticeably faster than the default.
-	taskOpts.MaxConcurrentActivityTaskPollers = 16
-	add(workflows.HostQueue(c.host), taskOpts, runTask)
-	poolOpts := taskOpts
-	poolOpts.MaxConcurrentActivityExecutionSize = c.slots
-	for _, p := range c.pools {
-		add(workflows.PoolQueue(p), poolOpts, runTask)
-	}
-	add(workflows.ControlQueue(c.host), base, func(w worker.Worker) {
+	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
+	// polling while the host is drained.
+	add(workflows.ControlQueue(c.host), func(w worker.Worker) {
 		w.RegisterActivityWithOptions(host.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
 		w.RegisterActivityWithOptions(host.StopTasks, activity.RegisterOptions{Name: workflows.ActivityStopTasks})
 		w.RegisterActivityWithOptions(host.ReadLogs, activity.RegisterOptions{Name: workflows.ActivityReadLogs})
 		w.RegisterActivityWithOptions(host.NotifyStop, activity.RegisterOptions{Name: workflows.ActivityNotifyStop})
 		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
+		w.RegisterActivityWithOptions(host.ControlHost, activity.RegisterOptions{Name: workflows.ActivityControlHost})
+		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
 	})
-
-	for _, w := range workers {
+	for _, w := range control {
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
+	if !host.Drained() {
+		if err := pollers.start(); err != nil {
+			return err
+		}
+	}
 	logger.Info("clusterrun-worker ready", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
-		"metrics", c.metricsAddr)
+		"stateDir", host.StateDir, "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
+		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
 	<-ctx.Done()
 
-	logger.Info("shutting down: stopping this host's tasks", "running", host.Running(), "grace", c.shutdownGrace)
-	host.Shutdown(c.shutdownGrace, c.shutdownGrace+5*time.Second)
-	for i := len(workers) - 1; i >= 0; i-- {
-		workers[i].Stop()
+	if c.stopTasksOnExit {
+		logger.Info("shutting down: stopping this host's tasks", "running", host.Running(), "grace", c.shutdownGrace)
+	} else {
+		logger.Info("shutting down: this host's tasks keep running for the next worker with --host "+c.host, "running", host.Running())
 	}
+	// Detach (or stop) the tasks while the pollers stop: the RunTasks return, and the workers' stops finish.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second) }()
+	pollers.stop(&wg)
+	for _, w := range control {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Stop() }()
+	}
+	wg.Wait()
 	logger.Info("clusterrun-worker stopped")
 	return nil
+}
+
+// cgroupParent finds where task cgroups go, or "" (process groups only) with a note saying why.
+func cgroupParent(mode string, logger log.Logger) string {
+	if mode == "off" {
+		return ""
+	}
+	parent, err := proc.CgroupParent()
+	if err != nil {
+		logger.Info("tasks are tracked by process group only; leftovers that escape it are swept when a worker starts", "reason", err)
+		return ""
+	}
+	return parent
+}
+
+// taskPollers are the workers that take new tasks (the host's queue and its pools). A drained host stops them;
+// the tasks they are running go on, held by their RunTasks until they end.
+type taskPollers struct {
+	c    config
+	host *activities.Host
+	base worker.Options
+
+	mu      sync.Mutex
+	running []worker.Worker
+	stopped []worker.Worker // stopping: their RunTasks finish in the background
+}
+
+// drainStopTimeout lets a drained host's running tasks finish, however long they take.
+const drainStopTimeout = 365 * 24 * time.Hour
+
+func (p *taskPollers) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.running) > 0 {
+		return nil
+	}
+	opts := p.base
+	opts.WorkerStopTimeout = drainStopTimeout
+	// Pollers are idle long-polls; enough of them take a 64-task burst up noticeably faster than the default.
+	opts.MaxConcurrentActivityTaskPollers = 16
+	cl := p.host.Client
+	queues := []string{workflows.HostQueue(p.c.host)}
+	for _, pool := range p.c.pools {
+		queues = append(queues, workflows.PoolQueue(pool))
+	}
+	for i, q := range queues {
+		o := opts
+		if i > 0 {
+			o.MaxConcurrentActivityExecutionSize = p.c.slots
+		}
+		w := worker.New(cl, q, o)
+		w.RegisterActivityWithOptions(p.host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start worker for %s: %w", q, err)
+		}
+		p.running = append(p.running, w)
+	}
+	return nil
+}
+
+// drain stops (true) or starts (false) taking new tasks.
+func (p *taskPollers) drain(drained bool) error {
+	if !drained {
+		return p.start()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.running {
+		go w.Stop()
+		p.stopped = append(p.stopped, w)
+	}
+	p.running = nil
+	return nil
+}
+
+// stop stops every task poller, including those a drain stopped, and adds them to wg.
+func (p *taskPollers) stop(wg *sync.WaitGroup) {
+	p.mu.Lock()
+	all := append(p.running, p.stopped...)
+	p.running, p.stopped = nil, nil
+	p.mu.Unlock()
+	for _, w := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Stop() }()
+	}
 }
 
 func env(key, def string) string {
@@ -208,6 +347,11 @@ func envInt(key string, def int) int {
 		return v
 	}
 	return def
+}
+
+func envBool(key string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(key))
+	return v
 }
 
 // defaultAddr is the first non-loopback IPv4 address of this machine, or 127.0.0.1.

@@ -129,6 +129,10 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 			return out, err
 		}
 	}
+	if in.Attach {
+		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+			Attempt: attempt, Lease: in.Lease, Host: host, Reattached: true}}})
+	}
 	b := blocks
 	if f.script != nil {
 		b = f.script(in.Task.Name, attempt, in.Generation)

@@ -30,6 +30,7 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 		in.AttemptOffset = o.offset
 		return workflow.ExecuteActivity(runTaskOptions(ctx, r.plan, t.Task, r.generation, t.starts), ActivityRunTask, in)
 	}
+	t.attached = o.how == reattach
 	switch o.how {
 	case newAttempt:
 		t.attempt++
@@ -59,8 +60,7 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 		return
 	}
 	res, err := leaseResult(ctx, t.future)
-	attached := t.status.State == TaskUnreachable
-	switch end := leaseEndOf(err, attached); {
+	switch end := leaseEndOf(err, t.attached); {
 	case end == leaseContactLost && t.lease < MaxLeases:
 		r.contactLost(t, res, err)
 		return

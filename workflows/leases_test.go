@@ -76,6 +76,28 @@ func TestLeases_LostContactReattachesOnTheSameHost(t *testing.T) {
 	assert.Contains(t, during.Task("chief-0").Error, "hostLossGrace 1m0s")
 }
 
+// Once its host takes it up again, the task shows as running again.
+func TestLeases_ReattachShowsTheTaskRunning(t *testing.T) {
+	h := newHarness(t, nil)
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name == "chief-0" && in.Lease == 1 {
+			return res, heartbeatTimeout(), true
+		}
+		return res, nil, false
+	}
+	var after RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&after))
+	}, 500*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Second)
+	_, _ = h.run(t, mustSpec(t, leaseSpec))
+	assert.Equal(t, TaskRunning, after.Task("chief-0").State)
+	assert.Empty(t, after.Task("chief-0").Error)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a"}, leasesOf(h, "chief-0"))
+}
+
 // A pool task re-attaches to the host it landed on, not to its pool.
 func TestLeases_PoolTaskReattachesToItsHost(t *testing.T) {
 	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })

@@ -11,6 +11,9 @@ const (
 	WorkflowType = "ClusterRun"
 	// ReadLogsWorkflowType is a short helper workflow that reads log chunks from host workers.
 	ReadLogsWorkflowType = "ReadLogs"
+	// HostControlWorkflowType is a short helper workflow that drains, undrains or takes down one host
+	// (clusterrun drain).
+	HostControlWorkflowType = "HostControl"
 
 	ActivityRunTask     = "RunTask"
 	ActivityRelease     = "Release"
@@ -18,6 +21,7 @@ const (
 	ActivityReadLogs    = "ReadLogs"
 	ActivityNotifyStop  = "NotifyStop"
 	ActivitySignalTasks = "SignalTasks"
+	ActivityControlHost = "ControlHost"
 )
 
 // ChangeLeases marks, with workflow.GetVersion, runs that use leases: RunTask attempts that the workflow

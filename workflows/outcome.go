@@ -52,3 +52,9 @@ func failureMessage(t spec.Task, res TaskResult) string {
 	}
 	return msg
 }
+
+// TaskFailure is RunTask's error for an attempt that failed whatever its exit code said: the host stopped it
+// (hung, cut off from the server, taken down) or its supervisor died.
+func TaskFailure(t spec.Task, res TaskResult) error {
+	return temporal.NewNonRetryableApplicationError(failureMessage(t, res), ErrTaskFailed, nil, res)
+}

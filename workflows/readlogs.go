@@ -43,7 +43,7 @@ func ReadLogs(ctx workflow.Context, in ReadLogsInput) (*ReadLogsResult, error) {
 		for k, j := range byHost[h] {
 			switch {
 			case err != nil:
-				out.Chunks[j] = LogChunk{ReadLogsRequest: in.Requests[j], Next: in.Requests[j].Offset,
+				out.Chunks[j] = LogChunk{ReadLogsRequest: in.Requests[j], Next: in.Requests[j].Offset, Unreachable: true,
 					Error: fmt.Sprintf("host %s did not answer (is its clusterrun-worker running?): %v", h, err)}
 			case k < len(res.Chunks):
 				out.Chunks[j] = res.Chunks[k]

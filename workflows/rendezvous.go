@@ -19,6 +19,12 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		if p.Generation != r.generation || t.done || r.decision != nil || r.stopReq != nil {
 			continue // stale: an earlier generation, or a task already over
 		}
+		if r.leased && p.Reattached {
+			if p.Attempt == t.attempt && p.Lease == t.lease && t.status.State == TaskUnreachable {
+				t.status.State, t.status.Error = TaskRunning, ""
+			}
+			continue
+		}
 		if r.leased && (p.Attempt != t.attempt || p.Lease != t.lease || t.placed) {
 			continue // an earlier lease, or a placement seen already
 		}

@@ -27,6 +27,7 @@ type task struct {
 	// In runs with leases:
 	attempt  int  // the current attempt, 1-based; 0 before the first launch
 	lease    int  // the current lease on that attempt
+	attached bool // the current lease re-attaches (it started no process)
 	released bool // the current attempt got the cluster map, so its process may have started
 	restarts int  // restarts used from the task's own budget (scope: task)
 	// startFailed: the attempt could not start at all (missing command or folder); never restarted.

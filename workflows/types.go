@@ -52,6 +52,8 @@ type Placement struct {
 	Host  string `json:"host"`
 	Addr  string `json:"addr"`
 	Port  int    `json:"port"`
+	// Reattached says the lease took up the attempt's running process again (it is no new placement).
+	Reattached bool `json:"reattached,omitempty"`
 }
 
 // Endpoint is where one task listens.
@@ -307,8 +309,10 @@ type LogChunk struct {
 	// EOF says the chunk reaches the current end of the file.
 	EOF bool `json:"eof,omitempty"`
 	// Missing says the file does not exist on the host.
-	Missing bool   `json:"missing,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Missing bool `json:"missing,omitempty"`
+	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // ReadLogsInput asks several hosts for log chunks of one run.
@@ -334,4 +338,32 @@ func StatusFromError(err error) (RunStatus, bool) {
 		return st, canceled.Details(&st) == nil
 	}
 	return st, false
+}
+
+// ControlHostInput drains a host (Drain true), undrains it (Drain false), and/or takes it down (StopTasks).
+type ControlHostInput struct {
+	Host  string `json:"host"`
+	Drain *bool  `json:"drain,omitempty"`
+	// StopTasks stops every task on the host: they end failed (Reason), so their restart policy applies.
+	StopTasks bool   `json:"stopTasks,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// HostState is a host as its worker sees it.
+type HostState struct {
+	Host    string     `json:"host"`
+	Drained bool       `json:"drained"`
+	Tasks   []HostTask `json:"tasks,omitempty"`
+}
+
+// HostTask is one task attempt on a host.
+type HostTask struct {
+	Run     string `json:"run"`
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid,omitempty"`
+	// State is placing (waiting for the rendezvous), running or ended.
+	State string `json:"state"`
+	// Held says a RunTask lease holds it (false while contact with its workflow is lost).
+	Held bool `json:"held"`
 }

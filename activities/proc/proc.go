@@ -220,18 +220,23 @@ func (p *Process) Exit() Exit {
 	return p.exit
 }
 
-// Signal sends sig to the whole process group, and to every process of its cgroup.
+// Signal sends sig to the whole process group, and to each process of its cgroup that left the group: every
+// process gets it once.
 func (p *Process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.done:
 		return nil
 	default:
 	}
-	if p.cgroup != nil {
-		p.cgroup.Signal(sig)
-	}
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal process group %d: %w", p.pid, err)
+	}
+	if p.cgroup != nil {
+		for _, pid := range p.cgroup.Procs() {
+			if _, pgid, ok := procStat(pid); ok && pgid != p.pid {
+				_ = syscall.Kill(pid, sig)
+			}
+		}
 	}
 	return nil
 }

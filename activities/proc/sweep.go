@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
-// Leftover is a process found by Sweep.
+// Leftover is a process found by FindLeftovers.
 type Leftover struct {
 	PID     int
 	Cmdline string
+	env     map[string]string
 }
+
+// Env returns one variable of the process's environment.
+func (l Leftover) Env(key string) string { return l.env[key] }
+
+// Kill sends the process SIGKILL.
+func (l Leftover) Kill() error { return syscall.Kill(l.PID, syscall.SIGKILL) }
 
 // FindLeftovers lists live processes (other than this one) whose environment holds every one of the given
 // KEY=VALUE pairs. Processes of other users cannot be read and are skipped.
@@ -31,17 +39,19 @@ func FindLeftovers(env ...string) []Leftover {
 		if err != nil {
 			continue
 		}
-		vars := bytes.Split(environ, []byte{0})
+		vars := map[string]string{}
+		for _, kv := range bytes.Split(environ, []byte{0}) {
+			if k, v, ok := strings.Cut(string(kv), "="); ok {
+				vars[k] = v
+			}
+		}
 		all := true
 		for _, want := range env {
-			found := false
-			for _, v := range vars {
-				if string(v) == want {
-					found = true
-					break
-				}
+			k, v, _ := strings.Cut(want, "=")
+			if got, ok := vars[k]; !ok || got != v {
+				all = false
+				break
 			}
-			all = all && found
 		}
 		if !all {
 			continue
@@ -50,7 +60,8 @@ func FindLeftovers(env ...string) []Leftover {
 			continue
 		}
 		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out = append(out, Leftover{PID: pid, Cmdline: string(bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte(" ")))})
+		out = append(out, Leftover{PID: pid, env: vars,
+			Cmdline: string(bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte(" ")))})
 	}
 	return out
 }
@@ -59,7 +70,7 @@ func FindLeftovers(env ...string) []Leftover {
 func Sweep(env ...string) []Leftover {
 	found := FindLeftovers(env...)
 	for _, l := range found {
-		_ = syscall.Kill(l.PID, syscall.SIGKILL)
+		_ = l.Kill()
 	}
 	return found
 }

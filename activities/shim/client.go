@@ -156,10 +156,10 @@ func (w *Watch) Ended() <-chan End { return w.ended }
 // Close gives the claim up; the task goes on running.
 func (w *Watch) Close() { w.conn.Close() }
 
-// Stop asks the shim to stop the task: SIGTERM, grace, SIGKILL (at once for grace 0). The first reason is the
-// one recorded in the task's exit.
-func (c Client) Stop(ctx context.Context, grace time.Duration, reason string) error {
-	return c.call(ctx, request{Op: "stop", Grace: grace, Reason: reason})
+// Stop asks the shim to stop the task: SIGTERM, grace, SIGKILL (at once for grace 0), after the diagnostic
+// signal if one is given. The first stop's by (who asks) and reason are the ones recorded in the task's exit.
+func (c Client) Stop(ctx context.Context, stop Stop) error {
+	return c.call(ctx, request{Op: "stop", Stop: stop})
 }
 
 // Signal sends a signal to the task's process group (and cgroup).
@@ -222,7 +222,7 @@ func Reap(dir, reason string) Exit {
 			_ = syscall.Kill(-st.PID, syscall.SIGKILL)
 		}
 	}
-	x := Exit{Code: -1, Reason: reason, EndedAt: time.Now()}
+	x := Exit{Code: -1, By: ByReap, Reason: reason, EndedAt: time.Now()}
 	_ = writeJSON(filepath.Join(dir, ExitFile), x)
 	return x
 }

@@ -87,11 +87,20 @@ type Exit struct {
 	Code int `json:"code"`
 	// Signal names the signal that killed the task, if one did.
 	Signal string `json:"signal,omitempty"`
-	// Stopped says a stop request ended the task (it did not end on its own); Reason says whose.
+	// Stopped says a stop request ended the task (it did not end on its own). By says who asked (the host
+	// worker's word for it, or ByOrphan, BySignal, ByReap), and Reason why.
 	Stopped bool      `json:"stopped,omitempty"`
+	By      string    `json:"by,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	EndedAt time.Time `json:"endedAt"`
 }
+
+// Who stopped a task, when the shim decided it itself.
+const (
+	ByOrphan = "orphan" // no host worker watched for OrphanAfter
+	BySignal = "signal" // the shim got SIGTERM or SIGINT
+	ByReap   = "reap"   // the shim was gone; Reap recorded the end
+)
 
 // StartError says the task could not start at all; the message says why and what to fix.
 type StartError struct{ Msg string }
@@ -169,13 +178,23 @@ func writeJSON(path string, v any) error {
 	return nil
 }
 
+// Stop is a request to stop a task: SIGTERM, Grace, SIGKILL, optionally after a diagnostic signal.
+type Stop struct {
+	Grace time.Duration `json:"grace,omitempty"`
+	// By says who asks, and Reason why; the first stop's are the ones recorded in the task's exit.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// First, when set, is a signal sent before SIGTERM (so a hung task can dump its stacks), FirstWait before it.
+	First     int           `json:"first,omitempty"`
+	FirstWait time.Duration `json:"firstWait,omitempty"`
+}
+
 // request is one line a client sends on the shim's socket.
 type request struct {
 	// Op is watch (hold the connection: the task's Started, then its Exit), stop or signal.
-	Op     string        `json:"op"`
-	Grace  time.Duration `json:"grace,omitempty"`
-	Reason string        `json:"reason,omitempty"`
-	Signal int           `json:"signal,omitempty"`
+	Op     string `json:"op"`
+	Stop   Stop   `json:"stop"`
+	Signal int    `json:"signal,omitempty"`
 }
 
 // message is one line the shim answers with.

@@ -93,7 +93,7 @@ func launch(t *testing.T, dir string, cfg Config) Started {
 	st, err := Launch(shimCommand(), dir, shimEnv())
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), 0, "test over")
+		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"})
 		waitFor(t, "the task to end", func() bool { _, ok, _ := ReadExit(dir); return ok })
 	})
 	return st
@@ -178,7 +178,7 @@ func TestShim_StopGracefullyThenKill(t *testing.T) {
 	w := watch(t, cfg)
 	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
 	began := time.Now()
-	require.NoError(t, Client{Socket: cfg.Socket}.Stop(context.Background(), 300*time.Millisecond, "the run is over"))
+	require.NoError(t, Client{Socket: cfg.Socket}.Stop(context.Background(), Stop{Grace: 300 * time.Millisecond, By: "run", Reason: "the run is over"}))
 	x := ended(t, w)
 	assert.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "SIGKILL came before the grace period")
 	assert.Equal(t, "SIGKILL", x.Signal)
@@ -192,11 +192,12 @@ func TestShim_LaterStopCutsTheGraceShort(t *testing.T) {
 	w := watch(t, cfg)
 	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
 	c := Client{Socket: cfg.Socket}
-	require.NoError(t, c.Stop(context.Background(), time.Hour, "first"))
-	require.NoError(t, c.Stop(context.Background(), 0, "second"))
+	require.NoError(t, c.Stop(context.Background(), Stop{Grace: time.Hour, By: "run", Reason: "first"}))
+	require.NoError(t, c.Stop(context.Background(), Stop{By: "host", Reason: "second"}))
 	x := ended(t, w)
 	assert.Equal(t, "SIGKILL", x.Signal)
 	assert.Equal(t, "first", x.Reason, "the first reason is kept")
+	assert.Equal(t, "run", x.By)
 }
 
 func TestShim_SignalReachesTheGroup(t *testing.T) {
@@ -223,8 +224,8 @@ func TestShim_TaskOutlivesItsLauncher(t *testing.T) {
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	require.NoError(t, err, "launcher said %q", line)
 	t.Cleanup(func() {
-		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), 0, "test over")
-		waitFor(t, "the task to end", func() bool { return !alive(pid) })
+		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"})
+		waitFor(t, "the task to end", func() bool { _, ok, _ := ReadExit(dir); return ok && !alive(pid) })
 	})
 
 	require.NoError(t, launcher.Process.Signal(syscall.SIGKILL))
@@ -248,6 +249,7 @@ func TestShim_OrphanedTaskIsStopped(t *testing.T) {
 	x, _, _ := ReadExit(dir)
 	assert.True(t, x.Stopped)
 	assert.Contains(t, x.Reason, "orphaned: no host worker attached for 300ms")
+	assert.Equal(t, ByOrphan, x.By)
 	assert.False(t, alive(st.PID))
 }
 
@@ -316,6 +318,7 @@ func TestShim_SIGTERMStopsTheTask(t *testing.T) {
 	assert.Equal(t, 0, x.Code)
 	assert.True(t, x.Stopped)
 	assert.Equal(t, "clusterrun-shim received SIGTERM", x.Reason)
+	assert.Equal(t, BySignal, x.By)
 }
 
 func TestShim_RecordsAreJSON(t *testing.T) {
@@ -329,4 +332,32 @@ func TestShim_RecordsAreJSON(t *testing.T) {
 		fi, _ := os.Stat(filepath.Join(dir, f))
 		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "%s may hold secrets", f)
 	}
+}
+
+// A hung task gets a diagnostic signal first (to dump its stacks), then the usual stop; the exit records whose
+// stop it was even when the signal itself ends the task.
+func TestShim_StopWithADiagnosticSignalFirst(t *testing.T) {
+	dir, cfg := record(t, `trap 'echo "stacks dumped" >&2' USR1; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	launch(t, dir, cfg)
+	w := watch(t, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	began := time.Now()
+	require.NoError(t, Client{Socket: cfg.Socket}.Stop(context.Background(),
+		Stop{Grace: time.Second, By: "hang", Reason: "hung", First: int(syscall.SIGUSR1), FirstWait: 300 * time.Millisecond}))
+	x := ended(t, w)
+	assert.GreaterOrEqual(t, time.Since(began), 300*time.Millisecond, "SIGTERM came before the dump had its time")
+	assert.Equal(t, "SIGTERM", x.Signal)
+	assert.Equal(t, "hang", x.By)
+	assert.Contains(t, proc.Tail(cfg.Stderr, 100), "stacks dumped")
+
+	dir, cfg = record(t, `echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+	launch(t, dir, cfg)
+	w = watch(t, cfg)
+	waitFor(t, "the start", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	require.NoError(t, Client{Socket: cfg.Socket}.Stop(context.Background(),
+		Stop{Grace: time.Second, By: "hang", Reason: "hung", First: int(syscall.SIGABRT), FirstWait: 5 * time.Second}))
+	x = ended(t, w)
+	assert.Equal(t, "SIGABRT", x.Signal, "the signal itself ended it")
+	assert.True(t, x.Stopped)
+	assert.Equal(t, "hang", x.By)
 }

@@ -33,6 +33,7 @@ type supervisor struct {
 	watchers int
 	orphan   *time.Timer
 	stopping bool
+	by       string
 	reason   string
 }
 
@@ -71,7 +72,7 @@ func Run(dir string, ready io.WriteCloser) error {
 	go s.accept(ln)
 	go func() {
 		for sig := range sigs {
-			s.stop(s.cfg.Grace, fmt.Sprintf("clusterrun-shim received %s", unixSignalName(sig)))
+			s.stop(Stop{Grace: s.cfg.Grace, By: BySignal, Reason: fmt.Sprintf("clusterrun-shim received %s", unixSignalName(sig))})
 		}
 	}()
 	<-s.p.Done()
@@ -157,7 +158,7 @@ func (s *supervisor) start() error {
 func (s *supervisor) finish() {
 	x := s.p.Exit()
 	s.mu.Lock()
-	s.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: s.stopping, Reason: s.reason, EndedAt: time.Now()}
+	s.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: s.stopping, By: s.by, Reason: s.reason, EndedAt: time.Now()}
 	if s.orphan != nil {
 		s.orphan.Stop()
 	}
@@ -185,23 +186,37 @@ func (s *supervisor) watching() int {
 	return s.watchers
 }
 
-// stop ends the task: SIGTERM, grace, SIGKILL. A later stop with a shorter grace cuts the first one short; the
-// first reason is the one recorded.
-func (s *supervisor) stop(grace time.Duration, reason string) {
+// stop ends the task: the diagnostic signal and its wait if asked for, then SIGTERM, grace, SIGKILL. A later
+// stop with a shorter grace cuts the first one short; the first stop's by and reason are the ones recorded.
+func (s *supervisor) stop(req Stop) {
 	s.mu.Lock()
 	first := !s.stopping
 	if first {
-		s.stopping, s.reason = true, reason
+		s.stopping, s.by, s.reason = true, req.By, req.Reason
 	}
 	s.mu.Unlock()
-	s.logger.Printf("stop requested (grace %s): %s", grace, reason)
+	s.logger.Printf("stop requested by %s (grace %s): %s", req.By, req.Grace, req.Reason)
 	if first {
-		go s.p.Stop(grace)
+		go func() {
+			if req.First != 0 {
+				_ = s.p.Signal(syscall.Signal(req.First))
+				select {
+				case <-s.p.Done():
+					return
+				case <-time.After(req.FirstWait):
+				}
+			}
+			s.p.Stop(req.Grace)
+		}()
+		if req.Grace <= 0 && req.First == 0 {
+			s.p.Kill()
+		}
+		return
 	}
-	if grace <= 0 {
+	if req.Grace <= 0 {
 		s.p.Kill()
-	} else if !first {
-		time.AfterFunc(grace, s.p.Kill)
+	} else {
+		time.AfterFunc(req.Grace, s.p.Kill)
 	}
 }
 
@@ -217,7 +232,7 @@ func (s *supervisor) watchersChanged(delta int) {
 	if s.watchers == 0 && s.cfg.OrphanAfter > 0 {
 		after := s.cfg.OrphanAfter
 		s.orphan = time.AfterFunc(after, func() {
-			s.stop(s.cfg.Grace, fmt.Sprintf("orphaned: no host worker attached for %s", after))
+			s.stop(Stop{Grace: s.cfg.Grace, By: ByOrphan, Reason: fmt.Sprintf("orphaned: no host worker attached for %s", after)})
 		})
 	}
 }
@@ -249,7 +264,7 @@ func (s *supervisor) serve(conn net.Conn) {
 	case "watch":
 		s.watch(conn, r)
 	case "stop":
-		s.stop(req.Grace, req.Reason)
+		s.stop(req.Stop)
 		writeMessage(conn, message{OK: true})
 	case "signal":
 		if err := s.p.Signal(syscall.Signal(req.Signal)); err != nil {

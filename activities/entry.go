@@ -1,0 +1,243 @@
+package activities
+
+import (
+	"sync"
+	"time"
+
+	"github.com/clusterrun/clusterrun/activities/shim"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// attemptRef names one task attempt of one run: identity travels as fields.
+type attemptRef struct {
+	WorkflowID string `json:"workflowId"`
+	RunID      string `json:"runId"`
+	Task       string `json:"task"`
+	Type       string `json:"type"`
+	Index      int    `json:"index"`
+	Attempt    int    `json:"attempt"`
+	Generation int    `json:"generation"`
+}
+
+// Who stopped a task: the host worker's words for shim.Exit.By (the shim has its own for orphans and signals).
+const (
+	stopByRun        = "run"        // the workflow (StopTasks or cancellation): the task ends Stopped
+	stopByHost       = "host"       // this host: shutting down with --stop-tasks-on-exit, taken down, or the task is not its own any more
+	stopByHang       = "hang"       // no output or progress for hangTimeout
+	stopByDisconnect = "disconnect" // out of contact with the server for stopAfterDisconnect
+)
+
+// entry is one task attempt on this host, from its placement until the workflow is done with it. Its process
+// belongs to its supervisor (clusterrun-shim), not to a RunTask: a RunTask holds a lease on the entry, and a
+// later lease (a re-attach) takes it over, or the host keeps the entry unheld while it has no contact.
+type entry struct {
+	ref    attemptRef
+	task   spec.Task
+	legacy bool   // from a run started before leases: it lives and dies with its RunTask, as then
+	key    string // names its record folder and its socket folder
+	grace  time.Duration
+	// controlSocket and shimSocket are set once at launch (or from the record): the task's CLUSTERRUN_SOCKET,
+	// and its supervisor's socket.
+	controlSocket string
+	shimSocket    string
+	release       chan workflows.ClusterMap
+	stopReq       chan struct{} // closed on the first stop request, started or not
+	ended         chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting
+
+	mu         sync.Mutex
+	lease      int
+	holder     chan struct{} // closed when the lease is taken over, or the host gives it up
+	started    *shim.Started // set once the process runs
+	exit       *shim.Exit    // set once it is gone
+	stopBy     string
+	stopReason string
+	info       task.Info
+	ctl        *controlServer
+	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
+	waiting    int                    // barrier waits under way: a task waiting at a barrier is not hung
+	progress   *workflows.Progress
+	progressAt time.Time
+	notice     *workflows.NotifyStopInput // the run asked its tasks to stop
+	hung       bool
+	unheldAt   time.Time // when it lost its last lease (zero while held)
+}
+
+func newEntry(ref attemptRef, t spec.Task, legacy bool, grace time.Duration) *entry {
+	return &entry{ref: ref, task: t, legacy: legacy, key: recordKey(ref), grace: grace,
+		release: make(chan workflows.ClusterMap, 1), stopReq: make(chan struct{}), ended: make(chan struct{}),
+		unheldAt: time.Now()}
+}
+
+// claim gives the entry to lease n and returns the channel that closes when that lease loses it. A stale
+// lease (lower than the current) gets nil.
+func (e *entry) claim(n int) chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n < e.lease {
+		return nil
+	}
+	if e.holder != nil {
+		close(e.holder)
+	}
+	e.lease, e.holder, e.unheldAt = n, make(chan struct{}), time.Time{}
+	return e.holder
+}
+
+// letGo ends lease n's hold, if it still holds the entry.
+func (e *entry) letGo(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lease == n && e.holder != nil {
+		close(e.holder)
+		e.holder, e.unheldAt = nil, time.Now()
+	}
+}
+
+// held reports whether a lease holds the entry, and since when it has not.
+func (e *entry) held() (bool, time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.holder != nil, e.unheldAt
+}
+
+// markStarted records the running process.
+func (e *entry) markStarted(st shim.Started) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.started = &st
+}
+
+// process returns the running process's record, or nil before it started.
+func (e *entry) process() *shim.Started {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started
+}
+
+// markEnded records how the attempt ended; only the first call counts.
+func (e *entry) markEnded(x shim.Exit) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.exit != nil {
+		return
+	}
+	e.exit = &x
+	close(e.ended)
+}
+
+// endBeforeStart ends an attempt that never started its process.
+func (e *entry) endBeforeStart() { e.markEnded(shim.Exit{Code: -1}) }
+
+// exited returns how the attempt ended, or nil while it is not over.
+func (e *entry) exited() *shim.Exit {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.exit
+}
+
+// requestStop records the first stop request and reports whether it was the first.
+func (e *entry) requestStop(by, reason string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.stopReq:
+		return false
+	default:
+	}
+	e.stopBy, e.stopReason = by, reason
+	close(e.stopReq)
+	return true
+}
+
+// stopCause says who asked the attempt to stop, and why ("" when nobody did).
+func (e *entry) stopCause() (by, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopBy, e.stopReason
+}
+
+func (e *entry) waitBarrier(name string) chan string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.barriers == nil {
+		e.barriers = map[string]chan string{}
+	}
+	ch := make(chan string, 1)
+	e.barriers[name] = ch
+	e.waiting++
+	return ch
+}
+
+func (e *entry) forgetBarrier(name string, ch chan string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.barriers[name] == ch {
+		delete(e.barriers, name)
+	}
+	e.waiting--
+	e.progressAt = time.Now() // leaving a barrier is a sign of life
+}
+
+// releaseBarrier hands the outcome to the waiter of a barrier, if one waits.
+func (e *entry) releaseBarrier(name, errMsg string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.barriers[name]
+	if !ok {
+		return false
+	}
+	select {
+	case ch <- errMsg:
+	default:
+	}
+	return true
+}
+
+func (e *entry) setProgress(p *workflows.Progress) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.progress, e.progressAt = p, time.Now()
+}
+
+func (e *entry) lastProgress() *workflows.Progress {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.progress
+}
+
+func (e *entry) setNotice(n workflows.NotifyStopInput) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notice == nil {
+		e.notice = &n
+	}
+}
+
+// stopState answers should-stop: the run asked its tasks to stop, or clusterrun is stopping this task.
+func (e *entry) stopState() task.StopState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.notice != nil {
+		return task.StopState{Stop: true, By: e.notice.By, Error: e.notice.Error}
+	}
+	select {
+	case <-e.stopReq:
+		return task.StopState{Stop: true, By: "clusterrun", Error: e.stopReason}
+	default:
+	}
+	return task.StopState{}
+}
+
+func (e *entry) setInfo(info task.Info) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.info = info
+}
+
+func (e *entry) taskInfo() task.Info {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.info
+}

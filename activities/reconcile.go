@@ -1,0 +1,127 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// reconcileLoop checks, every ReconcileEvery and whenever contact with the server returns, each attempt on
+// this host that no lease holds against its workflow: one the workflow no longer counts as this host's (the
+// run ended, the task moved on to a newer attempt, or the attempt was settled) is stopped if it still runs,
+// and forgotten. That is how a host that was cut off, and whose task was started elsewhere meanwhile, kills
+// its own copy when it returns.
+func (h *Host) reconcileLoop(ctx context.Context) {
+	every := h.ReconcileEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-h.kick:
+		}
+		if ok, _ := h.contact.state(); ok {
+			h.reconcile(ctx)
+		}
+	}
+}
+
+// reconcileNow asks the reconciler to run at once.
+func (h *Host) reconcileNow() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile asks each run that has unheld attempts here about them, and retires those it is done with.
+func (h *Host) reconcile(ctx context.Context) {
+	type runRef struct{ workflowID, runID string }
+	var runs []runRef
+	byRun := map[runRef][]*entry{}
+	for _, e := range h.reg.all() {
+		if held, _ := e.held(); held || (e.process() == nil && e.exited() == nil) {
+			continue // a lease holds it, or its launch is under way
+		}
+		r := runRef{e.ref.WorkflowID, e.ref.RunID}
+		if _, ok := byRun[r]; !ok {
+			runs = append(runs, r)
+		}
+		byRun[r] = append(byRun[r], e)
+	}
+	for _, r := range runs {
+		verdicts, err := h.ownership(ctx, r.workflowID, r.runID, byRun[r])
+		if err != nil {
+			h.Logger.Debug("cannot check the run's tasks now; trying again later", "run", r.workflowID, "error", err)
+			continue
+		}
+		for e, why := range verdicts {
+			go h.retire(e, why)
+		}
+	}
+}
+
+// ownership returns, for each attempt of es that its run no longer counts as this host's, why.
+func (h *Host) ownership(ctx context.Context, workflowID, runID string, es []*entry) (map[*entry]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	all := func(why string) map[*entry]string {
+		out := map[*entry]string{}
+		for _, e := range es {
+			out[e] = why
+		}
+		return out
+	}
+	desc, err := h.Client.DescribeWorkflowExecution(ctx, workflowID, runID)
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return all(fmt.Sprintf("run %s no longer exists", workflowID)), nil
+	case err != nil:
+		return nil, err
+	}
+	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return all(fmt.Sprintf("run %s has ended (%s)", workflowID, st)), nil
+	}
+	v, err := h.Client.QueryWorkflow(ctx, workflowID, runID, workflows.QueryStatus)
+	if err != nil {
+		return nil, err
+	}
+	var st workflows.RunStatus
+	if err := v.Get(&st); err != nil {
+		return nil, err
+	}
+	out := map[*entry]string{}
+	for _, e := range es {
+		t := st.Task(e.ref.Task)
+		switch {
+		case t == nil:
+			out[e] = fmt.Sprintf("run %s has no task %s", workflowID, e.ref.Task)
+		case t.Attempt != e.ref.Attempt:
+			out[e] = fmt.Sprintf("run %s moved %s on to attempt %d", workflowID, e.ref.Task, t.Attempt)
+		case settled(t.State):
+			out[e] = fmt.Sprintf("run %s settled %s attempt %d as %s", workflowID, e.ref.Task, e.ref.Attempt, t.State)
+		}
+	}
+	return out, nil
+}
+
+// settled says a task state is final for its attempt.
+func settled(state string) bool {
+	switch state {
+	case workflows.TaskSucceeded, workflows.TaskFailed, workflows.TaskStopped, workflows.TaskTerminated:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,134 @@
+package activities
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// Bounds on what a task attempt reports back; they keep payloads far below Temporal's 2 MB limit.
+const (
+	MaxResultBytes    = 256 << 10
+	MaxErrorFileBytes = 32 << 10
+	StderrTailBytes   = 2 << 10
+	LastLineRunes     = 100
+)
+
+// prepareLogs makes an attempt's log folder with empty stdout and stderr files, and no result or error file
+// left from an earlier try.
+func prepareLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"result.json", "error.json"} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	for _, name := range []string{"stdout.log", "stderr.log"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map.
+func taskInfo(ref attemptRef, host string, m workflows.ClusterMap) task.Info {
+	info := task.Info{Run: ref.WorkflowID, Task: ref.Task, Type: ref.Type, Index: ref.Index, Attempt: ref.Attempt,
+		RestartCount: ref.Generation, Host: host}
+	for _, ep := range m.Endpoints {
+		info.Cluster = append(info.Cluster, task.Endpoint{Task: ep.Task, Type: EndpointType(ep), Host: ep.Host, Addr: ep.Addr, Port: ep.Port})
+	}
+	return info
+}
+
+// lastLine is the newer of the last stdout and stderr lines.
+func lastLine(stdoutPath, stderrPath string) string {
+	out, errLine := proc.LastLine(stdoutPath, LastLineRunes), proc.LastLine(stderrPath, LastLineRunes)
+	if errLine == "" {
+		return out
+	}
+	if out == "" {
+		return errLine
+	}
+	so, e1 := os.Stat(stdoutPath)
+	se, e2 := os.Stat(stderrPath)
+	if e1 == nil && e2 == nil && se.ModTime().After(so.ModTime()) {
+		return errLine
+	}
+	return out
+}
+
+// collectFiles reads the result file, error.json and the stderr tail into the task result, bounded.
+func collectFiles(res *workflows.TaskResult, resultFile, errorFile, stderrPath string) {
+	if data, truncated, err := proc.ReadBounded(resultFile, MaxResultBytes); err == nil && data != nil {
+		switch {
+		case truncated:
+			res.Error = appendCause(res.Error, fmt.Sprintf("result file is over %d bytes and was dropped", MaxResultBytes))
+		case !json.Valid(data):
+			res.Error = appendCause(res.Error, "result file is not valid JSON and was dropped")
+		default:
+			res.Result = json.RawMessage(data)
+		}
+	}
+	if data, _, err := proc.ReadBounded(errorFile, MaxErrorFileBytes); err == nil && data != nil && json.Valid(data) {
+		res.ErrorFile = json.RawMessage(data)
+		if msg := errorFileMessage(data); msg != "" && res.ExitCode != 0 {
+			res.Error = msg
+		}
+	}
+	res.StderrTail = proc.Tail(stderrPath, StderrTailBytes)
+	if res.Error == "" && res.ExitCode != 0 {
+		res.Error = proc.LastLine(stderrPath, 200)
+	}
+}
+
+// errorFileMessage reads the message of a torchelastic-style error file:
+// {"message": {"message": "...", "extraInfo": {...}}} or {"message": "..."}.
+func errorFileMessage(data []byte) string {
+	var f struct {
+		Message json.RawMessage `json:"message"`
+	}
+	if json.Unmarshal(data, &f) != nil || f.Message == nil {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(f.Message, &s) == nil {
+		return firstLine(s)
+	}
+	var nested struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(f.Message, &nested) == nil {
+		return firstLine(nested.Message)
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 300 {
+		s = s[:297] + "..."
+	}
+	return s
+}
+
+func appendCause(cur, more string) string {
+	if cur == "" {
+		return more
+	}
+	return cur + "; " + more
+}

@@ -1,0 +1,444 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/clusterrun/clusterrun/activities/shim"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// TestMain doubles as clusterrun-shim: the hosts under test start this binary as their tasks' supervisor.
+func TestMain(m *testing.M) {
+	if os.Getenv("ACTIVITIES_TEST_ROLE") == "shim" {
+		fs := flag.NewFlagSet("shim", flag.ExitOnError)
+		fd := fs.Int("ready-fd", -1, "")
+		_ = fs.Parse(os.Args[1:])
+		var ready io.WriteCloser
+		if *fd >= 0 {
+			ready = os.NewFile(uintptr(*fd), "ready")
+		}
+		if err := shim.Run(fs.Arg(0), ready); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	// Supervisors inherit this: they are this binary in its shim role.
+	os.Setenv("ACTIVITIES_TEST_ROLE", "shim")
+	os.Exit(m.Run())
+}
+
+func quiet() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
+
+const (
+	testWorkflowID = "default-test-workflow-id"
+	testRunID      = "default-test-run-id"
+)
+
+// fakeServer answers a host as the workflow and the server would: a placement with a Release, health checks,
+// and the run's description and status, which a test may set.
+type fakeServer struct {
+	client.Client
+	host *Host
+
+	mu        sync.Mutex
+	unhealthy bool
+	ended     bool
+	status    *workflows.RunStatus
+	signals   []any
+}
+
+func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string, arg interface{}) error {
+	c.mu.Lock()
+	c.signals = append(c.signals, arg)
+	c.mu.Unlock()
+	if placed, ok := arg.(workflows.PlacedSignal); ok {
+		for _, p := range placed.Placements {
+			go func() {
+				_, _ = c.host.Release(context.Background(), workflows.ReleaseInput{WorkflowID: wfID, RunID: runID,
+					Tasks:   []workflows.TaskAttempt{{Task: p.Task, Attempt: p.Attempt}},
+					Cluster: clusterOf(workflows.Endpoint{Task: p.Task, Type: "worker", Host: p.Host, Addr: p.Addr, Port: p.Port})})
+			}()
+		}
+	}
+	return nil
+}
+
+func (c *fakeServer) CheckHealth(context.Context, *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unhealthy {
+		return nil, serviceerror.NewUnavailable("connection refused")
+	}
+	return &client.CheckHealthResponse{}, nil
+}
+
+func (c *fakeServer) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	if c.ended {
+		st = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
+}
+
+func (c *fakeServer) QueryWorkflow(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status == nil {
+		return nil, errors.New("no status yet")
+	}
+	p, _ := converter.GetDefaultDataConverter().ToPayloads(*c.status)
+	return encoded{p: p}, nil
+}
+
+type encoded struct{ p *commonpb.Payloads }
+
+func (e encoded) HasValue() bool  { return true }
+func (e encoded) Get(v any) error { return converter.GetDefaultDataConverter().FromPayloads(e.p, v) }
+
+type harness struct {
+	suite  testsuite.WorkflowTestSuite
+	env    *testsuite.TestActivityEnvironment
+	host   *Host
+	server *fakeServer
+	state  string
+}
+
+// newHost makes a host with a state folder (a restarted worker reuses it) and starts it.
+func newHost(t *testing.T, state, logDir string, server *fakeServer) *Host {
+	t.Helper()
+	h := NewHost("test-host", "127.0.0.1", logDir, server, quiet())
+	h.StateDir = state
+	h.SocketDir = shortTempDir(t)
+	h.Shim = []string{os.Args[0]}
+	h.ProbeEvery, h.ReconcileEvery = 50*time.Millisecond, 100*time.Millisecond
+	server.host = h
+	require.NoError(t, h.Start())
+	t.Cleanup(func() { h.Shutdown(true, 0, 10*time.Second) })
+	return h
+}
+
+// shortTempDir is a temporary folder whose path leaves room for socket names (at most 107 bytes in all).
+func shortTempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "crt")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func newHarness(t *testing.T) *harness {
+	a := &harness{server: &fakeServer{}, state: t.TempDir()}
+	a.suite.SetLogger(quiet())
+	a.env = a.suite.NewTestActivityEnvironment()
+	a.host = newHost(t, a.state, t.TempDir(), a.server)
+	a.env.RegisterActivity(a.host.RunTask)
+	return a
+}
+
+// leased is a launch as runs with leases send it: attempt 1, lease 1.
+func leased(t spec.Task) workflows.RunTaskInput {
+	return workflows.RunTaskInput{Task: t, Attempt: 1, Lease: 1, StopGracePeriod: time.Second}
+}
+
+func taskSpec(cmd ...string) spec.Task {
+	return spec.Task{Name: "worker-0", Type: "worker", Command: cmd, Restart: spec.Restart{Policy: spec.PolicyNever},
+		HostLossGrace: time.Minute}
+}
+
+// run executes RunTask in the background and returns a function that waits for its result.
+func (a *harness) run(in workflows.RunTaskInput) func() (workflows.TaskResult, error) {
+	type out struct {
+		res workflows.TaskResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		v, err := a.env.ExecuteActivity(a.host.RunTask, in)
+		var res workflows.TaskResult
+		if err == nil {
+			err = v.Get(&res)
+		}
+		done <- out{res, err}
+	}()
+	return func() (workflows.TaskResult, error) {
+		select {
+		case o := <-done:
+			return o.res, o.err
+		case <-time.After(30 * time.Second):
+			return workflows.TaskResult{}, errors.New("RunTask did not return")
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func appErr(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var e *temporal.ApplicationError
+	require.True(t, errors.As(err, &e), "got %v", err)
+	return e
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil && !zombie(pid) }
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
+}
+
+func TestRunTask_SuccessWithResult(t *testing.T) {
+	a := newHarness(t)
+	res, err := a.run(leased(taskSpec("sh", "-c", `echo "port in map: $TF_CONFIG"; echo '{"loss": 0.1}' > "$CLUSTERRUN_RESULT_FILE"`)))()
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	assert.JSONEq(t, `{"loss": 0.1}`, string(res.Result))
+	assert.Equal(t, "test-host", res.Host)
+	assert.NotZero(t, res.PID)
+	assert.Equal(t, 0, a.host.Running())
+}
+
+func TestRunTask_FailureCarriesErrorFile(t *testing.T) {
+	a := newHarness(t)
+	tk := taskSpec("sh", "-c", `printf '%s' '{"message": {"message": "CUDA out of memory\nTraceback..."}}' > "$TORCHELASTIC_ERROR_FILE"; echo noise >&2; exit 137`)
+	tk.Restart = spec.Restart{Policy: spec.PolicyExitCode, MaxRestarts: 1}
+	_, err := a.run(leased(tk))()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
+	assert.True(t, e.NonRetryable(), "restarts are the workflow's, never Temporal's retries")
+	assert.Contains(t, e.Message(), "worker-0 exited with code 137 on test-host (attempt 1): CUDA out of memory")
+	var res workflows.TaskResult
+	require.NoError(t, e.Details(&res))
+	assert.Equal(t, "noise\n", res.StderrTail)
+	assert.NotEmpty(t, res.ErrorFile)
+
+	// Runs started before leases still get their retryability from the policy.
+	_, err = a.run(workflows.RunTaskInput{Task: tk, StopGracePeriod: time.Second})()
+	assert.False(t, appErr(t, err).NonRetryable(), "137 is retryable under ExitCode")
+}
+
+func TestRunTask_StartFailureIsPermanent(t *testing.T) {
+	a := newHarness(t)
+	_, err := a.run(leased(taskSpec("no-such-binary-xyz")))()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskStartFailed, e.Type())
+	assert.Contains(t, e.Message(), `worker-0 cannot start on host test-host: command "no-such-binary-xyz" not found`)
+	assert.Empty(t, a.host.reg.all(), "nothing is left of an attempt that never started")
+}
+
+func TestRunTask_BadResultFileIsReported(t *testing.T) {
+	a := newHarness(t)
+	res, err := a.run(leased(taskSpec("sh", "-c", `echo 'not json' > "$CLUSTERRUN_RESULT_FILE"`)))()
+	require.NoError(t, err)
+	assert.Nil(t, res.Result)
+	assert.Contains(t, res.Error, "not valid JSON")
+}
+
+func TestRunTask_StopTasksStopsIt(t *testing.T) {
+	a := newHarness(t)
+	wait := a.run(leased(taskSpec("sleep", "300")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	stopped, err := a.host.StopTasks(context.Background(), workflows.StopTasksInput{
+		WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test"})
+	require.NoError(t, err)
+	res, err := wait()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-0"}, stopped.Stopped)
+	assert.Equal(t, "SIGTERM", stopped.Exits[0].Signal)
+	assert.True(t, res.Stopped)
+}
+
+// A worker that shuts down (an upgrade, a restart) gives its leases up; the processes run on, and a new worker
+// with the same state folder takes them up again: same pid, same attempt, the exit reported in the end.
+func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
+	a := newHarness(t)
+	logDir := a.host.LogDir
+	dir := t.TempDir()
+	wait := a.run(leased(taskSpec("sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done; echo '{"done":true}' > "$CLUSTERRUN_RESULT_FILE"; exit 0`)))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	pid := a.host.reg.all()[0].process().PID
+
+	a.host.Shutdown(false, time.Second, 10*time.Second)
+	_, err := wait()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskDetached, e.Type())
+	assert.Contains(t, e.Message(), "is shutting down; worker-0 goes on running")
+	var res workflows.TaskResult
+	require.NoError(t, e.Details(&res))
+	assert.Equal(t, pid, res.PID, "a detached lease names the process it leaves running")
+	assert.True(t, alive(pid), "the task died with its worker's shutdown")
+
+	// The next worker: same host name, same state folder.
+	b := &harness{server: &fakeServer{}, state: a.state}
+	b.suite.SetLogger(quiet())
+	b.env = b.suite.NewTestActivityEnvironment()
+	b.host = newHost(t, a.state, logDir, b.server)
+	b.env.RegisterActivity(b.host.RunTask)
+	require.Equal(t, 1, b.host.Running(), "the new worker found the running task")
+	in := leased(taskSpec())
+	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	attached := b.run(in)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	res, err = attached()
+	require.NoError(t, err)
+	assert.Equal(t, pid, res.PID)
+	assert.Equal(t, 1, res.Attempt)
+	assert.JSONEq(t, `{"done":true}`, string(res.Result))
+}
+
+// An attempt that ended while no worker watched it is reported by the next lease that asks.
+func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
+	a := newHarness(t)
+	dir := t.TempDir()
+	wait := a.run(leased(taskSpec("sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done; exit 3`)))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	a.host.Shutdown(false, time.Second, 10*time.Second)
+	_, _ = wait()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	rec := a.host.recordDir(a.host.reg.all()[0].key)
+	waitFor(t, "the exit to be recorded", func() bool { _, ok, _ := shim.ReadExit(rec); return ok })
+
+	b := &harness{server: &fakeServer{}}
+	b.suite.SetLogger(quiet())
+	b.env = b.suite.NewTestActivityEnvironment()
+	b.host = newHost(t, a.state, a.host.LogDir, b.server)
+	b.env.RegisterActivity(b.host.RunTask)
+	in := leased(taskSpec())
+	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	_, err := b.run(in)()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
+	assert.Contains(t, e.Message(), "exited with code 3")
+}
+
+func TestRunTask_AttachWithoutRecordIsLost(t *testing.T) {
+	a := newHarness(t)
+	in := leased(taskSpec())
+	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	_, err := a.run(in)()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskLost, e.Type())
+	assert.Equal(t, "host test-host has no record of worker-0 attempt 1", e.Message())
+}
+
+// A task that writes nothing and reports no progress for hangTimeout gets its diagnostic signal, then is
+// stopped, and fails as hung.
+func TestRunTask_HungTaskIsSignaledThenStopped(t *testing.T) {
+	a := newHarness(t)
+	tk := taskSpec("sh", "-c", `trap 'echo "dumping stacks" >&2; exit 134' ABRT; echo started; while :; do sleep 0.05; done`)
+	tk.HangTimeout, tk.HangSignal = 500*time.Millisecond, "SIGABRT"
+	began := time.Now()
+	_, err := a.run(leased(tk))()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
+	assert.Contains(t, e.Message(), "worker-0 hung and was stopped on test-host")
+	var res workflows.TaskResult
+	require.NoError(t, e.Details(&res))
+	assert.True(t, res.Hung)
+	assert.Contains(t, res.Error, "hung: no output or progress for")
+	assert.Contains(t, res.Error, "sent SIGABRT for a stack dump")
+	assert.Contains(t, res.StderrTail, "dumping stacks")
+	assert.GreaterOrEqual(t, time.Since(began), 500*time.Millisecond)
+}
+
+// Output is a sign of life: a task that keeps printing is not hung.
+func TestRunTask_TaskThatPrintsIsNotHung(t *testing.T) {
+	a := newHarness(t)
+	tk := taskSpec("sh", "-c", `i=0; while [ $i -lt 15 ]; do echo tick; sleep 0.1; i=$((i+1)); done`)
+	tk.HangTimeout = 500 * time.Millisecond
+	res, err := a.run(leased(tk))()
+	require.NoError(t, err)
+	assert.False(t, res.Hung)
+}
+
+// With stopAfterDisconnect, a host that cannot reach the server stops the task itself.
+func TestRunTask_StopAfterDisconnect(t *testing.T) {
+	a := newHarness(t)
+	tk := taskSpec("sleep", "300")
+	tk.StopAfterDisconnect = 300 * time.Millisecond
+	wait := a.run(leased(tk))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	a.server.mu.Lock()
+	a.server.unhealthy = true
+	a.server.mu.Unlock()
+	_, err := wait()
+	e := appErr(t, err)
+	assert.Contains(t, e.Message(), "host test-host was out of contact with the Temporal server for")
+	assert.Contains(t, e.Message(), "(stopAfterDisconnect 300ms)")
+}
+
+// A detached task whose run has moved on (it lost the task and started attempt 2 elsewhere) is stopped by its
+// host, and forgotten.
+func TestReconcile_StopsWhatTheRunNoLongerCountsAsOurs(t *testing.T) {
+	a := newHarness(t)
+	wait := a.run(leased(taskSpec("sleep", "300")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	e := a.host.reg.all()[0]
+	pid := e.process().PID
+	e.letGo(1) // the lease is given up, as when contact with the server is lost
+	_, err := wait()
+	assert.Equal(t, workflows.ErrTaskDetached, appErr(t, err).Type())
+
+	a.server.mu.Lock()
+	a.server.status = &workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", Attempt: 1, State: workflows.TaskUnreachable}}}
+	a.server.mu.Unlock()
+	time.Sleep(400 * time.Millisecond)
+	assert.True(t, alive(pid), "the run still counts attempt 1 as this host's: keep it")
+
+	a.server.mu.Lock()
+	a.server.status = &workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", Attempt: 2, State: workflows.TaskRunning, Host: "elsewhere"}}}
+	a.server.mu.Unlock()
+	waitFor(t, "the superseded copy to be stopped", func() bool { return !alive(pid) })
+	waitFor(t, "the attempt to be forgotten", func() bool { return len(a.host.reg.all()) == 0 })
+	_, err = os.Stat(a.host.recordDir(e.key))
+	assert.True(t, os.IsNotExist(err), "its record is gone")
+}
+
+func TestCanceledByRun(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(temporal.NewCanceledError())
+	assert.True(t, canceledByRun(ctx))
+	ctx, cancel = context.WithCancelCause(context.Background())
+	cancel(serviceerror.NewUnavailable("connection refused"))
+	assert.False(t, canceledByRun(ctx))
+	assert.Contains(t, lostContact(ctx), "lost contact with the Temporal server (heartbeat failed: connection refused)")
+}

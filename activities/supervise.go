@@ -1,0 +1,226 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/clusterrun/clusterrun/activities/shim"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/task"
+)
+
+// recordFile is the host worker's own file in an attempt's record folder, beside the supervisor's.
+const recordFile = "task.json"
+
+// taskRecord is what a host keeps on disk about an attempt it supervises, so that a worker that starts later
+// (after a crash, a SIGKILL or an upgrade) can take the attempt up again.
+type taskRecord struct {
+	Ref    attemptRef    `json:"ref"`
+	Task   spec.Task     `json:"task"`
+	Legacy bool          `json:"legacy,omitempty"`
+	Grace  time.Duration `json:"grace"`
+	Info   task.Info     `json:"info"`
+	// Sockets: the task knows its control socket by this path (CLUSTERRUN_SOCKET), so it is served again here.
+	ControlSocket string `json:"controlSocket"`
+	ShimSocket    string `json:"shimSocket"`
+}
+
+// legacyOrphanAfter: an attempt of a run started before leases dies soon after its worker, as it did when
+// Pdeathsig tied it to the worker; its workflow would start it again elsewhere.
+const legacyOrphanAfter = time.Second
+
+func (h *Host) recordDir(key string) string { return filepath.Join(h.StateDir, "tasks", key) }
+
+func (h *Host) socketFolder(key string) string { return filepath.Join(SocketDir(h.SocketDir), key) }
+
+func (h *Host) shimClient(e *entry) shim.Client { return shim.Client{Socket: e.shimSocket} }
+
+// launch starts an attempt's process under a new supervisor: it writes the record, serves the control socket
+// and starts clusterrun-shim, which starts the task. heartbeatTimeout bounds, with hostLossGrace, how long the
+// task may live on without a worker (the shim's orphan bound).
+func (h *Host) launch(e *entry, argv, env []string, dir string, heartbeatTimeout time.Duration) (shim.Started, error) {
+	rec := h.recordDir(e.key)
+	_ = os.RemoveAll(rec) // an earlier try of this attempt that never started
+	if err := os.MkdirAll(rec, 0o700); err != nil {
+		return shim.Started{}, err
+	}
+	e.shimSocket = filepath.Join(h.socketFolder(e.key), "shim.sock")
+	err := writeRecord(rec, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
+		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket})
+	if err != nil {
+		return shim.Started{}, err
+	}
+	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
+	cfg := shim.Config{Argv: argv, Env: env, Dir: dir,
+		Stdout: filepath.Join(logs, "stdout.log"), Stderr: filepath.Join(logs, "stderr.log"),
+		Socket: h.shimClient(e).Socket, Grace: e.grace,
+		OrphanAfter: e.task.HostLossGrace + heartbeatTimeout}
+	if e.legacy {
+		cfg.OrphanAfter = legacyOrphanAfter
+	}
+	if h.CgroupParent != "" {
+		cfg.Cgroup = filepath.Join(h.CgroupParent, h.Name+"."+e.key)
+	}
+	if err := shim.WriteConfig(rec, cfg); err != nil {
+		return shim.Started{}, err
+	}
+	st, err := shim.Launch(h.Shim, rec, os.Environ())
+	if err != nil {
+		_ = os.RemoveAll(rec)
+		return st, err
+	}
+	e.markStarted(st)
+	go h.supervise(e)
+	return st, nil
+}
+
+// supervise holds this worker's claim on an attempt's supervisor and records how the attempt ends: from the
+// supervisor, or, if the supervisor dies first, by reaping what it left.
+func (h *Host) supervise(e *entry) {
+	w, err := h.shimClient(e).Watch(context.Background())
+	var x shim.Exit
+	switch {
+	case err != nil:
+		x = h.reap(e, err)
+	default:
+		if w.Started.PID != 0 {
+			e.markStarted(w.Started)
+		}
+		end := <-w.Ended()
+		x = end.Exit
+		if end.Err != nil {
+			x = h.reap(e, end.Err)
+		}
+	}
+	e.markEnded(x)
+	h.closeControl(e)
+	h.taskExited(x.Code)
+	h.Logger.Info("task exited", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "pid", e.process().PID,
+		"exit", describeEnd(x), "stoppedBy", x.By, "reason", x.Reason)
+}
+
+// reap records the end of an attempt whose supervisor is gone without recording one.
+func (h *Host) reap(e *entry, cause error) shim.Exit {
+	if x, ok, _ := shim.ReadExit(h.recordDir(e.key)); ok {
+		return x
+	}
+	h.Logger.Warn("the task's supervisor is gone; killing what is left of the task", "task", e.ref.Task, "error", cause)
+	return shim.Reap(h.recordDir(e.key), "its supervisor clusterrun-shim died, and the task with it")
+}
+
+// stopEntry stops an attempt: before its process starts, the attempt ends there; after, its supervisor stops
+// the process (SIGTERM, grace, SIGKILL) and records by and reason with its exit.
+func (h *Host) stopEntry(e *entry, by, reason string, grace time.Duration) {
+	e.requestStop(by, reason)
+	if e.process() == nil || e.exited() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.shimClient(e).Stop(ctx, shim.Stop{Grace: grace, By: by, Reason: reason}); err != nil && e.exited() == nil {
+		h.Logger.Warn("cannot reach the task's supervisor to stop it", "task", e.ref.Task, "error", err)
+	}
+}
+
+// signalEntry sends a signal to an attempt's process group (and cgroup).
+func (h *Host) signalEntry(e *entry, sig syscall.Signal) error {
+	if e.process() == nil || e.exited() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return h.shimClient(e).Signal(ctx, sig)
+}
+
+// retire stops an attempt that is no longer this host's to run, then forgets it: its record and sockets go
+// (its logs stay).
+func (h *Host) retire(e *entry, reason string) {
+	if e.process() != nil && e.exited() == nil {
+		h.Logger.Warn("stopping a task this host no longer owns", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "reason", reason)
+		h.stopEntry(e, stopByHost, reason, e.grace)
+		<-e.ended
+	}
+	h.closeControl(e)
+	_ = os.RemoveAll(h.recordDir(e.key))
+	_ = os.RemoveAll(filepath.Dir(e.shimSocket))
+	h.reg.remove(e)
+	h.unfollowIfIdle(e.ref.WorkflowID, e.ref.RunID)
+}
+
+// recover takes up every attempt this host's records name: live ones are watched again (with their control
+// sockets back at the same paths), ended ones keep their recorded exit for the workflow to collect.
+func (h *Host) recover() {
+	dirs, _ := filepath.Glob(filepath.Join(h.StateDir, "tasks", "*"))
+	for _, dir := range dirs {
+		var rec taskRecord
+		if err := readRecord(dir, &rec); err != nil {
+			h.Logger.Warn("dropping an unreadable task record", "dir", dir, "error", err)
+			_ = os.RemoveAll(dir)
+			continue
+		}
+		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
+		e.setInfo(rec.Info)
+		e.controlSocket, e.shimSocket = rec.ControlSocket, rec.ShimSocket
+		if st, ok, _ := shim.ReadStarted(dir); ok {
+			e.markStarted(st)
+		}
+		h.reg.put(e)
+		if x, ok, _ := shim.ReadExit(dir); ok {
+			e.markEnded(x)
+			h.Logger.Info("found a task that ended while no worker watched it", "run", rec.Ref.WorkflowID, "task", rec.Ref.Task,
+				"attempt", rec.Ref.Attempt, "exit", x.Code)
+			continue
+		}
+		if e.process() == nil {
+			e.markEnded(shim.Reap(dir, "its supervisor never reported the start"))
+			continue
+		}
+		if _, err := h.serveControl(e); err != nil {
+			h.Logger.Warn("cannot serve the task's control socket again", "task", rec.Ref.Task, "error", err)
+		}
+		h.Logger.Info("taking up a running task again", "run", rec.Ref.WorkflowID, "task", rec.Ref.Task, "attempt", rec.Ref.Attempt,
+			"pid", e.process().PID)
+		h.Metrics.Counter(metricTaskReattaches).Inc(1)
+		go h.supervise(e)
+	}
+}
+
+func writeRecord(dir string, rec taskRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, recordFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, recordFile))
+}
+
+func readRecord(dir string, rec *taskRecord) error {
+	b, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, rec); err != nil {
+		return err
+	}
+	if rec.Ref.WorkflowID == "" || rec.Ref.Task == "" {
+		return errors.New("the record names no task")
+	}
+	return nil
+}
+
+// describeEnd says in words how an attempt ended, for logs and errors.
+func describeEnd(x shim.Exit) string {
+	if x.Signal != "" {
+		return fmt.Sprintf("killed by %s (exit code %d)", x.Signal, x.Code)
+	}
+	return fmt.Sprintf("exit code %d", x.Code)
+}
