@@ -49,11 +49,13 @@ demo: up
 
 # Every test: unit, workflow (testsuite), process control on real processes, and end to end against a real
 # dev server with several host worker processes (tests/ starts and stops its own server on free ports).
+# The fault tests run in parallel, each with a server of its own: -parallel lets them overlap on 2 cores.
+TEST_PARALLEL ?= 6
 test: $(TEMPORAL) build
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 test-race: $(TEMPORAL) build
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 # Runs the end-to-end suite and saves the history of every run it made under workflows/testdata/histories/$(HISTORIES),
 # where workflows/replay_test.go replays them: a later workflow change that would wedge runs in flight fails it.

@@ -110,7 +110,8 @@ type heartbeat struct {
 	at time.Time
 }
 
-// heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by task name.
+// heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by the task they name. While a task
+// is taken up again, its old lease may still be pending beside the new one: the newest lease wins.
 func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]heartbeat {
 	out := map[string]heartbeat{}
 	dc := converter.GetDefaultDataConverter()
@@ -119,11 +120,13 @@ func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]heartbea
 			continue
 		}
 		var d workflows.HeartbeatDetails
-		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil {
+		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil || d.Task == "" {
 			continue
 		}
-		name, _, _ := strings.Cut(pa.GetActivityId(), ".r")
-		out[name] = heartbeat{HeartbeatDetails: d, at: pa.GetLastHeartbeatTime().AsTime()}
+		if cur, ok := out[d.Task]; ok && (cur.Attempt > d.Attempt || (cur.Attempt == d.Attempt && cur.Lease > d.Lease)) {
+			continue
+		}
+		out[d.Task] = heartbeat{HeartbeatDetails: d, at: pa.GetLastHeartbeatTime().AsTime()}
 	}
 	return out
 }

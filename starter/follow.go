@@ -89,6 +89,7 @@ type stream struct {
 	offset           int64
 	done             bool // the attempt has ended: read what is left, then close
 	closed           bool // nothing more to read
+	unanswered       bool // its host did not answer the last read
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
@@ -131,7 +132,8 @@ func (f *follower) update(st workflows.RunStatus) {
 	for _, t := range st.Tasks {
 		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
 		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
-		if f.states[t.Name] != key && t.State != workflows.TaskPending && !f.quiet {
+		// Pending is news only with a reason: a restart or a relaunch is coming.
+		if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !f.quiet {
 			f.states[t.Name] = key
 			if ended {
 				f.ends = append(f.ends, t.Name, describeState(t))
@@ -144,7 +146,7 @@ func (f *follower) update(st workflows.RunStatus) {
 				s.done = true // read what is left, then stop
 			}
 		}
-		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && !ended) {
+		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
 			continue
 		}
 		f.open(t, t.Attempt, ended)
@@ -157,6 +159,10 @@ func describeState(t workflows.TaskStatus) string {
 		return fmt.Sprintf("placed on %s (attempt %d), waiting for the rendezvous", t.Host, t.Attempt)
 	case workflows.TaskRunning:
 		return fmt.Sprintf("running on %s (attempt %d)", t.Host, t.Attempt)
+	case workflows.TaskUnreachable:
+		return "unreachable: " + t.Error
+	case workflows.TaskPending:
+		return "waiting: " + t.Error
 	case workflows.TaskSucceeded:
 		return "exited 0"
 	case workflows.TaskStopped:
@@ -225,6 +231,15 @@ func (f *follower) poll(ctx context.Context) error {
 			break
 		}
 		s := f.streams[keys[i]]
+		if c.Unreachable && !s.done {
+			// The task runs on; its host's worker may be restarting. Keep following.
+			if !s.unanswered {
+				f.say(s.task, fmt.Sprintf("host %s is not answering (its worker may be restarting); still following", s.host))
+				s.unanswered = true
+			}
+			continue
+		}
+		s.unanswered = false
 		if c.Error != "" {
 			f.say(s.task, "cannot read "+s.name+": "+c.Error)
 			f.unreadable++

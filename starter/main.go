@@ -43,6 +43,7 @@ Commands:
   start-task RUN TYPE [--index N] start a task that is not running (again, or a new index)
   stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
   cancel RUN      stop every task of a run at once and end it as canceled
+  drain HOST      a host takes no new tasks (--now: and stops its tasks; --undo: takes tasks again)
   validate SPEC   check a spec and list every problem
   task ...        barrier, progress, stop, should-stop, info: from inside a task
 
@@ -67,6 +68,7 @@ func commands() []command {
 		{"start-task", startTaskUsage, cmdStartTask},
 		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
+		{"drain", drainUsage, cmdDrain},
 		{"validate", validateUsage, cmdValidate},
 		{"task", taskUsage, cmdTask},
 	}
@@ -105,7 +107,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, validate, task (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, validate, task (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

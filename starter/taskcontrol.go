@@ -49,13 +49,13 @@ func cmdTerminateTask(args []string, stdout, stderr io.Writer) error {
 		switch {
 		case t == nil:
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", id, name, taskNames(st))}
-		case t.State != workflows.TaskRunning && t.State != workflows.TaskPlaced && t.State != workflows.TaskPending:
+		case !active(t.State):
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is not running (it is %s); nothing to terminate", name, t.State)}
 		}
 		return workflows.TaskControl{Task: name}, workflows.SignalTerminateTask, nil
 	}, func(st workflows.RunStatus) bool {
 		t := st.Task(name)
-		return t != nil && t.State != workflows.TaskRunning && t.State != workflows.TaskPlaced && t.State != workflows.TaskPending
+		return t != nil && !active(t.State)
 	}, name)
 }
 
@@ -90,7 +90,7 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 			req.Index = idx
 		}
 		name = fmt.Sprintf("%s-%d", typ, index)
-		if t := st.Task(name); t != nil && (t.State == workflows.TaskRunning || t.State == workflows.TaskPlaced || t.State == workflows.TaskPending) {
+		if t := st.Task(name); t != nil && active(t.State) {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is already running (attempt %d); terminate it first to start it again", name, t.Attempt)}
 		}
 		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
@@ -186,4 +186,13 @@ func sortStrings(s []string) []string {
 		}
 	}
 	return s
+}
+
+// active says a task state is not over: the task waits, runs, or its host is out of contact.
+func active(state string) bool {
+	switch state {
+	case workflows.TaskPending, workflows.TaskPlaced, workflows.TaskRunning, workflows.TaskUnreachable:
+		return true
+	}
+	return false
 }

@@ -83,6 +83,7 @@ type StopState struct {
 // Endpoint is one task's address in the cluster.
 type Endpoint struct {
 	Task string `json:"task"`
+	Type string `json:"type,omitempty"`
 	Host string `json:"host"`
 	Addr string `json:"addr"`
 	Port int    `json:"port"`
@@ -116,10 +117,17 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// DefaultRetryFor is how long a client keeps trying while the control socket is gone or unavailable: its host
+// worker may be restarting (an upgrade, a crash), and the next one serves the socket again at the same path.
+const DefaultRetryFor = 2 * time.Minute
+
 // Client talks to one task's control socket.
 type Client struct {
-	socket string
-	http   *http.Client
+	// RetryFor bounds how long a request is retried while the socket cannot be reached or answers 503.
+	// Optional: default DefaultRetryFor.
+	RetryFor time.Duration
+	socket   string
+	http     *http.Client
 }
 
 // New returns a client for the socket named in CLUSTERRUN_SOCKET.
@@ -155,21 +163,34 @@ func (c *Client) Barrier(ctx context.Context, name string, opts BarrierOptions) 
 	if err := CheckBarrierName(name); err != nil {
 		return err
 	}
-	req := BarrierRequest{Name: name, Types: opts.Types}
+	var deadline time.Time
 	if opts.Timeout > 0 {
-		req.Timeout = opts.Timeout.String()
+		deadline = time.Now().Add(opts.Timeout)
 	}
-	return c.call(ctx, http.MethodPost, PathBarrier, req, nil)
+	tries := 0
+	// A retried wait (the host worker restarted meanwhile) keeps the deadline of the first.
+	return c.call(ctx, http.MethodPost, PathBarrier, func() any {
+		req := BarrierRequest{Name: name, Types: opts.Types}
+		switch {
+		case deadline.IsZero():
+		case tries == 0:
+			req.Timeout = opts.Timeout.String()
+		default:
+			req.Timeout = max(time.Until(deadline), time.Millisecond).Round(time.Millisecond).String()
+		}
+		tries++
+		return req
+	}, nil)
 }
 
 // Progress reports progress: current of total (total may be 0 when unknown), with an optional message.
 func (c *Client) Progress(ctx context.Context, current, total float64, message string) error {
-	return c.call(ctx, http.MethodPost, PathProgress, ProgressRequest{Current: current, Total: total, Message: message}, nil)
+	return c.call(ctx, http.MethodPost, PathProgress, body(ProgressRequest{Current: current, Total: total, Message: message}), nil)
 }
 
 // RequestStop asks the whole run to stop; with errMsg the run fails with it.
 func (c *Client) RequestStop(ctx context.Context, errMsg string) error {
-	return c.call(ctx, http.MethodPost, PathStop, StopRequest{Error: errMsg}, nil)
+	return c.call(ctx, http.MethodPost, PathStop, body(StopRequest{Error: errMsg}), nil)
 }
 
 // ShouldStop says whether the run is stopping.
@@ -186,28 +207,58 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	return i, err
 }
 
-func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+func body(v any) func() any { return func() any { return v } }
+
+// call sends one request and decodes the answer. While the socket is gone or refuses connections, or answers
+// 503, it tries again (with a short backoff) for RetryFor: a host worker that restarts serves the socket again.
+func (c *Client) call(ctx context.Context, method, path string, in func() any, out any) error {
+	retryFor := c.RetryFor
+	if retryFor <= 0 {
+		retryFor = DefaultRetryFor
+	}
+	deadline := time.Now().Add(retryFor)
+	delay := 50 * time.Millisecond
+	for {
+		err := c.once(ctx, method, path, in, out)
+		var answered *Error
+		transient := err != nil && (!errors.As(err, &answered) || answered.Status == http.StatusServiceUnavailable)
+		if !transient || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (tried for %s; is the task's host worker running?)", err, retryFor)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, in func() any, out any) error {
+	var reqBody io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
+		b, err := json.Marshal(in())
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		reqBody = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://clusterrun"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://clusterrun"+path, reqBody)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("control socket %s: %w (is the task still running under clusterrun?)", c.socket, err)
+		return fmt.Errorf("control socket %s: %w", c.socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return err
+		return fmt.Errorf("control socket %s: %w", c.socket, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e ErrorBody

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Stops what deployments/dev/up.sh started: host workers first (SIGTERM: they stop their tasks cleanly), then
-# the Temporal dev server. The database under .clusterrun/ is kept, so runs are still there after the next up.
+# Stops what deployments/dev/up.sh started: host workers first, then the tasks they leave running (a stopped
+# worker leaves its tasks to their supervisors, for the next worker to take up; here each supervisor gets
+# SIGTERM, which stops its task: SIGTERM, grace, SIGKILL), then the Temporal dev server. The database under
+# .clusterrun/ is kept, so runs are still there after the next up.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${CLUSTERRUN_STATE:-$root/.clusterrun}
@@ -28,4 +30,16 @@ for pidf in "$state"/worker-*.pid; do
 	name=$(basename "$pidf" .pid)
 	stop "$pidf" "${name/worker-/host worker }"
 done
+shims() { pgrep -f "clusterrun-shim --ready-fd 3 $state/state/" || true; }
+if [ -n "$(shims)" ]; then
+	n=$(shims | wc -l)
+	kill -TERM $(shims) 2>/dev/null || true
+	deadline=$((SECONDS + 40))
+	while [ -n "$(shims)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+	if [ -n "$(shims)" ]; then
+		echo "down: task supervisors still running after 40s; killing them" >&2
+		kill -KILL $(shims) 2>/dev/null || true
+	fi
+	echo "down: stopped $n task(s) left running by the host workers"
+fi
 stop "$state/temporal.pid" "Temporal dev server"

@@ -2,7 +2,8 @@
 # Brings up the local dev environment in the background: the Temporal dev server (with the Web UI and a
 # persistent database under .clusterrun/) and host workers (host-a and host-b by default), each with a pid file
 # and a log under .clusterrun/. Idempotent: a running server is kept; workers are restarted so they run the
-# binaries just built. `make down` (deployments/dev/down.sh) stops everything.
+# binaries just built, and the tasks they run go on (each new worker takes its tasks up again). `make down`
+# (deployments/dev/down.sh) stops everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${CLUSTERRUN_STATE:-$root/.clusterrun}
@@ -56,7 +57,7 @@ for h in $hosts; do
 		wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
 	fi
 	: >"$state/worker-$h.log"
-	setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" \
+	setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" \
 		>>"$state/worker-$h.log" 2>&1 </dev/null &
 	echo $! >"$pidf"
 	echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"

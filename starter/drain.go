@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const drainUsage = `Drain a host: it takes no new tasks, and the tasks it runs go on until they end. A drained host stays drained
+when its worker restarts. With --now the host is taken down: its tasks are also stopped (SIGTERM, their
+stopGracePeriod, SIGKILL) and end failed, so their restart policy applies; an unpinned task starts again on
+another host of its pool. --undo makes the host take tasks again.
+
+Usage: clusterrun drain HOST [--now | --undo]
+
+Prints the host's tasks. The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
+is needed: a stopped worker leaves its tasks running, and the next one takes them up again.
+
+Example:
+  clusterrun drain gpu-a
+  clusterrun drain gpu-a --now
+  clusterrun drain gpu-a --undo
+`
+
+func cmdDrain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+	now := fs.Bool("now", false, "also stop the host's tasks now (they end failed; their restart policy applies)")
+	undo := fs.Bool("undo", false, "take tasks again")
+	pos, err := parse(fs, drainUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	if *now && *undo {
+		return usageErrorf("--now and --undo exclude each other: --now drains and stops the tasks, --undo ends a drain")
+	}
+	host := pos[0]
+	drain := !*undo
+	in := workflows.ControlHostInput{Host: host, Drain: &drain, StopTasks: *now}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       fmt.Sprintf("clusterrun-host-%s-%d", host, time.Now().UnixNano()),
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowExecutionTimeout: time.Minute,
+		StaticSummary:            "control host " + host,
+	}, workflows.HostControlWorkflowType, in)
+	if err != nil {
+		return fmt.Errorf("drain %s: %w", host, err)
+	}
+	var st workflows.HostState
+	if err := run.Get(ctx, &st); err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("host %s did not answer: is a clusterrun-worker with --host %s running? (%v)", host, host, rootCause(err))}
+	}
+	running := 0
+	for _, t := range st.Tasks {
+		if t.State != "ended" {
+			running++
+		}
+	}
+	switch {
+	case *undo:
+		fmt.Fprintf(stdout, "host %s takes tasks again (%d running)\n", host, running)
+	case *now:
+		fmt.Fprintf(stdout, "host %s is drained and its %d task(s) are being stopped; their restart policy applies\n", host, running)
+	default:
+		fmt.Fprintf(stdout, "host %s is drained: it takes no new tasks; its %d running task(s) go on until they end\n", host, running)
+	}
+	if len(st.Tasks) > 0 {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tTASK\tATTEMPT\tPID\tSTATE")
+		for _, t := range st.Tasks {
+			pid := "-"
+			if t.PID > 0 {
+				pid = fmt.Sprint(t.PID)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Run, t.Task, t.Attempt, pid, t.State)
+		}
+		_ = tw.Flush()
+	}
+	return nil
+}
+
+// rootCause is the innermost error of a chain, which says what actually went wrong.
+func rootCause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}

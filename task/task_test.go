@@ -1,0 +1,125 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func socketPath(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "task")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "control.sock")
+}
+
+func serve(t *testing.T, path string, h http.HandlerFunc) {
+	ln, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+}
+
+// While the host worker restarts, the socket is gone for a moment: the client waits for it to come back.
+func TestClient_RetriesWhileTheSocketIsGone(t *testing.T) {
+	path := socketPath(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		serve(t, path, func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(Info{Task: "worker-3"}) })
+	}()
+	info, err := NewAt(path).Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "worker-3", info.Task)
+}
+
+func TestClient_GivesUpAfterRetryFor(t *testing.T) {
+	c := NewAt(socketPath(t))
+	c.RetryFor = 200 * time.Millisecond
+	began := time.Now()
+	_, err := c.Info(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "tried for 200ms; is the task's host worker running?")
+	assert.Less(t, time.Since(began), 5*time.Second)
+}
+
+// A refusal is an answer: it is not retried.
+func TestClient_DoesNotRetryRefusals(t *testing.T) {
+	path := socketPath(t)
+	var calls atomic.Int32
+	serve(t, path, func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(ErrorBody{Error: `barrier "x" is broken`})
+	})
+	err := NewAt(path).Barrier(context.Background(), "x", BarrierOptions{})
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, http.StatusConflict, e.Status)
+	assert.Equal(t, int32(1), calls.Load())
+}
+
+// A barrier retried after a worker restart keeps the deadline it started with.
+func TestClient_RetriedBarrierKeepsItsDeadline(t *testing.T) {
+	path := socketPath(t)
+	var mu sync.Mutex
+	var timeouts []string
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		var req BarrierRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		timeouts = append(timeouts, req.Timeout)
+		first := len(timeouts) == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(300 * time.Millisecond)
+			w.WriteHeader(http.StatusServiceUnavailable) // the worker went away mid-wait
+			_ = json.NewEncoder(w).Encode(ErrorBody{Error: "the host worker is shutting down"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"barrier": req.Name})
+	})
+	require.NoError(t, NewAt(path).Barrier(context.Background(), "ready", BarrierOptions{Timeout: 10 * time.Second}))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, timeouts, 2)
+	d0, _ := time.ParseDuration(timeouts[0])
+	d1, _ := time.ParseDuration(timeouts[1])
+	assert.Equal(t, 10*time.Second, d0, "the first wait asks for the timeout as given")
+	assert.Less(t, d1, 9800*time.Millisecond, "the retry waits what is left, not a fresh timeout")
+}
+
+// The Python client behaves the same: it waits for the socket to come back.
+func TestPythonClient_RetriesWhileTheSocketIsGone(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 here")
+	}
+	path := socketPath(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		serve(t, path, func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(Info{Task: "ps-1"}) })
+	}()
+	cmd := exec.Command(python, "-c", "import clusterrun; print(clusterrun.info()['task'])")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../python", "CLUSTERRUN_SOCKET="+path)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "ps-1\n", string(out))
+
+	cmd = exec.Command(python, "-c", "import clusterrun; clusterrun.RETRY_FOR = 0.2; clusterrun.info()")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../python", "CLUSTERRUN_SOCKET="+path+".gone")
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "tried for 0.2s; is the task's host worker running?")
+}
