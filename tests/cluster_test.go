@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -34,9 +36,10 @@ type cluster struct {
 	bin     string // where the binaries under test were built
 	logDir  string
 	address string
-	uiURL   string // the dev server's Web UI
-	marker  string // set in every worker's environment, so every task process inherits it
-	server  *testsuite.DevServer
+	uiURL   string               // the dev server's Web UI
+	marker  string               // set in every worker's environment, so every task process inherits it
+	server  *testsuite.DevServer // the suite's shared server
+	dev     *devServer           // an isolated cluster's own server, which tests may kill
 	client  client.Client
 	mu      sync.Mutex
 	workers map[string]*exec.Cmd
@@ -70,7 +73,7 @@ func runSuite(m *testing.M) (int, error) {
 	defer os.RemoveAll(work)
 	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
 		marker: randomHex(8), workers: map[string]*exec.Cmd{}}
-	for name, pkg := range map[string]string{"clusterrun": "./starter", "clusterrun-worker": "./workers"} {
+	for name, pkg := range map[string]string{"clusterrun": "./starter", "clusterrun-worker": "./workers", "clusterrun-shim": "./workers/shim"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(c.bin, name), pkg)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
@@ -121,10 +124,13 @@ func runSuite(m *testing.M) (int, error) {
 	}
 	c.stopWorkers()
 	if orphans := c.orphans(); len(orphans) > 0 {
+		killMarked(c.marker)
 		return 1, fmt.Errorf("processes left behind after the suite: %s", strings.Join(orphans, "; "))
 	}
 	return code, nil
 }
+
+func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
 func freeTCPPort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -143,16 +149,22 @@ func randomHex(n int) string {
 
 // startWorker starts a clusterrun-worker for host and waits until it is ready.
 func (c *cluster) startWorker(host string, extra ...string) error {
+	return c.startWorkerVia(host, c.address, extra...)
+}
+
+// startWorkerVia starts a clusterrun-worker for host that reaches the server at address (a proxy, say).
+func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	logPath := filepath.Join(c.workDir, "worker-"+host+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s"}, extra...)
+	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
+		"--shutdown-grace", "2s"}, extra...)
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
 	// Tasks inherit this environment: the clusterrun CLI under test is on their PATH.
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker,
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -161,9 +173,12 @@ func (c *cluster) startWorker(host string, extra ...string) error {
 	c.mu.Lock()
 	c.workers[host] = cmd
 	c.mu.Unlock()
+	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
+	before, _ := os.ReadFile(logPath)
+	readyBefore := bytes.Count(before, []byte("clusterrun-worker ready"))
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("clusterrun-worker ready")) {
+		if b, _ := os.ReadFile(logPath); bytes.Count(b, []byte("clusterrun-worker ready")) > readyBefore {
 			return nil
 		}
 		if cmd.ProcessState != nil {
@@ -212,12 +227,12 @@ func (c *cluster) stopWorkers() {
 
 // orphans lists live processes that carry this suite's marker: task processes (or workers) that outlived it.
 func (c *cluster) orphans() []string {
-	return markedProcesses(c.marker, 5*time.Second)
+	return markedProcesses(c.marker, "", 5*time.Second)
 }
 
-// markedProcesses waits up to grace for every process with CLUSTERRUN_E2E_MARK=marker to be gone, and lists
-// those that are not.
-func markedProcesses(marker string, grace time.Duration) []string {
+// markedProcesses waits up to grace for every process with CLUSTERRUN_E2E_MARK=marker whose command line holds
+// substr to be gone, and lists those that are not.
+func markedProcesses(marker, substr string, grace time.Duration) []string {
 	needle := []byte("CLUSTERRUN_E2E_MARK=" + marker + "\x00")
 	deadline := time.Now().Add(grace)
 	for {
@@ -237,7 +252,11 @@ func markedProcesses(marker string, grace time.Duration) []string {
 				continue
 			}
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			found = append(found, fmt.Sprintf("pid %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+			cmd := strings.ReplaceAll(string(cmdline), "\x00", " ")
+			if !strings.Contains(cmd, substr) {
+				continue
+			}
+			found = append(found, fmt.Sprintf("pid %d: %s", pid, cmd))
 		}
 		if len(found) == 0 || time.Now().After(deadline) {
 			return found
@@ -258,15 +277,26 @@ func (r cliResult) String() string {
 
 func cli(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	return cliEnv(t, []string{"TEMPORAL_ADDRESS=" + env.address}, args...)
+	return env.cli(t, args...)
 }
 
 func cliEnv(t *testing.T, extraEnv []string, args ...string) cliResult {
 	t.Helper()
+	return env.cliEnv(t, extraEnv, args...)
+}
+
+// cli runs the clusterrun CLI against this cluster's server.
+func (c *cluster) cli(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return c.cliEnv(t, []string{"TEMPORAL_ADDRESS=" + c.address}, args...)
+}
+
+func (c *cluster) cliEnv(t *testing.T, extraEnv []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(env.bin, "clusterrun"), args...)
-	cmd.Dir = env.root
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "clusterrun"), args...)
+	cmd.Dir = c.root
 	cmd.Env = append(os.Environ(), extraEnv...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -299,10 +329,15 @@ func runID(t *testing.T) string {
 // outcome fetches a finished run's status through the SDK (the result or the failure's details).
 func outcome(t *testing.T, id string) (workflows.RunStatus, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return env.outcome(t, id)
+}
+
+func (c *cluster) outcome(t *testing.T, id string) (workflows.RunStatus, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var st workflows.RunStatus
-	err := env.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
+	err := c.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
 	if err != nil {
 		st, _ = workflows.StatusFromError(err)
 	}
@@ -322,10 +357,12 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 }
 
 // query returns a running run's live status.
-func query(t *testing.T, id string) (workflows.RunStatus, bool) {
+func query(t *testing.T, id string) (workflows.RunStatus, bool) { return env.query(t, id) }
+
+func (c *cluster) query(_ *testing.T, id string) (workflows.RunStatus, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	v, err := env.client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+	v, err := c.client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
 	if err != nil {
 		return workflows.RunStatus{}, false
 	}

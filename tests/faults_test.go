@@ -1,0 +1,430 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// The fault-injection suite: real faults (the server SIGKILLed, a worker SIGKILLed or restarted, a host cut off
+// by a proxy, a hung task) against a real server and real worker processes. Each test that harms a server has
+// a cluster of its own, so they run in parallel.
+
+// readInt reads a number a task wrote to a file, waiting for it to be there.
+func readInt(t *testing.T, path string, timeout time.Duration) int64 {
+	t.Helper()
+	var n int64
+	waitUntil(t, path, timeout, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return err == nil
+	})
+	return n
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && len(b) > i+2 && b[i+2] != 'Z'
+}
+
+func touch(t *testing.T, path string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+}
+
+func TestFault_ServerOutage30s(t *testing.T) { testServerOutage(t, 30*time.Second) }
+
+func TestFault_ServerOutage3m(t *testing.T) { testServerOutage(t, 3*time.Minute) }
+
+// testServerOutage SIGKILLs the run's Temporal server and starts it again on the same database after outage.
+// Every task keeps running through it with its pid, the chief exits during it, and once the server is back
+// the run ends as it would have: succeeded on the chief's exit, every task on attempt 1, no restart used.
+func testServerOutage(t *testing.T, outage time.Duration) {
+	t.Parallel()
+	a, b := "out-a-"+randomHex(2), "out-b-"+randomHex(2)
+	c := isolated(t, a, b)
+	dir := t.TempDir()
+	spec := writeSpec(t, fmt.Sprintf(`
+name: outage
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/$CLUSTERRUN_TASK.go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
+heartbeatTimeout: 2s
+stopGracePeriod: 2s
+tasks:
+  chief: {replicas: 1, hosts: [%[2]s]}
+  worker: {replicas: 2, hosts: [%[2]s, %[3]s]}
+  ps: {replicas: 1, hosts: [%[3]s]}
+`, dir, a, b))
+	id := runID(t)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	tasks := []string{"chief-0", "worker-0", "worker-1", "ps-0"}
+	pids := map[string]int{}
+	for _, task := range tasks {
+		pids[task] = int(readInt(t, filepath.Join(dir, task+".pid"), time.Minute))
+	}
+
+	c.dev.kill()
+	back := time.Now().Add(outage)
+	// The chief finishes its work while the server is down.
+	touch(t, filepath.Join(dir, "chief-0.go"))
+	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(pids["chief-0"]) })
+	for time.Now().Before(back) {
+		for _, task := range tasks[1:] {
+			require.True(t, alive(pids[task]), "%s (pid %d) died %s into the outage", task, pids[task], outage-time.Until(back))
+		}
+		time.Sleep(time.Second)
+	}
+	require.NoError(t, c.dev.start(), "restart the server on the same database")
+
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.Equal(t, "chief-0 exited 0", st.Reason)
+	assert.Zero(t, st.RestartCount)
+	assert.JSONEq(t, `{"attempt": 1}`, string(st.Task("chief-0").Result))
+	for _, task := range tasks {
+		assert.Equal(t, 1, st.Task(task).Attempt, "%s started again", task)
+		b, _ := os.ReadFile(filepath.Join(dir, task+".pid"))
+		assert.Equal(t, strconv.Itoa(pids[task]), strings.TrimSpace(string(b)), "%s was launched a second time", task)
+	}
+	for _, task := range tasks[1:] {
+		assert.Equal(t, workflows.TaskStopped, st.Task(task).State, task)
+		assert.False(t, alive(pids[task]), "%s outlived the run", task)
+	}
+}
+
+func TestFault_WorkerSIGKILLThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGKILL) }
+
+func TestFault_WorkerSIGTERMThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGTERM) }
+
+// testWorkerRestart kills a host worker with sig and starts a new one with the same host name: the task keeps
+// its pid and its attempt, no restart is used, a barrier is passed after the re-attach, and `logs --follow`
+// started before the kill shows every line exactly once.
+func testWorkerRestart(t *testing.T, sig syscall.Signal) {
+	t.Parallel()
+	host := "restart-" + randomHex(3)
+	require.NoError(t, env.startWorker(host))
+	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: reattach
+heartbeatTimeout: 2s
+chiefExit: wait
+command: [sh, -c, 'clusterrun task barrier after-restart --timeout 120s || exit 9; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
+tasks:
+  worker: {replicas: 1, hosts: [%[2]s], command: [sh, -c, 'i=0; while [ ! -e %[1]s/go ]; do i=$((i+1)); echo "tick $i"; sleep 0.1; done; clusterrun task barrier after-restart --timeout 120s || exit 9; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']}
+  peer: {replicas: 1, hosts: [host-a]}
+`, dir, host))
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	pidRE := regexp.MustCompile(`worker-0\s+Running\s+` + host + `\s+1\s+(\d+)`)
+	var pid int
+	waitUntil(t, "the task's pid in status", time.Minute, func() bool {
+		m := pidRE.FindStringSubmatch(cli(t, "status", id).stdout)
+		if m != nil {
+			pid, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	})
+
+	follow := exec.Command(filepath.Join(env.bin, "clusterrun"), "logs", id, "worker-0", "--follow")
+	follow.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var out syncBuffer
+	follow.Stdout, follow.Stderr = &out, &out
+	require.NoError(t, follow.Start())
+	waitUntil(t, "logs --follow to show output", time.Minute, func() bool { return strings.Contains(out.String(), "tick 3\n") })
+
+	env.stopWorker(host, sig)
+	assert.True(t, alive(pid), "the task died with its worker (%s)", sig)
+	require.NoError(t, env.startWorker(host))
+	waitUntil(t, "status to show the task taken up again, same pid", time.Minute, func() bool {
+		m := pidRE.FindStringSubmatch(cli(t, "status", id).stdout)
+		return m != nil && m[1] == strconv.Itoa(pid)
+	})
+
+	touch(t, filepath.Join(dir, "go"))
+	st, err := outcome(t, id)
+	require.NoError(t, err, "the barrier after the re-attach must pass")
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.Zero(t, st.RestartCount)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt)
+	assert.JSONEq(t, `{"attempt": 1}`, string(st.Task("worker-0").Result))
+	require.NoError(t, follow.Wait(), out.String())
+	ticks := regexp.MustCompile(`(?m)^tick (\d+)$`).FindAllStringSubmatch(out.String(), -1)
+	require.NotEmpty(t, ticks)
+	for i, m := range ticks {
+		assert.Equal(t, strconv.Itoa(i+1), m[1], "logs --follow lost or repeated a line around the restart:\n%s", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A host whose worker never returns loses its task after hostLossGrace: the task is placed again on another
+// host of its pool, and the old process, left without a worker, is stopped by its supervisor within the bound.
+func TestFault_HostThatNeverReturnsLosesItsTask(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("doomed", "--pool", "p"))
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: lost
+pool: p
+heartbeatTimeout: 2s
+hostLossGrace: 4s
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_ATTEMPT.pid; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then exec sleep 300; fi; echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	first := int(readInt(t, filepath.Join(dir, "1.pid"), time.Minute))
+	require.NoError(t, c.startWorker("survivor", "--pool", "p"))
+
+	c.stopWorker("doomed", syscall.SIGKILL)
+	killed := time.Now()
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	w := st.Task("worker-0")
+	assert.Equal(t, 2, w.Attempt)
+	assert.Equal(t, "survivor", w.Host)
+	assert.JSONEq(t, `{"host": "survivor"}`, string(w.Result))
+	fi, err := os.Stat(filepath.Join(dir, "2.pid"))
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, fi.ModTime().Sub(killed), 4*time.Second, "the task was placed again before hostLossGrace")
+	// No worker owns the old process any more: its supervisor stops it after hostLossGrace + heartbeatTimeout.
+	waitUntil(t, "the orphaned process to be stopped", 20*time.Second, func() bool { return !alive(first) })
+}
+
+// A host cut off from the server (a proxy between them is cut), with stopAfterDisconnect: it stops its copy of
+// the task before the workflow gives the task up and starts it on another host.
+func TestFault_CutOffHostStopsItsCopyBeforeTheNewOneStarts(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	px := newProxy(t, c.address)
+	require.NoError(t, c.startWorkerVia("cut", px.addr(), "--pool", "p"))
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: selfstop
+pool: p
+heartbeatTimeout: 2s
+hostLossGrace: 8s
+stopAfterDisconnect: 3s
+stopGracePeriod: 1s
+command: [sh, -c, 'date +%%s%%N > %[1]s/$CLUSTERRUN_ATTEMPT.start; trap "date +%%s%%N > %[1]s/$CLUSTERRUN_ATTEMPT.end; exit 0" TERM; while [ ! -e %[1]s/go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT, \"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 2, backoff: 100ms}}}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	readInt(t, filepath.Join(dir, "1.start"), time.Minute)
+	require.NoError(t, c.startWorker("direct", "--pool", "p"))
+
+	px.setCut(true)
+	secondStart := readInt(t, filepath.Join(dir, "2.start"), time.Minute)
+	firstEnd := readInt(t, filepath.Join(dir, "1.end"), time.Second)
+	assert.Less(t, firstEnd, secondStart, "the new copy started before the cut-off host had stopped its own")
+	t.Logf("the cut-off copy ended %s before the new one started", time.Duration(secondStart-firstEnd))
+
+	px.setCut(false)
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"attempt": 2, "host": "direct"}`, string(st.Task("worker-0").Result))
+}
+
+// Without stopAfterDisconnect a cut-off host keeps its copy: two copies run while the partition lasts. The old
+// one cannot act for the new attempt (its stop request is ignored, and it cannot pass a barrier for it), and
+// the host kills it once it can reach the server again.
+func TestFault_CutOffHostCannotTouchTheNewAttempt(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor")
+	px := newProxy(t, c.address)
+	require.NoError(t, c.startWorkerVia("cut", px.addr(), "--pool", "p"))
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: ghost
+pool: p
+heartbeatTimeout: 2s
+hostLossGrace: 4s
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_ATTEMPT.pid; while [ ! -e %[1]s/go ]; do sleep 0.1; done; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then clusterrun task stop --error ghost; fi; clusterrun task barrier b --timeout 120s || exit 9; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"; sleep 300']
+tasks:
+  chief: {replicas: 1, hosts: [anchor], command: [sh, -c, 'while [ ! -e %[1]s/go ]; do sleep 0.1; done; clusterrun task barrier b --timeout 120s && echo "{}" > "$CLUSTERRUN_RESULT_FILE"']}
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 2, backoff: 100ms}}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	ghost := int(readInt(t, filepath.Join(dir, "1.pid"), time.Minute))
+	require.NoError(t, c.startWorker("direct", "--pool", "p"))
+
+	px.setCut(true)
+	readInt(t, filepath.Join(dir, "2.pid"), time.Minute)
+	assert.True(t, alive(ghost), "without stopAfterDisconnect the cut-off host keeps its copy")
+
+	px.setCut(false)
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err, "the old copy's stop request must not end the run")
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.Nil(t, st.StopRequest)
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	waitUntil(t, "the returning host to kill its old copy", 30*time.Second, func() bool { return !alive(ghost) })
+}
+
+// A task that writes nothing and reports no progress for hangTimeout is hung: it gets SIGABRT (Python with
+// PYTHONFAULTHANDLER=1 dumps every thread's stack on it), is stopped, and its restart policy starts it again.
+func TestFault_HungTaskIsSignaledAndRestarted(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	id := runID(t)
+	spec := writeSpec(t, `
+name: hang
+hangTimeout: 2s
+env: {PYTHONFAULTHANDLER: "1"}
+command:
+  - python3
+  - -c
+  - |
+    import json, os, time
+    print("attempt", os.environ["CLUSTERRUN_ATTEMPT"], flush=True)
+    if os.environ["CLUSTERRUN_ATTEMPT"] == "1":
+        time.sleep(600)
+    json.dump({"attempt": 2}, open(os.environ["CLUSTERRUN_RESULT_FILE"], "w"))
+tasks: {worker: {replicas: 1, hosts: [host-b], restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "hung: no output or progress for")
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	stderr := strings.Join(readLines(filepath.Join(env.logDir, id, "attempt_1", "worker-0", "stderr.log")), "\n")
+	assert.Contains(t, stderr, "Fatal Python error: Aborted", "the diagnostic signal reached the task")
+	assert.Contains(t, stderr, "most recent call first", "Python dumped its stack")
+}
+
+// A drained host takes no new tasks, and stays drained across a worker restart; the task it runs goes on to
+// its end. Taken down (--now), a host's tasks are stopped and started again elsewhere by their policy.
+func TestFault_DrainAndTakeDown(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("d1", "--pool", "p"))
+	dir := t.TempDir()
+	long := writeSpec(t, fmt.Sprintf(`
+name: long
+pool: p
+command: [sh, -c, 'echo $$ > %[1]s/long.pid; while [ ! -e %[1]s/long.go ]; do sleep 0.1; done; echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
+tasks: {worker: {replicas: 1}}
+`, dir))
+	longID := runID(t) + "-long"
+	require.Equal(t, 0, c.cli(t, "run", long, "--id", longID, "--detach").code)
+	pid := int(readInt(t, filepath.Join(dir, "long.pid"), time.Minute))
+	require.NoError(t, c.startWorker("d2", "--pool", "p"))
+
+	r := c.cli(t, "drain", "d1")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "host d1 is drained: it takes no new tasks; its 1 running task(s) go on until they end")
+	assert.Contains(t, r.stdout, longID)
+	// Drained stays drained: a restarted worker (an upgrade, say) takes up its task and still takes no new ones.
+	c.stopWorker("d1", syscall.SIGTERM)
+	require.NoError(t, c.startWorker("d1", "--pool", "p"))
+
+	quick := writeSpec(t, `{name: quick, pool: p, command: [sh, -c, 'echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"'], chiefExit: wait, tasks: {worker: {replicas: 4}}}`)
+	quickID := runID(t) + "-quick"
+	require.Equal(t, 0, c.cli(t, "run", quick, "--id", quickID).code)
+	st, err := c.outcome(t, quickID)
+	require.NoError(t, err)
+	for _, task := range st.Tasks {
+		assert.Equal(t, "d2", task.Host, "%s landed on the drained host", task.Name)
+	}
+	assert.True(t, alive(pid), "draining must not touch the running task")
+	touch(t, filepath.Join(dir, "long.go"))
+	st, err = c.outcome(t, longID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"host": "d1"}`, string(st.Task("worker-0").Result), "the running task finished where it ran")
+
+	// Take d2 down now: its task is stopped, fails, and its policy starts it on d1 (undrained).
+	r = c.cli(t, "drain", "d1", "--undo")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "host d1 takes tasks again")
+	c.stopWorker("d1", syscall.SIGTERM) // so the task lands on d2 first
+	moved := writeSpec(t, fmt.Sprintf(`
+name: moved
+pool: p
+command: [sh, -c, 'echo $CLUSTERRUN_ATTEMPT > %[1]s/moved.started; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then exec sleep 300; fi; echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
+stopGracePeriod: 1s
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
+`, dir))
+	movedID := runID(t) + "-moved"
+	require.Equal(t, 0, c.cli(t, "run", moved, "--id", movedID, "--detach").code)
+	readInt(t, filepath.Join(dir, "moved.started"), time.Minute)
+	require.NoError(t, c.startWorker("d1", "--pool", "p"))
+	r = c.cli(t, "drain", "d2", "--now")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "host d2 is drained and its 1 task(s) are being stopped")
+	st, err = c.outcome(t, movedID)
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	assert.JSONEq(t, `{"host": "d1"}`, string(st.Task("worker-0").Result))
+
+	bad := c.cli(t, "drain", "nosuchhost")
+	assert.Equal(t, 1, bad.code)
+	assert.Contains(t, bad.stderr, "host nosuchhost did not answer: is a clusterrun-worker with --host nosuchhost running?")
+	usage := c.cli(t, "drain", "d1", "--now", "--undo")
+	assert.Equal(t, 2, usage.code)
+}
+
+// With --stop-tasks-on-exit, a worker that gets SIGTERM stops its tasks; they end failed, so their policy
+// applies.
+func TestFault_StopTasksOnExit(t *testing.T) {
+	t.Parallel()
+	host := "leaving-" + randomHex(2)
+	require.NoError(t, env.startWorker(host, "--stop-tasks-on-exit"))
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`{name: leaving, command: [sleep, "302"], tasks: {worker: {replicas: 1, hosts: [%s]}}}`, host))
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the task to run", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 302")) == 1 })
+
+	env.stopWorker(host, syscall.SIGTERM)
+	assert.Empty(t, markedProcessesOf(t, "sleep 302"))
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Contains(t, st.Reason, "host worker "+host+" shut down")
+}

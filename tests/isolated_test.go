@@ -1,0 +1,205 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// devServer is a Temporal dev server a test owns outright: it can be SIGKILLed and started again on the same
+// database, as an outage does, without touching any other test.
+type devServer struct {
+	bin, dir string
+	port     int
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+func (s *devServer) address() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// start starts the server (again) and waits until it answers.
+func (s *devServer) start() error {
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	s.cmd = exec.Command(s.bin, "server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port), "--headless",
+		"--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
+		"--search-attribute", workflows.SearchAttrName+"=Keyword", "--search-attribute", workflows.SearchAttrState+"=Keyword")
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	s.done = make(chan struct{})
+	go func() { _ = s.cmd.Wait(); logFile.Close(); close(s.done) }()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := client.Dial(client.Options{HostPort: s.address(), Logger: quietLogger()})
+		if err == nil {
+			_, err = c.CheckHealth(context.Background(), &client.CheckHealthRequest{})
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(filepath.Join(s.dir, "temporal.log"))
+			return fmt.Errorf("dev server exited:\n%s", b)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("dev server on %s did not answer within 90s", s.address())
+}
+
+// kill SIGKILLs the server, as a crash does.
+func (s *devServer) kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.done
+}
+
+// isolated starts a cluster of its own for one test: its own dev server (database in the test's folder), the
+// suite's binaries, and host workers for hosts. Its cleanup stops everything it started and fails the test if
+// a process outlived it.
+func isolated(t *testing.T, hosts ...string) *cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "clusterrun-iso-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := freeTCPPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
+		workers: map[string]*exec.Cmd{}, dev: &devServer{bin: filepath.Join(env.root, "bin", "temporal"), dir: dir, port: port}}
+	if err := c.dev.start(); err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	c.address = c.dev.address()
+	c.client, err = client.Dial(client.Options{HostPort: c.address, Logger: quietLogger()})
+	if err != nil {
+		c.dev.kill()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.stopWorkers()
+		if left := markedProcesses(c.marker, "", 3*time.Second); len(left) > 0 {
+			t.Errorf("processes outlived the test: %s", strings.Join(left, "; "))
+			killMarked(c.marker)
+		}
+		c.client.Close()
+		c.dev.kill()
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("logs of this cluster kept in %s", dir)
+		}
+	})
+	for _, h := range hosts {
+		if err := c.startWorker(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// killMarked SIGKILLs every live process that carries marker.
+func killMarked(marker string) {
+	for _, p := range markedProcesses(marker, "", 0) {
+		var pid int
+		if _, err := fmt.Sscanf(p, "pid %d:", &pid); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// proxy is a TCP proxy between one host worker and the server: cutting it cuts that host off, and only it.
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			in.Close()
+			continue
+		}
+		p.conns[in], p.conns[out] = true, true
+		p.mu.Unlock()
+		go p.pipe(in, out)
+		go p.pipe(out, in)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// setCut cuts the host off (every connection closed, new ones refused) or lets it through again.
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
+}
