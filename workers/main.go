@@ -239,7 +239,10 @@ func run(args []string) error {
 	// Detach (or stop) the tasks while the pollers stop: the RunTasks return, and the workers' stops finish.
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second) }()
+	go func() {
+		defer wg.Done()
+		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
+	}()
 	pollers.stop(&wg)
 	for _, w := range control {
 		wg.Add(1)
