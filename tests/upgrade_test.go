@@ -1,0 +1,109 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// preLeases is the last version of clusterrun before leases: its workers ran tasks as their own children and
+// restarted them through Temporal's retries.
+const preLeases = "4330c3f"
+
+// buildOldWorker builds the pre-lease clusterrun-worker from this repository's history.
+func buildOldWorker(t *testing.T) string {
+	t.Helper()
+	if err := exec.Command("git", "-C", env.root, "cat-file", "-e", preLeases+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in this clone's history (a shallow clone?): the upgrade test needs it", preLeases)
+	}
+	src := t.TempDir()
+	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", env.root, preLeases, src))
+	out, err := archive.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	bin := filepath.Join(src, "old-clusterrun-worker")
+	build := exec.Command("go", "build", "-o", bin, "./workers")
+	build.Dir = src
+	out, err = build.CombinedOutput()
+	require.NoError(t, err, "build the pre-lease worker: %s", out)
+	return bin
+}
+
+// A run started by workers from before leases goes on when its host worker is upgraded in the middle: the new
+// worker replays the run's history the old way (Temporal's retries restart its tasks) and the run completes.
+func TestUpgrade_RunFromBeforeLeasesCompletesOnNewWorkers(t *testing.T) {
+	t.Parallel()
+	oldWorker := buildOldWorker(t)
+	c := isolated(t)
+	host := "upgraded-" + randomHex(2)
+	startOld := func() *exec.Cmd {
+		logFile, err := os.OpenFile(filepath.Join(c.workDir, "old-worker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		require.NoError(t, err)
+		cmd := exec.Command(oldWorker, "--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s")
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker, "PATH="+c.bin+":"+os.Getenv("PATH"))
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		require.NoError(t, cmd.Start())
+		return cmd
+	}
+	old := startOld()
+	t.Cleanup(func() { _ = old.Process.Kill(); _, _ = old.Process.Wait() })
+
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: upgrade
+command: [sh, -c, 'echo $CLUSTERRUN_ATTEMPT > %[1]s/$CLUSTERRUN_TASK.attempt; while [ ! -e %[1]s/go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
+stopGracePeriod: 1s
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 500ms}
+tasks:
+  chief: {replicas: 1, hosts: [%[2]s]}
+  worker: {replicas: 1, hosts: [%[2]s]}
+`, dir, host))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	readInt(t, filepath.Join(dir, "chief-0.attempt"), time.Minute)
+	readInt(t, filepath.Join(dir, "worker-0.attempt"), time.Minute)
+
+	// The upgrade: the old worker stops (as it did then, it stops its tasks, which fail and are retried), and a
+	// worker of this version starts with the same host name.
+	require.NoError(t, old.Process.Signal(syscall.SIGTERM))
+	_, _ = old.Process.Wait()
+	require.NoError(t, c.startWorker(host))
+	waitUntil(t, "the retried tasks to start on the new worker", time.Minute, func() bool {
+		return readIntNow(filepath.Join(dir, "chief-0.attempt")) == 2 && readIntNow(filepath.Join(dir, "worker-0.attempt")) == 2
+	})
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.JSONEq(t, `{"attempt": 2}`, string(st.Task("chief-0").Result))
+
+	// It ran the old way: no lease marker in its history.
+	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if m := ev.GetMarkerRecordedEventAttributes(); m != nil {
+			assert.NotEqual(t, "Version", m.GetMarkerName(), "a run from before leases was switched to leases midway")
+		}
+	}
+}
+
+func readIntNow(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	_, _ = fmt.Sscan(string(b), &n)
+	return n
+}
