@@ -1,5 +1,5 @@
 // Package tests holds clusterrun's end-to-end tests: a real Temporal dev server (the pinned temporal CLI in
-// ../bin, started through testsuite.StartDevServer), real clusterrun-worker processes and real task processes.
+// ../bin), real clusterrun-worker processes and real task processes.
 package tests
 
 import (
@@ -24,8 +24,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -36,13 +34,12 @@ type cluster struct {
 	bin     string // where the binaries under test were built
 	logDir  string
 	address string
-	uiURL   string               // the dev server's Web UI
-	marker  string               // set in every worker's environment, so every task process inherits it
-	server  *testsuite.DevServer // the suite's shared server
-	dev     *devServer           // an isolated cluster's own server, which tests may kill
+	uiURL   string     // the dev server's Web UI
+	marker  string     // set in every worker's environment, so every task process inherits it
+	dev     *devServer // its own server: the suite's, or an isolated cluster's, which tests may kill
 	client  client.Client
 	mu      sync.Mutex
-	workers map[string]*exec.Cmd
+	workers map[string]*owned
 	workDir string
 }
 
@@ -72,7 +69,7 @@ func runSuite(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(work)
 	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
-		marker: randomHex(8), workers: map[string]*exec.Cmd{}}
+		marker: randomHex(8), workers: map[string]*owned{}}
 	for name, pkg := range map[string]string{"clusterrun": "./starter", "clusterrun-worker": "./workers", "clusterrun-shim": "./workers/shim"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(c.bin, name), pkg)
 		build.Dir = root
@@ -81,31 +78,26 @@ func runSuite(m *testing.M) (int, error) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	uiPort, err := freeTCPPort()
 	if err != nil {
 		return 1, err
 	}
-	c.uiURL = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
-	c.server, err = testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath: temporalCLI,
-		EnableUI:     true,
-		UIPort:       fmt.Sprint(uiPort),
-		LogLevel:     "error",
-		// As make up does: clusterrun list shows each run's own state from these.
-		SearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(""),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet("")),
-		Stdout: &bytes.Buffer{},
-		Stderr: &bytes.Buffer{},
-	})
+	port, err := freeTCPPort()
 	if err != nil {
+		return 1, err
+	}
+	c.uiURL = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
+	c.dev = &devServer{bin: temporalCLI, dir: work, port: port, uiPort: uiPort}
+	if err := c.dev.start(); err != nil {
 		return 1, fmt.Errorf("start dev server: %w", err)
 	}
-	defer c.server.Stop()
-	c.client = c.server.Client()
-	c.address = c.server.FrontendHostPort()
+	defer c.dev.kill()
+	c.address = c.dev.address()
+	c.client, err = client.Dial(client.Options{HostPort: c.address, Logger: quietLogger()})
+	if err != nil {
+		return 1, err
+	}
+	defer c.client.Close()
 
 	// Two hosts for the whole suite; tests that kill or stop a worker start their own.
 	for _, h := range []string{"host-a", "host-b"} {
@@ -167,21 +159,22 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.workers[host] = cmd
-	c.mu.Unlock()
 	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
 	before, _ := os.ReadFile(logPath)
 	readyBefore := bytes.Count(before, []byte("clusterrun-worker ready"))
+	w, err := startOwned(cmd)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.workers[host] = w
+	c.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if b, _ := os.ReadFile(logPath); bytes.Count(b, []byte("clusterrun-worker ready")) > readyBefore {
 			return nil
 		}
-		if cmd.ProcessState != nil {
+		if w.exited() {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -193,20 +186,18 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 // stopWorker sends sig to one worker and waits for it to exit.
 func (c *cluster) stopWorker(host string, sig syscall.Signal) {
 	c.mu.Lock()
-	cmd := c.workers[host]
+	w := c.workers[host]
 	delete(c.workers, host)
 	c.mu.Unlock()
-	if cmd == nil {
+	if w == nil {
 		return
 	}
-	_ = cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	_ = w.cmd.Process.Signal(sig)
 	select {
-	case <-done:
+	case <-w.done:
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = w.cmd.Process.Kill()
+		<-w.done
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,13 +20,53 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// devServer is a Temporal dev server a test owns outright: it can be SIGKILLed and started again on the same
-// database, as an outage does, without touching any other test.
+// devServer is a Temporal dev server (the pinned temporal CLI's) that the tests own outright: it can be
+// SIGKILLed and started again on the same database, as an outage does, without touching any other test. (The
+// SDK's testsuite.DevServer stops with SIGINT and cannot be started again on its database.) It dies with the
+// test binary, even one that panics.
 type devServer struct {
 	bin, dir string
 	port     int
-	cmd      *exec.Cmd
-	done     chan struct{}
+	uiPort   int // 0: no Web UI
+	proc     *owned
+}
+
+// owned is a process the test binary started: Pdeathsig ends it when the test binary dies, even by a panic that
+// skips every cleanup. The kernel fires Pdeathsig when the forking *thread* exits, so the process is started
+// and waited for on a goroutine locked to its thread.
+type owned struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startOwned(cmd *exec.Cmd) (*owned, error) {
+	o := &owned{cmd: cmd, done: make(chan struct{})}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, after the process
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(o.done)
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(o.done)
+	}()
+	return o, <-started
+}
+
+func (o *owned) exited() bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *devServer) address() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
@@ -36,17 +77,22 @@ func (s *devServer) start() error {
 	if err != nil {
 		return err
 	}
-	s.cmd = exec.Command(s.bin, "server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port), "--headless",
+	ui := []string{"--headless"}
+	if s.uiPort > 0 {
+		ui = []string{"--ui-port", fmt.Sprint(s.uiPort)}
+	}
+	// As make up does: clusterrun list shows each run's own state from these search attributes.
+	cmd := exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
 		"--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
-		"--search-attribute", workflows.SearchAttrName+"=Keyword", "--search-attribute", workflows.SearchAttrState+"=Keyword")
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		logFile.Close()
+		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p, err := startOwned(cmd)
+	logFile.Close()
+	if err != nil {
 		return err
 	}
-	s.done = make(chan struct{})
-	go func() { _ = s.cmd.Wait(); logFile.Close(); close(s.done) }()
+	s.proc = p
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		c, err := client.Dial(client.Options{HostPort: s.address(), Logger: quietLogger()})
@@ -58,7 +104,7 @@ func (s *devServer) start() error {
 			}
 		}
 		select {
-		case <-s.done:
+		case <-s.proc.done:
 			b, _ := os.ReadFile(filepath.Join(s.dir, "temporal.log"))
 			return fmt.Errorf("dev server exited:\n%s", b)
 		case <-time.After(200 * time.Millisecond):
@@ -69,11 +115,11 @@ func (s *devServer) start() error {
 
 // kill SIGKILLs the server, as a crash does.
 func (s *devServer) kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
+	_ = syscall.Kill(-s.proc.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.proc.done
 }
 
 // isolated starts a cluster of its own for one test: its own dev server (database in the test's folder), the
@@ -90,7 +136,7 @@ func isolated(t *testing.T, hosts ...string) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
-		workers: map[string]*exec.Cmd{}, dev: &devServer{bin: filepath.Join(env.root, "bin", "temporal"), dir: dir, port: port}}
+		workers: map[string]*owned{}, dev: &devServer{bin: filepath.Join(env.root, "bin", "temporal"), dir: dir, port: port}}
 	if err := c.dev.start(); err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)

@@ -46,17 +46,15 @@ func TestUpgrade_RunFromBeforeLeasesCompletesOnNewWorkers(t *testing.T) {
 	oldWorker := buildOldWorker(t)
 	c := isolated(t)
 	host := "upgraded-" + randomHex(2)
-	startOld := func() *exec.Cmd {
-		logFile, err := os.OpenFile(filepath.Join(c.workDir, "old-worker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		require.NoError(t, err)
-		cmd := exec.Command(oldWorker, "--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s")
-		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker, "PATH="+c.bin+":"+os.Getenv("PATH"))
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		require.NoError(t, cmd.Start())
-		return cmd
-	}
-	old := startOld()
-	t.Cleanup(func() { _ = old.Process.Kill(); _, _ = old.Process.Wait() })
+	logFile, err := os.OpenFile(filepath.Join(c.workDir, "old-worker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	defer logFile.Close()
+	cmd := exec.Command(oldWorker, "--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s")
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker, "PATH="+c.bin+":"+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	old, err := startOwned(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = old.cmd.Process.Kill(); <-old.done })
 
 	dir := t.TempDir()
 	id := runID(t)
@@ -75,8 +73,8 @@ tasks:
 
 	// The upgrade: the old worker stops (as it did then, it stops its tasks, which fail and are retried), and a
 	// worker of this version starts with the same host name.
-	require.NoError(t, old.Process.Signal(syscall.SIGTERM))
-	_, _ = old.Process.Wait()
+	require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
+	<-old.done
 	require.NoError(t, c.startWorker(host))
 	waitUntil(t, "the retried tasks to start on the new worker", time.Minute, func() bool {
 		return readIntNow(filepath.Join(dir, "chief-0.attempt")) == 2 && readIntNow(filepath.Join(dir, "worker-0.attempt")) == 2

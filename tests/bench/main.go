@@ -11,9 +11,7 @@
 //	e. barrier latency (last arrival → every waiter released) for 8, 64 and 256 tasks over 4 host workers,
 //	   against the design's floor measured the same way (a barrier with one participant)
 //	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
-//	e. barrier latency (last arrival → every waiter released) for 8, 64 and 256 tasks over 4 host workers,
-//	   against the design's floor measured the same way (a barrier with one participant)
-//	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
+//	g. what the work survives: worker restarts, a lost host, a server outage (liveness.go)
 //
 // Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
 package main
@@ -66,6 +64,9 @@ func main() {
 	}
 	if want("f") {
 		barrierScale(dir)
+	}
+	if want("g") {
+		liveness(dir)
 	}
 	fmt.Println()
 	if want("c") && *workerPID > 0 {
@@ -166,22 +167,18 @@ tasks:
 	return out
 }
 
-// idleOverhead measures the host worker's memory and CPU with 64 sleeping tasks against the same worker idle,
-// and slurmstepd + srun for the same 64 tasks.
+// idleOverhead measures, with 64 sleeping tasks, what supervising each costs: its clusterrun-shim and its share
+// of the host worker's growth; and slurmstepd + srun for the same 64 tasks.
 func idleOverhead(dir string, haveSrun bool) {
 	const n = 64
-	rss0, cpu0 := procUsage(*workerPID)
-	spec := write(dir, "idle.yaml", fmt.Sprintf(`{name: bench-idle, command: [sleep, "600"], stopGracePeriod: 2s, tasks: {worker: {replicas: %d, hosts: [%s]}}}`, n, *hostA))
-	idOut, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
-	check(err)
-	id := strings.TrimSpace(string(idOut))
-	waitRunning(id, n)
-	rss1, cpuA := procUsage(*workerPID)
-	time.Sleep(*idleFor)
-	rss2, cpuB := procUsage(*workerPID)
-	_ = exec.Command(*clusterrun, "cancel", id).Run()
-	_ = cpu0
-	ours := fmt.Sprintf("%.0f KiB RSS, %.3f%% of a core", float64(max(rss1, rss2)-rss0)/n, 100*(cpuB-cpuA).Seconds()/idleFor.Seconds()/n)
+	pid := *workerPID
+	if *stateDir != "" { // scenario g may have restarted the worker since
+		if p, err := strconv.Atoi(strings.TrimSpace(string(mustRead(workerPIDFile(*hostA))))); err == nil {
+			pid = p
+		}
+	}
+	rss, pss, cpu := supervisorCost(dir, pid)
+	ours := fmt.Sprintf("%.0f KiB RSS (%.0f KiB PSS), %.3f%% of a core", rss, pss, cpu)
 
 	theirs := "(no srun)"
 	if haveSrun {
@@ -212,7 +209,7 @@ func idleOverhead(dir string, haveSrun bool) {
 		_ = cmd.Wait()
 		theirs = fmt.Sprintf("%.0f KiB RSS, %.3f%% of a core", float64(rss)/n, 100*(cpuB-cpuA).Seconds()/idleFor.Seconds()/n)
 	}
-	fmt.Println("| c. per idle supervised task (64 sleeping tasks on one host) | clusterrun-worker | slurmstepd + srun |")
+	fmt.Println("| c. per idle supervised task (64 sleeping tasks on one host) | clusterrun-shim + worker | slurmstepd + srun |")
 	fmt.Println("| --- | --- | --- |")
 	fmt.Printf("| memory and CPU per task | %s | %s |\n", ours, theirs)
 }
