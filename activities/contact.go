@@ -9,67 +9,85 @@ import (
 	"go.temporal.io/sdk/client"
 )
 
-// contact is whether this host can reach the Temporal server, and since when. A host cannot tell "the server
-// is down" from "I am cut off", so both look the same here: what differs is what the tasks' specs ask for.
+// contact is when this host last heard from the Temporal server. A host cannot tell "the server is down" from "I
+// am cut off", so both look the same here: what differs is what the tasks' specs ask for.
 type contact struct {
-	mu    sync.Mutex
-	ok    bool
-	since time.Time // when the current state began
+	mu     sync.Mutex
+	lastOK time.Time
+	lost   bool // reported as lost (for the log and the reconciler)
 }
 
-// state returns whether the server answers, and since when it does (or does not).
-func (c *contact) state() (bool, time.Time) {
+// heard records an answer from the server; it reports whether contact had been lost, and for how long.
+func (c *contact) heard(now time.Time) (wasLost bool, silence time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ok, c.since
+	wasLost, silence = c.lost, now.Sub(c.lastOK)
+	c.lastOK, c.lost = now, false
+	return wasLost, silence
 }
 
-// set records a probe; it reports whether the state changed, and how long the previous state lasted.
-func (c *contact) set(ok bool, now time.Time) (changed bool, lasted time.Duration) {
+// silence is how long the server has not answered, and whether that newly counts as lost contact.
+func (c *contact) silence(now time.Time, lostAfter time.Duration) (out time.Duration, newlyLost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ok == ok {
-		return false, 0
+	out = now.Sub(c.lastOK)
+	if out >= lostAfter && !c.lost {
+		c.lost, newlyLost = true, true
 	}
-	lasted = now.Sub(c.since)
-	c.ok, c.since = ok, now
-	return true, lasted
+	return out, newlyLost
 }
 
-// probeLoop checks the server's health every ProbeEvery. While there is no contact, tasks whose spec sets
-// stopAfterDisconnect are stopped once the silence has lasted that long; when contact returns, the
-// reconciler runs at once, so a host that was cut off stops what it no longer owns.
+// ok reports whether the server answers.
+func (c *contact) ok() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.lost
+}
+
+// probeTimeout bounds one health check. A loaded server may answer slowly, and a slow answer is contact: silence
+// is measured from the last answer, so a probe that hangs (a black-holed network) still counts as silence.
+const probeTimeout = 30 * time.Second
+
+// probeLoop checks the server's health every ProbeEvery, and every ProbeEvery measures the silence since its last
+// answer: three periods of it count as lost contact (logged; the reconciler waits), and tasks whose spec sets
+// stopAfterDisconnect are stopped once the silence has lasted that long. When an answer comes after lost contact,
+// the reconciler runs at once, so a host that was cut off stops what it no longer owns.
 func (h *Host) probeLoop(ctx context.Context) {
 	every := h.ProbeEvery
 	if every <= 0 {
 		every = time.Second
 	}
+	go func() {
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			_, err := h.Client.CheckHealth(pctx, &client.CheckHealthRequest{})
+			cancel()
+			if err == nil {
+				if wasLost, silence := h.contact.heard(time.Now()); wasLost {
+					h.Logger.Info("contact with the Temporal server is back", "after", silence.Round(time.Millisecond))
+					h.reconcileNow()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(every):
+			}
+		}
+	}()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, max(every, 2*time.Second))
-		_, err := h.Client.CheckHealth(pctx, &client.CheckHealthRequest{})
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		now := time.Now()
-		changed, lasted := h.contact.set(err == nil, now)
-		switch {
-		case changed && err != nil:
-			h.Logger.Warn("lost contact with the Temporal server; tasks keep running", "error", err)
-		case changed:
-			h.Logger.Info("contact with the Temporal server is back", "after", lasted.Round(time.Millisecond))
-			h.reconcileNow()
-		}
-		if err != nil {
-			_, since := h.contact.state()
-			h.stopDisconnected(now.Sub(since))
+		case now := <-tick.C:
+			out, newlyLost := h.contact.silence(now, 3*every)
+			if newlyLost {
+				h.Logger.Warn("lost contact with the Temporal server; tasks keep running", "silentFor", out.Round(time.Millisecond))
+			}
+			if out >= 3*every {
+				h.stopDisconnected(out)
+			}
 		}
 	}
 }

@@ -2,55 +2,105 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// heartbeater records heartbeats on its own goroutine: RecordHeartbeat can block on an RPC, and a lease's main
-// loop must stay free to react to its process and to stop requests.
+// verdict is what a heartbeat's answer says about the lease.
+type verdict int
+
+const (
+	leaseCanceled verdict = iota + 1 // the run asked to cancel it: stop the process
+	leaseGone                        // the server no longer knows the lease (it timed it out): give it up
+)
+
+// heartbeater records a lease's heartbeats on its own goroutine, through the client and the activity's task
+// token rather than through the SDK's activity.RecordHeartbeat. The SDK cancels an activity when one heartbeat
+// RPC outlasts its throttle interval, which on a loaded server ends leases whose tasks are healthy and whose
+// server has not given up on them. Here a slow or failed RPC is only slow: the lease ends on the server's
+// verdict, a cancel request or "not found" (it timed the lease out), and on nothing else.
 type heartbeater struct {
+	client client.Client
+	token  []byte
+	every  time.Duration
+	logger log.Logger
+
 	mu      sync.Mutex
 	details workflows.HeartbeatDetails
 	refresh func(*workflows.HeartbeatDetails)
 	kick    chan struct{}
 	done    chan struct{}
+	verdict chan verdict
 	wg      sync.WaitGroup
 }
 
-func startHeartbeats(ctx context.Context, every time.Duration, d workflows.HeartbeatDetails) *heartbeater {
-	b := &heartbeater{details: d, kick: make(chan struct{}, 1), done: make(chan struct{})}
+// startHeartbeats heartbeats for the activity of ctx every heartbeatTimeout/4, and at once on update.
+func (h *Host) startHeartbeats(ctx context.Context, d workflows.HeartbeatDetails) *heartbeater {
+	info := activity.GetInfo(ctx)
+	b := &heartbeater{client: h.Client, token: info.TaskToken, every: heartbeatEvery(info.HeartbeatTimeout), logger: h.Logger,
+		details: d, kick: make(chan struct{}, 1), done: make(chan struct{}), verdict: make(chan verdict, 1)}
 	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		// No beat at once: the SDK sends a lease's first heartbeat immediately but holds each later one for its
-		// throttle interval (0.8 × heartbeatTimeout). Keeping the first for the process start (the kick) shows
-		// its pid in the Web UI and in status at once; the ticker beats in time should the rendezvous be slow.
-		for {
-			select {
-			case <-tick.C:
-			case <-b.kick:
-			case <-b.done:
-				return
-			case <-ctx.Done():
-				return
-			}
-			b.mu.Lock()
-			if b.refresh != nil {
-				b.refresh(&b.details)
-			}
-			d := b.details
-			b.mu.Unlock()
-			activity.RecordHeartbeat(ctx, d)
-		}
-	}()
+	go b.loop()
 	return b
 }
+
+func (b *heartbeater) loop() {
+	defer b.wg.Done()
+	tick := time.NewTicker(b.every)
+	defer tick.Stop()
+	// No beat at once: the first is kept for the process start (the kick), so its pid shows at once; the ticker
+	// beats in time should the rendezvous be slow.
+	for {
+		select {
+		case <-tick.C:
+		case <-b.kick:
+		case <-b.done:
+			return
+		}
+		b.mu.Lock()
+		if b.refresh != nil {
+			b.refresh(&b.details)
+		}
+		d := b.details
+		b.mu.Unlock()
+		// An RPC may take as long as the period: the next beat waits for it, so beats never pile up.
+		ctx, cancel := context.WithTimeout(context.Background(), max(b.every, 2*time.Second))
+		err := b.client.RecordActivityHeartbeat(ctx, b.token, d)
+		cancel()
+		var canceled *temporal.CanceledError
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+		case errors.As(err, &canceled):
+			b.say(leaseCanceled)
+			return
+		case errors.As(err, &notFound), errors.Is(err, activity.ErrActivityPaused), errors.Is(err, activity.ErrActivityReset):
+			b.say(leaseGone)
+			return
+		default:
+			b.logger.Debug("heartbeat failed; the lease holds until the server says otherwise", "task", d.Task, "error", err)
+		}
+	}
+}
+
+func (b *heartbeater) say(v verdict) {
+	select {
+	case b.verdict <- v:
+	default:
+	}
+}
+
+// verdicts yields the server's verdict on the lease, once.
+func (b *heartbeater) verdicts() <-chan verdict { return b.verdict }
 
 // update changes the details now, sets what to refresh before each later beat, and beats at once.
 func (b *heartbeater) update(now, refresh func(*workflows.HeartbeatDetails)) {

@@ -79,7 +79,7 @@ func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Hos
 	h.placements.send = func(ctx context.Context, workflowID, runID string, items []workflows.Placement) error {
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
 	}
-	h.contact.ok, h.contact.since = true, time.Now()
+	h.contact.lastOK = time.Now()
 	return h
 }
 

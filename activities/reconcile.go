@@ -31,7 +31,7 @@ func (h *Host) reconcileLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-h.kick:
 		}
-		if ok, _ := h.contact.state(); ok {
+		if h.contact.ok() {
 			h.reconcile(ctx)
 		}
 	}

@@ -105,8 +105,8 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 		return workflows.ClusterMap{}, nil, &ending{res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, e.ref.Task, err)}
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	hb := startHeartbeats(ctx, heartbeatEvery(activity.GetInfo(ctx).HeartbeatTimeout),
-		workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, Lease: max(in.Lease, 1), Phase: "rendezvous"})
+	hb := h.startHeartbeats(ctx, workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt,
+		Lease: max(in.Lease, 1), Phase: "rendezvous"})
 	defer hb.stop()
 	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
 		Host: h.Name, Addr: h.Addr, Port: port}
@@ -128,9 +128,15 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 		return end(h.stoppedBeforeStart(ctx, in, e, res))
 	case <-holder:
 		return end(&ending{res, detachedError(fmt.Sprintf("host worker %s is shutting down; %s was not started", h.Name, e.ref.Task), res)})
+	case v := <-hb.verdicts():
+		if v == leaseGone && in.Leased() {
+			return end(&ending{res, detachedError("the server no longer knows this lease; "+e.ref.Task+" was not started", res)})
+		}
+		res.Stopped = true
+		return end(&ending{res, temporal.NewCanceledError(res)})
 	case <-ctx.Done():
-		if in.Leased() && !canceledByRun(ctx) {
-			return end(&ending{res, detachedError(lostContact(ctx)+"; "+e.ref.Task+" was not started", res)})
+		if in.Leased() {
+			return end(&ending{res, detachedError(leaseEnded(ctx)+"; "+e.ref.Task+" was not started", res)})
 		}
 		res.Stopped = true
 		return end(&ending{res, temporal.NewCanceledError(res)})
@@ -244,8 +250,8 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 	res := workflows.TaskResult{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, PID: st.PID}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	stdout, stderr := filepath.Join(logs, "stdout.log"), filepath.Join(logs, "stderr.log")
-	hb := startHeartbeats(ctx, heartbeatEvery(activity.GetInfo(ctx).HeartbeatTimeout),
-		workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, PID: st.PID, Attempt: e.ref.Attempt, Lease: lease, Phase: "running"})
+	hb := h.startHeartbeats(ctx, workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, PID: st.PID, Attempt: e.ref.Attempt,
+		Lease: lease, Phase: "running"})
 	hb.update(func(*workflows.HeartbeatDetails) {}, func(d *workflows.HeartbeatDetails) {
 		d.Last = lastLine(stdout, stderr)
 		d.Progress = e.lastProgress()
@@ -264,17 +270,39 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 			return h.report(ctx, in, e)
 		}
 		return res, detachedError(h.whyLetGo(e, lease), res)
-	case <-ctx.Done():
-		if canceledByRun(ctx) || e.legacy {
-			// The run is stopping and StopTasks did not reach this host first (or, before leases, the SDK gave
+	case v := <-hb.verdicts():
+		if v == leaseCanceled || e.legacy {
+			// The run is stopping and StopTasks did not reach this host first (or, before leases, the server gave
 			// the attempt up). Either way the process must not outlive this lease.
+			h.stopEntry(e, stopByRun, "canceled", e.grace)
+			<-e.ended
+			return h.reportLease(in, e, v)
+		}
+		e.letGo(lease)
+		return res, detachedError("the server no longer knows lease "+strconv.Itoa(lease)+" (it timed it out); the task goes on running on "+h.Name, res)
+	case <-ctx.Done():
+		if e.legacy {
 			h.stopEntry(e, stopByRun, "canceled", e.grace)
 			<-e.ended
 			return h.report(ctx, in, e)
 		}
 		e.letGo(lease)
-		return res, detachedError(lostContact(ctx)+"; the task goes on running on "+h.Name, res)
+		return res, detachedError(leaseEnded(ctx)+"; the task goes on running on "+h.Name, res)
 	}
+}
+
+// reportLease reports an attempt its lease stopped on the server's word: a cancellation is Canceled; a lease
+// of a run started before leases that the server gave up failed, as it did then.
+func (h *Host) reportLease(in workflows.RunTaskInput, e *entry, v verdict) (workflows.TaskResult, error) {
+	res, err := h.report(context.Background(), in, e)
+	if !res.Stopped {
+		return res, err
+	}
+	if v == leaseGone {
+		res.Stopped, res.Error = false, "lost contact with the Temporal server (it no longer knows this attempt)"
+		return res, temporal.NewApplicationError(fmt.Sprintf("%s on %s was stopped: %s", e.ref.Task, h.Name, res.Error), workflows.ErrTaskFailed, res)
+	}
+	return res, temporal.NewCanceledError(res)
 }
 
 // whyLetGo says why lease lost its hold on e.
@@ -288,20 +316,13 @@ func (h *Host) whyLetGo(e *entry, lease int) string {
 	return fmt.Sprintf("host worker %s is shutting down; %s goes on running for its next worker", h.Name, e.ref.Task)
 }
 
-// canceledByRun says the activity's context was canceled because the workflow asked (not because the SDK gave
-// the activity up after failed heartbeats, or because the server no longer knows it).
-func canceledByRun(ctx context.Context) bool {
-	var canceled *temporal.CanceledError
-	return errors.As(context.Cause(ctx), &canceled)
-}
-
-// lostContact explains a canceled activity context that is not a cancellation request from the run.
-func lostContact(ctx context.Context) string {
-	cause := context.Cause(ctx)
-	if cause == nil || errors.Is(cause, context.Canceled) {
-		return "the lease ended (the host worker is stopping)"
+// leaseEnded explains an activity context that ended: this lease does not heartbeat through the SDK, so only
+// the worker's stop or the activity's own deadline end it.
+func leaseEnded(ctx context.Context) string {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return "the lease ended (" + cause.Error() + ")"
 	}
-	return "lost contact with the Temporal server (heartbeat failed: " + cause.Error() + ")"
+	return "the lease ended (the host worker is stopping)"
 }
 
 func detachedError(msg string, res workflows.TaskResult) error {
@@ -322,10 +343,6 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 	case x.Stopped && x.By == stopByRun:
 		res.Stopped = true
 		if ctx.Err() != nil {
-			if e.legacy && !canceledByRun(ctx) {
-				res.Stopped, res.Error = false, lostContact(ctx)
-				return res, temporal.NewApplicationError(fmt.Sprintf("%s on %s was stopped: %s", e.ref.Task, h.Name, res.Error), workflows.ErrTaskFailed, res)
-			}
 			return res, temporal.NewCanceledError(res)
 		}
 		return res, nil
@@ -340,11 +357,11 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 	return res, workflows.AttemptOutcome(in, res)
 }
 
-// heartbeatEvery picks the heartbeat period: often enough that a beat lands well within the timeout (the SDK
-// throttles what actually goes out to 0.8 × the timeout).
+// heartbeatEvery picks the heartbeat period: half the timeout, so a beat whose RPC is as slow as a period
+// still lands within it, at about the SDK's own rate (it sends at most one per 0.8 × the timeout).
 func heartbeatEvery(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
 		return 5 * time.Second
 	}
-	return max(timeout/4, 100*time.Millisecond)
+	return max(timeout/2, 100*time.Millisecond)
 }

@@ -67,8 +67,9 @@ type fakeServer struct {
 	host *Host
 
 	mu        sync.Mutex
-	unhealthy bool
-	ended     bool
+	unhealthy    bool
+	ended        bool
+	heartbeatErr error
 	status    *workflows.RunStatus
 	signals   []any
 }
@@ -87,6 +88,13 @@ func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string,
 		}
 	}
 	return nil
+}
+
+// RecordActivityHeartbeat answers a lease's heartbeat with heartbeatErr (nil, a cancellation, not found).
+func (c *fakeServer) RecordActivityHeartbeat(context.Context, []byte, ...interface{}) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heartbeatErr
 }
 
 func (c *fakeServer) CheckHealth(context.Context, *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
@@ -433,12 +441,39 @@ func TestReconcile_StopsWhatTheRunNoLongerCountsAsOurs(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "its record is gone")
 }
 
-func TestCanceledByRun(t *testing.T) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(temporal.NewCanceledError())
-	assert.True(t, canceledByRun(ctx))
-	ctx, cancel = context.WithCancelCause(context.Background())
-	cancel(serviceerror.NewUnavailable("connection refused"))
-	assert.False(t, canceledByRun(ctx))
-	assert.Contains(t, lostContact(ctx), "lost contact with the Temporal server (heartbeat failed: connection refused)")
+// A lease ends on the server's verdict only: a failing heartbeat RPC keeps it; "not found" (the server timed
+// the lease out) gives it up and the task runs on; a cancellation stops the task.
+func TestRunTask_LeaseEndsOnTheServersVerdict(t *testing.T) {
+	a := newHarness(t)
+	a.server.mu.Lock()
+	a.server.heartbeatErr = serviceerror.NewUnavailable("connection refused")
+	a.server.mu.Unlock()
+	tk := taskSpec("sleep", "300")
+	in := leased(tk)
+	wait := a.run(in)
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	pid := a.host.reg.all()[0].process().PID
+	time.Sleep(300 * time.Millisecond)
+	held, _ := a.host.reg.all()[0].held()
+	assert.True(t, held, "a failing heartbeat RPC is no verdict: the lease holds")
+
+	a.server.mu.Lock()
+	a.server.heartbeatErr = serviceerror.NewNotFound("activity not found")
+	a.server.mu.Unlock()
+	_, err := wait()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskDetached, e.Type())
+	assert.Contains(t, e.Message(), "the server no longer knows lease 1")
+	assert.True(t, alive(pid), "the task runs on for the next lease")
+
+	a.server.mu.Lock()
+	a.server.heartbeatErr = temporal.NewCanceledError()
+	a.server.mu.Unlock()
+	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	res, err := a.run(in)()
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, err, &canceled)
+	require.NoError(t, canceled.Details(&res))
+	assert.True(t, res.Stopped)
+	assert.False(t, alive(pid))
 }

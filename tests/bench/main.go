@@ -357,11 +357,18 @@ func runBarriersRaw(dir string, n, k int) (lat []time.Duration, history, signals
 		Reason string
 		Tasks  []struct{ Name string }
 	}
+	failures := 0
 	for {
 		out, err := exec.Command(*clusterrun, "status", id, "--json").Output()
 		if err != nil {
+			// A query can time out while 256 tasks start on 2 cores; only a lasting failure is one.
+			if failures++; failures < 30 {
+				time.Sleep(time.Second)
+				continue
+			}
 			return nil, 0, 0, 0, fmt.Errorf("status of %s: %w", id, err)
 		}
+		failures = 0
 		if err := json.Unmarshal(out, &st); err != nil {
 			return nil, 0, 0, 0, err
 		}
