@@ -66,12 +66,12 @@ type fakeServer struct {
 	client.Client
 	host *Host
 
-	mu        sync.Mutex
+	mu           sync.Mutex
 	unhealthy    bool
 	ended        bool
 	heartbeatErr error
-	status    *workflows.RunStatus
-	signals   []any
+	status       *workflows.RunStatus
+	signals      []any
 }
 
 func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string, arg interface{}) error {
