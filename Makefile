@@ -34,7 +34,7 @@ $(WORKFLOWCHECK):
 build:
 	$(GO) build -o $(BIN)/clusterrun ./starter
 	$(GO) build -o $(BIN)/clusterrun-worker ./workers
-	$(GO) build -o $(BIN)/clusterrun-shim ./workers/shim
+	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/shim
 
 # The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.
 up: $(TEMPORAL) build

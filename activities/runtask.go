@@ -43,11 +43,17 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 		return h.hold(ctx, in, e, lease, holder)
 	}
 	defer e.letGo(lease)
+	pending, err := h.spawnShim(e)
+	if err != nil {
+		h.forget(e)
+		return res, fmt.Errorf("start the supervisor of %s on %s: %w", e.ref.Task, h.Name, err)
+	}
 	cluster, ln, end := h.rendezvous(ctx, in, e, holder, res)
 	if end != nil {
+		h.abortShim(e, pending)
 		return end.res, end.err
 	}
-	if end := h.start(ctx, in, e, cluster, ln, res); end != nil {
+	if end := h.start(ctx, in, e, pending, cluster, ln, res); end != nil {
 		return end.res, end.err
 	}
 	return h.hold(ctx, in, e, lease, holder)
@@ -164,12 +170,17 @@ func (h *Host) stoppedBeforeStart(ctx context.Context, in workflows.RunTaskInput
 	return &ending{res, nil}
 }
 
-// start prepares the attempt's log folder and control socket, builds its environment and starts the process
-// under its supervisor.
-func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, cluster workflows.ClusterMap, ln net.Listener, res workflows.TaskResult) *ending {
+// start prepares the attempt's log folder and control socket, builds its environment and has its supervisor
+// (spawned during the rendezvous) start the process.
+func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, pending *shim.Pending, cluster workflows.ClusterMap,
+	ln net.Listener, res workflows.TaskResult) *ending {
+	launched := false
 	fail := func(err error) *ending {
 		ln.Close()
 		h.closeControl(e)
+		if !launched {
+			h.abortShim(e, pending)
+		}
 		h.forget(e)
 		return &ending{res, err}
 	}
@@ -187,7 +198,8 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, c
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path}, cluster)
 
 	ln.Close()
-	st, err := h.launch(e, in.Task.Command, env, in.Task.WorkingDir, activity.GetInfo(ctx).HeartbeatTimeout)
+	launched = true
+	st, err := h.launch(e, pending, in.Task.Command, env, in.Task.WorkingDir, activity.GetInfo(ctx).HeartbeatTimeout)
 	var se *shim.StartError
 	switch {
 	case errors.As(err, &se):

@@ -41,25 +41,45 @@ func (h *Host) socketFolder(key string) string { return filepath.Join(SocketDir(
 
 func (h *Host) shimClient(e *entry) shim.Client { return shim.Client{Socket: e.shimSocket} }
 
-// launch starts an attempt's process under a new supervisor: it writes the record, serves the control socket
-// and starts clusterrun-shim, which starts the task. heartbeatTimeout bounds, with hostLossGrace, how long the
-// task may live on without a worker (the shim's orphan bound).
-func (h *Host) launch(e *entry, argv, env []string, dir string, heartbeatTimeout time.Duration) (shim.Started, error) {
+// spawnShim starts an attempt's supervisor ahead of its task, while the attempt waits for the rendezvous, so
+// that at the release only the task's own fork is left to do.
+func (h *Host) spawnShim(e *entry) (*shim.Pending, error) {
 	rec := h.recordDir(e.key)
 	_ = os.RemoveAll(rec) // an earlier try of this attempt that never started
 	if err := os.MkdirAll(rec, 0o700); err != nil {
-		return shim.Started{}, err
+		return nil, err
 	}
+	// One processor is plenty for a supervisor, and its runtime starts with fewer threads.
+	p, err := shim.Spawn(h.Shim, rec, append(os.Environ(), "GOMAXPROCS=1"))
+	if err != nil {
+		_ = os.RemoveAll(rec)
+		return nil, err
+	}
+	return p, nil
+}
+
+// abortShim ends a supervisor whose task will not start, and its record.
+func (h *Host) abortShim(e *entry, p *shim.Pending) {
+	p.Abort()
+	_ = os.RemoveAll(h.recordDir(e.key))
+}
+
+// launch starts an attempt's process under its supervisor: it writes the record, then hands the supervisor the
+// task's config. heartbeatTimeout bounds, with hostLossGrace, how long the task may live on without a worker
+// (the supervisor's orphan bound).
+func (h *Host) launch(e *entry, p *shim.Pending, argv, env []string, dir string, heartbeatTimeout time.Duration) (shim.Started, error) {
+	rec := h.recordDir(e.key)
 	e.shimSocket = filepath.Join(h.socketFolder(e.key), "shim.sock")
 	err := writeRecord(rec, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
 		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket})
 	if err != nil {
+		h.abortShim(e, p)
 		return shim.Started{}, err
 	}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	cfg := shim.Config{Argv: argv, Env: env, Dir: dir,
 		Stdout: filepath.Join(logs, "stdout.log"), Stderr: filepath.Join(logs, "stderr.log"),
-		Socket: h.shimClient(e).Socket, Grace: e.grace,
+		Socket: e.shimSocket, Grace: e.grace,
 		OrphanAfter: e.task.HostLossGrace + heartbeatTimeout}
 	if e.legacy {
 		cfg.OrphanAfter = legacyOrphanAfter
@@ -67,10 +87,7 @@ func (h *Host) launch(e *entry, argv, env []string, dir string, heartbeatTimeout
 	if h.CgroupParent != "" {
 		cfg.Cgroup = filepath.Join(h.CgroupParent, h.Name+"."+e.key)
 	}
-	if err := shim.WriteConfig(rec, cfg); err != nil {
-		return shim.Started{}, err
-	}
-	st, err := shim.Launch(h.Shim, rec, os.Environ())
+	st, err := p.Start(cfg)
 	if err != nil {
 		_ = os.RemoveAll(rec)
 		return st, err
@@ -160,6 +177,11 @@ func (h *Host) recover() {
 	for _, dir := range dirs {
 		var rec taskRecord
 		if err := readRecord(dir, &rec); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// An attempt whose worker died during its rendezvous: its supervisor ended with it.
+				_ = os.RemoveAll(dir)
+				continue
+			}
 			h.Logger.Warn("dropping an unreadable task record", "dir", dir, "error", err)
 			_ = os.RemoveAll(dir)
 			continue

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +13,18 @@ import (
 
 // BenchmarkLaunch starts and waits for one trivial task under a shim per iteration: the supervisor's cost per
 // task launch, to set against BenchmarkDirectStart.
-func BenchmarkLaunch(b *testing.B) {
+func BenchmarkLaunch(b *testing.B) { benchLaunch(b, "") }
+
+// BenchmarkLaunchCgroup is BenchmarkLaunch with a cgroup per task.
+func BenchmarkLaunchCgroup(b *testing.B) {
+	parent, err := proc.CgroupParent()
+	if err != nil {
+		b.Skip(err)
+	}
+	benchLaunch(b, parent)
+}
+
+func benchLaunch(b *testing.B, cgroupParent string) {
 	sockDir, _ := os.MkdirTemp("", "shimb")
 	defer os.RemoveAll(sockDir)
 	shimBin := filepath.Join(b.TempDir(), "clusterrun-shim")
@@ -21,6 +33,9 @@ func BenchmarkLaunch(b *testing.B) {
 		dir := b.TempDir()
 		cfg := Config{Argv: []string{"true"}, Env: os.Environ(), Stdout: filepath.Join(dir, "out"), Stderr: filepath.Join(dir, "err"),
 			Socket: filepath.Join(sockDir, "s.sock")}
+		if cgroupParent != "" {
+			cfg.Cgroup = filepath.Join(cgroupParent, fmt.Sprintf("bench-%d-%d", os.Getpid(), i))
+		}
 		if err := WriteConfig(dir, cfg); err != nil {
 			b.Fatal(err)
 		}

@@ -26,46 +26,114 @@ const StartTimeout = 30 * time.Second
 // The shim runs in a session of its own and with no Pdeathsig, so it outlives the caller; the caller reaps it
 // if it ends first.
 func Launch(command []string, dir string, env []string) (Started, error) {
-	r, w, err := os.Pipe()
+	p, err := spawn(command, dir, env, false)
 	if err != nil {
 		return Started{}, err
 	}
-	defer r.Close()
+	return p.started()
+}
+
+// Pending is a shim spawned ahead of its task (Spawn): its start-up is paid for while the task waits for the
+// rendezvous, and Start then only forks the task.
+type Pending struct {
+	dir    string
+	cmd    *exec.Cmd
+	config *os.File // the shim's stdin: the config goes there
+	ready  *os.File // the shim's report
+	ended  chan struct{}
+}
+
+// Spawn starts a shim for the record folder dir, which holds no Config yet: the shim waits for one from Start.
+// Abort (or the caller's death) ends it.
+func Spawn(command []string, dir string, env []string) (*Pending, error) {
+	return spawn(command, dir, env, true)
+}
+
+// Start hands the shim its task's config and returns once the task runs (or with a *StartError).
+func (p *Pending) Start(cfg Config) (Started, error) {
+	b, err := json.Marshal(cfg)
+	if err == nil {
+		_, err = p.config.Write(append(b, '\n'))
+	}
+	p.config.Close()
+	if err != nil {
+		p.ready.Close()
+		return Started{}, fmt.Errorf("hand the task supervisor its config: %w", err)
+	}
+	return p.started()
+}
+
+// Abort ends a shim whose task will not start.
+func (p *Pending) Abort() {
+	p.config.Close()
+	p.ready.Close()
+}
+
+func spawn(command []string, dir string, env []string, pending bool) (*Pending, error) {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{dir: dir, ready: readyR, ended: make(chan struct{})}
+	var configR *os.File
+	if pending {
+		if configR, p.config, err = os.Pipe(); err != nil {
+			readyR.Close()
+			readyW.Close()
+			return nil, err
+		}
+	}
 	logFile, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		w.Close()
-		return Started{}, err
+		readyR.Close()
+		readyW.Close()
+		return nil, err
 	}
 	defer logFile.Close()
 	args := append(append([]string(nil), command[1:]...), "--ready-fd", "3", dir)
-	cmd := exec.Command(command[0], args...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.ExtraFiles = []*os.File{w}
-	// A session of its own: no signal meant for the worker's group or terminal reaches the shim.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		return Started{}, fmt.Errorf("start the task supervisor %s: %w", command[0], err)
+	p.cmd = exec.Command(command[0], args...)
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if configR != nil {
+		p.cmd.Stdin = configR
 	}
-	go func() { _ = cmd.Wait() }() // reap the shim if it ends while this process lives
+	p.cmd.ExtraFiles = []*os.File{readyW}
+	// A session of its own: no signal meant for the worker's group or terminal reaches the shim.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = p.cmd.Start()
+	readyW.Close()
+	if configR != nil {
+		configR.Close()
+	}
+	if err != nil {
+		readyR.Close()
+		if p.config != nil {
+			p.config.Close()
+		}
+		return nil, fmt.Errorf("start the task supervisor %s: %w", command[0], err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.ended) }() // reap the shim if it ends while this process lives
+	return p, nil
+}
 
+// started reads the shim's report: the task runs, or why it could not start.
+func (p *Pending) started() (Started, error) {
+	defer p.ready.Close()
 	line := make(chan []byte, 1)
 	go func() {
-		b, _ := bufio.NewReader(r).ReadBytes('\n')
+		b, _ := bufio.NewReader(p.ready).ReadBytes('\n')
 		line <- b
 	}()
 	var b []byte
 	select {
 	case b = <-line:
 	case <-time.After(StartTimeout):
-		_ = cmd.Process.Kill()
-		return Started{}, fmt.Errorf("the task supervisor did not report within %s (see %s)", StartTimeout, filepath.Join(dir, LogFile))
+		_ = p.cmd.Process.Kill()
+		return Started{}, fmt.Errorf("the task supervisor did not report within %s (see %s)", StartTimeout, filepath.Join(p.dir, LogFile))
 	}
 	var m message
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Started{}, fmt.Errorf("the task supervisor ended without starting the task (see %s)", filepath.Join(dir, LogFile))
+		return Started{}, fmt.Errorf("the task supervisor ended without starting the task (see %s)", filepath.Join(p.dir, LogFile))
 	}
 	switch {
 	case m.StartFailed:
@@ -223,6 +291,6 @@ func Reap(dir, reason string) Exit {
 		}
 	}
 	x := Exit{Code: -1, By: ByReap, Reason: reason, EndedAt: time.Now()}
-	_ = writeJSON(filepath.Join(dir, ExitFile), x)
+	_ = writeJSON(filepath.Join(dir, ExitFile), x, true)
 	return x
 }

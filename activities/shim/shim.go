@@ -114,7 +114,10 @@ func ReadConfig(dir string) (Config, error) {
 }
 
 // WriteConfig writes the Config of a record folder (readable by its owner only: the environment may hold secrets).
-func WriteConfig(dir string, c Config) error { return writeJSON(filepath.Join(dir, ConfigFile), c) }
+// It is not synced: a crash before the task starts leaves nothing to recover.
+func WriteConfig(dir string, c Config) error {
+	return writeJSON(filepath.Join(dir, ConfigFile), c, false)
+}
 
 // ReadStarted reads proc.json; ok is false when the task never started.
 func ReadStarted(dir string) (s Started, ok bool, err error) {
@@ -145,9 +148,10 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// writeJSON writes v to path atomically and durably: a temporary file, fsync, rename, fsync of the folder. A
-// crash leaves either the old file or the new one, never half of one.
-func writeJSON(path string, v any) error {
+// writeJSON writes v to path atomically: a temporary file renamed into place, so a reader sees the old file or
+// the new one, never half of one. durable adds an fsync of the file and of its folder, so the file survives a
+// crash of the machine too.
+func writeJSON(path string, v any, durable bool) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -161,9 +165,11 @@ func writeJSON(path string, v any) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -171,7 +177,7 @@ func writeJSON(path string, v any) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil && durable {
 		_ = d.Sync()
 		d.Close()
 	}

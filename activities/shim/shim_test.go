@@ -361,3 +361,44 @@ func TestShim_StopWithADiagnosticSignalFirst(t *testing.T) {
 	assert.True(t, x.Stopped)
 	assert.Equal(t, "hang", x.By)
 }
+
+// A shim spawned ahead of its task waits for its config, then starts the task at once.
+func TestShim_SpawnedAheadStartsOnItsConfig(t *testing.T) {
+	dir, cfg := record(t, `echo "$X"`, func(c *Config) { c.Env = append(c.Env, "X=from the config") })
+	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)), "a spawned shim's config comes later")
+	p, err := Spawn(shimCommand(), dir, shimEnv())
+	require.NoError(t, err)
+	st, err := p.Start(cfg)
+	require.NoError(t, err)
+	assert.NotZero(t, st.PID)
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	assert.Equal(t, "from the config\n", proc.Tail(cfg.Stdout, 100))
+	recorded, err := ReadConfig(dir)
+	require.NoError(t, err)
+	assert.Equal(t, cfg.Argv, recorded.Argv, "the record holds the config it ran with")
+}
+
+// A spawned shim whose task will not start (Abort, or its spawner's death) ends without one.
+func TestShim_SpawnedAheadAbortEndsIt(t *testing.T) {
+	dir, _ := record(t, "exit 0", nil)
+	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)))
+	p, err := Spawn(shimCommand(), dir, shimEnv())
+	require.NoError(t, err)
+	p.Abort()
+	select {
+	case <-p.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an aborted shim did not end")
+	}
+	_, ok, _ := ReadStarted(dir)
+	assert.False(t, ok, "no task was started")
+
+	dir, cfg := record(t, "exit 0", func(c *Config) { c.Argv = []string{"no-such-program-xyz"} })
+	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)))
+	p, err = Spawn(shimCommand(), dir, shimEnv())
+	require.NoError(t, err)
+	_, err = p.Start(cfg)
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	assert.Contains(t, se.Msg, `command "no-such-program-xyz" not found`)
+}

@@ -45,15 +45,28 @@ func Run(dir string, ready io.WriteCloser) error {
 		return tell(ready, message{Error: err.Error()}, err)
 	}
 	defer logFile.Close()
-	cfg, err := ReadConfig(dir)
-	if err != nil {
-		return tell(ready, message{Error: "read the task's config: " + err.Error()}, err)
-	}
-	s := &supervisor{dir: dir, cfg: cfg, logger: log.New(logFile, "", log.LstdFlags|log.Lmicroseconds), ended: make(chan struct{})}
 	// Stops and kills may arrive from the host worker or from the operator; the task's end is the shim's end.
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	cfg, err := ReadConfig(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// Spawned ahead of its task (Spawn): the config comes on stdin once the task may start.
+		cfg, err = awaitConfig(os.Stdin, sigs)
+		if errors.Is(err, errAborted) {
+			if ready != nil {
+				ready.Close()
+			}
+			return nil
+		}
+		if err == nil {
+			err = WriteConfig(dir, cfg)
+		}
+	}
+	if err != nil {
+		return tell(ready, message{Error: "read the task's config: " + err.Error()}, err)
+	}
+	s := &supervisor{dir: dir, cfg: cfg, logger: log.New(logFile, "", log.LstdFlags|log.Lmicroseconds|log.LUTC), ended: make(chan struct{})}
 
 	ln, err := s.listen()
 	if err != nil {
@@ -80,6 +93,34 @@ func Run(dir string, ready io.WriteCloser) error {
 	ln.Close()
 	_ = os.Remove(cfg.Socket)
 	return nil
+}
+
+// errAborted says the spawner gave the shim up before its task started.
+var errAborted = errors.New("aborted before the task started")
+
+// awaitConfig reads the task's config, one JSON line, from r. The spawner closing r first (or dying, or a
+// SIGTERM) aborts: there is no task to supervise.
+func awaitConfig(r io.Reader, sigs <-chan os.Signal) (Config, error) {
+	type read struct {
+		cfg Config
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		line, err := bufio.NewReader(r).ReadBytes('\n')
+		if err != nil {
+			got <- read{err: errAborted}
+			return
+		}
+		var cfg Config
+		got <- read{cfg, json.Unmarshal(line, &cfg)}
+	}()
+	select {
+	case g := <-got:
+		return g.cfg, g.err
+	case <-sigs:
+		return Config{}, errAborted
+	}
 }
 
 // tell writes one message to the ready pipe and closes it; it returns err.
@@ -146,7 +187,7 @@ func (s *supervisor) start() error {
 	if s.cgroup != nil {
 		s.started.Cgroup = s.cgroup.Path
 	}
-	if err := writeJSON(filepath.Join(s.dir, ProcFile), s.started); err != nil {
+	if err := writeJSON(filepath.Join(s.dir, ProcFile), s.started, false); err != nil {
 		p.Kill()
 		p.Exit()
 		return fmt.Errorf("record the task's pid: %w", err)
@@ -163,7 +204,7 @@ func (s *supervisor) finish() {
 		s.orphan.Stop()
 	}
 	s.mu.Unlock()
-	if err := writeJSON(filepath.Join(s.dir, ExitFile), s.exit); err != nil {
+	if err := writeJSON(filepath.Join(s.dir, ExitFile), s.exit, true); err != nil {
 		s.logger.Printf("cannot record the task's exit: %v", err)
 	}
 	s.logger.Printf("task ended: %s (stopped: %v %s)", x, s.exit.Stopped, s.exit.Reason)
