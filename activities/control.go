@@ -14,20 +14,21 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// Release hands the cluster map to the named attempts waiting on this host. An attempt that is no longer here
-// (it failed or was replaced) is skipped: a later attempt reports its placement again.
+// Release hands the cluster map to the named attempts waiting on this host, and names those that have it: a
+// Release sent again (its answer was lost) names the attempts the first one reached too. An attempt that is no
+// longer here (it failed or was replaced) is skipped: a later attempt reports its placement again.
 func (h *Host) Release(_ context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
 	var out workflows.ReleaseResult
 	for _, ta := range in.Tasks {
 		e := h.reg.lookup(in.WorkflowID, in.RunID, ta.Task, ta.Attempt)
-		if e == nil {
+		if e == nil || e.exited() != nil && e.process() == nil {
 			continue
 		}
 		select {
 		case e.release <- in.Cluster:
-			out.Released = append(out.Released, ta.Task)
-		default: // already released
+		default: // released already: its map is waiting in the channel, or its process started
 		}
+		out.Released = append(out.Released, ta.Task)
 	}
 	return out, nil
 }

@@ -43,20 +43,35 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 		return h.hold(ctx, in, e, lease, holder)
 	}
 	defer e.letGo(lease)
-	pending, err := h.spawnShim(e)
-	if err != nil {
-		h.forget(e)
-		return res, fmt.Errorf("start the supervisor of %s on %s: %w", e.ref.Task, h.Name, err)
-	}
+	// The supervisor starts while the placement is reported and the rendezvous completes, not before: the
+	// placements of a big run must not wait for a fork each.
+	spawned := make(chan spawnResult, 1)
+	go func() {
+		p, err := h.spawnShim(e)
+		spawned <- spawnResult{p, err}
+	}()
 	cluster, ln, end := h.rendezvous(ctx, in, e, holder, res)
-	if end != nil {
-		h.abortShim(e, pending)
+	sp := <-spawned
+	switch {
+	case end != nil:
+		if sp.err == nil {
+			h.abortShim(e, sp.pending)
+		}
 		return end.res, end.err
+	case sp.err != nil:
+		ln.Close()
+		h.forget(e)
+		return res, fmt.Errorf("start the supervisor of %s on %s: %w", e.ref.Task, h.Name, sp.err)
 	}
-	if end := h.start(ctx, in, e, pending, cluster, ln, res); end != nil {
+	if end := h.start(ctx, in, e, sp.pending, cluster, ln, res); end != nil {
 		return end.res, end.err
 	}
 	return h.hold(ctx, in, e, lease, holder)
+}
+
+type spawnResult struct {
+	pending *shim.Pending
+	err     error
 }
 
 // ending is how a RunTask returns before it holds a running process.
@@ -223,6 +238,10 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, p
 // logs go on as they were; only the lease is new.
 func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemptRef, lease int, res workflows.TaskResult) (workflows.TaskResult, error) {
 	e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt)
+	if e != nil && e.process() == nil && e.exited() == nil {
+		// It still waits for its rendezvous: nothing runs to take up. The run starts the attempt again.
+		return res, detachedError(fmt.Sprintf("%s attempt %d has not started on host %s", ref.Task, ref.Attempt, h.Name), res)
+	}
 	if e == nil || e.process() == nil {
 		msg := fmt.Sprintf("host %s has no record of %s attempt %d", h.Name, ref.Task, ref.Attempt)
 		if other := h.reg.latest(ref.WorkflowID, ref.RunID, ref.Task); other != nil {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -427,4 +429,53 @@ func TestFault_StopTasksOnExit(t *testing.T) {
 	st, err := outcome(t, id)
 	require.Error(t, err)
 	assert.Contains(t, st.Reason, "host worker "+host+" shut down")
+}
+
+// The server dies while a run starts up, with tasks waiting for their rendezvous (the cluster map): once it is
+// back, the tasks start (each once, on attempt 1) and the run completes.
+func TestFault_ServerDiesDuringTheRendezvous(t *testing.T) {
+	t.Parallel()
+	a, late := "rdv-a-"+randomHex(2), "rdv-b-"+randomHex(2)
+	c := isolated(t, a)
+	dir := t.TempDir()
+	id := runID(t)
+	// The task on the late host holds the rendezvous up: its worker starts only after the outage.
+	spec := writeSpec(t, fmt.Sprintf(`
+name: rendezvous
+heartbeatTimeout: 2s
+chiefExit: wait
+command: [sh, -c, 'echo start >> %[1]s/$CLUSTERRUN_TASK.starts']
+tasks:
+  worker: {replicas: 3, hosts: [%[2]s]}
+  ps: {replicas: 1, hosts: [%[3]s]}
+`, dir, a, late))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the first tasks to wait for the rendezvous", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("worker-2").State == workflows.TaskPlaced
+	})
+	c.dev.kill()
+	// The outage lasts longer than heartbeatTimeout, so the run finds the waiting leases silent when it is back.
+	time.Sleep(5 * time.Second)
+	require.NoError(t, c.dev.start())
+	require.NoError(t, c.startWorker(late))
+
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	for _, task := range []string{"worker-0", "worker-1", "worker-2", "ps-0"} {
+		assert.Equal(t, 1, st.Task(task).Attempt, task)
+		assert.Equal(t, []string{"start"}, readLines(filepath.Join(dir, task+".starts")), "%s started more than once, or never", task)
+	}
+	// The waiting tasks' leases were found silent after the outage, and were taken up or started again.
+	leases := 0
+	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == workflows.ActivityRunTask {
+			leases++
+		}
+	}
+	assert.Greater(t, leases, 4, "the outage did not reach the rendezvous")
 }

@@ -20,7 +20,8 @@ import (
 // are upgraded (make record-histories).
 const RecordHistoriesEnv = "CLUSTERRUN_RECORD_HISTORIES"
 
-// recordHistories writes each closed ClusterRun's history to dir/<workflow-id>.json.
+// recordHistories writes each closed ClusterRun's history to dir/<workflow-id>.json (the fault tests' isolated
+// servers record theirs too: their runs went through re-attaches, lost hosts and outages).
 func (c *cluster) recordHistories(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -28,7 +29,6 @@ func (c *cluster) recordHistories(dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var token []byte
-	saved := 0
 	for {
 		resp, err := c.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Query: fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'Running'", workflows.WorkflowType), NextPageToken: token})
@@ -53,12 +53,10 @@ func (c *cluster) recordHistories(dir string) error {
 			if err := os.WriteFile(filepath.Join(dir, id+".json"), data, 0o644); err != nil {
 				return err
 			}
-			saved++
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
 			break
 		}
 	}
-	fmt.Fprintf(os.Stderr, "e2e: saved %d run histories in %s\n", saved, dir)
 	return nil
 }

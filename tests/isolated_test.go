@@ -148,6 +148,11 @@ func isolated(t *testing.T, hosts ...string) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if hdir := os.Getenv(RecordHistoriesEnv); hdir != "" {
+			if err := c.recordHistories(hdir); err != nil {
+				t.Errorf("record histories: %v", err)
+			}
+		}
 		c.stopWorkers()
 		if left := markedProcesses(c.marker, "", 3*time.Second); len(left) > 0 {
 			t.Errorf("processes outlived the test: %s", strings.Join(left, "; "))

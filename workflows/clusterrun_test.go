@@ -69,6 +69,8 @@ type fakeHosts struct {
 	outcomes      []BarrierOutcome
 	signals       []SignalTasksInput
 	inputs        []RunTaskInput // every lease, in order
+	// failReleases makes that many Releases fail, as when the server goes down before they reach their host.
+	failReleases int
 	// lease, when set, may end a lease its own way once its process "runs" (after the release of a launch, at
 	// once for a re-attach); done false lets the task behave as scripted.
 	lease func(ctx context.Context, in RunTaskInput, res TaskResult) (out TaskResult, err error, done bool)
@@ -201,6 +203,10 @@ func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.releases = append(f.releases, in)
+	if f.failReleases > 0 {
+		f.failReleases--
+		return ReleaseResult{}, temporal.NewNonRetryableApplicationError("host did not answer", "Unreachable", nil)
+	}
 	var out ReleaseResult
 	for _, t := range in.Tasks {
 		if ch, ok := f.released[t.Task]; ok {

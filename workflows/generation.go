@@ -137,7 +137,7 @@ func (g *generation) act() {
 			g.startBackoff(t)
 		}
 	}
-	g.watch(r.releaseByHost(g.genCtx, g.info, todo.release))
+	g.watchReleases(r.releaseByHost(g.genCtx, g.info, todo.release))
 	r.deliver(g.genCtx, todo.deliver)
 	if todo.notifyStop {
 		g.watch(r.notifyStop(g.genCtx, g.info))
@@ -180,6 +180,29 @@ func (g *generation) startBackoff(t *task) {
 			g.r.todo.launch = append(g.r.todo.launch, launchOrder{t: t, how: newAttempt})
 		}
 	})
+}
+
+// watchReleases keeps Release futures in the loop. With leases, each answer says which tasks got the map (and
+// a failed one is sent again); before leases, a Release was watched like any control activity.
+func (g *generation) watchReleases(fs []workflow.Future, groups [][]*task) {
+	if !g.r.leased {
+		g.watch(fs)
+		return
+	}
+	for i, f := range fs {
+		tasks := groups[i]
+		g.sel.AddFuture(f, func(f workflow.Future) {
+			var res ReleaseResult
+			err := f.Get(g.ctx, &res)
+			if err != nil && !temporal.IsCanceledError(err) {
+				workflow.GetLogger(g.ctx).Warn("release failed; sending it again", "error", err)
+			}
+			if temporal.IsCanceledError(err) {
+				return
+			}
+			g.r.onReleased(tasks, res, err)
+		})
+	}
 }
 
 // watch keeps control activities' futures in the loop; a failure is logged (the tasks they concern end by

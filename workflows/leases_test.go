@@ -279,3 +279,35 @@ func TestLeaseID(t *testing.T) {
 	assert.Equal(t, "worker-3.a2.l3", LeaseID("worker-3", 2, 3))
 	assert.Equal(t, "worker-3.a1.l2", LeaseID("worker-3", 1, 2))
 }
+
+// A Release that never reaches its host (the server went down first) is sent again; until a host confirms it, a
+// task does not count as running: its process has not started.
+func TestLeases_LostReleaseIsSentAgain(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	h.hosts.failReleases = 1
+	st, err := h.run(t, mustSpec(t, `{name: lost-release, command: [x], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+	assert.Len(t, h.hosts.releases, 2, "the lost Release was sent again")
+	assert.Equal(t, []string{"a1.l1 launch"}, leasesOf(h, "worker-0"), "no new lease was needed")
+}
+
+// A host that is asked to take up an attempt still waiting for its rendezvous says it has not started; the
+// same attempt starts again, without using a restart.
+func TestLeases_ReattachBeforeTheStartRelaunches(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "chief-0" && in.Lease == 1:
+			return res, heartbeatTimeout(), true
+		case in.Task.Name == "chief-0" && in.Attach:
+			res.PID = 0
+			return res, temporal.NewNonRetryableApplicationError("chief-0 attempt 1 has not started on host host-a", ErrTaskDetached, nil, res), true
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, leaseSpec))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a", "a1.l3 launch"}, leasesOf(h, "chief-0"))
+	assert.Equal(t, 1, st.Task("chief-0").Attempt)
+}

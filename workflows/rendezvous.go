@@ -47,8 +47,9 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 	}
 }
 
-// releaseByHost sends the cluster map to waiting tasks, one Release per host, and returns the futures.
-func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) []workflow.Future {
+// releaseByHost sends the cluster map to waiting tasks, one Release per host, and returns the futures with the
+// tasks each one carries.
+func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) ([]workflow.Future, [][]*task) {
 	var hosts []string
 	byHost := map[string][]*task{}
 	for _, t := range tasks {
@@ -59,25 +60,54 @@ func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*
 		byHost[h] = append(byHost[h], t)
 	}
 	var futures []workflow.Future
+	var groups [][]*task
 	for _, h := range hosts {
 		futures = append(futures, r.release(ctx, info, byHost[h]))
+		groups = append(groups, byHost[h])
 	}
-	return futures
+	return futures, groups
 }
 
-// release sends the cluster map to waiting attempts on one host (all given tasks share that host).
+// release sends the cluster map to waiting attempts on one host (all given tasks share that host). In runs
+// before leases a task counts as running from here; with leases, from its host's confirmation (released).
 func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) workflow.Future {
 	now := workflow.Now(ctx)
 	in := ReleaseInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Cluster: r.clusterMap()}
 	for _, t := range tasks {
-		t.status.State = TaskRunning
+		if !r.leased {
+			t.status.State = TaskRunning
+			t.released = true
+		}
 		t.status.StartTime = &now
-		t.released = true
 		in.Tasks = append(in.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
 	}
 	host := tasks[0].status.Host
 	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, fmt.Sprintf("release %d task(s) on %s", len(tasks), host)),
 		ActivityRelease, in)
+}
+
+// onReleased records a Release's answer: the tasks its host found waiting got the map, so their processes start;
+// a Release that failed (its host did not answer in time: the server was down, say) is sent again to those
+// still waiting for it.
+func (r *run) onReleased(tasks []*task, res ReleaseResult, err error) {
+	if err != nil {
+		for _, t := range tasks {
+			if t.placed && !t.released && !t.done && t.status.State == TaskPlaced {
+				r.todo.release = append(r.todo.release, t)
+			}
+		}
+		return
+	}
+	got := map[string]bool{}
+	for _, name := range res.Released {
+		got[name] = true
+	}
+	for _, t := range tasks {
+		if got[t.Name] && t.placed && !t.done && t.status.State == TaskPlaced {
+			t.released = true
+			t.status.State = TaskRunning
+		}
+	}
 }
 
 // clusterMap is every task's endpoint as of now, in plan order.
