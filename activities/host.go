@@ -46,6 +46,9 @@ type Host struct {
 	SocketDir string
 	// Shim is the supervisor command (clusterrun-shim and any leading arguments).
 	Shim []string
+	// SupervisorIdle is how long a run's supervisor lives on with no task and no worker connection. Optional:
+	// default shim.DefaultIdleAfter.
+	SupervisorIdle time.Duration
 	// CgroupParent is where task cgroups are made. Optional: default none (process groups only).
 	CgroupParent string
 	// Client signals and queries workflows.

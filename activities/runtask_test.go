@@ -3,8 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"flag"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,17 +34,7 @@ import (
 // TestMain doubles as clusterrun-shim: the hosts under test start this binary as their tasks' supervisor.
 func TestMain(m *testing.M) {
 	if os.Getenv("ACTIVITIES_TEST_ROLE") == "shim" {
-		fs := flag.NewFlagSet("shim", flag.ExitOnError)
-		fd := fs.Int("ready-fd", -1, "")
-		_ = fs.Parse(os.Args[1:])
-		var ready io.WriteCloser
-		if *fd >= 0 {
-			ready = os.NewFile(uintptr(*fd), "ready")
-		}
-		if err := shim.Run(fs.Arg(0), ready); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
+		os.Exit(shim.Main(os.Args[1:]))
 	}
 	// Supervisors inherit this: they are this binary in its shim role.
 	os.Setenv("ACTIVITIES_TEST_ROLE", "shim")
@@ -145,6 +133,7 @@ func newHost(t *testing.T, state, logDir string, server *fakeServer) *Host {
 	h := NewHost("test-host", "127.0.0.1", logDir, server, quiet())
 	h.StateDir = state
 	h.SocketDir = shortTempDir(t)
+	h.SupervisorIdle = 200 * time.Millisecond
 	h.Shim = []string{os.Args[0]}
 	h.ProbeEvery, h.ReconcileEvery = 50*time.Millisecond, 100*time.Millisecond
 	server.host = h

@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,16 +43,31 @@ func (h *Host) socketFolder(key string) string { return filepath.Join(SocketDir(
 
 func (h *Host) shimClient(e *entry) shim.Client { return shim.Client{Socket: e.shimSocket} }
 
-// spawnShim starts an attempt's supervisor ahead of its task, while the attempt waits for the rendezvous, so
-// that at the release only the task's own fork is left to do.
+// supervisorOf names the supervisor of an attempt's run on this host: one per run and host, like slurmstepd
+// per job step and node.
+func (h *Host) supervisorOf(ref attemptRef) shim.Supervisor {
+	sum := sha256.Sum256([]byte(h.Name + "\x00" + ref.WorkflowID + "\x00" + ref.RunID))
+	name := "run-" + hex.EncodeToString(sum[:6])
+	return shim.Supervisor{
+		Command: h.Shim,
+		Socket:  filepath.Join(SocketDir(h.SocketDir), name+".sock"),
+		Log:     filepath.Join(h.StateDir, "supervisors", name+".log"),
+		// One processor is plenty for a supervisor, and its runtime starts with fewer threads.
+		Env:       append(os.Environ(), "GOMAXPROCS=1"),
+		IdleAfter: h.SupervisorIdle,
+	}
+}
+
+// spawnShim readies an attempt's start while the attempt waits for the rendezvous: its record folder, and a
+// connection to its run's supervisor (started if need be), so that at the release only the task's own fork is
+// left to do.
 func (h *Host) spawnShim(e *entry) (*shim.Pending, error) {
 	rec := h.recordDir(e.key)
 	_ = os.RemoveAll(rec) // an earlier try of this attempt that never started
 	if err := os.MkdirAll(rec, 0o700); err != nil {
 		return nil, err
 	}
-	// One processor is plenty for a supervisor, and its runtime starts with fewer threads.
-	p, err := shim.Spawn(h.Shim, rec, append(os.Environ(), "GOMAXPROCS=1"))
+	p, err := h.supervisorOf(e.ref).Prepare()
 	if err != nil {
 		_ = os.RemoveAll(rec)
 		return nil, err
@@ -58,7 +75,7 @@ func (h *Host) spawnShim(e *entry) (*shim.Pending, error) {
 	return p, nil
 }
 
-// abortShim ends a supervisor whose task will not start, and its record.
+// abortShim gives up an attempt's start, and its record.
 func (h *Host) abortShim(e *entry, p *shim.Pending) {
 	p.Abort()
 	_ = os.RemoveAll(h.recordDir(e.key))
@@ -77,7 +94,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, argv, env []string, dir string,
 		return shim.Started{}, err
 	}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
-	cfg := shim.Config{Argv: argv, Env: env, Dir: dir,
+	cfg := shim.Config{Record: rec, Argv: argv, Env: env, Dir: dir,
 		Stdout: filepath.Join(logs, "stdout.log"), Stderr: filepath.Join(logs, "stderr.log"),
 		Socket: e.shimSocket, Grace: e.grace,
 		OrphanAfter: e.task.HostLossGrace + heartbeatTimeout}

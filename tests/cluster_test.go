@@ -153,7 +153,7 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 		return err
 	}
 	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
-		"--shutdown-grace", "2s"}, extra...)
+		"--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
 	// Tasks inherit this environment: the clusterrun CLI under test is on their PATH.

@@ -1,5 +1,5 @@
 // Command clusterrun-worker is the host worker: one per machine. It runs ClusterRun workflows, runs the task
-// processes placed on this host or taken from its pool (each under its own clusterrun-shim), and serves the
+// processes placed on this host or taken from its pool (under a clusterrun-shim per run), and serves the
 // host's control downlink. It can be restarted or upgraded without touching its tasks: a worker that stops
 // leaves them running, and the next one with the same --host takes them up again.
 package main
@@ -28,6 +28,7 @@ import (
 
 	"github.com/clusterrun/clusterrun/activities"
 	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -36,6 +37,7 @@ type config struct {
 	host, addr, logDir  string
 	socketDir, stateDir string
 	shim, cgroup        string
+	supervisorIdle      time.Duration
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
@@ -53,8 +55,8 @@ Every flag can also be set by an environment variable (shown in brackets); a fla
 The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
 the temporal CLI's config file, exactly as for the temporal CLI (default localhost:7233, namespace default).
 
-Each task runs under its own supervisor (clusterrun-shim, found beside this program or on PATH), so stopping,
-restarting or upgrading the worker leaves the tasks running; the next worker with the same --host takes them
+Each run's tasks here run under a supervisor of their own (clusterrun-shim, found beside this program or on
+PATH), so stopping, restarting or upgrading the worker leaves the tasks running; the next worker with the same --host takes them
 up again. --stop-tasks-on-exit stops them instead.
 
 Example:
@@ -88,6 +90,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
+	idleDefault, idleEnvErr := envDuration("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", shim.DefaultIdleAfter)
+	fs.DurationVar(&c.supervisorIdle, "supervisor-idle", idleDefault, "how long a run's task supervisor (clusterrun-shim) lives on once it has no task left here and no new one is starting [CLUSTERRUN_WORKER_SUPERVISOR_IDLE]")
 	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
 	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
@@ -108,6 +112,12 @@ func parseFlags(args []string) (config, error) {
 		if p = strings.TrimSpace(p); p != "" {
 			c.pools = append(c.pools, p)
 		}
+	}
+	if idleEnvErr != nil {
+		return c, idleEnvErr
+	}
+	if c.supervisorIdle <= 0 {
+		return c, fmt.Errorf("--supervisor-idle %s: must be positive, e.g. 15s", c.supervisorIdle)
 	}
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
@@ -180,6 +190,7 @@ func run(args []string) error {
 	host.SocketDir = c.socketDir
 	host.StateDir = filepath.Join(c.stateDir, c.host)
 	host.Shim = []string{c.shim}
+	host.SupervisorIdle = c.supervisorIdle
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
@@ -350,6 +361,18 @@ func envInt(key string, def int) int {
 		return v
 	}
 	return def
+}
+
+func envDuration(key string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q: not a duration; use e.g. 15s or 1m", key, v)
+	}
+	return d, nil
 }
 
 func envBool(key string) bool {

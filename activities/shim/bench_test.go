@@ -7,12 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
 )
 
-// BenchmarkLaunch starts and waits for one trivial task under a shim per iteration: the supervisor's cost per
-// task launch, to set against BenchmarkDirectStart.
+// BenchmarkLaunch starts and waits for one trivial task per iteration under one run's supervisor (started once,
+// as for a run): the supervisor's cost per task launch, to set against BenchmarkDirectStart.
 func BenchmarkLaunch(b *testing.B) { benchLaunch(b, "") }
 
 // BenchmarkLaunchCgroup is BenchmarkLaunch with a cgroup per task.
@@ -24,22 +25,46 @@ func BenchmarkLaunchCgroup(b *testing.B) {
 	benchLaunch(b, parent)
 }
 
-func benchLaunch(b *testing.B, cgroupParent string) {
+// BenchmarkSupervisorStart starts a run's supervisor per iteration: what the first task of a run on a host
+// pays, while it waits for its rendezvous.
+func BenchmarkSupervisorStart(b *testing.B) {
+	sup := benchSupervisor(b)
+	for i := 0; i < b.N; i++ {
+		sup.Socket = filepath.Join(filepath.Dir(sup.Socket), fmt.Sprintf("s%d.sock", i))
+		sup.IdleAfter = time.Millisecond
+		p, err := sup.Prepare()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Abort()
+	}
+}
+
+func benchSupervisor(b *testing.B) Supervisor {
 	sockDir, _ := os.MkdirTemp("", "shimb")
-	defer os.RemoveAll(sockDir)
+	b.Cleanup(func() { os.RemoveAll(sockDir) })
 	shimBin := filepath.Join(b.TempDir(), "clusterrun-shim")
 	build(b, shimBin)
+	return Supervisor{Command: []string{shimBin}, Socket: filepath.Join(sockDir, "run.sock"), Log: filepath.Join(b.TempDir(), "sup.log"),
+		Env: append(os.Environ(), "GOMAXPROCS=1"), IdleAfter: time.Second}
+}
+
+func benchLaunch(b *testing.B, cgroupParent string) {
+	sup := benchSupervisor(b)
+	sockDir := filepath.Dir(sup.Socket)
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
-		cfg := Config{Argv: []string{"true"}, Env: os.Environ(), Stdout: filepath.Join(dir, "out"), Stderr: filepath.Join(dir, "err"),
+		cfg := Config{Record: dir, Argv: []string{"true"}, Env: os.Environ(), Stdout: filepath.Join(dir, "out"), Stderr: filepath.Join(dir, "err"),
 			Socket: filepath.Join(sockDir, "s.sock")}
 		if cgroupParent != "" {
 			cfg.Cgroup = filepath.Join(cgroupParent, fmt.Sprintf("bench-%d-%d", os.Getpid(), i))
 		}
-		if err := WriteConfig(dir, cfg); err != nil {
+		p, err := sup.Prepare()
+		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Launch([]string{shimBin}, dir, os.Environ()); err != nil {
+		if _, err := p.Start(cfg); err != nil {
 			b.Fatal(err)
 		}
 		w, err := Client{Socket: cfg.Socket}.Watch(context.Background())
@@ -62,7 +87,7 @@ func BenchmarkDirectStart(b *testing.B) {
 
 func build(b *testing.B, out string) {
 	b.Helper()
-	cmd := execCommand("go", "build", "-o", out, "github.com/clusterrun/clusterrun/workers/shim")
+	cmd := execCommand("go", "build", "-ldflags=-s -w", "-o", out, "github.com/clusterrun/clusterrun/workers/shim")
 	if o, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("build shim: %v\n%s", err, o)
 	}

@@ -10,132 +10,144 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
 )
 
-// StartTimeout bounds how long Launch waits for a shim to report its task started.
+// StartTimeout bounds how long a worker waits for a supervisor to start, and for it to start a task.
 const StartTimeout = 30 * time.Second
 
-// Launch starts a shim for the record folder dir, whose Config is written, and returns once the task runs (or
-// with a *StartError saying why it could not start). command is the shim program and any leading arguments;
-// the shim gets "--ready-fd 3 DIR" after them. env is the shim's own environment.
-//
-// The shim runs in a session of its own and with no Pdeathsig, so it outlives the caller; the caller reaps it
-// if it ends first.
-func Launch(command []string, dir string, env []string) (Started, error) {
-	p, err := spawn(command, dir, env, false)
-	if err != nil {
-		return Started{}, err
-	}
-	return p.started()
+// Supervisor names one run's supervisor on this host, and how to start it when there is none.
+type Supervisor struct {
+	// Command is the supervisor program and any leading arguments; it gets "--ready-fd 3 --idle D --log LOG
+	// SOCKET" after them.
+	Command []string
+	// Socket is the supervisor's Unix socket (at most 107 bytes long).
+	Socket string
+	// Log is the supervisor's own log file (its stdout and stderr).
+	Log string
+	// Env is the supervisor's environment (each task gets its own, from its Config).
+	Env []string
+	// IdleAfter is how long the supervisor lives on with no task and no worker connection. Optional: default
+	// DefaultIdleAfter.
+	IdleAfter time.Duration
 }
 
-// Pending is a shim spawned ahead of its task (Spawn): its start-up is paid for while the task waits for the
-// rendezvous, and Start then only forks the task.
+// Pending is a connection to a supervisor that is ready to start one task: it was made (and the supervisor
+// started if need be) while the task waited for its rendezvous, so that Start only forks the task. While it
+// is open, the supervisor does not end.
 type Pending struct {
-	dir    string
-	cmd    *exec.Cmd
-	config *os.File // the shim's stdin: the config goes there
-	ready  *os.File // the shim's report
-	ended  chan struct{}
+	conn net.Conn
+	r    *bufio.Reader
 }
 
-// Spawn starts a shim for the record folder dir, which holds no Config yet: the shim waits for one from Start.
-// Abort (or the caller's death) ends it.
-func Spawn(command []string, dir string, env []string) (*Pending, error) {
-	return spawn(command, dir, env, true)
-}
+// prepareLocks keeps two callers in this process from starting two supervisors on one socket at once.
+var prepareLocks sync.Map // socket path -> *sync.Mutex
 
-// Start hands the shim its task's config and returns once the task runs (or with a *StartError).
-func (p *Pending) Start(cfg Config) (Started, error) {
-	b, err := json.Marshal(cfg)
-	if err == nil {
-		_, err = p.config.Write(append(b, '\n'))
-	}
-	p.config.Close()
-	if err != nil {
-		p.ready.Close()
-		return Started{}, fmt.Errorf("hand the task supervisor its config: %w", err)
-	}
-	return p.started()
-}
-
-// Abort ends a shim whose task will not start.
-func (p *Pending) Abort() {
-	p.config.Close()
-	p.ready.Close()
-}
-
-func spawn(command []string, dir string, env []string, pending bool) (*Pending, error) {
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	p := &Pending{dir: dir, ready: readyR, ended: make(chan struct{})}
-	var configR *os.File
-	if pending {
-		if configR, p.config, err = os.Pipe(); err != nil {
-			readyR.Close()
-			readyW.Close()
+// Prepare connects to the supervisor, starting it first if it is not running (or is ending).
+func (s Supervisor) Prepare() (*Pending, error) {
+	mu, _ := prepareLocks.LoadOrStore(s.Socket, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	var last error
+	for range 3 {
+		p, err := s.connect()
+		if err == nil {
+			return p, nil
+		}
+		last = err
+		if err := s.spawn(); err != nil {
 			return nil, err
 		}
 	}
-	logFile, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		readyR.Close()
-		readyW.Close()
-		return nil, err
-	}
-	defer logFile.Close()
-	args := append(append([]string(nil), command[1:]...), "--ready-fd", "3", dir)
-	p.cmd = exec.Command(command[0], args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if configR != nil {
-		p.cmd.Stdin = configR
-	}
-	p.cmd.ExtraFiles = []*os.File{readyW}
-	// A session of its own: no signal meant for the worker's group or terminal reaches the shim.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = p.cmd.Start()
-	readyW.Close()
-	if configR != nil {
-		configR.Close()
-	}
-	if err != nil {
-		readyR.Close()
-		if p.config != nil {
-			p.config.Close()
-		}
-		return nil, fmt.Errorf("start the task supervisor %s: %w", command[0], err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.ended) }() // reap the shim if it ends while this process lives
-	return p, nil
+	return nil, fmt.Errorf("the task supervisor at %s does not take tasks: %w (see %s)", s.Socket, last, s.Log)
 }
 
-// started reads the shim's report: the task runs, or why it could not start.
-func (p *Pending) started() (Started, error) {
-	defer p.ready.Close()
-	line := make(chan []byte, 1)
-	go func() {
-		b, _ := bufio.NewReader(p.ready).ReadBytes('\n')
-		line <- b
-	}()
-	var b []byte
-	select {
-	case b = <-line:
-	case <-time.After(StartTimeout):
-		_ = p.cmd.Process.Kill()
-		return Started{}, fmt.Errorf("the task supervisor did not report within %s (see %s)", StartTimeout, filepath.Join(p.dir, LogFile))
+// connect opens a connection the supervisor has greeted: from then on it takes a task on it.
+func (s Supervisor) connect() (*Pending, error) {
+	conn, err := net.DialTimeout("unix", s.Socket, StartTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
 	}
-	var m message
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Started{}, fmt.Errorf("the task supervisor ended without starting the task (see %s)", filepath.Join(p.dir, LogFile))
-	}
+	_ = conn.SetDeadline(time.Now().Add(StartTimeout))
+	r := bufio.NewReader(conn)
+	m, err := readMessage(r)
 	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: %v", ErrGone, err)
+	case !m.OK:
+		err = fmt.Errorf("%w: %s", ErrGone, m.Error)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return &Pending{conn: conn, r: r}, nil
+}
+
+// spawn starts the supervisor, in a session of its own and with no Pdeathsig, so that it outlives the caller,
+// and returns once it listens. The caller reaps it if it ends first.
+func (s Supervisor) spawn() error {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	if err := os.MkdirAll(filepath.Dir(s.Log), 0o700); err != nil {
+		readyW.Close()
+		return err
+	}
+	logFile, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		readyW.Close()
+		return err
+	}
+	defer logFile.Close()
+	idle := s.IdleAfter
+	if idle <= 0 {
+		idle = DefaultIdleAfter
+	}
+	args := append(append([]string(nil), s.Command[1:]...), "--ready-fd", "3", "--idle", idle.String(), "--log", s.Log, s.Socket)
+	cmd := exec.Command(s.Command[0], args...)
+	cmd.Env = s.Env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.ExtraFiles = []*os.File{readyW}
+	// A session of its own: no signal meant for the worker's group or terminal reaches the supervisor.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("start the task supervisor %s: %w", s.Command[0], err)
+	}
+	go func() { _ = cmd.Wait() }() // reap the supervisor if it ends while this process lives
+	_ = readyR.SetReadDeadline(time.Now().Add(StartTimeout))
+	m, err := readMessage(bufio.NewReader(readyR))
+	switch {
+	case err != nil:
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("the task supervisor did not start (see %s): %v", s.Log, err)
+	case !m.OK:
+		return fmt.Errorf("the task supervisor did not start: %s", m.Error)
+	}
+	return nil
+}
+
+// Start hands the supervisor a task and returns once it runs (or with a *StartError saying why it could not
+// start). The Pending is used up either way.
+func (p *Pending) Start(cfg Config) (Started, error) {
+	defer p.conn.Close()
+	_ = p.conn.SetDeadline(time.Now().Add(StartTimeout))
+	if err := send(p.conn, request{Op: "start", Config: &cfg}); err != nil {
+		return Started{}, fmt.Errorf("hand the task supervisor its task: %w", err)
+	}
+	m, err := readMessage(p.r)
+	switch {
+	case err != nil:
+		return Started{}, fmt.Errorf("the task supervisor did not answer (see %s): %w", filepath.Join(cfg.Record, LogFile), err)
 	case m.StartFailed:
 		return Started{}, &StartError{Msg: m.Error}
 	case m.Error != "":
@@ -146,12 +158,15 @@ func (p *Pending) started() (Started, error) {
 	return *m.Started, nil
 }
 
-// Client talks to one shim over its socket.
+// Abort gives the connection up without a task.
+func (p *Pending) Abort() { p.conn.Close() }
+
+// Client talks to one task's supervisor over the task's socket.
 type Client struct {
 	Socket string
 }
 
-// ErrGone says the shim does not answer: it has ended, or was killed.
+// ErrGone says the supervisor does not answer: it has ended, or was killed.
 var ErrGone = errors.New("task supervisor is gone")
 
 func (c Client) dial(ctx context.Context) (net.Conn, error) {
@@ -164,8 +179,8 @@ func (c Client) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // Watch claims the task: it returns the task's Started (or, if it has already ended, its Exit) and a channel
-// that yields its Exit once it ends, or an error wrapping ErrGone if the shim dies first. Closing the Watch
-// gives the claim up, and the shim's orphan timer starts.
+// that yields its Exit once it ends, or an error wrapping ErrGone if the supervisor dies first. Closing the Watch
+// gives the claim up, and the task's orphan timer starts.
 func (c Client) Watch(ctx context.Context) (*Watch, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
@@ -212,7 +227,7 @@ type Watch struct {
 	ended   chan End
 }
 
-// End is how a watch ended: the task's Exit, or Err (wrapping ErrGone) when the shim died first.
+// End is how a watch ended: the task's Exit, or Err (wrapping ErrGone) when the supervisor died first.
 type End struct {
 	Exit Exit
 	Err  error
@@ -224,7 +239,7 @@ func (w *Watch) Ended() <-chan End { return w.ended }
 // Close gives the claim up; the task goes on running.
 func (w *Watch) Close() { w.conn.Close() }
 
-// Stop asks the shim to stop the task: SIGTERM, grace, SIGKILL (at once for grace 0), after the diagnostic
+// Stop asks the supervisor to stop the task: SIGTERM, grace, SIGKILL (at once for grace 0), after the diagnostic
 // signal if one is given. The first stop's by (who asks) and reason are the ones recorded in the task's exit.
 func (c Client) Stop(ctx context.Context, stop Stop) error {
 	return c.call(ctx, request{Op: "stop", Stop: stop})
@@ -272,7 +287,7 @@ func readMessage(r *bufio.Reader) (message, error) {
 	return m, json.Unmarshal(line, &m)
 }
 
-// Reap settles a task whose shim is gone without recording an exit (the shim was killed, or the host
+// Reap settles a task whose supervisor is gone without recording an exit (it was killed, or the host
 // rebooted): whatever the task left in its cgroup or process group is killed, and an exit record saying so is
 // written, so every later reader sees the same ending.
 func Reap(dir, reason string) Exit {

@@ -1,24 +1,27 @@
-// Package shim is clusterrun's per-task supervisor, the role containerd-shim, conmon and slurmstepd play in their
-// systems: a small process that owns one task attempt's process tree, so the task does not live or die with the
+// Package shim is clusterrun's task supervisor, the role slurmstepd plays for a job step: one small process per run
+// and host that owns the process trees of that run's tasks on the host, so they do not live or die with the
 // long-lived host worker.
 //
 // Contract:
-//   - The host worker writes the task's Config into a record folder and starts clusterrun-shim in a session of its
-//     own. The shim starts the task (through package proc: its own process group, Pdeathsig from the shim, its own
-//     cgroup where cgroup v2 is writable) and reports the pid, or why it could not start, on a pipe. It writes
-//     proc.json, and, once the task and its group are gone, exit.json, both atomically, so a worker that starts
-//     later reads how the task ended even if nobody was listening.
-//   - The task's stdout and stderr go straight to the attempt's log files, opened for append: the shim copies
-//     nothing, and a restarted worker keeps reading the same files.
-//   - Ownership is a held connection: a worker "watches" the task over the shim's Unix socket and learns of its
-//     exit on that connection. When no worker has watched for OrphanAfter, the shim stops the task itself
-//     (SIGTERM, Grace, SIGKILL), so no task outlives its host worker by more than that bound.
-//   - If the shim itself is killed, Pdeathsig takes the task's main process down; what it left in its cgroup or
-//     group is killed by the next worker that finds the shim gone (Reap).
-//   - SIGTERM or SIGINT to the shim stops the task (Grace) and ends the shim; that is how `make down` ends tasks
-//     whose workers have detached from them.
+//   - A host worker asks the run's supervisor to start each task (Supervisor.Prepare, then Pending.Start). The
+//     supervisor listens on a Unix socket of its own; the first worker that finds none starts it (clusterrun-shim,
+//     in a session of its own). It ends once it has had no task and no worker connection for a while.
+//   - For each task the supervisor starts the process (through package proc: its own process group, Pdeathsig
+//     from the supervisor, its own cgroup where cgroup v2 is writable), listens on the task's own socket, and
+//     writes the task's record folder: proc.json once it runs and, once the task and its group are gone,
+//     exit.json, both atomically, so a worker that starts later reads how the task ended even if nobody was
+//     listening.
+//   - The task's stdout and stderr go straight to the attempt's log files, opened for append: the supervisor
+//     copies nothing, and a restarted worker keeps reading the same files.
+//   - Ownership is a held connection: a worker "watches" a task over its socket and learns of its exit on that
+//     connection. When no worker has watched a task for its OrphanAfter, the supervisor stops it (SIGTERM, Grace,
+//     SIGKILL), so no task outlives its host worker by more than that bound.
+//   - If the supervisor itself is killed, Pdeathsig takes its tasks' main processes down; what they left in their
+//     cgroups or groups is killed by the next worker that finds the supervisor gone (Reap).
+//   - SIGTERM or SIGINT to the supervisor stops its tasks (each with its Grace) and ends it; that is how `make
+//     down` ends tasks whose workers have detached from them.
 //
-// The shim imports no Temporal code and keeps to the standard library, so each one costs little memory.
+// The supervisor imports no Temporal code and keeps to the standard library, so it costs little memory.
 package shim
 
 import (
@@ -33,19 +36,19 @@ import (
 
 // Files in a task attempt's record folder.
 const (
-	// ConfigFile is written by the host worker before it starts the shim.
-	ConfigFile = "config.json"
-	// ProcFile is written by the shim once the task runs.
+	// ProcFile is written by the supervisor once the task runs.
 	ProcFile = "proc.json"
-	// ExitFile is written by the shim (or by Reap) once the task is gone.
+	// ExitFile is written by the supervisor (or by Reap) once the task is gone.
 	ExitFile = "exit.json"
-	// LogFile holds the shim's own log lines.
+	// LogFile holds the supervisor's log lines about the task.
 	LogFile = "shim.log"
 )
 
-// Config is what one shim runs.
+// Config is one task for the supervisor to run.
 type Config struct {
-	Argv []string `json:"argv"`
+	// Record is the task's record folder (proc.json, exit.json, shim.log); it must exist.
+	Record string   `json:"record"`
+	Argv   []string `json:"argv"`
 	// Env is the task's full environment, as KEY=VALUE.
 	Env []string `json:"env"`
 	// Dir is the working directory. Optional: default the shim's.
@@ -53,14 +56,14 @@ type Config struct {
 	// Stdout and Stderr are the paths of the task's log files, opened for append.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
-	// Socket is the shim's own Unix socket (at most 107 bytes long).
+	// Socket is the task's own Unix socket, served by the supervisor (at most 107 bytes long).
 	Socket string `json:"socket"`
 	// Cgroup is a cgroup v2 folder to create and start the task in. Optional: default none (process group only).
 	Cgroup string `json:"cgroup,omitempty"`
-	// OrphanAfter is how long the task may go without a watching host worker before the shim stops it.
+	// OrphanAfter is how long the task may go without a watching host worker before the supervisor stops it.
 	// Optional: default never.
 	OrphanAfter time.Duration `json:"orphanAfter,omitempty"`
-	// Grace is the time between SIGTERM and SIGKILL for stops the shim decides itself (orphaned, SIGTERM).
+	// Grace is the time between SIGTERM and SIGKILL for stops the supervisor decides itself (orphaned, SIGTERM).
 	Grace time.Duration `json:"grace"`
 }
 
@@ -98,26 +101,14 @@ type Exit struct {
 // Who stopped a task, when the shim decided it itself.
 const (
 	ByOrphan = "orphan" // no host worker watched for OrphanAfter
-	BySignal = "signal" // the shim got SIGTERM or SIGINT
-	ByReap   = "reap"   // the shim was gone; Reap recorded the end
+	BySignal = "signal" // the supervisor got SIGTERM or SIGINT
+	ByReap   = "reap"   // the supervisor was gone; Reap recorded the end
 )
 
 // StartError says the task could not start at all; the message says why and what to fix.
 type StartError struct{ Msg string }
 
 func (e *StartError) Error() string { return e.Msg }
-
-// ReadConfig reads the Config in a record folder.
-func ReadConfig(dir string) (Config, error) {
-	var c Config
-	return c, readJSON(filepath.Join(dir, ConfigFile), &c)
-}
-
-// WriteConfig writes the Config of a record folder (readable by its owner only: the environment may hold secrets).
-// It is not synced: a crash before the task starts leaves nothing to recover.
-func WriteConfig(dir string, c Config) error {
-	return writeJSON(filepath.Join(dir, ConfigFile), c, false)
-}
 
 // ReadStarted reads proc.json; ok is false when the task never started.
 func ReadStarted(dir string) (s Started, ok bool, err error) {
@@ -177,7 +168,10 @@ func writeJSON(path string, v any, durable bool) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil && durable {
+	if !durable {
+		return nil
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
@@ -195,20 +189,23 @@ type Stop struct {
 	FirstWait time.Duration `json:"firstWait,omitempty"`
 }
 
-// request is one line a client sends on the shim's socket.
+// request is one line a client sends. On the supervisor's socket: start (Config). On a task's socket: watch
+// (hold the connection: the task's Started, then its Exit), stop (Stop) or signal (Signal).
 type request struct {
-	// Op is watch (hold the connection: the task's Started, then its Exit), stop or signal.
-	Op     string `json:"op"`
-	Stop   Stop   `json:"stop"`
-	Signal int    `json:"signal,omitempty"`
+	Op     string  `json:"op"`
+	Config *Config `json:"config,omitempty"`
+	Stop   Stop    `json:"stop"`
+	Signal int     `json:"signal,omitempty"`
 }
 
-// message is one line the shim answers with.
+// message is one line the supervisor answers with.
 type message struct {
 	Started *Started `json:"started,omitempty"`
 	Exit    *Exit    `json:"exit,omitempty"`
 	OK      bool     `json:"ok,omitempty"`
 	Error   string   `json:"error,omitempty"`
-	// StartFailed, on the ready pipe, says Error is why the task could not start.
+	// StartFailed says Error is why the task could not start (a bad command, a missing folder).
 	StartFailed bool `json:"startFailed,omitempty"`
+	// Ending, in the greeting, says the supervisor is ending and takes no new task: start another.
+	Ending bool `json:"ending,omitempty"`
 }

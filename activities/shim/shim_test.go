@@ -5,9 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,35 +22,30 @@ import (
 	"github.com/clusterrun/clusterrun/activities/proc"
 )
 
-// TestMain doubles as the shim (SHIM_TEST_ROLE=shim, the same arguments as clusterrun-shim) and as a launcher
-// that starts a shim, prints its task's pid and blocks (SHIM_TEST_ROLE=launcher), so a test can SIGKILL the
-// launcher and watch the task live on.
+// TestMain doubles as the supervisor (SHIM_TEST_ROLE=shim, the same arguments as clusterrun-shim) and as a
+// launcher that starts a task under a supervisor, prints its pid and blocks (SHIM_TEST_ROLE=launcher), so a test
+// can SIGKILL the launcher and watch the task live on.
 func TestMain(m *testing.M) {
 	switch os.Getenv("SHIM_TEST_ROLE") {
 	case "shim":
-		fs := flag.NewFlagSet("shim", flag.ExitOnError)
-		fd := fs.Int("ready-fd", -1, "")
-		_ = fs.Parse(os.Args[1:])
-		var ready io.WriteCloser
-		if *fd >= 0 {
-			ready = os.NewFile(uintptr(*fd), "ready")
-		}
-		if err := Run(fs.Arg(0), ready); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
+		os.Exit(Main(os.Args[1:]))
 	case "launcher":
-		st, err := Launch(shimCommand(), os.Getenv("SHIM_TEST_DIR"), shimEnv())
+		var cfg Config
+		if err := json.Unmarshal([]byte(os.Getenv("SHIM_TEST_CONFIG")), &cfg); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		sup := Supervisor{Command: shimCommand(), Socket: os.Getenv("SHIM_TEST_SUPERVISOR"), Log: cfg.Record + "/supervisor.log", Env: shimEnv(),
+			IdleAfter: 300 * time.Millisecond}
+		st, err := start(sup, cfg)
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
-		w, err := Client{Socket: os.Getenv("SHIM_TEST_SOCKET")}.Watch(context.Background())
-		if err != nil {
+		if _, err := (Client{Socket: cfg.Socket}).Watch(context.Background()); err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
-		_ = w
 		fmt.Println(st.PID)
 		select {}
 	}
@@ -70,27 +64,58 @@ func shimEnv() []string {
 	return append(env, "SHIM_TEST_ROLE=shim")
 }
 
-// record makes a record folder and a short socket path for one task, and writes its Config.
+// start prepares a supervisor connection and starts one task on it.
+func start(sup Supervisor, cfg Config) (Started, error) {
+	p, err := sup.Prepare()
+	if err != nil {
+		return Started{}, err
+	}
+	return p.Start(cfg)
+}
+
+// newSupervisor names a supervisor with a short socket path and a log in a temporary folder; it ends idle soon.
+func newSupervisor(t testing.TB) Supervisor {
+	t.Helper()
+	sockDir, err := os.MkdirTemp("", "shim")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	return Supervisor{Command: shimCommand(), Socket: filepath.Join(sockDir, "run.sock"), Log: filepath.Join(t.TempDir(), "supervisor.log"),
+		Env: shimEnv(), IdleAfter: 300 * time.Millisecond}
+}
+
+// supervisors holds each test's supervisor: the tasks of one test are one run's.
+var supervisors = map[testing.TB]Supervisor{}
+
+func supervisorOf(t testing.TB) Supervisor {
+	if s, ok := supervisors[t]; ok {
+		return s
+	}
+	s := newSupervisor(t)
+	supervisors[t] = s
+	t.Cleanup(func() { delete(supervisors, t) })
+	return s
+}
+
+// record makes a record folder and a short socket path for one task, and its Config.
 func record(t *testing.T, script string, edit func(*Config)) (dir string, cfg Config) {
 	t.Helper()
 	dir = t.TempDir()
 	sockDir, err := os.MkdirTemp("", "shim")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	cfg = Config{Argv: []string{"sh", "-c", script}, Env: append(os.Environ(), "DIR="+dir),
+	cfg = Config{Record: dir, Argv: []string{"sh", "-c", script}, Env: append(os.Environ(), "DIR="+dir),
 		Stdout: filepath.Join(dir, "stdout.log"), Stderr: filepath.Join(dir, "stderr.log"),
 		Socket: filepath.Join(sockDir, "shim.sock"), Grace: time.Second}
 	if edit != nil {
 		edit(&cfg)
 	}
-	require.NoError(t, WriteConfig(dir, cfg))
 	return dir, cfg
 }
 
-// launch starts a shim and stops its task when the test ends.
+// launch starts a task under the test's supervisor and stops it when the test ends.
 func launch(t *testing.T, dir string, cfg Config) Started {
 	t.Helper()
-	st, err := Launch(shimCommand(), dir, shimEnv())
+	st, err := start(supervisorOf(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = Client{Socket: cfg.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"})
@@ -159,7 +184,7 @@ func TestShim_RunsTaskAndRecordsItsExit(t *testing.T) {
 	if err == nil {
 		assert.Equal(t, 3, ended(t, w).Code)
 	} else {
-		assert.ErrorIs(t, err, ErrGone, "the shim is gone once the exit is recorded")
+		assert.ErrorIs(t, err, ErrGone, "the task's socket is gone once the exit is recorded")
 	}
 }
 
@@ -215,7 +240,9 @@ func TestShim_SignalReachesTheGroup(t *testing.T) {
 func TestShim_TaskOutlivesItsLauncher(t *testing.T) {
 	dir, cfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = time.Hour })
 	launcher := exec.Command(os.Args[0], "-test.run=^$")
-	launcher.Env = append(shimEnv()[:len(shimEnv())-1], "SHIM_TEST_ROLE=launcher", "SHIM_TEST_DIR="+dir, "SHIM_TEST_SOCKET="+cfg.Socket)
+	b, _ := json.Marshal(cfg)
+	launcher.Env = append(shimEnv()[:len(shimEnv())-1], "SHIM_TEST_ROLE=launcher", "SHIM_TEST_CONFIG="+string(b),
+		"SHIM_TEST_SUPERVISOR="+newSupervisor(t).Socket)
 	out, err := launcher.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, launcher.Start())
@@ -300,7 +327,8 @@ func TestShim_KilledShimTakesItsTaskAlong(t *testing.T) {
 
 func TestShim_StartFailureIsReported(t *testing.T) {
 	dir, cfg := record(t, "", func(c *Config) { c.Argv = []string{"no-such-program-xyz"} })
-	_, err := Launch(shimCommand(), dir, shimEnv())
+	_ = dir
+	_, err := start(supervisorOf(t), cfg)
 	var se *StartError
 	require.True(t, errors.As(err, &se), "got %v", err)
 	assert.Contains(t, se.Msg, `command "no-such-program-xyz" not found on this host`)
@@ -308,24 +336,32 @@ func TestShim_StartFailureIsReported(t *testing.T) {
 	assert.True(t, errors.Is(statErr, os.ErrNotExist), "no socket left behind")
 }
 
-func TestShim_SIGTERMStopsTheTask(t *testing.T) {
-	dir, cfg := record(t, `trap 'exit 0' TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
-	st := launch(t, dir, cfg)
-	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
-	require.NoError(t, syscall.Kill(st.ShimPID, syscall.SIGTERM))
-	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
-	x, _, _ := ReadExit(dir)
-	assert.Equal(t, 0, x.Code)
-	assert.True(t, x.Stopped)
-	assert.Equal(t, "clusterrun-shim received SIGTERM", x.Reason)
-	assert.Equal(t, BySignal, x.By)
+func TestShim_SIGTERMStopsEveryTask(t *testing.T) {
+	var dirs []string
+	shimPID := 0
+	for range 2 {
+		dir, cfg := record(t, `trap 'exit 0' TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+		st := launch(t, dir, cfg)
+		waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+		dirs, shimPID = append(dirs, dir), st.ShimPID
+	}
+	require.NoError(t, syscall.Kill(shimPID, syscall.SIGTERM))
+	for _, dir := range dirs {
+		waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+		x, _, _ := ReadExit(dir)
+		assert.Equal(t, 0, x.Code)
+		assert.True(t, x.Stopped)
+		assert.Equal(t, "clusterrun-shim received SIGTERM", x.Reason)
+		assert.Equal(t, BySignal, x.By)
+	}
+	waitFor(t, "the supervisor to end", func() bool { return !alive(shimPID) })
 }
 
 func TestShim_RecordsAreJSON(t *testing.T) {
 	dir, cfg := record(t, `exit 0`, nil)
 	launch(t, dir, cfg)
 	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
-	for _, f := range []string{ConfigFile, ProcFile, ExitFile} {
+	for _, f := range []string{ProcFile, ExitFile} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		require.NoError(t, err)
 		assert.True(t, json.Valid(b), f)
@@ -362,43 +398,98 @@ func TestShim_StopWithADiagnosticSignalFirst(t *testing.T) {
 	assert.Equal(t, "hang", x.By)
 }
 
-// A shim spawned ahead of its task waits for its config, then starts the task at once.
-func TestShim_SpawnedAheadStartsOnItsConfig(t *testing.T) {
-	dir, cfg := record(t, `echo "$X"`, func(c *Config) { c.Env = append(c.Env, "X=from the config") })
-	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)), "a spawned shim's config comes later")
-	p, err := Spawn(shimCommand(), dir, shimEnv())
-	require.NoError(t, err)
-	st, err := p.Start(cfg)
-	require.NoError(t, err)
-	assert.NotZero(t, st.PID)
-	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
-	assert.Equal(t, "from the config\n", proc.Tail(cfg.Stdout, 100))
-	recorded, err := ReadConfig(dir)
-	require.NoError(t, err)
-	assert.Equal(t, cfg.Argv, recorded.Argv, "the record holds the config it ran with")
+// The tasks of one run share its supervisor, however many workers' goroutines ask for it at once.
+func TestShim_TasksOfARunShareOneSupervisor(t *testing.T) {
+	sup := supervisorOf(t)
+	const n = 8
+	started := make(chan Started, n)
+	for i := range n {
+		dir, cfg := record(t, `exec sleep 300`, nil)
+		t.Cleanup(func() {
+			_ = Client{Socket: cfg.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"})
+			waitFor(t, "the task to end", func() bool { _, ok, _ := ReadExit(dir); return ok })
+		})
+		go func() {
+			st, err := start(sup, cfg)
+			assert.NoError(t, err, "task %d", i)
+			started <- st
+		}()
+	}
+	pids := map[int]bool{}
+	for range n {
+		st := <-started
+		assert.True(t, alive(st.PID))
+		pids[st.ShimPID] = true
+	}
+	assert.Len(t, pids, 1, "one supervisor for the run")
 }
 
-// A spawned shim whose task will not start (Abort, or its spawner's death) ends without one.
-func TestShim_SpawnedAheadAbortEndsIt(t *testing.T) {
-	dir, _ := record(t, "exit 0", nil)
-	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)))
-	p, err := Spawn(shimCommand(), dir, shimEnv())
-	require.NoError(t, err)
-	p.Abort()
-	select {
-	case <-p.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("an aborted shim did not end")
-	}
-	_, ok, _ := ReadStarted(dir)
-	assert.False(t, ok, "no task was started")
+// A supervisor with no task and no worker ends after its idle time (its socket and log go with it); the next
+// start brings up a new one.
+func TestShim_IdleSupervisorEndsAndANewOneStarts(t *testing.T) {
+	sup := supervisorOf(t)
+	dir, cfg := record(t, `exit 0`, nil)
+	first := launch(t, dir, cfg)
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	waitFor(t, "the idle supervisor to end", func() bool { return !alive(first.ShimPID) })
+	_, err := os.Stat(sup.Socket)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the socket goes with the supervisor")
+	_, err = os.Stat(sup.Log)
+	assert.ErrorIs(t, err, os.ErrNotExist, "an idle end leaves no log behind")
 
-	dir, cfg := record(t, "exit 0", func(c *Config) { c.Argv = []string{"no-such-program-xyz"} })
-	require.NoError(t, os.Remove(filepath.Join(dir, ConfigFile)))
-	p, err = Spawn(shimCommand(), dir, shimEnv())
+	dir, cfg = record(t, `exit 0`, nil)
+	second := launch(t, dir, cfg)
+	assert.NotEqual(t, first.ShimPID, second.ShimPID)
+}
+
+// A worker's connection keeps the supervisor from ending while the task waits for its rendezvous; given up
+// (Abort), it no longer does.
+func TestShim_PendingStartKeepsTheSupervisor(t *testing.T) {
+	sup := supervisorOf(t)
+	p, err := sup.Prepare()
 	require.NoError(t, err)
+	pid := supervisorPID(t, sup)
+	time.Sleep(3 * sup.IdleAfter)
+	assert.True(t, alive(pid), "a supervisor with a pending start ended")
+	p.Abort()
+	waitFor(t, "the supervisor to end idle", func() bool { return !alive(pid) })
+
+	// A pending start still starts its task after any wait.
+	p, err = sup.Prepare()
+	require.NoError(t, err)
+	time.Sleep(3 * sup.IdleAfter)
+	dir, cfg := record(t, `echo "$X"`, func(c *Config) { c.Env = append(c.Env, "X=from the config") })
 	_, err = p.Start(cfg)
-	var se *StartError
-	require.ErrorAs(t, err, &se)
-	assert.Contains(t, se.Msg, `command "no-such-program-xyz" not found`)
+	require.NoError(t, err)
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	assert.Equal(t, "from the config\n", proc.Tail(cfg.Stdout, 100))
+}
+
+// supervisorPID finds the pid of the supervisor listening at sup.Socket, by starting a trivial task on it.
+func supervisorPID(t *testing.T, sup Supervisor) int {
+	t.Helper()
+	dir, cfg := record(t, `exit 0`, nil)
+	st, err := start(sup, cfg)
+	require.NoError(t, err)
+	waitFor(t, "exit.json", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	return st.ShimPID
+}
+
+// SIGKILL of a supervisor takes every task of its run down (Pdeathsig); each is reaped on its own.
+func TestShim_KilledSupervisorTakesEveryTaskAlong(t *testing.T) {
+	var dirs []string
+	var pids []int
+	var ws []*Watch
+	shimPID := 0
+	for range 3 {
+		dir, cfg := record(t, `exec sleep 300`, nil)
+		st := launch(t, dir, cfg)
+		dirs, pids, ws, shimPID = append(dirs, dir), append(pids, st.PID), append(ws, watch(t, cfg)), st.ShimPID
+	}
+	require.NoError(t, syscall.Kill(shimPID, syscall.SIGKILL))
+	for i := range dirs {
+		assert.ErrorIs(t, (<-ws[i].Ended()).Err, ErrGone)
+		waitFor(t, "Pdeathsig to take the task down", func() bool { return !alive(pids[i]) })
+		assert.Equal(t, ByReap, Reap(dirs[i], "its supervisor died").By)
+	}
 }

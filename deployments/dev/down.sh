@@ -30,9 +30,11 @@ for pidf in "$state"/worker-*.pid; do
 	name=$(basename "$pidf" .pid)
 	stop "$pidf" "${name/worker-/host worker }"
 done
-shims() { pgrep -f "clusterrun-shim --ready-fd 3 $state/state/" || true; }
+# Each run's task supervisor (clusterrun-shim) logs under the state folder: that is how down finds this setup's.
+shims() { pgrep -f "clusterrun-shim --ready-fd 3 --idle [^ ]* --log $state/state/" || true; }
 if [ -n "$(shims)" ]; then
 	n=$(shims | wc -l)
+	echo "down: stopping the tasks left running by the host workers ($n task supervisor(s))"
 	kill -TERM $(shims) 2>/dev/null || true
 	deadline=$((SECONDS + 40))
 	while [ -n "$(shims)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
@@ -40,6 +42,5 @@ if [ -n "$(shims)" ]; then
 		echo "down: task supervisors still running after 40s; killing them" >&2
 		kill -KILL $(shims) 2>/dev/null || true
 	fi
-	echo "down: stopped $n task(s) left running by the host workers"
 fi
 stop "$state/temporal.pid" "Temporal dev server"

@@ -1,0 +1,263 @@
+package shim
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/clusterrun/clusterrun/activities/proc"
+)
+
+// DefaultIdleAfter is how long a supervisor with no task and no worker connection lives on before it ends.
+const DefaultIdleAfter = 15 * time.Second
+
+// Main is the clusterrun-shim command; it returns the process's exit code.
+//
+//	clusterrun-shim --ready-fd N [--idle D] [--log PATH] SOCKET
+//
+// The host worker that starts it reads "listening" (or why not) on file descriptor N. PATH is the supervisor's
+// own log (its stdout and stderr), removed when it ends idle.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("clusterrun-shim", flag.ContinueOnError)
+	readyFD := fs.Int("ready-fd", -1, "file descriptor to report on once the supervisor listens")
+	idle := fs.Duration("idle", DefaultIdleAfter, "end after this long with no task and no worker connection")
+	logPath := fs.String("log", "", "the supervisor's own log file, removed when it ends idle")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: clusterrun-shim --ready-fd N [--idle D] [--log PATH] SOCKET (started by clusterrun-worker, not by hand)")
+		return 2
+	}
+	var ready io.WriteCloser
+	if *readyFD >= 0 {
+		ready = os.NewFile(uintptr(*readyFD), "ready")
+	}
+	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
+	idleEnd, err := Serve(fs.Arg(0), ready, *idle, logger)
+	if err != nil {
+		logger.Printf("clusterrun-shim: %v", err)
+		return 1
+	}
+	if idleEnd && *logPath != "" {
+		_ = os.Remove(*logPath)
+	}
+	return 0
+}
+
+// server is a supervisor's state: its socket, its tasks and the workers connected to it.
+type server struct {
+	socket    string
+	ln        net.Listener
+	logger    *log.Logger
+	idleAfter time.Duration
+
+	mu       sync.Mutex
+	tasks    map[*task]struct{}
+	conns    int  // worker connections open on the supervisor's socket
+	starting int  // tasks being started
+	ending   bool // no new task: the supervisor ends once its tasks are gone
+	idleEnd  bool // it ends because it was idle (not on a signal)
+	idle     *time.Timer
+	done     chan struct{}
+}
+
+// Serve is a supervisor's whole life: it serves socket, says on ready that it does, starts the tasks workers
+// ask for and supervises each until it is gone, and returns once it has had no task and no worker connection
+// for idleAfter (idleEnd), or once the tasks a SIGTERM or SIGINT stopped are gone.
+func Serve(socket string, ready io.WriteCloser, idleAfter time.Duration, logger *log.Logger) (idleEnd bool, err error) {
+	// Stops and kills may come from the host worker or from the operator, never from a terminal's hang-up.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ln, err := listen(socket)
+	if err != nil {
+		return false, tell(ready, message{Error: err.Error()}, err)
+	}
+	// The socket file goes when the supervisor decides to end (endIfIdle), not when the listener closes: by
+	// then a new supervisor may be listening at the same path.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	s := &server{socket: socket, ln: ln, logger: logger, idleAfter: idleAfter, tasks: map[*task]struct{}{}, done: make(chan struct{})}
+	logger.Printf("supervisor listening on %s", socket)
+	_ = tell(ready, message{OK: true}, nil)
+	s.mu.Lock()
+	s.settle()
+	s.mu.Unlock()
+	go s.accept()
+	go func() {
+		for sig := range sigs {
+			s.terminate(fmt.Sprintf("clusterrun-shim received %s", unixSignalName(sig)))
+		}
+	}()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idleEnd, nil
+}
+
+// tell writes one message to the ready pipe and closes it; it returns err.
+func tell(ready io.WriteCloser, m message, err error) error {
+	if ready != nil {
+		b, _ := json.Marshal(m)
+		_, _ = ready.Write(append(b, '\n'))
+		ready.Close()
+	}
+	return err
+}
+
+func (s *server) accept() {
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		go s.serve(conn)
+	}
+}
+
+// serve answers one worker connection: a greeting at once (the connection now keeps the supervisor from ending
+// idle), then at most one start request.
+func (s *server) serve(conn net.Conn) {
+	defer conn.Close()
+	s.mu.Lock()
+	if s.ending {
+		s.mu.Unlock()
+		writeMessage(conn, message{Ending: true, Error: "this supervisor is ending; start another"})
+		return
+	}
+	s.conns++
+	s.settle()
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.conns--
+		s.settle()
+		s.mu.Unlock()
+	}()
+	if !writeMessage(conn, message{OK: true}) {
+		return
+	}
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return // the worker gave the start up
+	}
+	var req request
+	if err := json.Unmarshal(line, &req); err != nil || req.Op != "start" || req.Config == nil {
+		writeMessage(conn, message{Error: fmt.Sprintf("malformed request %.100q: the supervisor's socket takes one start request", line)})
+		return
+	}
+	writeMessage(conn, s.start(*req.Config))
+}
+
+// start starts one task and answers with its Started, or with why it could not start.
+func (s *server) start(cfg Config) message {
+	s.mu.Lock()
+	if s.ending {
+		s.mu.Unlock()
+		return message{Ending: true, Error: "the supervisor is stopping its tasks and takes no new one"}
+	}
+	s.starting++
+	s.mu.Unlock()
+
+	t, err := startTask(cfg)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starting--
+	if err != nil {
+		s.settle()
+		var se *proc.StartError
+		return message{Error: err.Error(), StartFailed: errors.As(err, &se)}
+	}
+	s.tasks[t] = struct{}{}
+	if s.ending {
+		// A SIGTERM came while the task was starting: it is stopped like the others.
+		go t.stop(Stop{Grace: cfg.Grace, By: BySignal, Reason: "clusterrun-shim was stopping when the task started"})
+	}
+	go func() {
+		<-t.ended
+		s.mu.Lock()
+		delete(s.tasks, t)
+		s.settle()
+		s.mu.Unlock()
+	}()
+	s.settle()
+	return message{Started: &t.started}
+}
+
+// settle, called with mu held after every change, ends the supervisor once it is ending and has no task left,
+// and otherwise runs the idle timer while it has neither tasks nor connections.
+func (s *server) settle() {
+	if s.idle != nil {
+		s.idle.Stop()
+		s.idle = nil
+	}
+	busy := len(s.tasks) > 0 || s.starting > 0
+	switch {
+	case s.ending && !busy:
+		select {
+		case <-s.done:
+		default:
+			close(s.done)
+		}
+	case !s.ending && !busy && s.conns == 0 && s.idleAfter > 0:
+		s.idle = time.AfterFunc(s.idleAfter, s.endIfIdle)
+	}
+}
+
+// endIfIdle ends a supervisor that is still idle. Its socket file goes first, so that a worker that finds no
+// socket starts a new supervisor, and one that connected just now is told to (serve).
+func (s *server) endIfIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ending || len(s.tasks) > 0 || s.starting > 0 || s.conns > 0 {
+		return
+	}
+	s.logger.Printf("no task and no worker for %s: ending", s.idleAfter)
+	s.ending, s.idleEnd = true, true
+	s.closeSocket()
+	s.settle()
+}
+
+// terminate stops every task (each with its grace) and takes no new one; the supervisor ends once they are gone.
+func (s *server) terminate(reason string) {
+	s.mu.Lock()
+	if !s.ending {
+		s.ending = true
+		s.closeSocket()
+	}
+	tasks := make([]*task, 0, len(s.tasks))
+	for t := range s.tasks {
+		tasks = append(tasks, t)
+	}
+	s.settle()
+	s.mu.Unlock()
+	s.logger.Printf("%s: stopping %d tasks", reason, len(tasks))
+	for _, t := range tasks {
+		t.stop(Stop{Grace: t.cfg.Grace, By: BySignal, Reason: reason})
+	}
+}
+
+func (s *server) closeSocket() {
+	_ = os.Remove(s.socket)
+	s.ln.Close()
+}
+
+func unixSignalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		switch s {
+		case syscall.SIGTERM:
+			return "SIGTERM"
+		case syscall.SIGINT:
+			return "SIGINT"
+		}
+	}
+	return sig.String()
+}
