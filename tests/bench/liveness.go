@@ -200,7 +200,7 @@ func serverOutage(c client.Client, dir string) time.Duration {
 }
 
 // supervisorCost measures, with 64 sleeping tasks on one host, the memory (RSS, and PSS, which shares the
-// binary's pages among the shims) and CPU of each task's clusterrun-shim plus the worker's share.
+// binary's pages among processes) and CPU of the run's clusterrun-shim and of the worker's growth, per task.
 func supervisorCost(dir string, workerPID int) (rssKiB, pssKiB, cpuPct float64) {
 	const n = 64
 	rss0, _ := procUsage(workerPID)
@@ -209,7 +209,7 @@ func supervisorCost(dir string, workerPID int) (rssKiB, pssKiB, cpuPct float64) 
 	check(err)
 	id := strings.TrimSpace(string(idOut))
 	waitRunning(id, n)
-	shims := pidsOf("clusterrun-shim")
+	shims := parentsOf(pidsOf("sleep"), pidsOf("clusterrun-shim")) // this run's, not those of runs just ended
 	measure := func() (rss, pss int64, cpu time.Duration) {
 		r, c := procUsage(workerPID)
 		rss, cpu = r-rss0, c
@@ -225,6 +225,29 @@ func supervisorCost(dir string, workerPID int) (rssKiB, pssKiB, cpuPct float64) 
 	rss, pss, cpuB := measure()
 	_ = exec.Command(*clusterrun, "cancel", id).Run()
 	return float64(rss) / n, float64(pss) / n, 100 * (cpuB - cpuA).Seconds() / idleFor.Seconds() / n
+}
+
+// parentsOf returns those of candidates that are the parent of one of children.
+func parentsOf(children, candidates []int) []int {
+	parents := map[int]bool{}
+	for _, c := range children {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if f := strings.Fields(string(stat[i+2:])); len(f) > 1 {
+			ppid, _ := strconv.Atoi(f[1])
+			parents[ppid] = true
+		}
+	}
+	var out []int
+	for _, p := range candidates {
+		if parents[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // procPSS is a process's proportional set size in KiB: its private pages plus its share of shared ones.
