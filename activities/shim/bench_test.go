@@ -94,3 +94,77 @@ func build(b *testing.B, out string) {
 }
 
 var execCommand = exec.Command
+
+// BenchmarkStop64 stops 64 sleeping tasks of one run at once, as a fail-fast does: from the stop requests to every
+// watcher holding its task's exit.
+func BenchmarkStop64(b *testing.B) { benchStop(b, "") }
+
+// BenchmarkStop64Cgroup is BenchmarkStop64 with a cgroup per task.
+func BenchmarkStop64Cgroup(b *testing.B) {
+	parent, err := proc.CgroupParent()
+	if err != nil {
+		b.Skip(err)
+	}
+	benchStop(b, parent)
+}
+
+func benchStop(b *testing.B, cgroupParent string) {
+	const n = 64
+	sup := benchSupervisor(b)
+	sockDir := filepath.Dir(sup.Socket)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		var clients []Client
+		var watches []*Watch
+		for k := range n {
+			dir := b.TempDir()
+			cfg := Config{Record: dir, Argv: []string{"sleep", "600"}, Env: os.Environ(), Stdout: filepath.Join(dir, "out"),
+				Stderr: filepath.Join(dir, "err"), Socket: filepath.Join(sockDir, fmt.Sprintf("t%d.sock", k)), Grace: time.Second}
+			if cgroupParent != "" {
+				cfg.Cgroup = filepath.Join(cgroupParent, fmt.Sprintf("bench-%d-%d-%d", os.Getpid(), i, k))
+			}
+			p, err := sup.Prepare()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Start(cfg); err != nil {
+				b.Fatal(err)
+			}
+			c := Client{Socket: cfg.Socket}
+			w, err := c.Watch(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			clients, watches = append(clients, c), append(watches, w)
+		}
+		b.StartTimer()
+		for _, c := range clients {
+			go func() { _ = c.Stop(context.Background(), Stop{Grace: time.Second, By: "bench"}) }()
+		}
+		for _, w := range watches {
+			<-w.Ended()
+		}
+	}
+}
+
+// BenchmarkDirectStop64 is BenchmarkStop64 for tasks the worker started itself, as before supervisors.
+func BenchmarkDirectStop64(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		var ps []*proc.Process
+		for range 64 {
+			p, err := proc.Start(proc.Config{Argv: []string{"sleep", "600"}, Env: os.Environ()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		b.StartTimer()
+		for _, p := range ps {
+			go p.Stop(time.Second)
+		}
+		for _, p := range ps {
+			<-p.Done()
+		}
+	}
+}
