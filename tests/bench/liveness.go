@@ -64,7 +64,9 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
 
 // sleepers starts a run of n sleeping tasks pinned to host and waits until all run; it returns the run ID.
 func sleepers(c client.Client, dir, host string, n int) string {
-	spec := write(dir, "sleepers.yaml", fmt.Sprintf(`{name: bench-sleepers, command: [sleep, "600"], heartbeatTimeout: 2s, stopGracePeriod: 1s, tasks: {worker: {replicas: %d, hosts: [%s]}}}`, n, host))
+	// The tasks sleep well past the longest outage (g4), so none ends on its own during one.
+	sleep := int((*outage + 10*time.Minute).Seconds())
+	spec := write(dir, "sleepers.yaml", fmt.Sprintf(`{name: bench-sleepers, command: [sleep, "%d"], heartbeatTimeout: 2s, stopGracePeriod: 1s, tasks: {worker: {replicas: %d, hosts: [%s]}}}`, sleep, n, host))
 	out, err := exec.Command(*clusterrun, "run", spec, "--detach").Output()
 	check(err)
 	id := strings.TrimSpace(string(out))
