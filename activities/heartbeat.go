@@ -73,23 +73,38 @@ func (b *heartbeater) loop() {
 		d := b.details
 		b.mu.Unlock()
 		// An RPC may take as long as the period: the next beat waits for it, so beats never pile up.
-		ctx, cancel := context.WithTimeout(context.Background(), max(b.every, 2*time.Second))
-		err := b.client.RecordActivityHeartbeat(ctx, b.token, d)
-		cancel()
-		var canceled *temporal.CanceledError
-		var notFound *serviceerror.NotFound
-		switch {
-		case err == nil:
-		case errors.As(err, &canceled):
-			b.say(leaseCanceled)
+		if v := b.beat(d); v != 0 {
+			b.say(v)
 			return
-		case errors.As(err, &notFound), errors.Is(err, activity.ErrActivityPaused), errors.Is(err, activity.ErrActivityReset):
-			b.say(leaseGone)
-			return
-		default:
-			b.logger.Debug("heartbeat failed; the lease holds until the server says otherwise", "task", d.Task, "error", err)
 		}
 	}
+}
+
+// beat records one heartbeat and returns the server's verdict on the lease, or 0 while it holds.
+func (b *heartbeater) beat(d workflows.HeartbeatDetails) verdict {
+	ctx, cancel := context.WithTimeout(context.Background(), max(b.every, 2*time.Second))
+	defer cancel()
+	err := b.client.RecordActivityHeartbeat(ctx, b.token, d)
+	var canceled *temporal.CanceledError
+	var notFound *serviceerror.NotFound
+	switch {
+	case err == nil:
+	case errors.As(err, &canceled):
+		return leaseCanceled
+	case errors.As(err, &notFound), errors.Is(err, activity.ErrActivityPaused), errors.Is(err, activity.ErrActivityReset):
+		return leaseGone
+	default:
+		b.logger.Debug("heartbeat failed; the lease holds until the server says otherwise", "task", d.Task, "error", err)
+	}
+	return 0
+}
+
+// ask beats once, now, and returns the verdict (0: the lease holds, or the server did not answer).
+func (b *heartbeater) ask() verdict {
+	b.mu.Lock()
+	d := b.details
+	b.mu.Unlock()
+	return b.beat(d)
 }
 
 func (b *heartbeater) say(v verdict) {

@@ -291,6 +291,9 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 
 	select {
 	case <-e.ended:
+		if h.runHasTheEnd(e, hb) {
+			return res, activity.ErrResultPending
+		}
 		return h.report(ctx, in, e)
 	case <-holder:
 		if e.exited() != nil {
@@ -320,6 +323,26 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 		e.letGo(lease)
 		return res, detachedError(leaseEnded(ctx)+"; the task goes on running on "+h.Name, res)
 	}
+}
+
+// reportHoldBack is how long the lease of an attempt its run stopped waits before it reports the end.
+const reportHoldBack = 200 * time.Millisecond
+
+// runHasTheEnd says whether an attempt's end need not be reported at all. An attempt the run stopped (StopTasks)
+// has its end in the run already, from StopTasks' answer. If the run ends there (fail-fast, the chief's exit), its
+// final workflow task would otherwise queue behind one completion per task, each a write to the same history,
+// that only repeat what the run knows (0.45 s of a 64-task fail-fast here). So the lease waits a moment, then asks
+// the server: if the run is over (its lease is gone), there is nobody to report to. Otherwise it reports as usual.
+func (h *Host) runHasTheEnd(e *entry, hb *heartbeater) bool {
+	if by, _ := e.stopCause(); by != stopByRun || e.legacy {
+		return false
+	}
+	select {
+	case v := <-hb.verdicts():
+		return v == leaseGone
+	case <-time.After(reportHoldBack):
+	}
+	return hb.ask() == leaseGone
 }
 
 // reportLease reports an attempt its lease stopped on the server's word: a cancellation is Canceled; a lease
