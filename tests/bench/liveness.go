@@ -201,9 +201,14 @@ func serverOutage(c client.Client, dir string) time.Duration {
 	return done.Sub(back)
 }
 
+// supervision is what supervising one idle task costs, in KiB and in percent of a core.
+type supervision struct {
+	shimRSS, shimPSS, workerGrowth, cpuPct float64
+}
+
 // supervisorCost measures, with 64 sleeping tasks on one host, the memory (RSS, and PSS, which shares the
-// binary's pages among processes) and CPU of the run's clusterrun-shim and of the worker's growth, per task.
-func supervisorCost(dir string, workerPID int) (rssKiB, pssKiB, cpuPct float64) {
+// binary's pages among processes) of the run's clusterrun-shim, the worker's growth, and the CPU of both, per task.
+func supervisorCost(dir string, workerPID int) supervision {
 	const n = 64
 	rss0, _ := procUsage(workerPID)
 	spec := write(dir, "idle.yaml", fmt.Sprintf(`{name: bench-idle, command: [sleep, "600"], stopGracePeriod: 2s, tasks: {worker: {replicas: %d, hosts: [%s]}}}`, n, *hostA))
@@ -212,21 +217,22 @@ func supervisorCost(dir string, workerPID int) (rssKiB, pssKiB, cpuPct float64) 
 	id := strings.TrimSpace(string(idOut))
 	waitRunning(id, n)
 	shims := parentsOf(pidsOf("sleep"), pidsOf("clusterrun-shim")) // this run's, not those of runs just ended
-	measure := func() (rss, pss int64, cpu time.Duration) {
+	measure := func() (shimRSS, shimPSS, growth int64, cpu time.Duration) {
 		r, c := procUsage(workerPID)
-		rss, cpu = r-rss0, c
+		growth, cpu = r-rss0, c
 		for _, p := range shims {
 			r, c := procUsage(p)
-			rss, cpu = rss+r, cpu+c
-			pss += procPSS(p)
+			shimRSS, cpu = shimRSS+r, cpu+c
+			shimPSS += procPSS(p)
 		}
-		return rss, pss + (r - rss0), cpu
+		return shimRSS, shimPSS, growth, cpu
 	}
-	_, _, cpuA := measure()
+	_, _, _, cpuA := measure()
 	time.Sleep(*idleFor)
-	rss, pss, cpuB := measure()
+	rss, pss, growth, cpuB := measure()
 	_ = exec.Command(*clusterrun, "cancel", id).Run()
-	return float64(rss) / n, float64(pss) / n, 100 * (cpuB - cpuA).Seconds() / idleFor.Seconds() / n
+	return supervision{shimRSS: float64(rss) / n, shimPSS: float64(pss) / n, workerGrowth: float64(growth) / n,
+		cpuPct: 100 * (cpuB - cpuA).Seconds() / idleFor.Seconds() / n}
 }
 
 // parentsOf returns those of candidates that are the parent of one of children.

@@ -177,8 +177,9 @@ func idleOverhead(dir string, haveSrun bool) {
 			pid = p
 		}
 	}
-	rss, pss, cpu := supervisorCost(dir, pid)
-	ours := fmt.Sprintf("%.0f KiB RSS (%.0f KiB PSS), %.3f%% of a core", rss, pss, cpu)
+	c := supervisorCost(dir, pid)
+	ours := fmt.Sprintf("%.0f KiB RSS (shim %.0f KiB RSS, %.0f KiB PSS; worker growth %.0f KiB), %.3f%% of a core",
+		c.shimRSS+c.workerGrowth, c.shimRSS, c.shimPSS, c.workerGrowth, c.cpuPct)
 
 	theirs := "(no srun)"
 	if haveSrun {
