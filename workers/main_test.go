@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shimBeside makes a fake clusterrun-shim for --shim, so parseFlags finds one.
+func shimBeside(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "clusterrun-shim")
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
+	return p
+}
+
+func TestParseFlags_SupervisorIdle(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	assert.Equal(t, 15*time.Second, c.supervisorIdle, "the default")
+
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim, "--supervisor-idle", "2m"})
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, c.supervisorIdle)
+
+	t.Setenv("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", "30s")
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, c.supervisorIdle, "from the environment")
+
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--supervisor-idle", "0s"})
+	assert.EqualError(t, err, "--supervisor-idle 0s: must be positive, e.g. 15s")
+
+	t.Setenv("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", "soon")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.EqualError(t, err, `CLUSTERRUN_WORKER_SUPERVISOR_IDLE="soon": not a duration; use e.g. 15s or 1m`)
+}
