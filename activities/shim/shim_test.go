@@ -493,3 +493,29 @@ func TestShim_KilledSupervisorTakesEveryTaskAlong(t *testing.T) {
 		assert.Equal(t, ByReap, Reap(dirs[i], "its supervisor died").By)
 	}
 }
+
+// A supervisor that is stopping its tasks (SIGTERM) takes no new one: a start already connected is refused, and
+// the next Prepare starts another supervisor, while the first still waits out its task's grace.
+func TestShim_EndingSupervisorIsReplaced(t *testing.T) {
+	sup := supervisorOf(t)
+	dir, cfg := record(t, `trap "" TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, func(c *Config) { c.Grace = 3 * time.Second })
+	first := launch(t, dir, cfg)
+	waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+	held, err := sup.Prepare()
+	require.NoError(t, err)
+
+	require.NoError(t, syscall.Kill(first.ShimPID, syscall.SIGTERM))
+	waitFor(t, "the socket to go", func() bool { _, err := os.Stat(sup.Socket); return errors.Is(err, os.ErrNotExist) })
+	_, cfg2 := record(t, `exit 0`, nil)
+	_, err = held.Start(cfg2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "takes no new one")
+
+	dir3, cfg3 := record(t, `exit 0`, nil)
+	second := launch(t, dir3, cfg3)
+	assert.NotEqual(t, first.ShimPID, second.ShimPID)
+	assert.True(t, alive(first.ShimPID), "the first supervisor still waits out its task's grace")
+	waitFor(t, "the first task's exit", func() bool { _, ok, _ := ReadExit(dir); return ok })
+	x, _, _ := ReadExit(dir)
+	assert.Equal(t, "SIGKILL", x.Signal, "its task ignored SIGTERM for the grace")
+}
