@@ -83,3 +83,23 @@ func TestEndpointType_OldMaps(t *testing.T) {
 	assert.Equal(t, "ps", EndpointType(workflows.Endpoint{Task: "ps-0", Type: "ps"}))
 	assert.Equal(t, "big_worker", EndpointType(workflows.Endpoint{Task: "big_worker-12"}))
 }
+
+// The worker's Temporal settings and its own configuration stay out of tasks; operators withhold or pass more.
+func TestEnvPolicy_WithholdsTheWorkersSecrets(t *testing.T) {
+	base := []string{"PATH=/bin", "TEMPORAL_API_KEY=secret", "TEMPORAL_ADDRESS=t:7233", "CLUSTERRUN_WORKER_HOST=h",
+		"AWS_SECRET_ACCESS_KEY=k", "AWS_REGION=eu", "CUDA_VISIBLE_DEVICES=0"}
+	assert.Equal(t, []string{"PATH=/bin", "AWS_SECRET_ACCESS_KEY=k", "AWS_REGION=eu", "CUDA_VISIBLE_DEVICES=0"}, EnvPolicy{}.Filter(base))
+
+	p := EnvPolicy{Withhold: []string{"AWS_*"}, Pass: []string{"AWS_REGION", "TEMPORAL_ADDRESS"}}
+	assert.Equal(t, []string{"PATH=/bin", "TEMPORAL_ADDRESS=t:7233", "AWS_REGION=eu", "CUDA_VISIBLE_DEVICES=0"}, p.Filter(base))
+
+	// A spec may still set what the worker withholds: it is the spec's own.
+	env := TaskEnv(EnvPolicy{}.Filter(base), TaskIdentity{Task: spec.Task{Name: "w-0", Type: "w", Env: map[string]string{"TEMPORAL_NAMESPACE": "mine"}}}, workflows.ClusterMap{})
+	assert.Contains(t, env, "TEMPORAL_NAMESPACE=mine")
+	assert.NotContains(t, env, "TEMPORAL_API_KEY=secret")
+
+	assert.NoError(t, CheckEnvPatterns("--task-env-pass", []string{"AWS_*", "HOME"}))
+	assert.EqualError(t, CheckEnvPatterns("--task-env-withhold", []string{"A=B"}),
+		`--task-env-withhold "A=B": not a variable name or glob; use e.g. TEMPORAL_* or AWS_SECRET_ACCESS_KEY`)
+	assert.Error(t, CheckEnvPatterns("--task-env-pass", []string{"[x"}))
+}

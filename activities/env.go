@@ -22,9 +22,9 @@ type TaskIdentity struct {
 	Socket       string // the control socket, CLUSTERRUN_SOCKET
 }
 
-// TaskEnv builds a task's environment: the host worker's own environment, then the spec's env, then the
-// clusterrun contract (which a spec may not override). Evaluators get TF_CONFIG and MASTER_* but no RANK or
-// WORLD_SIZE, as they are outside the training world.
+// TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy), then
+// the spec's env, then the clusterrun contract (which a spec may not override). Evaluators get TF_CONFIG and
+// MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	vars := map[string]string{}
 	var order []string

@@ -49,6 +49,9 @@ type Host struct {
 	// SupervisorIdle is how long a run's supervisor lives on with no task and no worker connection. Optional:
 	// default shim.DefaultIdleAfter.
 	SupervisorIdle time.Duration
+	// TaskEnv says which of the worker's own environment variables its tasks inherit. Optional: default all but
+	// DefaultWithheld.
+	TaskEnv EnvPolicy
 	// CgroupParent is where task cgroups are made. Optional: default none (process groups only).
 	CgroupParent string
 	// Client signals and queries workflows.

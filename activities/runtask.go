@@ -208,7 +208,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, p
 	if err != nil {
 		return fail(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err))
 	}
-	env := TaskEnv(os.Environ(), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
+	env := TaskEnv(h.TaskEnv.Filter(os.Environ()), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path}, cluster)
 

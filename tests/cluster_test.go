@@ -156,9 +156,10 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 		"--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
-	// Tasks inherit this environment: the clusterrun CLI under test is on their PATH.
+	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
+	// settings and its own configuration.
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
-		"PATH="+c.bin+":"+os.Getenv("PATH"))
+		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
 	before, _ := os.ReadFile(logPath)

@@ -63,7 +63,8 @@ func TestE2E_TFConfigConsistentAcrossTasks(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
 name: tfconfig
-command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" > "$CLUSTERRUN_RESULT_FILE"']
+command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\",\"temporal\":\"%s|%s|%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" "$TEMPORAL_ADDRESS" "$TEMPORAL_NAMESPACE" "$CLUSTERRUN_WORKER_LOG_FORMAT" > "$CLUSTERRUN_RESULT_FILE"']
+env: {TEMPORAL_NAMESPACE: set-by-the-spec}
 chiefExit: wait
 tasks:
   chief: {replicas: 1, hosts: [host-a]}
@@ -91,6 +92,7 @@ tasks:
 		Master     string `json:"master"`
 		Host       string `json:"host"`
 		Task       string `json:"task"`
+		Temporal   string `json:"temporal"`
 	}
 	views := map[string]view{}
 	for _, task := range st.Tasks {
@@ -107,6 +109,9 @@ tasks:
 		assert.Equal(t, name, fmt.Sprintf("%s-%d", v.TF.Task.Type, v.TF.Task.Index))
 		assert.Equal(t, chief.TF.Cluster["chief"][0], v.Master, "%s has another master", name)
 		assert.Equal(t, st.Task(name).Host, v.Host)
+		// The worker's Temporal address (its workers have TEMPORAL_ADDRESS) and configuration stay out of the task;
+		// what the spec sets itself gets in.
+		assert.Equal(t, "|set-by-the-spec|", v.Temporal, "%s saw the worker's Temporal settings", name)
 		if name == "evaluator-0" {
 			assert.Empty(t, v.Rank)
 			continue

@@ -38,6 +38,7 @@ type config struct {
 	socketDir, stateDir string
 	shim, cgroup        string
 	supervisorIdle      time.Duration
+	taskEnv             activities.EnvPolicy
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
@@ -92,6 +93,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
 	idleDefault, idleEnvErr := envDuration("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", shim.DefaultIdleAfter)
 	fs.DurationVar(&c.supervisorIdle, "supervisor-idle", idleDefault, "how long a run's task supervisor (clusterrun-shim) lives on once it has no task left here and no new one is starting [CLUSTERRUN_WORKER_SUPERVISOR_IDLE]")
+	c.taskEnv.Withhold = envList("CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD")
+	c.taskEnv.Pass = envList("CLUSTERRUN_WORKER_TASK_ENV_PASS")
+	fs.Var((*listFlag)(&c.taskEnv.Withhold), "task-env-withhold", "keep this variable of the worker's environment from tasks (a name or glob, repeatable; TEMPORAL_* and CLUSTERRUN_WORKER_* always are) [CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD, comma-separated]")
+	fs.Var((*listFlag)(&c.taskEnv.Pass), "task-env-pass", "let tasks inherit this variable even where a withheld pattern matches it, e.g. TEMPORAL_ADDRESS (a name or glob, repeatable) [CLUSTERRUN_WORKER_TASK_ENV_PASS, comma-separated]")
 	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
 	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
@@ -118,6 +123,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.supervisorIdle <= 0 {
 		return c, fmt.Errorf("--supervisor-idle %s: must be positive, e.g. 15s", c.supervisorIdle)
+	}
+	if err := activities.CheckEnvPatterns("--task-env-withhold", c.taskEnv.Withhold); err != nil {
+		return c, err
+	}
+	if err := activities.CheckEnvPatterns("--task-env-pass", c.taskEnv.Pass); err != nil {
+		return c, err
 	}
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
@@ -191,6 +202,7 @@ func run(args []string) error {
 	host.StateDir = filepath.Join(c.stateDir, c.host)
 	host.Shim = []string{c.shim}
 	host.SupervisorIdle = c.supervisorIdle
+	host.TaskEnv = c.taskEnv
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
@@ -373,6 +385,27 @@ func envDuration(key string, def time.Duration) (time.Duration, error) {
 		return def, fmt.Errorf("%s=%q: not a duration; use e.g. 15s or 1m", key, v)
 	}
 	return d, nil
+}
+
+// listFlag is a repeatable flag; its default (from the environment) is kept and added to.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// envList reads a comma-separated list from the environment.
+func envList(key string) []string {
+	var out []string
+	for _, v := range strings.Split(os.Getenv(key), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func envBool(key string) bool {

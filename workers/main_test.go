@@ -40,3 +40,15 @@ func TestParseFlags_SupervisorIdle(t *testing.T) {
 	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
 	assert.EqualError(t, err, `CLUSTERRUN_WORKER_SUPERVISOR_IDLE="soon": not a duration; use e.g. 15s or 1m`)
 }
+
+func TestParseFlags_TaskEnv(t *testing.T) {
+	shim := shimBeside(t)
+	t.Setenv("CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD", "AWS_*, GITHUB_TOKEN")
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim, "--task-env-withhold", "HF_TOKEN", "--task-env-pass", "TEMPORAL_ADDRESS"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"AWS_*", "GITHUB_TOKEN", "HF_TOKEN"}, c.taskEnv.Withhold)
+	assert.Equal(t, []string{"TEMPORAL_ADDRESS"}, c.taskEnv.Pass)
+
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--task-env-pass", "X=1"})
+	assert.EqualError(t, err, `--task-env-pass "X=1": not a variable name or glob; use e.g. TEMPORAL_* or AWS_SECRET_ACCESS_KEY`)
+}
