@@ -15,7 +15,7 @@ WORKFLOWCHECK := $(BIN)/workflowcheck
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools build up down demo test test-race check fmt vet lint bench clean record-histories
+.PHONY: all tools build up down demo test test-unit test-e2e test-race check fmt vet lint fuzz bench clean record-histories
 
 all: build
 
@@ -47,15 +47,34 @@ demo: up
 	$(BIN)/clusterrun run examples/demo.yaml
 	@echo "The dev server keeps running (Web UI: http://localhost:8233); stop it with: make down"
 
-# Every test: unit, workflow (testsuite), process control on real processes, and end to end against a real
-# dev server with several host worker processes (tests/ starts and stops its own server on free ports).
+# Every test, and the gate CI enforces: format, vet, static checks, workflow determinism checks, race-enabled unit
+# and workflow tests, the end-to-end suite against real dev servers with several host worker processes (tests/
+# starts and stops its own servers on free ports), and a short fuzzing budget per target.
 # The fault tests run in parallel, each with a server of its own: -parallel lets them overlap on 2 cores.
 TEST_PARALLEL ?= 6
-test: $(TEMPORAL) build
-	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+UNIT_PACKAGES = $$($(GO) list ./... | grep -v '/tests$$')
+test: fmt vet lint test-unit test-e2e
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
+
+test-unit: build
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+
+test-e2e: $(TEMPORAL) build
+	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/
 
 test-race: $(TEMPORAL) build
 	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+
+# Fuzzing: each target for FUZZTIME (go test fuzzes one target at a time). What a fuzzer finds lands in the
+# package's testdata/fuzz/<target>/ and is replayed by every plain `go test` from then on: commit it with the fix.
+FUZZTIME ?= 5m
+CI_FUZZTIME ?= 15s
+FUZZ_TARGETS = ./spec:FuzzParse ./spec:FuzzWorkflowInput ./activities:FuzzControlRequests
+fuzz:
+	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} | tail -n 3; \
+	done
 
 # Runs the end-to-end suite and saves the history of every run it made under workflows/testdata/histories/$(HISTORIES),
 # where workflows/replay_test.go replays them: a later workflow change that would wedge runs in flight fails it.
@@ -74,8 +93,9 @@ lint: $(STATICCHECK) $(WORKFLOWCHECK)
 	$(STATICCHECK) ./...
 	$(WORKFLOWCHECK) ./workflows/...
 
-# The one gate: format, vet, static checks, workflow determinism checks, race-enabled tests.
-check: fmt vet lint test-race
+# The one gate, as CI runs it (make test), with the end-to-end suite race-enabled as well.
+check: test
+	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/
 
 # Benchmarks side by side with Slurm's srun; see docs/benchmarks.md. Needs root for the Slurm setup.
 bench: $(TEMPORAL) build

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +34,9 @@ import (
 
 // TestMain doubles as clusterrun-shim: the hosts under test start this binary as their tasks' supervisor.
 func TestMain(m *testing.M) {
-	if os.Getenv("ACTIVITIES_TEST_ROLE") == "shim" {
+	if os.Getenv("ACTIVITIES_TEST_ROLE") == "shim" && !slices.ContainsFunc(os.Args, func(a string) bool {
+		return strings.HasPrefix(a, "-test.fuzzworker") // the fuzzer's own workers inherit the role too
+	}) {
 		os.Exit(shim.Main(os.Args[1:]))
 	}
 	// Supervisors inherit this: they are this binary in its shim role.

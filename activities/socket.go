@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -125,39 +124,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	_ = json.NewEncoder(w).Encode(task.ErrorBody{Error: msg})
 }
 
-// decode reads a JSON body strictly: unknown fields and trailing data are errors.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON body for %s: %v", r.URL.Path, err)
-	}
-	return nil
-}
-
 func (c *controlServer) infoHandler(*http.Request) (any, int, error) { return c.e.taskInfo(), 0, nil }
 
 func (c *controlServer) barrier(r *http.Request) (any, int, error) {
-	var req task.BarrierRequest
-	if err := decode(r, &req); err != nil {
+	req, timeout, err := readBarrier(r.Body, c.types)
+	if err != nil {
 		return nil, http.StatusBadRequest, err
-	}
-	if err := task.CheckBarrierName(req.Name); err != nil {
-		return nil, http.StatusBadRequest, err
-	}
-	for _, typ := range req.Types {
-		if !c.types[typ] {
-			return nil, http.StatusBadRequest, fmt.Errorf("barrier %q names task type %q, which this run does not have (it has %s)",
-				req.Name, typ, strings.Join(sortedSet(c.types), ", "))
-		}
-	}
-	var timeout time.Duration
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return nil, http.StatusBadRequest, fmt.Errorf("barrier timeout %q is not a positive duration; write e.g. 30s or 5m", req.Timeout)
-		}
-		timeout = d
 	}
 	wait := c.e.waitBarrier(req.Name)
 	defer c.e.forgetBarrier(req.Name, wait)
@@ -214,27 +186,20 @@ func (c *controlServer) missing(name string) string {
 }
 
 func (c *controlServer) progress(r *http.Request) (any, int, error) {
-	var req task.ProgressRequest
-	if err := decode(r, &req); err != nil {
+	p, err := readProgress(r.Body)
+	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	if req.Current < 0 || req.Total < 0 {
-		return nil, http.StatusBadRequest, errors.New("progress current and total must not be negative")
-	}
-	msg := req.Message
-	if r := []rune(msg); len(r) > 40 {
-		msg = string(r[:39]) + "…"
-	}
-	c.e.setProgress(&workflows.Progress{Current: req.Current, Total: req.Total, Message: msg})
+	c.e.setProgress(p)
 	return map[string]bool{"ok": true}, 0, nil
 }
 
 func (c *controlServer) stop(r *http.Request) (any, int, error) {
-	var req task.StopRequest
-	if err := decode(r, &req); err != nil {
+	req, err := readStop(r.Body)
+	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	err := c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
+	err = c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
 		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)

@@ -244,7 +244,7 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 				if near := closest(k, names); near != "" {
 					msg += fmt.Sprintf(" (did you mean %q?)", near)
 				}
-				problems = append(problems, Problem{Path: join(path, k), Message: msg})
+				problems = append(problems, Problem{Path: join(path, shortKey(k)), Message: msg})
 				continue
 			}
 			problems = append(problems, schemaProblems(obj[k], ft, join(path, k))...)
@@ -252,7 +252,7 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 	case reflect.Map:
 		obj := v.(map[string]any)
 		for _, k := range sortedKeys(obj) {
-			problems = append(problems, schemaProblems(obj[k], t.Elem(), join(path, k))...)
+			problems = append(problems, schemaProblems(obj[k], t.Elem(), join(path, shortKey(k)))...)
 		}
 	case reflect.Slice:
 		for i, e := range v.([]any) {
@@ -286,7 +286,7 @@ func jsonKindOK(v any, t reflect.Type) (string, bool) {
 func describeJSON(v any) string {
 	switch x := v.(type) {
 	case string:
-		return fmt.Sprintf("the string %q", x)
+		return "the string " + short(x)
 	case float64:
 		return fmt.Sprintf("the number %v", x)
 	case bool:
@@ -308,6 +308,9 @@ func join(path, key string) string {
 
 // closest returns the field name that differs from k only by case, or is within edit distance 2, if any.
 func closest(k string, names []string) string {
+	if len(k) > 64 {
+		return "" // a key that long is no typo, and the distance would cost len(k) per name
+	}
 	best, bestD := "", 3
 	for _, n := range names {
 		if strings.EqualFold(n, k) {

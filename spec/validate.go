@@ -66,22 +66,21 @@ func (s *RunSpec) Validate() []Problem {
 	case s.Name == "":
 		v.add("name", "required: name the run, e.g. name: mnist")
 	case len(s.Name) > MaxNameLength:
-		v.add("name", "%q is %d characters; at most %d", s.Name, len(s.Name), MaxNameLength)
+		v.add("name", "%s is %d characters; at most %d", short(s.Name), len(s.Name), MaxNameLength)
 	case !runNameRE.MatchString(s.Name):
-		v.add("name", "%q may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", s.Name)
+		v.add("name", "%s may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", s.Name)
 	}
 	v.command("command", s.Command, false)
 	v.env("env", s.Env)
 	v.workingDir("workingDir", s.WorkingDir)
+	v.sizes("", s.Command, s.Env, s.WorkingDir)
 	v.pool("pool", s.Pool)
 	v.oneOf("chiefExit", s.ChiefExit, ChiefExitTerminate, ChiefExitWait)
 	v.oneOf("onFailure", s.OnFailure, OnFailureFailFast, OnFailureContinue)
 	if d, ok := v.duration("maxRunTime", s.MaxRunTime); ok && s.MaxRunTime != "" && d == 0 {
 		v.add("maxRunTime", "must be more than 0; leave it out for no limit")
 	}
-	if d, ok := v.duration("stopGracePeriod", s.StopGracePeriod); ok && d > time.Hour {
-		v.add("stopGracePeriod", "%s is more than the 1h maximum", d)
-	}
+	v.duration("stopGracePeriod", s.StopGracePeriod)
 	if d, ok := v.duration("heartbeatTimeout", s.HeartbeatTimeout); ok && s.HeartbeatTimeout != "" && d < time.Second {
 		v.add("heartbeatTimeout", "%s is less than the 1s minimum", d)
 	}
@@ -102,29 +101,45 @@ func (s *RunSpec) Validate() []Problem {
 			v.add("deadlineWarning.before", "%s is not less than maxRunTime %s", before, maxRun)
 		}
 		if dw.Signal != "" && SignalNumber(dw.Signal) == 0 {
-			v.add("deadlineWarning.signal", "%q is not a signal name; use e.g. SIGUSR1, SIGUSR2, SIGTERM or SIGINT", dw.Signal)
+			v.add("deadlineWarning.signal", "%s is not a signal name; use e.g. SIGUSR1, SIGUSR2, SIGTERM or SIGINT", short(dw.Signal))
 		}
 	}
 	gang := s.Restart != nil && s.Restart.Scope == ScopeAll
 
-	if len(s.Tasks) == 0 {
+	switch {
+	case len(s.Tasks) == 0:
 		v.add("tasks", "required: at least one task type, e.g. tasks: {worker: {replicas: 2}}")
+	case len(s.Tasks) > MaxTypes:
+		v.add("tasks", "%d task types; at most %d", len(s.Tasks), MaxTypes)
 	}
-	total := 0
+	// Both sums stay far from overflow: replicas count at most MaxTasks+1 each, bytes at most the input's size.
+	total, planBytes, over := 0, 0, false
 	for _, typ := range sortedKeys(s.Tasks) {
 		t := s.Tasks[typ]
-		path := "tasks." + typ
-		if !typeNameRE.MatchString(typ) {
-			v.add(path, "task type %q may hold only lowercase letters, digits and '_', starting with a letter", typ)
+		path := "tasks." + shortKey(typ)
+		switch {
+		case len(typ) > MaxTypeNameLength:
+			v.add(path, "task type %s is %d characters; at most %d", short(typ), len(typ), MaxTypeNameLength)
+		case !typeNameRE.MatchString(typ):
+			v.add(path, "task type %s may hold only lowercase letters, digits and '_', starting with a letter", short(typ))
 		}
 		switch {
 		case t.Replicas < 1:
 			v.add(path+".replicas", "must be at least 1 (got %d)", t.Replicas)
 		case typ == "chief" && t.Replicas > 1:
 			v.add(path+".replicas", "a run has at most one chief (got %d); use worker for more replicas", t.Replicas)
+		case t.Replicas > MaxTasks:
+			v.add(path+".replicas", "%d is more than %d, the most tasks a run may have", t.Replicas, MaxTasks)
 		}
-		if t.Replicas > 0 {
-			total += t.Replicas
+		replicas := min(max(t.Replicas, 0), MaxTasks+1)
+		total += replicas
+		over = over || t.Replicas > MaxTasks
+		v.sizes(path, t.Command, t.Env, t.WorkingDir)
+		if n := taskBytes(s, t); n > MaxTaskBytes {
+			v.add(path, "each task carries %d KiB of command, env and workingDir; at most %d KiB (it travels in every attempt's "+
+				"input, kept in the run's history): pass large values in a file instead", n>>10, MaxTaskBytes>>10)
+		} else {
+			planBytes += n * replicas
 		}
 		v.command(path+".command", t.Command, false)
 		if len(t.Command) == 0 && len(s.Command) == 0 {
@@ -133,9 +148,13 @@ func (s *RunSpec) Validate() []Problem {
 		v.env(path+".env", t.Env)
 		v.workingDir(path+".workingDir", t.WorkingDir)
 		v.pool(path+".pool", t.Pool)
+		if len(t.Hosts) > MaxTasks {
+			v.add(path+".hosts", "%d hosts; at most %d", len(t.Hosts), MaxTasks)
+		}
 		for i, h := range t.Hosts {
-			if !hostNameRE.MatchString(h) {
-				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%q is not a valid host name (letters, digits, '.', '_', '-')", h)
+			if len(h) > MaxHostNameLength || !hostNameRE.MatchString(h) {
+				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%s is not a valid host name (letters, digits, '.', '_', '-'; at most %d characters)", short(h), MaxHostNameLength)
+				break
 			}
 		}
 		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
@@ -146,9 +165,17 @@ func (s *RunSpec) Validate() []Problem {
 		}
 	}
 	if total > MaxTasks {
-		v.add("tasks", "%d tasks in all; at most %d per run (Temporal's pending-activity limit)", total, MaxTasks)
+		count := fmt.Sprint(total)
+		if over {
+			count = "more than " + fmt.Sprint(MaxTasks)
+		}
+		v.add("tasks", "%s tasks in all; at most %d per run (Temporal's pending-activity limit)", count, MaxTasks)
 	}
-	return v.problems
+	if planBytes > MaxPlanBytes {
+		v.add("tasks", "the tasks carry %d MiB of command, env and workingDir in all; at most %d MiB (each task's share travels in "+
+			"every attempt's input, kept in the run's history): pass large values in a file instead", planBytes>>20, MaxPlanBytes>>20)
+	}
+	return capped(v.problems)
 }
 
 // liveness checks hostLossGrace, stopAfterDisconnect, hangTimeout and hangSignal at prefix (the run's, or a task
@@ -166,7 +193,7 @@ func (v *validator) liveness(prefix string, hostLoss, selfStop, hang Duration, h
 		v.add(prefix+"hangTimeout", "%s is less than the 1s minimum", d)
 	}
 	if hangSignal != "" && SignalNumber(hangSignal) == 0 {
-		v.add(prefix+"hangSignal", "%q is not a signal name; use e.g. SIGABRT, SIGQUIT or SIGUSR1", hangSignal)
+		v.add(prefix+"hangSignal", "%s is not a signal name; use e.g. SIGABRT, SIGQUIT or SIGUSR1", short(hangSignal))
 	}
 	// The effective pair must keep two copies of a task apart: the host's own stop, grace included, has to be
 	// over before the workflow gives the task up and starts it elsewhere. A task type that sets neither was
@@ -204,8 +231,8 @@ func (v *validator) command(path string, cmd []string, required bool) {
 func (v *validator) env(path string, env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		switch {
-		case !envNameRE.MatchString(k):
-			v.add(path+"."+k, "%q is not a valid environment variable name", k)
+		case len(k) > MaxEnvNameLength || !envNameRE.MatchString(k):
+			v.add(path+"."+shortKey(k), "%s is not a valid environment variable name (letters, digits and '_', at most %d)", short(k), MaxEnvNameLength)
 		case strings.HasPrefix(k, "CLUSTERRUN_") || contains(ReservedEnv, k):
 			v.add(path+"."+k, "%s is set by clusterrun for every task; remove it from the spec", k)
 		}
@@ -214,19 +241,19 @@ func (v *validator) env(path string, env map[string]string) {
 
 func (v *validator) workingDir(path, dir string) {
 	if dir != "" && !strings.HasPrefix(dir, "/") {
-		v.add(path, "%q must be an absolute path", dir)
+		v.add(path, "%s must be an absolute path", short(dir))
 	}
 }
 
 func (v *validator) pool(path, pool string) {
-	if pool != "" && !hostNameRE.MatchString(pool) {
-		v.add(path, "%q is not a valid pool name (letters, digits, '.', '_', '-')", pool)
+	if pool != "" && (len(pool) > MaxNameLength || !hostNameRE.MatchString(pool)) {
+		v.add(path, "%s is not a valid pool name (letters, digits, '.', '_', '-'; at most %d characters)", short(pool), MaxNameLength)
 	}
 }
 
 func (v *validator) oneOf(path, value string, allowed ...string) {
 	if value != "" && !contains(allowed, value) {
-		v.add(path, "%q is not one of %s", value, strings.Join(allowed, ", "))
+		v.add(path, "%s is not one of %s", short(value), strings.Join(allowed, ", "))
 	}
 }
 
@@ -236,11 +263,15 @@ func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
 	}
 	parsed, err := time.ParseDuration(string(d))
 	if err != nil {
-		v.add(path, "%q is not a duration; write e.g. 30s, 5m or 1h30m", string(d))
+		v.add(path, "%s is not a duration; write e.g. 30s, 5m or 1h30m", short(string(d)))
 		return 0, false
 	}
 	if parsed < 0 {
-		v.add(path, "%q is negative", string(d))
+		v.add(path, "%s is negative", short(string(d)))
+		return 0, false
+	}
+	if bound := maxDuration(path); parsed > bound {
+		v.add(path, "%s is more than the %s maximum", human(parsed), human(bound))
 		return 0, false
 	}
 	return parsed, true
@@ -265,7 +296,7 @@ func (v *validator) restart(path string, r *RestartSpec, runLevel bool, inherite
 	if runLevel {
 		v.oneOf(path+".scope", r.Scope, ScopeTask, ScopeAll)
 	} else if r.Scope != "" && r.Scope != ScopeTask {
-		v.add(path+".scope", "scope %q is cluster-wide and belongs in the run's restart, not a task type's", r.Scope)
+		v.add(path+".scope", "scope %s is cluster-wide and belongs in the run's restart, not a task type's", short(r.Scope))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -95,6 +96,10 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		}
 		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
+		}
+		if st.Task(name) == nil && len(st.Tasks) >= spec.MaxTasks {
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has %d tasks, the most a run may have; start an ended task again instead",
+				id, len(st.Tasks))}
 		}
 		return req, workflows.SignalStartTask, nil
 	}, func(st workflows.RunStatus) bool {

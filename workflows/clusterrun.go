@@ -22,13 +22,9 @@ import (
 func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	// Runs started before leases have no marker here and replay as they were written.
 	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
-	plan, err := spec.NewPlan(&in)
+	plan, err := planRun(&in)
 	if err != nil {
-		var invalid *spec.InvalidSpecError
-		if errors.As(err, &invalid) {
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil, invalid.Problems)
-		}
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil)
+		return nil, err
 	}
 	r := newRun(plan, workflow.Now(ctx))
 	r.leased = leased
@@ -64,6 +60,26 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		}
 	}
 	return r.finish(ctx)
+}
+
+// planRun validates and plans the run's input, or returns the InvalidSpec failure that ends the run. The input
+// is untrusted and every host worker plans it: validation bounds every size, and a panic that slipped past the
+// fuzzers would still fail this one run, never retry its workflow task forever.
+func planRun(in *spec.RunSpec) (plan *spec.Plan, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			plan, err = nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the run spec could not be planned: %v", p), ErrInvalidSpec, nil)
+		}
+	}()
+	plan, err = spec.NewPlan(in)
+	var invalid *spec.InvalidSpecError
+	switch {
+	case errors.As(err, &invalid):
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil, invalid.Problems)
+	case err != nil:
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidSpec, nil)
+	}
+	return plan, nil
 }
 
 // channels are the run's inputs that outlive a generation.

@@ -397,6 +397,20 @@ func TestClusterRun_InvalidSpecLaunchesNothing(t *testing.T) {
 	assert.Empty(t, h.hosts.ids)
 }
 
+// The overflow spec of the trust-boundary issue: two types whose replicas overflow their sum. Planning it once
+// took every host worker down with an out-of-memory crash; it now fails the run InvalidSpec.
+func TestClusterRun_OverflowingSpecFailsInvalidSpec(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "overflow", Command: []string{"true"},
+		Tasks: map[string]spec.TaskSpec{"a": {Replicas: 1 << 62}, "b": {Replicas: 1 << 62}}, MaxRunTime: "2562047h47m"})
+	err := h.env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidSpec, errType(err))
+	assert.Contains(t, err.Error(), "tasks.a.replicas: 4611686018427387904 is more than 1000")
+	assert.Contains(t, err.Error(), "maxRunTime")
+	assert.Empty(t, h.hosts.ids)
+}
+
 func TestClusterRun_FailFastStopsTheRest(t *testing.T) {
 	h := newHarness(t, func(task string, _, _ int) behavior {
 		if task == "worker-1" {

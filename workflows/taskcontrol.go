@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // onTerminate records the user's request to stop one task; act cancels its RunTask (so it is not restarted)
@@ -84,6 +86,10 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 	}
 	if index < 0 {
 		logger.Warn("ignoring start-task: negative index", "index", index)
+		return
+	}
+	if len(r.tasks) >= spec.MaxTasks {
+		logger.Warn("ignoring start-task: the run has as many tasks as a run may have", "tasks", len(r.tasks), "max", spec.MaxTasks)
 		return
 	}
 	nt := &task{Task: proto.Task}
