@@ -195,8 +195,12 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 		c.Error = fmt.Sprintf("unknown stream %q: use stdout or stderr", r.Stream)
 		return c
 	}
+	if err := checkPathNames(runID, r.Task); err != nil {
+		c.Error = err.Error()
+		return c
+	}
 	path := filepath.Join(AttemptDir(h.LogDir, runID, r.Attempt, r.Task), r.Stream+".log")
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		c.Missing = true
 		return c

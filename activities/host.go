@@ -52,6 +52,9 @@ type Host struct {
 	// TaskEnv says which of the worker's own environment variables its tasks inherit. Optional: default all but
 	// DefaultWithheld.
 	TaskEnv EnvPolicy
+	// Policy is what this host runs and as whom (--allow-command, --allow-dir, --run-as). Optional: default
+	// anything, as the worker's user.
+	Policy HostPolicy
 	// CgroupParent is where task cgroups are made. Optional: default none (process groups only).
 	CgroupParent string
 	// Client signals and queries workflows.
@@ -96,8 +99,16 @@ func (h *Host) Start() error {
 	if h.StateDir == "" {
 		return errors.New("host: StateDir is empty")
 	}
-	if err := os.MkdirAll(filepath.Join(h.StateDir, "tasks"), 0o700); err != nil {
-		return fmt.Errorf("state folder %s: %w", h.StateDir, err)
+	for _, d := range []struct {
+		flag, dir string
+		mode      os.FileMode
+	}{
+		{"--state-dir", h.StateDir, 0o700}, {"--state-dir", filepath.Join(h.StateDir, "tasks"), 0o700},
+		{"--log-dir", h.LogDir, 0o711}, {"--socket-dir", SocketDir(h.SocketDir), 0o711},
+	} {
+		if err := checkOwnDir(d.flag, d.dir, d.mode); err != nil {
+			return err
+		}
 	}
 	h.recover()
 	h.sweep()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"strings"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
@@ -23,8 +24,12 @@ const (
 
 // prepareLogs makes an attempt's log folder with empty stdout and stderr files, and no result or error file
 // left from an earlier try.
-func prepareLogs(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+func (h *Host) prepareLogs(dir string) error {
+	// The run's folders let the task's user through, not look around; the attempt's folder is the task's.
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
 	for _, name := range []string{"result.json", "error.json"} {
@@ -33,13 +38,13 @@ func prepareLogs(dir string) error {
 		}
 	}
 	for _, name := range []string{"stdout.log", "stderr.log"} {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o640)
 		if err != nil {
 			return err
 		}
 		f.Close()
 	}
-	return nil
+	return h.giveToTaskUser(dir, filepath.Join(dir, "stdout.log"), filepath.Join(dir, "stderr.log"))
 }
 
 // taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map.

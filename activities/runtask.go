@@ -33,6 +33,10 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	if in.Attach {
 		return h.attach(ctx, in, ref, lease, res)
 	}
+	adm, err := h.admit(ref, in, res)
+	if err != nil {
+		return res, err
+	}
 	e, holder, err := h.register(in, ref, lease)
 	if err != nil {
 		return res, h.refused(in, res, err)
@@ -63,7 +67,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 		h.forget(e)
 		return res, fmt.Errorf("start the supervisor of %s on %s: %w", e.ref.Task, h.Name, sp.err)
 	}
-	if end := h.start(ctx, in, e, sp.pending, cluster, ln, res); end != nil {
+	if end := h.start(ctx, in, e, adm, sp.pending, cluster, ln, res); end != nil {
 		return end.res, end.err
 	}
 	return h.hold(ctx, in, e, lease, holder)
@@ -187,8 +191,8 @@ func (h *Host) stoppedBeforeStart(ctx context.Context, in workflows.RunTaskInput
 
 // start prepares the attempt's log folder and control socket, builds its environment and has its supervisor
 // (spawned during the rendezvous) start the process.
-func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, pending *shim.Pending, cluster workflows.ClusterMap,
-	ln net.Listener, res workflows.TaskResult) *ending {
+func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, adm Admitted, pending *shim.Pending,
+	cluster workflows.ClusterMap, ln net.Listener, res workflows.TaskResult) *ending {
 	launched := false
 	fail := func(err error) *ending {
 		ln.Close()
@@ -200,7 +204,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, p
 		return &ending{res, err}
 	}
 	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
-	if err := prepareLogs(dir); err != nil {
+	if err := h.prepareLogs(dir); err != nil {
 		return fail(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err))
 	}
 	e.setInfo(taskInfo(e.ref, h.Name, cluster))
@@ -208,13 +212,13 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, p
 	if err != nil {
 		return fail(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err))
 	}
-	env := TaskEnv(h.TaskEnv.Filter(os.Environ()), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
+	env := TaskEnv(append(h.TaskEnv.Filter(os.Environ()), h.userEnv()...), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path}, cluster)
 
 	ln.Close()
 	launched = true
-	st, err := h.launch(e, pending, in.Task.Command, env, in.Task.WorkingDir, activity.GetInfo(ctx).HeartbeatTimeout)
+	st, err := h.launch(e, pending, adm, env, activity.GetInfo(ctx).HeartbeatTimeout)
 	var se *shim.StartError
 	switch {
 	case errors.As(err, &se):
@@ -229,8 +233,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, p
 		h.stopEntry(e, by, reason, e.grace)
 	}
 	h.taskStarted(e.ref.Attempt)
-	h.Logger.Info("task started", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "pid", st.PID,
-		"user", os.Getuid(), "dir", in.Task.WorkingDir, "argv", in.Task.Command)
+	h.audit(e, adm, st.PID)
 	return nil
 }
 

@@ -43,15 +43,22 @@ func (h *Host) serveControl(e *entry) (*controlServer, error) {
 		e.controlSocket = filepath.Join(h.socketFolder(e.key), "control.sock")
 	}
 	path := e.controlSocket
-	if err := os.MkdirAll(filepath.Dir(filepath.Dir(path)), 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	// The folder lets the task's user through to its socket; the socket is the task user's alone (its
+	// supervisor's socket beside it stays the worker user's, mode 0600).
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return nil, err
 	}
 	_ = os.Remove(path) // left by a worker that died
 	ln, err := net.Listen("unix", path)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := h.giveToTaskUser(path); err != nil {
+		ln.Close()
 		return nil, err
 	}
 	c := &controlServer{h: h, e: e, path: path, types: map[string]bool{}}

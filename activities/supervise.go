@@ -84,7 +84,7 @@ func (h *Host) abortShim(e *entry, p *shim.Pending) {
 // launch starts an attempt's process under its supervisor: it writes the record, then hands the supervisor the
 // task's config. heartbeatTimeout bounds, with hostLossGrace, how long the task may live on without a worker
 // (the supervisor's orphan bound).
-func (h *Host) launch(e *entry, p *shim.Pending, argv, env []string, dir string, heartbeatTimeout time.Duration) (shim.Started, error) {
+func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, heartbeatTimeout time.Duration) (shim.Started, error) {
 	rec := h.recordDir(e.key)
 	e.shimSocket = filepath.Join(h.socketFolder(e.key), "shim.sock")
 	err := writeRecord(rec, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
@@ -94,7 +94,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, argv, env []string, dir string,
 		return shim.Started{}, err
 	}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
-	cfg := shim.Config{Record: rec, Argv: argv, Env: env, Dir: dir,
+	cfg := shim.Config{Record: rec, Argv: e.task.Command, Path: adm.Exe, User: h.shimUser(), Env: env, Dir: e.task.WorkingDir,
 		Stdout: filepath.Join(logs, "stdout.log"), Stderr: filepath.Join(logs, "stderr.log"),
 		Socket: e.shimSocket, Grace: e.grace,
 		OrphanAfter: e.task.HostLossGrace + heartbeatTimeout}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +155,9 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	}
 	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
 		"--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
+	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
+		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
+	}
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
 	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal

@@ -39,6 +39,8 @@ type config struct {
 	shim, cgroup        string
 	supervisorIdle      time.Duration
 	taskEnv             activities.EnvPolicy
+	policy              activities.HostPolicy
+	runAs               string
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
@@ -97,6 +99,11 @@ func parseFlags(args []string) (config, error) {
 	c.taskEnv.Pass = envList("CLUSTERRUN_WORKER_TASK_ENV_PASS")
 	fs.Var((*listFlag)(&c.taskEnv.Withhold), "task-env-withhold", "keep this variable of the worker's environment from tasks (a name or glob, repeatable; TEMPORAL_* and CLUSTERRUN_WORKER_* always are) [CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD, comma-separated]")
 	fs.Var((*listFlag)(&c.taskEnv.Pass), "task-env-pass", "let tasks inherit this variable even where a withheld pattern matches it, e.g. TEMPORAL_ADDRESS (a name or glob, repeatable) [CLUSTERRUN_WORKER_TASK_ENV_PASS, comma-separated]")
+	c.policy.Commands = envList("CLUSTERRUN_WORKER_ALLOW_COMMAND")
+	c.policy.Dirs = envList("CLUSTERRUN_WORKER_ALLOW_DIR")
+	fs.Var((*listFlag)(&c.policy.Commands), "allow-command", "run only programs whose absolute path (found on the task's PATH, or where its symlinks lead) matches this glob, e.g. /usr/bin/python3* or /opt/train/bin/** (repeatable; default: any program) [CLUSTERRUN_WORKER_ALLOW_COMMAND, comma-separated]")
+	fs.Var((*listFlag)(&c.policy.Dirs), "allow-dir", "run tasks only in this working directory or beneath it (repeatable; default: any) [CLUSTERRUN_WORKER_ALLOW_DIR, comma-separated]")
+	fs.StringVar(&c.runAs, "run-as", env("CLUSTERRUN_WORKER_RUN_AS", ""), "the user tasks run as (default: the worker's user; a worker running as root needs it, and runs tasks as root only with --run-as root) [CLUSTERRUN_WORKER_RUN_AS]")
 	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
 	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
@@ -104,7 +111,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -130,6 +138,12 @@ func parseFlags(args []string) (config, error) {
 	if err := activities.CheckEnvPatterns("--task-env-pass", c.taskEnv.Pass); err != nil {
 		return c, err
 	}
+	if err := activities.CheckPolicy(c.policy); err != nil {
+		return c, err
+	}
+	if c.policy.User, err = taskUser(c.runAs); err != nil {
+		return c, err
+	}
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
 	}
@@ -145,6 +159,25 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.shim = shimPath
 	return c, nil
+}
+
+// taskUser resolves --run-as. A worker running as root must name the user: root only when said so.
+func taskUser(name string) (*activities.TaskUser, error) {
+	if name == "" {
+		if os.Getuid() == 0 {
+			return nil, errors.New("clusterrun-worker runs as root: name the user tasks run as with --run-as USER " +
+				"(--run-as root runs them as root, which gives every namespace user root on this host)")
+		}
+		return nil, nil
+	}
+	u, err := activities.LookupTaskUser(name)
+	if err != nil {
+		return nil, err
+	}
+	if os.Getuid() != 0 && int(u.UID) != os.Getuid() {
+		return nil, fmt.Errorf("--run-as %s: only a worker running as root can run tasks as another user (this one runs as uid %d)", name, os.Getuid())
+	}
+	return u, nil
 }
 
 // findShim locates clusterrun-shim: the --shim flag, else beside this program, else on PATH.
@@ -179,9 +212,6 @@ func run(args []string) error {
 	}
 	defer func() { _ = zl.Sync() }()
 	logger := conn.NewZapLogger(zl.With(zap.String("host", c.host)))
-	if err := os.MkdirAll(c.logDir, 0o755); err != nil {
-		return fmt.Errorf("--log-dir %s: %w", c.logDir, err)
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -203,6 +233,7 @@ func run(args []string) error {
 	host.Shim = []string{c.shim}
 	host.SupervisorIdle = c.supervisorIdle
 	host.TaskEnv = c.taskEnv
+	host.Policy = c.policy
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
@@ -212,6 +243,7 @@ func run(args []string) error {
 	}
 	pollers := &taskPollers{c: c, host: host, base: base}
 	host.OnDrain = pollers.drain
+	warnPolicy(c, logger)
 	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
 	if err := host.Start(); err != nil {
 		return err
@@ -249,7 +281,8 @@ func run(args []string) error {
 			return err
 		}
 	}
-	logger.Info("clusterrun-worker ready", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
+	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
+		"runAs", c.runAs, "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
 		"stateDir", host.StateDir, "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
 		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
 	<-ctx.Done()
@@ -274,6 +307,21 @@ func run(args []string) error {
 	wg.Wait()
 	logger.Info("clusterrun-worker stopped")
 	return nil
+}
+
+// warnPolicy says at start what any namespace user may do on this host, when the policy leaves it open.
+func warnPolicy(c config, logger log.Logger) {
+	user := "this worker's user"
+	if u := c.policy.User; u != nil {
+		user = u.Name
+		if u.UID == 0 {
+			logger.Warn("tasks run as root (--run-as root): anyone who can start a workflow in the namespace is root on this host")
+		}
+	}
+	if c.policy.Open() {
+		logger.Warn("no host policy: anyone who can start a workflow in the namespace can run any command on this host as " + user +
+			"; limit it with --allow-command and --allow-dir (see docs/security.md)")
+	}
 }
 
 // cgroupParent finds where task cgroups go, or "" (process groups only) with a note saying why.

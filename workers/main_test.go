@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,9 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// shimBeside makes a fake clusterrun-shim for --shim, so parseFlags finds one.
+// shimBeside makes a fake clusterrun-shim for --shim, so parseFlags finds one. It also names the test's own
+// user as the task user, as a worker running as root must.
 func shimBeside(t *testing.T) string {
 	t.Helper()
+	me, err := user.Current()
+	require.NoError(t, err)
+	t.Setenv("CLUSTERRUN_WORKER_RUN_AS", me.Username)
 	p := filepath.Join(t.TempDir(), "clusterrun-shim")
 	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755))
 	return p
@@ -51,4 +56,30 @@ func TestParseFlags_TaskEnv(t *testing.T) {
 
 	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--task-env-pass", "X=1"})
 	assert.EqualError(t, err, `--task-env-pass "X=1": not a variable name or glob; use e.g. TEMPORAL_* or AWS_SECRET_ACCESS_KEY`)
+}
+
+func TestParseFlags_HostPolicy(t *testing.T) {
+	shim := shimBeside(t)
+	t.Setenv("CLUSTERRUN_WORKER_ALLOW_COMMAND", "/usr/bin/python3*")
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim, "--allow-command", "/opt/train/bin/**", "--allow-dir", "/srv/train"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/usr/bin/python3*", "/opt/train/bin/**"}, c.policy.Commands)
+	assert.Equal(t, []string{"/srv/train"}, c.policy.Dirs)
+	require.NotNil(t, c.policy.User)
+	assert.Equal(t, uint32(os.Getuid()), c.policy.User.UID)
+
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--allow-command", "python3"})
+	assert.ErrorContains(t, err, `--allow-command "python3": not an absolute path or glob`)
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--run-as", "no-such-user-here"})
+	assert.EqualError(t, err, "--run-as no-such-user-here: no such user on this host")
+
+	t.Setenv("CLUSTERRUN_WORKER_RUN_AS", "")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	if os.Getuid() == 0 {
+		assert.ErrorContains(t, err, "clusterrun-worker runs as root: name the user tasks run as with --run-as USER")
+	} else {
+		assert.NoError(t, err, "a worker that is not root runs tasks as itself")
+		_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--run-as", "root"})
+		assert.ErrorContains(t, err, "only a worker running as root can run tasks as another user")
+	}
 }

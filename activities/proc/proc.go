@@ -32,6 +32,10 @@ import (
 // Config describes one process to start.
 type Config struct {
 	Argv []string
+	// Path is the program to execute. Optional: default argv[0], found on Env's PATH.
+	Path string
+	// Credential is the user the process runs as. Optional: default the caller's.
+	Credential *syscall.Credential
 	// Env is the full environment, as KEY=VALUE.
 	Env []string
 	// Dir is the working directory. Optional: default the caller's.
@@ -120,7 +124,9 @@ func Start(cfg Config) (*Process, error) {
 func (p *Process) run(cfg Config, started chan<- error) {
 	runtime.LockOSThread()
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if strings.Contains(cfg.Argv[0], "/") {
+	if cfg.Path != "" {
+		cmd.Path, cmd.Err = cfg.Path, nil
+	} else if strings.Contains(cfg.Argv[0], "/") {
 		cmd.Path = cfg.Argv[0]
 	} else if path, err := lookPath(cfg.Argv[0], cfg.Env); err == nil {
 		// Resolve against the task's PATH, not the worker's.
@@ -131,7 +137,7 @@ func (p *Process) run(cfg Config, started chan<- error) {
 	cmd.Dir = cfg.Dir
 	cmd.Stdout = cfg.Stdout
 	cmd.Stderr = cfg.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cfg.Credential}
 	if p.cgroup != nil {
 		fd, err := syscall.Open(p.cgroup.Path, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {

@@ -49,6 +49,10 @@ type Config struct {
 	// Record is the task's record folder (proc.json, exit.json, shim.log); it must exist.
 	Record string   `json:"record"`
 	Argv   []string `json:"argv"`
+	// Path is the program to execute, as the host policy checked it. Optional: default argv[0] on Env's PATH.
+	Path string `json:"path,omitempty"`
+	// User is who the task runs as. Optional: default the supervisor's user.
+	User *User `json:"user,omitempty"`
 	// Env is the task's full environment, as KEY=VALUE.
 	Env []string `json:"env"`
 	// Dir is the working directory. Optional: default the shim's.
@@ -65,6 +69,13 @@ type Config struct {
 	OrphanAfter time.Duration `json:"orphanAfter,omitempty"`
 	// Grace is the time between SIGTERM and SIGKILL for stops the supervisor decides itself (orphaned, SIGTERM).
 	Grace time.Duration `json:"grace"`
+}
+
+// User is a user to run a task as.
+type User struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
 }
 
 // Started says the task runs.

@@ -77,23 +77,31 @@ func listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
+	// Only the worker's user may talk to a supervisor: tasks run as another user never can.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	return ln, nil
 }
 
 // start starts the process, in its own cgroup when one is configured and can be made, and records proc.json.
 func (t *task) start() error {
-	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	stdout, err := os.OpenFile(t.cfg.Stdout, flags, 0o644)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND | syscall.O_NOFOLLOW
+	stdout, err := os.OpenFile(t.cfg.Stdout, flags, 0o640)
 	if err != nil {
 		return err
 	}
 	defer stdout.Close()
-	stderr, err := os.OpenFile(t.cfg.Stderr, flags, 0o644)
+	stderr, err := os.OpenFile(t.cfg.Stderr, flags, 0o640)
 	if err != nil {
 		return err
 	}
 	defer stderr.Close()
-	pc := proc.Config{Argv: t.cfg.Argv, Env: t.cfg.Env, Dir: t.cfg.Dir, Stdout: stdout, Stderr: stderr}
+	pc := proc.Config{Argv: t.cfg.Argv, Path: t.cfg.Path, Env: t.cfg.Env, Dir: t.cfg.Dir, Stdout: stdout, Stderr: stderr}
+	if u := t.cfg.User; u != nil {
+		pc.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
 	if t.cfg.Cgroup != "" {
 		cg, err := proc.NewCgroup(filepath.Dir(t.cfg.Cgroup), filepath.Base(t.cfg.Cgroup))
 		if err != nil {

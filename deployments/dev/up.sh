@@ -50,6 +50,13 @@ for attr in ClusterRunName ClusterRunState; do
 	"$bin/temporal" operator search-attribute create --address "$TEMPORAL_ADDRESS" --name "$attr" --type Keyword >/dev/null 2>&1 || true
 done
 
+# A worker running as root must say whom its tasks run as: on a dev machine run by root, root itself, said so
+# explicitly (CLUSTERRUN_WORKER_RUN_AS picks another user).
+runas=()
+if [ "$(id -u)" = 0 ]; then
+	runas=(--run-as "${CLUSTERRUN_WORKER_RUN_AS:-root}")
+fi
+
 for h in $hosts; do
 	pidf=$state/worker-$h.pid
 	if alive "$pidf"; then
@@ -57,7 +64,7 @@ for h in $hosts; do
 		wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
 	fi
 	: >"$state/worker-$h.log"
-	setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" \
+	setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}" \
 		>>"$state/worker-$h.log" 2>&1 </dev/null &
 	echo $! >"$pidf"
 	echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"

@@ -293,8 +293,11 @@ func startWorker(host string) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	check(err)
 	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(bin, "clusterrun-worker"), "--host", host, "--addr", "127.0.0.1",
-		"--log-dir", filepath.Join(*stateDir, "logs"), "--state-dir", filepath.Join(*stateDir, "state"))
+	args := []string{"--host", host, "--addr", "127.0.0.1", "--log-dir", filepath.Join(*stateDir, "logs"), "--state-dir", filepath.Join(*stateDir, "state")}
+	if os.Getuid() == 0 {
+		args = append(args, "--run-as", "root") // as up.sh does
+	}
+	cmd := exec.Command(filepath.Join(bin, "clusterrun-worker"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	check(cmd.Start())

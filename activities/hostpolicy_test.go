@@ -1,0 +1,98 @@
+package activities
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHostPolicy_Admit(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	require.NoError(t, os.MkdirAll(bin, 0o755))
+	prog := filepath.Join(bin, "train")
+	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755))
+	link := filepath.Join(dir, "link-to-sh")
+	require.NoError(t, os.Symlink("/bin/sh", link))
+	work := filepath.Join(dir, "work")
+	require.NoError(t, os.MkdirAll(filepath.Join(work, "sub"), 0o755))
+	realSh, err := filepath.EvalSymlinks("/bin/sh")
+	require.NoError(t, err)
+
+	p := HostPolicy{Commands: []string{bin + "/**", "/usr/bin/python3*"}, Dirs: []string{work}}
+	for _, tc := range []struct {
+		name       string
+		argv       []string
+		path, dir  string
+		exe, error string
+	}{
+		{"on the task's PATH", []string{"train"}, bin, work, prog, ""},
+		{"absolute", []string{prog, "--x"}, "", filepath.Join(work, "sub"), prog, ""},
+		{"relative to the working directory", []string{"../bin/train"}, "", work, prog, ""},
+		{"not allowed", []string{"sh", "-c", "id"}, "/usr/bin:/bin", work, "", "host-b refuses /usr/bin/sh"},
+		{"a symlink out of an allowed folder is judged where it leads", []string{link}, "", work, "", "(" + realSh + "): not in --allow-command"},
+		{"not on PATH", []string{"nope-nope"}, bin, work, "", "host-b refuses nope-nope: no such program on the task's PATH"},
+		{"working directory outside", []string{"train"}, bin, dir, "", "host-b refuses working directory " + dir + ": not in --allow-dir"},
+		{"working directory through ..", []string{"train"}, bin, work + "/../bin", "", "not in --allow-dir"},
+		{"empty", []string{""}, bin, work, "", "host-b refuses an empty command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			adm, err := p.Admit("host-b", tc.argv, tc.path, tc.dir)
+			if tc.error != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.error)
+				var r *PolicyRefusal
+				assert.ErrorAs(t, err, &r)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.exe, adm.Exe)
+		})
+	}
+
+	open := HostPolicy{}
+	adm, err := open.Admit("host-b", []string{"anything"}, "", "")
+	require.NoError(t, err, "no policy: anything goes")
+	wd, _ := os.Getwd()
+	assert.Equal(t, wd, adm.Dir, "the default working directory is the worker's")
+	assert.True(t, open.Open())
+}
+
+func TestHostPolicy_CheckPolicy(t *testing.T) {
+	assert.ErrorContains(t, CheckPolicy(HostPolicy{Commands: []string{"python3"}}), `--allow-command "python3": not an absolute path`)
+	assert.ErrorContains(t, CheckPolicy(HostPolicy{Commands: []string{"/usr/bin/[x"}}), "syntax error")
+	assert.ErrorContains(t, CheckPolicy(HostPolicy{Dirs: []string{"srv"}}), `--allow-dir "srv": not an absolute path`)
+	assert.NoError(t, CheckPolicy(HostPolicy{Commands: []string{"/opt/**", "/usr/bin/python3*"}, Dirs: []string{"/srv"}}))
+}
+
+func TestCheckPathNames(t *testing.T) {
+	for _, bad := range []string{"", "../etc", "a/b", ".hidden", "x\x00", string(make([]byte, 300))} {
+		assert.Error(t, CheckRunID(bad), "%q", bad)
+	}
+	assert.NoError(t, CheckRunID("mnist-20261122-101500-a1b2c3"))
+	assert.Error(t, checkPathNames("ok", "../../etc-1"))
+	assert.Error(t, checkPathNames("ok", "worker"))
+	assert.NoError(t, checkPathNames("ok", "worker-12"))
+}
+
+func TestCheckOwnDir(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "logs")
+	require.NoError(t, checkOwnDir("--log-dir", good, 0o711))
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(good, link))
+	assert.ErrorContains(t, checkOwnDir("--log-dir", link, 0o711), "is a symlink")
+	open := filepath.Join(dir, "open")
+	require.NoError(t, os.Mkdir(open, 0o777))
+	require.NoError(t, os.Chmod(open, 0o777))
+	assert.ErrorContains(t, checkOwnDir("--socket-dir", open, 0o711), "can be written by other users")
+	if os.Getuid() == 0 {
+		other := filepath.Join(dir, "other")
+		require.NoError(t, os.Mkdir(other, 0o755))
+		require.NoError(t, os.Chown(other, 65534, 65534))
+		assert.ErrorContains(t, checkOwnDir("--state-dir", other, 0o700), "belongs to uid 65534")
+	}
+}
