@@ -85,7 +85,9 @@ type PolicyRefusal struct {
 	Host, What, Rule string
 }
 
-func (r *PolicyRefusal) Error() string { return fmt.Sprintf("%s refuses %s: %s", r.Host, r.What, r.Rule) }
+func (r *PolicyRefusal) Error() string {
+	return fmt.Sprintf("%s refuses %s: %s", r.Host, r.What, r.Rule)
+}
 
 // Admitted is a task start the policy allows: the program to execute (what was checked) and the directory.
 type Admitted struct {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"strings"
+	"syscall"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/task"
