@@ -9,7 +9,7 @@ import (
 // DefaultWithheld names what a host worker keeps from its tasks unless an operator passes it: its Temporal
 // connection (an API key, TLS keys, the address and namespace) and its own configuration. A spec's env may still
 // set any of these for its tasks.
-var DefaultWithheld = []string{"TEMPORAL_*", "CLUSTERRUN_WORKER_*"}
+var DefaultWithheld = []string{"TEMPORAL_*", "CLUSTERRUN_WORKER_*", "CLUSTERRUN_CODEC_*"}
 
 // EnvPolicy says which of the host worker's own environment variables its tasks inherit. Patterns are
 // path.Match globs on the variable's name ("TEMPORAL_*", "AWS_SECRET_ACCESS_KEY").

@@ -43,7 +43,10 @@ func (h *Host) unfollowIfIdle(workflowID, runID string) {
 }
 
 func (h *Host) follow(ctx context.Context, workflowID, runID string) {
-	dc := converter.GetDefaultDataConverter()
+	dc := h.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
 	seen := 0 // outcomes are numbered; a restarted iterator reads the history again from the start
 	for ctx.Err() == nil {
 		it := h.Client.GetWorkflowHistory(ctx, workflowID, runID, true, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)

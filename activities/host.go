@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
@@ -60,6 +61,9 @@ type Host struct {
 	// Client signals and queries workflows.
 	Client client.Client
 	Logger log.Logger
+	// DataConverter decodes payloads read from histories by hand; it must be the client's. Optional: default the
+	// SDK's default converter.
+	DataConverter converter.DataConverter
 	// Metrics receives clusterrun's own metrics. Optional: default none.
 	Metrics client.MetricsHandler
 	// ProbeEvery is how often the server's health is checked. Optional: default 1s.

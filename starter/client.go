@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 
+	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -84,12 +85,15 @@ func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, d
 			return st, false, nil, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", runID, err)
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
-			return st, false, nil, err
+			return st, false, nil, undecodable(runID, err)
 		}
 		st.heartbeats = heartbeatsOf(desc.GetPendingActivities())
 		return st, false, nil, nil
 	}
 	st.RunStatus, outcome = result(ctx, c, runID)
+	if ee := (*exitError)(nil); errors.As(outcome, &ee) {
+		return st, true, nil, outcome // not the run's outcome: this CLI cannot read it
+	}
 	return st, true, outcome, nil
 }
 
@@ -100,8 +104,20 @@ func result(ctx context.Context, c client.Client, runID string) (workflows.RunSt
 	if err == nil {
 		return st, nil
 	}
+	if errors.Is(err, converter.ErrEncodingIsNotSupported) {
+		return st, undecodable(runID, err)
+	}
 	st, _ = workflows.StatusFromError(err)
 	return st, err
+}
+
+// undecodable explains a payload this CLI cannot read: the run's payloads are encrypted and it has no key.
+func undecodable(runID string, err error) error {
+	if strings.Contains(err.Error(), codec.Encoding) {
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file "+
+			"its host workers use", runID, codec.EnvKeyFile)}
+	}
+	return err
 }
 
 // heartbeat holds what the status table shows from a pending task's last heartbeat.
@@ -114,7 +130,7 @@ type heartbeat struct {
 // is taken up again, its old lease may still be pending beside the new one: the newest lease wins.
 func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]heartbeat {
 	out := map[string]heartbeat{}
-	dc := converter.GetDefaultDataConverter()
+	dc, _ := conn.DataConverter() // the dial that came before checked it
 	for _, pa := range pending {
 		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
 			continue

@@ -12,8 +12,8 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/converter"
 
+	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -112,7 +112,8 @@ func payloadString(p *commonpb.Payload) string {
 		return ""
 	}
 	var s string
-	if converter.GetDefaultDataConverter().FromPayload(p, &s) != nil {
+	dc, _ := conn.DataConverter() // the dial that came before checked it
+	if dc.FromPayload(p, &s) != nil {
 		return ""
 	}
 	return s

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/clusterrun/clusterrun/internal/conn"
 )
 
 // Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
@@ -46,10 +48,14 @@ Commands:
   drain HOST      a host takes no new tasks (--now: and stops its tasks; --undo: takes tasks again)
   validate SPEC   check a spec and list every problem
   task ...        barrier, progress, stop, should-stop, info: from inside a task
+  codec-server    serve the payload codec to the Web UI and the temporal CLI
+  codec-key ID    print a new encryption key line for a codec key file
 
 Run 'clusterrun COMMAND --help' for a command's flags and an example.
 The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
 the temporal CLI's config file, as for the temporal CLI (default localhost:7233, namespace default).
+With --codec-key-file FILE (or CLUSTERRUN_CODEC_KEY_FILE), every command encrypts and decrypts payloads with
+the keys in FILE, as the host workers must (docs/security.md).
 `
 
 type command struct {
@@ -71,6 +77,8 @@ func commands() []command {
 		{"drain", drainUsage, cmdDrain},
 		{"validate", validateUsage, cmdValidate},
 		{"task", taskUsage, cmdTask},
+		{"codec-server", codecServerUsage, cmdCodecServer},
+		{"codec-key", codecKeyUsage, cmdCodecKey},
 	}
 }
 
@@ -107,7 +115,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, validate, task (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, validate, task, codec-server, codec-key (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 
@@ -115,6 +123,12 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 // of positionals.
 func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, stderr io.Writer) ([]string, error) {
 	fs.SetOutput(stderr)
+	addCodecKeyFileFlag(fs)
+	defer func() {
+		if f := codecKeyFile(fs); f != "" {
+			conn.SetCodecKeyFile(f)
+		}
+	}()
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fmt.Fprintln(stderr, "\nFlags:")

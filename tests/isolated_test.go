@@ -27,7 +27,8 @@ import (
 type devServer struct {
 	bin, dir string
 	port     int
-	uiPort   int // 0: no Web UI
+	uiPort   int      // 0: no Web UI
+	args     []string // more start-dev flags
 	proc     *owned
 }
 
@@ -81,6 +82,7 @@ func (s *devServer) start() error {
 	if s.uiPort > 0 {
 		ui = []string{"--ui-port", fmt.Sprint(s.uiPort)}
 	}
+	ui = append(ui, s.args...)
 	// As make up does: clusterrun list shows each run's own state from these search attributes.
 	cmd := exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
 		"--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
@@ -127,6 +129,12 @@ func (s *devServer) kill() {
 // a process outlived it.
 func isolated(t *testing.T, hosts ...string) *cluster {
 	t.Helper()
+	return isolatedWith(t, nil, hosts...)
+}
+
+// isolatedWith is isolated with the dev server configured first (its Web UI port, extra flags).
+func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "clusterrun-iso-")
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +145,9 @@ func isolated(t *testing.T, hosts ...string) *cluster {
 	}
 	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
 		workers: map[string]*owned{}, dev: &devServer{bin: filepath.Join(env.root, "bin", "temporal"), dir: dir, port: port}}
+	if configure != nil {
+		configure(c.dev)
+	}
 	if err := c.dev.start(); err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)

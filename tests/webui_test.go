@@ -53,20 +53,8 @@ func TestE2E_WebUI(t *testing.T) {
 	require.NoError(t, err)
 	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.WindowSize(1400, 1000),
-	)...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
+	browser, closeBrowser := newBrowser(ctx, chromium)
+	defer closeBrowser()
 
 	page := env.uiURL + "/namespaces/default/workflows/" + id + "/" + runID + "/pending-activities"
 	_, err = chromedp.Run(browser, chromedp.Navigate(page))
@@ -95,6 +83,23 @@ func TestE2E_WebUI(t *testing.T) {
 	shotPath := filepath.Join(out, "webui-pending-activities.png")
 	require.NoError(t, os.WriteFile(shotPath, shot, 0o644))
 	t.Logf("screenshot: %s", shotPath)
+}
+
+// newBrowser starts a headless Chromium for chromedp.
+func newBrowser(ctx context.Context, chromium string) (context.Context, func()) {
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.WindowSize(1400, 1000),
+	)...)
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	return browser, func() { cancelBrowser(); cancelAlloc() }
 }
 
 func clipText(s string, n int) string {

@@ -41,6 +41,7 @@ type config struct {
 	taskEnv             activities.EnvPolicy
 	policy              activities.HostPolicy
 	runAs               string
+	codecKeyFile        string
 	pools               []string
 	slots               int
 	shutdownGrace       time.Duration
@@ -104,6 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Var((*listFlag)(&c.policy.Commands), "allow-command", "run only programs whose absolute path (found on the task's PATH, or where its symlinks lead) matches this glob, e.g. /usr/bin/python3* or /opt/train/bin/** (repeatable; default: any program) [CLUSTERRUN_WORKER_ALLOW_COMMAND, comma-separated]")
 	fs.Var((*listFlag)(&c.policy.Dirs), "allow-dir", "run tasks only in this working directory or beneath it (repeatable; default: any) [CLUSTERRUN_WORKER_ALLOW_DIR, comma-separated]")
 	fs.StringVar(&c.runAs, "run-as", env("CLUSTERRUN_WORKER_RUN_AS", ""), "the user tasks run as (default: the worker's user; a worker running as root needs it, and runs tasks as root only with --run-as root) [CLUSTERRUN_WORKER_RUN_AS]")
+	fs.StringVar(&c.codecKeyFile, "codec-key-file", env("CLUSTERRUN_CODEC_KEY_FILE", ""), "encrypt and decrypt payloads with the keys in this file (AES-256-GCM; every worker and CLI of the namespace needs the same keys) [CLUSTERRUN_CODEC_KEY_FILE]")
 	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
 	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
@@ -213,6 +215,9 @@ func run(args []string) error {
 	defer func() { _ = zl.Sync() }()
 	logger := conn.NewZapLogger(zl.With(zap.String("host", c.host)))
 
+	if c.codecKeyFile != "" {
+		conn.SetCodecKeyFile(c.codecKeyFile)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	metrics, metricsCloser, err := serveMetrics(c.metricsAddr)
@@ -233,6 +238,7 @@ func run(args []string) error {
 	host.Shim = []string{c.shim}
 	host.SupervisorIdle = c.supervisorIdle
 	host.TaskEnv = c.taskEnv
+	host.DataConverter, _ = conn.DataConverter() // the dial checked it
 	host.Policy = c.policy
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
@@ -282,7 +288,7 @@ func run(args []string) error {
 		}
 	}
 	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
-		"runAs", c.runAs, "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
+		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
 		"stateDir", host.StateDir, "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
 		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
 	<-ctx.Done()

@@ -7,10 +7,15 @@ package conn
 import (
 	"context"
 	"fmt"
+	"os"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/clusterrun/clusterrun/internal/codec"
 	"go.temporal.io/sdk/log"
 	"go.uber.org/zap"
 )
@@ -18,11 +23,53 @@ import (
 // DialTimeout bounds the first contact with the server.
 const DialTimeout = 10 * time.Second
 
+// The payload codec: off unless a key file is named (CLUSTERRUN_CODEC_KEY_FILE, or --codec-key-file through
+// SetCodecKeyFile before the first dial).
+var dataConverter struct {
+	sync.Mutex
+	keyFile string
+	loaded  bool
+	dc      converter.DataConverter
+	err     error
+}
+
+func init() { dataConverter.keyFile = os.Getenv(codec.EnvKeyFile) }
+
+// SetCodecKeyFile names the codec key file (a flag wins over the environment).
+func SetCodecKeyFile(path string) {
+	dataConverter.Lock()
+	defer dataConverter.Unlock()
+	dataConverter.keyFile, dataConverter.loaded = path, false
+}
+
+// DataConverter is the converter every payload goes through: the SDK's default, encrypted by the codec when a
+// key file is named. Whatever decodes payloads by hand (memos, heartbeats, history events) must use it too.
+func DataConverter() (converter.DataConverter, error) {
+	d := &dataConverter
+	d.Lock()
+	defer d.Unlock()
+	if !d.loaded {
+		d.loaded, d.dc, d.err = true, converter.GetDefaultDataConverter(), nil
+		if d.keyFile != "" {
+			c, err := codec.Load(d.keyFile)
+			if err != nil {
+				d.err = err
+			} else {
+				d.dc = c.DataConverter()
+			}
+		}
+	}
+	return d.dc, d.err
+}
+
 // Options loads the client options from the environment and the temporal config file.
 func Options() (client.Options, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return client.Options{}, fmt.Errorf("read Temporal connection settings (TEMPORAL_* variables or temporal.toml): %w", err)
+	}
+	if opts.DataConverter, err = DataConverter(); err != nil {
+		return client.Options{}, err
 	}
 	if opts.HostPort == "" {
 		opts.HostPort = client.DefaultHostPort
