@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 func TestHostPolicy_Admit(t *testing.T) {
@@ -17,6 +19,8 @@ func TestHostPolicy_Admit(t *testing.T) {
 	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755))
 	link := filepath.Join(dir, "link-to-sh")
 	require.NoError(t, os.Symlink("/bin/sh", link))
+	venvPython := filepath.Join(bin, "python")
+	require.NoError(t, os.Symlink("/bin/sh", venvPython))
 	work := filepath.Join(dir, "work")
 	require.NoError(t, os.MkdirAll(filepath.Join(work, "sub"), 0o755))
 	realSh, err := filepath.EvalSymlinks("/bin/sh")
@@ -32,6 +36,7 @@ func TestHostPolicy_Admit(t *testing.T) {
 		{"on the task's PATH", []string{"train"}, bin, work, prog, ""},
 		{"absolute", []string{prog, "--x"}, "", filepath.Join(work, "sub"), prog, ""},
 		{"relative to the working directory", []string{"../bin/train"}, "", work, prog, ""},
+		{"a symlink in an allowed folder is judged by its name", []string{"python"}, bin, work, venvPython, ""},
 		{"not allowed", []string{"sh", "-c", "id"}, "/usr/bin:/bin", work, "", "host-b refuses /usr/bin/sh"},
 		{"a symlink out of an allowed folder is judged where it leads", []string{link}, "", work, "", "(" + realSh + "): not in --allow-command"},
 		{"not on PATH", []string{"nope-nope"}, bin, work, "", "host-b refuses nope-nope: no such program on the task's PATH"},
@@ -95,4 +100,19 @@ func TestCheckOwnDir(t *testing.T) {
 		require.NoError(t, os.Chown(other, 65534, 65534))
 		assert.ErrorContains(t, checkOwnDir("--state-dir", other, 0o700), "belongs to uid 65534")
 	}
+}
+
+func TestReadLogs_DoesNotFollowSymlinks(t *testing.T) {
+	h := &Host{Name: "h", LogDir: t.TempDir()}
+	dir := AttemptDir(h.LogDir, "run-1", 1, "worker-0")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("not for you\n"), 0o600))
+	require.NoError(t, os.Symlink(secret, filepath.Join(dir, "stdout.log")))
+	c := h.readChunk("run-1", workflows.ReadLogsRequest{Task: "worker-0", Attempt: 1, Stream: "stdout", Flush: true})
+	assert.NotEmpty(t, c.Error)
+	assert.Empty(t, c.Data)
+
+	c = h.readChunk("../../etc", workflows.ReadLogsRequest{Task: "worker-0", Attempt: 1, Stream: "stdout"})
+	assert.Contains(t, c.Error, "not usable as a folder name")
 }

@@ -64,7 +64,8 @@ func TestE2E_HostPolicy(t *testing.T) {
 	logPath := filepath.Join(c.workDir, "worker-host-p.log")
 	canary := filepath.Join(t.TempDir(), "ran")
 
-	refused := c.cli(t, "run", writeSpec(t, `{name: refused, command: [sh, -c, "touch `+canary+`"], workingDir: `+work+`,
+	refusedID := runID(t) + "-refused"
+	refused := c.cli(t, "run", "--id", refusedID, writeSpec(t, `{name: refused, command: [sh, -c, "touch `+canary+`"], workingDir: `+work+`,
  restart: {policy: OnFailure, maxRestarts: 3}, tasks: {worker: {replicas: 1}}}`))
 	assert.NotEqual(t, 0, refused.code, refused.String())
 	assert.Regexp(t, `host-p refuses /usr/bin/sh \(\S+\): not in --allow-command`, refused.stdout+refused.stderr)
@@ -75,6 +76,13 @@ func TestE2E_HostPolicy(t *testing.T) {
 	})
 	b, _ := os.ReadFile(logPath)
 	assert.NotContains(t, string(b), "audit: task process started", "the refused task started nothing")
+	assert.NoDirExists(t, filepath.Join(c.logDir, refusedID), "not even a log folder")
+	assert.NotContains(t, string(b), "no host policy", "this host has a policy")
+	if os.Getuid() == 0 {
+		assert.Contains(t, string(b), "tasks run as root (--run-as root)", "running tasks as root is said at start")
+	}
+	suite, _ := os.ReadFile(filepath.Join(env.workDir, "worker-host-a.log"))
+	assert.Contains(t, string(suite), "no host policy: anyone who can start a workflow in the namespace can run any command on this host")
 
 	outside := c.cli(t, "run", writeSpec(t, `{name: outside, command: [echo, hi], workingDir: /tmp, tasks: {worker: {replicas: 1}}}`))
 	assert.NotEqual(t, 0, outside.code, outside.String())
