@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -75,9 +76,9 @@ func TestHostPolicy_CheckPolicy(t *testing.T) {
 
 func TestCheckPathNames(t *testing.T) {
 	for _, bad := range []string{"", "../etc", "a/b", ".hidden", "x\x00", string(make([]byte, 300))} {
-		assert.Error(t, CheckRunID(bad), "%q", bad)
+		assert.Error(t, spec.CheckRunID(bad), "%q", bad)
 	}
-	assert.NoError(t, CheckRunID("mnist-20261122-101500-a1b2c3"))
+	assert.NoError(t, spec.CheckRunID("mnist-20261122-101500-a1b2c3"))
 	assert.Error(t, checkPathNames("ok", "../../etc-1"))
 	assert.Error(t, checkPathNames("ok", "worker"))
 	assert.NoError(t, checkPathNames("ok", "worker-12"))

@@ -6,26 +6,17 @@ import (
 	"os"
 	"regexp"
 	"syscall"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // Run IDs (workflow IDs) and task names become folder names on the host: a run's log folder, an attempt's.
 // Temporal takes any string as a workflow ID, so both are checked before they touch a path: one path component,
 // no "..", no hidden names.
-var (
-	runIDRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
-	taskNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}-[0-9]{1,9}$`)
-)
-
-// CheckRunID says why a run ID cannot name a folder, if it cannot.
-func CheckRunID(id string) error {
-	if !runIDRE.MatchString(id) {
-		return fmt.Errorf("run ID %q is not usable as a folder name: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 200 characters", cut(id, 64))
-	}
-	return nil
-}
+var taskNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}-[0-9]{1,9}$`)
 
 func checkPathNames(runID, task string) error {
-	if err := CheckRunID(runID); err != nil {
+	if err := spec.CheckRunID(runID); err != nil {
 		return err
 	}
 	if !taskNameRE.MatchString(task) {

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -22,6 +23,18 @@ const (
 	MaxPlanBytes      = 8 << 20   // the same, summed over every task of the run
 	MaxProblems       = 100       // problems reported; the rest are counted
 )
+
+// runIDRE is what a run ID (the workflow ID) may be: it names a folder on every host that runs one of its tasks.
+var runIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
+
+// CheckRunID says why a run ID cannot name a folder, if it cannot. Temporal takes any string as a workflow ID;
+// host workers refuse tasks of a run whose ID fails this.
+func CheckRunID(id string) error {
+	if !runIDRE.MatchString(id) {
+		return fmt.Errorf("run ID %s is not usable as a folder name: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 200 characters", short(id))
+	}
+	return nil
+}
 
 // durationBounds are the largest values of the spec's durations: a year for the run, less for the rest. They
 // keep every sum the workflow makes of them (activity timeouts, deadlines) far from overflow.

@@ -51,6 +51,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *id != "" {
+		if err := spec.CheckRunID(*id); err != nil {
+			return usageErrorf("--id: %v", err)
+		}
+	}
 	if *id == "" {
 		*id = newRunID(s.Name)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,6 +41,14 @@ func TestMainWithCode_Usage(t *testing.T) {
 	errb.Reset()
 	assert.Equal(t, 0, mainWithCode([]string{"cancel", "--help"}, &out, &errb))
 	assert.Contains(t, errb.String(), "Example:")
+}
+
+func TestRun_RefusesARunIDThatCannotNameAFolder(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "s.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte("{name: x, command: [sleep, '1'], tasks: {w: {replicas: 1}}}"), 0o644))
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"run", spec, "--id", "../../etc"}, &out, &errb))
+	assert.Contains(t, errb.String(), `--id: run ID "../../etc" is not usable as a folder name`)
 }
 
 func TestExitCodeFor(t *testing.T) {
