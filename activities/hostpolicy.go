@@ -134,11 +134,11 @@ func (p HostPolicy) Admit(host string, argv []string, taskPath, dir string) (Adm
 	if matchCommand(p.Commands, exe) || matchCommand(p.Commands, real) {
 		return a, nil
 	}
-	what := exe
+	rule := "not in --allow-command"
 	if real != exe {
-		what += " (" + real + ")"
+		rule += " (it leads to " + real + ")"
 	}
-	return a, &PolicyRefusal{Host: host, What: what, Rule: "not in --allow-command"}
+	return a, &PolicyRefusal{Host: host, What: exe, Rule: rule}
 }
 
 // matchCommand says whether path matches one of the globs ("/**" at the end: anything beneath).

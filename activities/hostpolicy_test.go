@@ -39,7 +39,7 @@ func TestHostPolicy_Admit(t *testing.T) {
 		{"relative to the working directory", []string{"../bin/train"}, "", work, prog, ""},
 		{"a symlink in an allowed folder is judged by its name", []string{"python"}, bin, work, venvPython, ""},
 		{"not allowed", []string{"sh", "-c", "id"}, "/usr/bin:/bin", work, "", "host-b refuses /usr/bin/sh"},
-		{"a symlink out of an allowed folder is judged where it leads", []string{link}, "", work, "", "(" + realSh + "): not in --allow-command"},
+		{"a symlink out of an allowed folder is judged where it leads", []string{link}, "", work, "", ": not in --allow-command (it leads to " + realSh + ")"},
 		{"not on PATH", []string{"nope-nope"}, bin, work, "", "host-b refuses nope-nope: no such program on the task's PATH"},
 		{"working directory outside", []string{"train"}, bin, dir, "", "host-b refuses working directory " + dir + ": not in --allow-dir"},
 		{"working directory through ..", []string{"train"}, bin, work + "/../bin", "", "not in --allow-dir"},

@@ -68,7 +68,7 @@ func TestE2E_HostPolicy(t *testing.T) {
 	refused := c.cli(t, "run", "--id", refusedID, writeSpec(t, `{name: refused, command: [sh, -c, "touch `+canary+`"], workingDir: `+work+`,
  restart: {policy: OnFailure, maxRestarts: 3}, tasks: {worker: {replicas: 1}}}`))
 	assert.NotEqual(t, 0, refused.code, refused.String())
-	assert.Regexp(t, `host-p refuses /usr/bin/sh \(\S+\): not in --allow-command`, refused.stdout+refused.stderr)
+	assert.Contains(t, refused.stdout+refused.stderr, "host-p refuses /usr/bin/sh: not in --allow-command")
 	assert.NoFileExists(t, canary, "nothing was started")
 	waitUntil(t, "the refusal's audit line", 10*time.Second, func() bool {
 		b, _ := os.ReadFile(logPath)
