@@ -68,7 +68,7 @@ func (s *RunSpec) Validate() []Problem {
 	case len(s.Name) > MaxNameLength:
 		v.add("name", "%s is %d characters; at most %d", short(s.Name), len(s.Name), MaxNameLength)
 	case !runNameRE.MatchString(s.Name):
-		v.add("name", "%s may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", s.Name)
+		v.add("name", "%s may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", short(s.Name))
 	}
 	v.command("command", s.Command, false)
 	v.env("env", s.Env)
