@@ -111,9 +111,6 @@ func (p HostPolicy) Admit(host string, argv []string, taskPath, dir string) (Adm
 	if len(p.Dirs) > 0 && !within(dir, p.Dirs) {
 		return a, &PolicyRefusal{Host: host, What: "working directory " + dir, Rule: "not in --allow-dir"}
 	}
-	if len(p.Commands) == 0 {
-		return a, nil
-	}
 	exe := argv[0]
 	switch {
 	case strings.Contains(exe, "/") && !filepath.IsAbs(exe):
@@ -121,6 +118,9 @@ func (p HostPolicy) Admit(host string, argv []string, taskPath, dir string) (Adm
 	case !strings.Contains(exe, "/"):
 		found, err := lookPathIn(exe, taskPath)
 		if err != nil {
+			if len(p.Commands) == 0 {
+				return a, nil // the start reports it: command not found
+			}
 			return a, &PolicyRefusal{Host: host, What: exe, Rule: "no such program on the task's PATH"}
 		}
 		exe = found
@@ -128,10 +128,13 @@ func (p HostPolicy) Admit(host string, argv []string, taskPath, dir string) (Adm
 	exe = filepath.Clean(exe)
 	real, err := filepath.EvalSymlinks(exe)
 	if err != nil {
+		if len(p.Commands) == 0 {
+			return a, nil
+		}
 		return a, &PolicyRefusal{Host: host, What: exe, Rule: "no such program"}
 	}
 	a.Exe = exe
-	if matchCommand(p.Commands, exe) || matchCommand(p.Commands, real) {
+	if len(p.Commands) == 0 || matchCommand(p.Commands, exe) || matchCommand(p.Commands, real) {
 		return a, nil
 	}
 	rule := "not in --allow-command"

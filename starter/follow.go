@@ -149,6 +149,9 @@ func (f *follower) update(st workflows.RunStatus) {
 		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
 			continue
 		}
+		if ended && t.StartTime == nil {
+			continue // it ended before its start (refused by its host's policy, say): it has no logs
+		}
 		f.open(t, t.Attempt, ended)
 	}
 }

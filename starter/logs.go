@@ -49,7 +49,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tasks, err := selectTasks(st.RunStatus, pos[1:], *globs, *attempt)
+	tasks, err := selectTasks(id, st.RunStatus, pos[1:], *globs, *attempt)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 }
 
 // selectTasks picks the tasks named or matched, and checks an explicit attempt against each.
-func selectTasks(st workflows.RunStatus, names []string, globs string, attempt int) ([]workflows.TaskStatus, error) {
+func selectTasks(runID string, st workflows.RunStatus, names []string, globs string, attempt int) ([]workflows.TaskStatus, error) {
 	var patterns []string
 	for _, g := range strings.Split(globs, ",") {
 		if g = strings.TrimSpace(g); g != "" {
@@ -118,10 +118,11 @@ func selectTasks(st workflows.RunStatus, names []string, globs string, attempt i
 			for _, t := range st.Tasks {
 				all = append(all, t.Name)
 			}
-			return nil, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", st.Name, n, clip(strings.Join(all, ", "), 200))}
+			return nil, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, clip(strings.Join(all, ", "), 200))}
 		}
 	}
 	var out []workflows.TaskStatus
+	neverStarted := ""
 	for _, t := range st.Tasks {
 		chosen := len(names) == 0 && len(patterns) == 0
 		for _, n := range names {
@@ -140,13 +141,23 @@ func selectTasks(st workflows.RunStatus, names []string, globs string, attempt i
 			}
 			continue
 		}
+		if t.StartTime == nil && t.EndTime != nil {
+			// It ended before its start (its host refused it, say): there are no logs to read.
+			if len(names) > 0 {
+				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s never started (%s), so it has no logs", t.Name, t.Error)}
+			}
+			if neverStarted == "" {
+				neverStarted = fmt.Sprintf(" (%s never started: %s)", t.Name, t.Error)
+			}
+			continue
+		}
 		if attempt > t.Attempt {
 			return nil, &exitError{code: 1, msg: fmt.Sprintf("%s has no attempt %d: it has run %d attempt(s)", t.Name, attempt, t.Attempt)}
 		}
 		out = append(out, t)
 	}
 	if len(out) == 0 {
-		return nil, &exitError{code: 1, msg: "no started task matches; see the tasks with: clusterrun status " + st.Name}
+		return nil, &exitError{code: 1, msg: "no started task matches" + neverStarted + "; see the tasks with: clusterrun status " + runID}
 	}
 	return out, nil
 }

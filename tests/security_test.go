@@ -69,6 +69,10 @@ func TestE2E_HostPolicy(t *testing.T) {
  restart: {policy: OnFailure, maxRestarts: 3}, tasks: {worker: {replicas: 1}}}`))
 	assert.NotEqual(t, 0, refused.code, refused.String())
 	assert.Contains(t, refused.stdout+refused.stderr, "host-p refuses /usr/bin/sh: not in --allow-command")
+	assert.NotContains(t, refused.stdout, "no longer exists", "a task that never started is not followed for logs")
+	logs := c.cli(t, "logs", refusedID, "worker-0")
+	assert.Equal(t, 1, logs.code, logs.String())
+	assert.Contains(t, logs.stderr, "worker-0 never started (host-p refuses /usr/bin/sh: not in --allow-command")
 	assert.NoFileExists(t, canary, "nothing was started")
 	waitUntil(t, "the refusal's audit line", 10*time.Second, func() bool {
 		b, _ := os.ReadFile(logPath)
