@@ -18,9 +18,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
+	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -229,6 +231,10 @@ func report(st workflows.RunStatus, err error, id string, stdout io.Writer) erro
 		return usageErrorf("run %s rejected its spec: %s", id, appErr.Message())
 	}
 	if st.Status == "" {
+		if err != nil && strings.Contains(err.Error(), "encoding "+codec.Encoding+": "+converter.ErrEncodingIsNotSupported.Error()) {
+			return fmt.Errorf("run %s failed: its host workers cannot read its encrypted input; start them with the key file this CLI "+
+				"uses (--codec-key-file or %s)", id, codec.EnvKeyFile)
+		}
 		if err != nil {
 			return fmt.Errorf("run %s: %w", id, err)
 		}
