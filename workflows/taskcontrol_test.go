@@ -80,3 +80,17 @@ func TestTaskControl_TerminatedChiefEndsTheRun(t *testing.T) {
 	assert.Equal(t, TaskTerminated, st.Task("chief-0").State)
 	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
 }
+
+// start-task cannot grow a run past the task limit, which a spec's replicas are held to.
+func TestTaskControl_StartTaskKeepsTheTaskLimit(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker"})
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(5000)})
+	}, 2*time.Second)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 3*time.Second)
+	st, _ := h.run(t, mustSpec(t, `{name: tc, command: [x], chiefExit: wait, tasks: {worker: {replicas: 1000}}}`))
+	assert.Len(t, st.Tasks, 1000, "no task past the limit")
+	assert.Nil(t, st.Task("worker-1000"))
+	assert.Nil(t, st.Task("worker-5000"))
+}
