@@ -117,3 +117,13 @@ func TestReadLogs_DoesNotFollowSymlinks(t *testing.T) {
 	c = h.readChunk("../../etc", workflows.ReadLogsRequest{Task: "worker-0", Attempt: 1, Stream: "stdout"})
 	assert.Contains(t, c.Error, "not usable as a folder name")
 }
+
+// The admission a task start pays: PATH lookup, symlink resolution, glob and folder checks.
+func BenchmarkHostPolicy_Admit(b *testing.B) {
+	p := HostPolicy{Commands: []string{"/usr/bin/*", "/opt/**"}, Dirs: []string{os.TempDir()}}
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Admit("h", []string{"sleep", "1"}, "/usr/local/bin:/usr/bin:/bin", os.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

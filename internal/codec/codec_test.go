@@ -113,3 +113,21 @@ func TestHandler_DecodesForTheWebUI(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 }
+
+// The cost of encrypting and decrypting one run spec sized payload (2 KiB).
+func BenchmarkCodec_RoundTrip2KiB(b *testing.B) {
+	line, _ := NewKeyLine("k1")
+	c, _ := Parse([]byte(line))
+	dc := c.DataConverter()
+	in := map[string]string{"env": strings.Repeat("x", 2048)}
+	for i := 0; i < b.N; i++ {
+		p, err := dc.ToPayload(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out map[string]string
+		if err := dc.FromPayload(p, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
