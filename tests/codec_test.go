@@ -72,7 +72,7 @@ func TestE2E_EncryptedPayloads(t *testing.T) {
 	assert.Contains(t, noKey.stderr, "--codec-key-file", "a client without the key is told what it lacks")
 
 	// Host workers without the key (the suite's own) cannot read a run this CLI encrypted: the run fails, saying why.
-	mismatch := cliEnv(t, []string{"CLUSTERRUN_CODEC_KEY_FILE=" + keys}, "run", writeSpec(t, `{name: no-key, command: [sleep, "300"], tasks: {worker: {replicas: 1}}}`))
+	mismatch := cliEnv(t, []string{"TEMPORAL_ADDRESS=" + env.address, "CLUSTERRUN_CODEC_KEY_FILE=" + keys}, "run", writeSpec(t, `{name: no-key, command: [sleep, "300"], tasks: {worker: {replicas: 1}}}`))
 	assert.Equal(t, 1, mismatch.code, mismatch.String())
 	assert.Contains(t, mismatch.stderr, "its host workers cannot read its encrypted input; start them with the key file this CLI uses")
 
