@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+
 	"os"
 	"path/filepath"
 	"sort"
@@ -175,96 +175,4 @@ func (h *Host) Drained() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.drained
-}
-
-// MaxLogChunk bounds one chunk of a log read.
-const MaxLogChunk = 256 << 10
-
-// ReadLogs reads chunks of this host's log files.
-func (h *Host) ReadLogs(_ context.Context, in workflows.ReadLogsInput) (workflows.ReadLogsResult, error) {
-	var out workflows.ReadLogsResult
-	for _, r := range in.Requests {
-		out.Chunks = append(out.Chunks, h.readChunk(in.RunID, r))
-	}
-	return out, nil
-}
-
-func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.LogChunk {
-	c := workflows.LogChunk{ReadLogsRequest: r, Next: r.Offset}
-	if r.Stream != "stdout" && r.Stream != "stderr" {
-		c.Error = fmt.Sprintf("unknown stream %q: use stdout or stderr", r.Stream)
-		return c
-	}
-	if err := checkPathNames(runID, r.Task); err != nil {
-		c.Error = err.Error()
-		return c
-	}
-	path := filepath.Join(AttemptDir(h.LogDir, runID, r.Attempt, r.Task), r.Stream+".log")
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		c.Missing = true
-		return c
-	}
-	if err != nil {
-		c.Error = err.Error()
-		return c
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		c.Error = err.Error()
-		return c
-	}
-	off := r.Offset
-	if off == 0 && r.Tail > 0 && st.Size() > r.Tail {
-		off = st.Size() - r.Tail
-	}
-	if off > st.Size() {
-		off = st.Size() // the file was truncated by a new run with the same ID
-	}
-	buf := make([]byte, min(st.Size()-off, MaxLogChunk))
-	n, err := f.ReadAt(buf, off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.Error = err.Error()
-		return c
-	}
-	buf = buf[:n]
-	// Hand out whole lines only, so a reader never prints half a line; a partial last line waits for the next
-	// read (unless a single line is longer than a whole chunk).
-	if i := lastNewline(buf); r.Flush {
-		// The task has ended: everything is final.
-	} else if i >= 0 {
-		buf = buf[:i+1]
-	} else if len(buf) < MaxLogChunk && !r.Flush {
-		buf = nil
-	}
-	if r.Offset == 0 && off > 0 {
-		// Tail: start at a line boundary.
-		if i := indexNewline(buf); i >= 0 {
-			off += int64(i + 1)
-			buf = buf[i+1:]
-		}
-	}
-	c.Data = buf
-	c.Next = off + int64(len(buf))
-	c.EOF = c.Next == st.Size()
-	return c
-}
-
-func lastNewline(b []byte) int {
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == '\n' {
-			return i
-		}
-	}
-	return -1
-}
-
-func indexNewline(b []byte) int {
-	for i, c := range b {
-		if c == '\n' {
-			return i
-		}
-	}
-	return -1
 }

@@ -40,6 +40,8 @@ type Host struct {
 	Addr string
 	// LogDir is the root of the per-run log folders (--log-dir).
 	LogDir string
+	// LogCap is the most of each log stream an attempt keeps (--log-cap; 0: no cap). A spec may ask for less.
+	LogCap int64
 	// StateDir holds this host's records of the attempts it supervises (--state-dir/<host>).
 	StateDir string
 	// SocketDir holds the tasks' control sockets and their supervisors' sockets. Optional: default

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/clusterrun/clusterrun/activities/logfile"
 	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -23,7 +24,7 @@ const (
 )
 
 // prepareLogs makes an attempt's log folder with empty stdout and stderr files, and no result or error file
-// left from an earlier try.
+// left from an earlier try (nor log sidecars: package logfile).
 func (h *Host) prepareLogs(dir string) error {
 	// The run's folders let the task's user through, not look around; the attempt's folder is the task's.
 	if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -32,7 +33,8 @@ func (h *Host) prepareLogs(dir string) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
-	for _, name := range []string{"result.json", "error.json"} {
+	for _, name := range []string{"result.json", "error.json", "stdout.log" + logfile.TimesSuffix, "stdout.log" + logfile.DroppedSuffix,
+		"stderr.log" + logfile.TimesSuffix, "stderr.log" + logfile.DroppedSuffix} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -81,6 +81,14 @@ func (h *Host) abortShim(e *entry, p *shim.Pending) {
 	_ = os.RemoveAll(h.recordDir(e.key))
 }
 
+// logCap is the cap of a task's log streams: the spec's when it asks for less than the host allows.
+func (h *Host) logCap(asked int64) int64 {
+	if asked > 0 && (h.LogCap == 0 || asked < h.LogCap) {
+		return asked
+	}
+	return h.LogCap
+}
+
 // launch starts an attempt's process under its supervisor: it writes the record, then hands the supervisor the
 // task's config. heartbeatTimeout bounds, with hostLossGrace, how long the task may live on without a worker
 // (the supervisor's orphan bound).
@@ -96,7 +104,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, hea
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	cfg := shim.Config{Record: rec, Argv: e.task.Command, Path: adm.Exe, User: h.shimUser(), Env: env, Dir: e.task.WorkingDir,
 		Stdout: filepath.Join(logs, "stdout.log"), Stderr: filepath.Join(logs, "stderr.log"),
-		Socket: e.shimSocket, Grace: e.grace,
+		Socket: e.shimSocket, Grace: e.grace, LogCap: h.logCap(e.task.LogCap),
 		OrphanAfter: e.task.HostLossGrace + heartbeatTimeout}
 	if e.legacy {
 		cfg.OrphanAfter = legacyOrphanAfter

@@ -47,6 +47,8 @@ type Task struct {
 	HangTimeout time.Duration `json:"hangTimeout,omitempty"`
 	// HangSignal is sent to a hung task before it is stopped ("SIGABRT").
 	HangSignal string `json:"hangSignal,omitempty"`
+	// LogCap: keep at most this many bytes of each log stream (0: the host's --log-cap).
+	LogCap int64 `json:"logCap,omitempty"`
 }
 
 // Restart is a resolved restart policy.
@@ -139,6 +141,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		selfStop := mustDuration(ts.StopAfterDisconnect, mustDuration(s.StopAfterDisconnect, 0))
 		hang := mustDuration(ts.HangTimeout, mustDuration(s.HangTimeout, 0))
 		hangSignal := SignalName(or(ts.HangSignal, or(s.HangSignal, DefaultHangSignal)))
+		logCap := mustSize(ts.LogCap, mustSize(s.LogCap, 0))
 		if p.Scope == ScopeAll {
 			// The workflow restarts the whole cluster; a single attempt per task.
 			restart.MaxRestarts = 0
@@ -159,6 +162,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 				StopAfterDisconnect: selfStop,
 				HangTimeout:         hang,
 				HangSignal:          hangSignal,
+				LogCap:              logCap,
 			}
 			if len(ts.Hosts) > 0 {
 				t.Host = ts.Hosts[i%len(ts.Hosts)]

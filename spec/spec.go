@@ -64,6 +64,10 @@ type RunSpec struct {
 	// HangSignal is sent to a hung task before it is stopped, so it can dump its stacks. Optional: default
 	// SIGABRT (Python with PYTHONFAULTHANDLER=1, Go and C++ runtimes dump stacks or core on it).
 	HangSignal string `json:"hangSignal,omitempty"`
+	// LogCap keeps at most this much of each task's stdout and of its stderr, per attempt, on its host: past it
+	// the oldest output is dropped, and readers are told how much. A host's --log-cap is the most it allows.
+	// Optional: default the host worker's --log-cap (1 GiB unless its operator chose otherwise).
+	LogCap Size `json:"logCap,omitempty"`
 
 	// decodeProblems holds unknown fields and type errors found while decoding, so that validation reports them
 	// together with every other problem instead of failing the decode (a failed decode inside the workflow would
@@ -92,6 +96,8 @@ type TaskSpec struct {
 	StopAfterDisconnect Duration `json:"stopAfterDisconnect,omitempty"`
 	HangTimeout         Duration `json:"hangTimeout,omitempty"`
 	HangSignal          string   `json:"hangSignal,omitempty"`
+	// LogCap overrides the run's for this type.
+	LogCap Size `json:"logCap,omitempty"`
 }
 
 // RestartSpec is a restart policy.

@@ -88,6 +88,7 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("startTimeout", "%s is less than the 1s minimum", d)
 	}
 	v.restart("restart", s.Restart, true, "")
+	v.logCap("logCap", s.LogCap)
 	v.liveness("", s.HostLossGrace, s.StopAfterDisconnect, s.HangTimeout, s.HangSignal, s.StopGracePeriod, "", "")
 	if dw := s.DeadlineWarning; dw != nil {
 		before, ok := v.duration("deadlineWarning.before", dw.Before)
@@ -157,6 +158,7 @@ func (s *RunSpec) Validate() []Problem {
 				break
 			}
 		}
+		v.logCap(path+".logCap", t.LogCap)
 		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
 		if t.Restart != nil && gang {
 			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")

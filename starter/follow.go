@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -35,8 +37,16 @@ type follower struct {
 	tail        int
 	prefix      bool
 	unreadable  int
-	progShow    map[string]progressShown
-	barriers    map[string]string // barrier -> last state printed
+	// timestamps dates each line; since starts each stream at output written from then (unix nanoseconds).
+	timestamps bool
+	since      int64
+	// notes receives the follower's own lines (state changes, notices); default out.
+	notes    io.Writer
+	logs     *logSession
+	budget   int64 // bytes per read
+	next     int   // the stream the next read starts with
+	progShow map[string]progressShown
+	barriers map[string]string // barrier -> last state printed
 }
 
 type progressShown struct {
@@ -93,7 +103,7 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{c: c, runID: runID, out: out, streams: map[string]*stream{}, states: map[string]string{},
+	return &follower{c: c, runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
@@ -186,91 +196,160 @@ func describeState(t workflows.TaskStatus) string {
 }
 
 func (f *follower) say(task, msg string) {
-	fmt.Fprintf(f.out, "%-*s %s\n", f.width+2, "["+task+"]", "── "+msg)
+	fmt.Fprintf(f.notes, "%-*s %s\n", f.width+2, "["+task+"]", "── "+msg)
 }
 
-// poll reads new output of every open stream and prints it, then the notices of tasks that ended.
-func (f *follower) poll(ctx context.Context) error {
+// minShare is the least of one read a stream gets; with many streams open, each read serves some of them in turn.
+const minShare = 16 << 10
+
+// poll reads new output of the open streams, a fair share of one read each, and prints it, then the notices of
+// tasks that ended. It reports whether any output came.
+func (f *follower) poll(ctx context.Context) (bool, error) {
 	defer func() {
 		for i := 0; i+1 < len(f.ends); i += 2 {
 			f.say(f.ends[i], f.ends[i+1])
 		}
 		f.ends = nil
 	}()
+	var open []string
+	for _, k := range f.order {
+		if !f.streams[k].closed {
+			open = append(open, k)
+		}
+	}
+	if len(open) == 0 {
+		return false, nil
+	}
+	if f.budget == 0 {
+		f.budget = workflows.MaxLogRead
+	}
+	per := max(f.budget/int64(len(open)), minShare)
+	n := min(len(open), int(f.budget/per), workflows.MaxLogRequests)
 	var reqs []workflows.ReadLogsRequest
 	var keys []string
-	for _, k := range f.order {
+	for i := 0; i < n; i++ {
+		k := open[(f.next+i)%len(open)]
 		s := f.streams[k]
-		if s.closed {
-			continue
-		}
-		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset, Flush: s.done}
-		if s.tailLines > 0 && s.offset == 0 {
-			req.Tail = int64(min(s.tailLines*1024, 256<<10))
+		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset,
+			Flush: s.done, Max: per, Times: f.timestamps, Deflate: true}
+		if s.offset == 0 {
+			req.Since = f.since
+			if s.tailLines > 0 {
+				req.Tail = min(int64(s.tailLines)*1024, per)
+			}
 		}
 		reqs = append(reqs, req)
 		keys = append(keys, k)
 	}
-	if len(reqs) == 0 {
-		return nil
+	f.next += n
+	res, err := f.session().read(ctx, reqs)
+	if err != nil && tooLarge(err) && f.budget > 4*minShare {
+		f.budget /= 2 // a codec or a server with a lower limit: ask for less at a time
+		return true, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	run, err := f.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       fmt.Sprintf("%s-logs-%d", f.runID, time.Now().UnixNano()),
-		TaskQueue:                workflows.TaskQueue,
-		WorkflowExecutionTimeout: time.Minute,
-		StaticSummary:            "read logs of " + f.runID,
-	}, workflows.ReadLogsWorkflowType, workflows.ReadLogsInput{RunID: f.runID, Requests: reqs})
 	if err != nil {
-		return fmt.Errorf("read logs: %w", err)
+		return false, err
 	}
-	var res workflows.ReadLogsResult
-	if err := run.Get(ctx, &res); err != nil {
-		return fmt.Errorf("read logs: %w", err)
-	}
+	got := false
 	for i, c := range res.Chunks {
-		if i >= len(keys) {
-			break
+		if i < len(keys) && f.take(f.streams[keys[i]], c) {
+			got = true
 		}
-		s := f.streams[keys[i]]
-		if c.Unreachable && !s.done {
-			// The task runs on; its host's worker may be restarting. Keep following.
-			if !s.unanswered {
-				f.say(s.task, fmt.Sprintf("host %s is not answering (its worker may be restarting); still following", s.host))
-				s.unanswered = true
-			}
-			continue
+	}
+	return got, nil
+}
+
+// take prints one chunk of a stream and moves the stream on; it reports whether the chunk brought anything.
+func (f *follower) take(s *stream, c workflows.LogChunk) bool {
+	if c.Unreachable && !s.done {
+		// The task runs on; its host's worker may be restarting. Keep following.
+		if !s.unanswered {
+			f.say(s.task, fmt.Sprintf("%s; still following", c.Error))
+			s.unanswered = true
 		}
-		s.unanswered = false
-		if c.Error != "" {
-			f.say(s.task, "cannot read "+s.name+": "+c.Error)
+		return false
+	}
+	s.unanswered = false
+	switch {
+	case c.Unreachable:
+		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: %s", s.name, s.attempt, c.Error))
+		f.unreadable++
+		s.closed = true
+		return false
+	case c.Error != "":
+		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d on host %s: %s", s.name, s.attempt, s.host, c.Error))
+		f.unreadable++
+		s.closed = true
+		return false
+	case c.Missing && s.done:
+		f.say(s.task, fmt.Sprintf("%s.log of attempt %d was deleted from host %s (its log folder was cleaned up?)", s.name, s.attempt, s.host))
+		f.unreadable++
+		s.closed = true
+		return false
+	}
+	if c.Dropped > 0 {
+		f.say(s.task, fmt.Sprintf("%s of %s dropped by the log cap on host %s before it was read", spec.FormatSize(c.Dropped), s.name, s.host))
+	}
+	data := c.Data
+	if c.Deflated {
+		var err error
+		if data, err = io.ReadAll(flate.NewReader(bytes.NewReader(c.Data))); err != nil {
+			f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: its host sent damaged data: %v", s.name, s.attempt, err))
 			f.unreadable++
 			s.closed = true
-			continue
+			return false
 		}
-		if c.Missing && s.done {
-			f.say(s.task, fmt.Sprintf("%s.log of attempt %d no longer exists on host %s", s.name, s.attempt, s.host))
-			f.unreadable++
-			s.closed = true
-			continue
+	}
+	if s.tailLines > 0 {
+		data = lastLines(data, s.tailLines)
+		s.tailLines = 0
+	}
+	f.print(s.task, data, lineTimes(c, data))
+	moved := c.Next != s.offset
+	s.offset = c.Next
+	if s.done && (c.EOF || c.Missing) {
+		s.closed = true
+	}
+	return moved || c.Dropped > 0
+}
+
+// drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent.
+func (f *follower) drain(ctx context.Context) error {
+	for idle := 0; f.pending() && idle < 10; {
+		got, err := f.poll(ctx)
+		if err != nil {
+			return err
 		}
-		data := c.Data
-		if s.tailLines > 0 {
-			data = lastLines(data, s.tailLines)
-			s.tailLines = 0
-		}
-		f.print(s.task, data)
-		s.offset = c.Next
-		if s.done && (c.EOF || c.Missing) {
-			s.closed = true
+		if got {
+			idle = 0
+		} else {
+			idle++
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	return nil
 }
 
-func (f *follower) print(task string, data []byte) {
+func (f *follower) session() *logSession {
+	if f.logs == nil {
+		f.logs = &logSession{c: f.c, runID: f.runID}
+	}
+	return f.logs
+}
+
+// close ends the follower's log session.
+func (f *follower) close() {
+	if f.logs != nil {
+		f.logs.close()
+	}
+}
+
+func (f *follower) print(task string, data []byte, times []time.Time) {
 	if len(data) == 0 {
+		return
+	}
+	if !f.prefix && times == nil {
+		_, _ = f.out.Write(data) // one task's output as it was written
 		return
 	}
 	prefix := ""
@@ -278,11 +357,17 @@ func (f *follower) print(task string, data []byte) {
 		prefix = fmt.Sprintf("%-*s ", f.width+2, "["+task+"]")
 	}
 	var buf bytes.Buffer
+	i := 0
 	for _, line := range strings.SplitAfter(string(data), "\n") {
 		if line == "" {
 			continue
 		}
 		buf.WriteString(prefix)
+		if i < len(times) {
+			buf.WriteString(times[i].UTC().Format(timestampLayout))
+			buf.WriteByte(' ')
+		}
+		i++
 		buf.WriteString(line)
 		if !strings.HasSuffix(line, "\n") {
 			buf.WriteByte('\n')
@@ -290,6 +375,36 @@ func (f *follower) print(task string, data []byte) {
 	}
 	// One write per chunk: lines from different tasks never interleave mid-line.
 	_, _ = f.out.Write(buf.Bytes())
+}
+
+// timestampLayout is how --timestamps dates lines (RFC 3339, milliseconds, UTC).
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// lineTimes dates the lines of data, the end of a chunk's output, from the chunk's marks: a line ending at E
+// was written by the first mark with Size >= E, or by the file's modification time when no mark covers it yet.
+func lineTimes(c workflows.LogChunk, data []byte) []time.Time {
+	if !c.Times {
+		return nil
+	}
+	off := c.Next - int64(len(data))
+	var out []time.Time
+	m := 0
+	for start := 0; start < len(data); {
+		end := bytes.IndexByte(data[start:], '\n') + start + 1
+		if end <= start {
+			end = len(data)
+		}
+		for m < len(c.Marks) && c.Marks[m].Size < off+int64(end) {
+			m++
+		}
+		at := c.ModTime
+		if m < len(c.Marks) {
+			at = c.Marks[m].At
+		}
+		out = append(out, time.Unix(0, at))
+		start = end
+	}
+	return out
 }
 
 // pending reports whether any stream still has output to read.

@@ -9,19 +9,23 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
 const logsUsage = `Print the output of a run's tasks, read from whichever host ran each task.
 
-Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stderr] [--tail N] [--follow]
+Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stderr] [--tail N] [--since T] [--timestamps] [--follow]
 
 Without TASK or --tasks, every task is shown. Lines carry a [task] prefix when several tasks are shown. By
-default each task's latest attempt is read.
+default each task's latest attempt is read. Output that a host's log cap dropped before it was read is
+reported on stderr with its size. Reading costs one LogSession workflow execution however long it lasts.
 
 Example:
   clusterrun logs mnist-20261121-101500-a1b2c3 worker-3 --stderr
   clusterrun logs mnist-20261121-101500-a1b2c3 --tasks 'worker-*' --tail 20 --follow
+  clusterrun logs mnist-20261121-101500-a1b2c3 chief-0 --since 10m --timestamps
 `
 
 func cmdLogs(args []string, stdout, stderr io.Writer) error {
@@ -31,12 +35,18 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	errStream := fs.Bool("stderr", false, "read stderr instead of stdout")
 	tail := fs.Int("tail", 0, "only the last N lines of each task")
 	follow := fs.Bool("follow", false, "keep printing new output until the run ends")
+	timestamps := fs.Bool("timestamps", false, "begin each line with when it was written (RFC 3339, UTC, to within 250ms)")
+	sinceFlag := fs.String("since", "", "only output written in this last while (e.g. 10m, 2h) or since this time (RFC 3339)")
 	pos, err := parse(fs, logsUsage, args, 1, 1<<20, stderr)
 	if err != nil {
 		return err
 	}
 	if *attempt < 0 || *tail < 0 {
 		return usageErrorf("--attempt and --tail must not be negative")
+	}
+	since, err := parseSince(*sinceFlag, time.Now())
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	c, err := dial(ctx)
@@ -58,8 +68,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		stream = "stderr"
 	}
 	f := newFollower(c, id, stdout)
-	f.quiet, f.streamNames, f.tail = true, []string{stream}, *tail
-	f.prefix = len(tasks) > 1
+	defer f.close()
+	f.quiet, f.streamNames, f.tail, f.notes = true, []string{stream}, *tail, stderr
+	f.prefix, f.timestamps, f.since = len(tasks) > 1, *timestamps, since
 	for _, t := range tasks {
 		f.width = max(f.width, len(t.Name))
 	}
@@ -70,35 +81,60 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		}
 		f.open(t, a, !*follow || ended || *attempt > 0)
 	}
-	for {
-		if err := f.poll(ctx); err != nil {
-			return err
-		}
-		if !*follow || ended {
-			if !f.pending() {
-				break
-			}
-			continue
-		}
-		time.Sleep(500 * time.Millisecond)
-		latest, done, _, err := fetchStatus(ctx, c, id)
-		if err != nil {
-			return err
-		}
-		if *attempt == 0 {
-			f.update(filterStatus(latest.RunStatus, tasks))
-		}
-		if done {
-			ended = true
-			for _, s := range f.streams {
-				s.done = true
-			}
-		}
+	if err := followLogs(ctx, c, f, id, tasks, *follow && !ended && *attempt == 0); err != nil {
+		return err
 	}
 	if f.unreadable > 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d log(s) could not be read (see the lines above)", f.unreadable)}
 	}
 	return nil
+}
+
+// followLogs reads the open streams to their ends; with follow, it keeps reading new output and new attempts
+// until the run ends.
+func followLogs(ctx context.Context, c client.Client, f *follower, id string, tasks []workflows.TaskStatus, follow bool) error {
+	if !follow {
+		return f.drain(ctx)
+	}
+	checked := time.Now()
+	for {
+		got, err := f.poll(ctx)
+		if err != nil {
+			return err
+		}
+		if got && time.Since(checked) < time.Second {
+			continue // more may be waiting: read on before looking at the run again
+		}
+		if !got {
+			time.Sleep(500 * time.Millisecond)
+		}
+		checked = time.Now()
+		latest, done, _, err := fetchStatus(ctx, c, id)
+		if err != nil {
+			return err
+		}
+		f.update(filterStatus(latest.RunStatus, tasks))
+		if done {
+			for _, s := range f.streams {
+				s.done = true
+			}
+			return f.drain(ctx)
+		}
+	}
+}
+
+// parseSince reads --since: a duration back from now, or an RFC 3339 time. It returns unix nanoseconds (0: none).
+func parseSince(v string, now time.Time) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d).UnixNano(), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UnixNano(), nil
+	}
+	return 0, usageErrorf("--since %q: use a positive duration such as 10m or 2h, or an RFC 3339 time such as 2026-11-23T10:00:00Z", clip(v, 60))
 }
 
 // selectTasks picks the tasks named or matched, and checks an explicit attempt against each.

@@ -159,6 +159,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	}()
 
 	f := newFollower(c, id, stdout)
+	defer f.close()
 	f.bars = isTerminal(os.Stdout)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -168,11 +169,8 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 		case o := <-done:
 			// Read what the tasks wrote last; the result names every task's host and final attempt.
 			f.update(o.st)
-			for i := 0; i < 20 && f.pending(); i++ {
-				if err := f.poll(ctx); err != nil {
-					fmt.Fprintln(stderr, "clusterrun: "+err.Error())
-					break
-				}
+			if err := f.drain(ctx); err != nil {
+				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
 			}
 			return report(o.st, o.err, id, stdout)
 		case sig := <-sigs:
@@ -196,8 +194,15 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			}
 			f.update(st.RunStatus)
 			f.progress(st.heartbeats)
-			if err := f.poll(ctx); err != nil {
-				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+			// Read on while output keeps coming, for up to a second, then look at the run again.
+			for start := time.Now(); time.Since(start) < time.Second; {
+				got, err := f.poll(ctx)
+				if err != nil {
+					fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+				}
+				if !got || err != nil {
+					break
+				}
 			}
 		}
 	}

@@ -58,7 +58,7 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts:
 	require.NoError(t, os.Remove(filepath.Join(env.logDir, id, "attempt_1", "ps-0", "stdout.log")))
 	r = cli(t, "logs", id, "ps-0")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stdout, "stdout.log of attempt 1 no longer exists on host host-b")
+	assert.Contains(t, r.stderr, "stdout.log of attempt 1 was deleted from host host-b")
 }
 
 func TestE2E_LogsFollow(t *testing.T) {

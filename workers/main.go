@@ -30,6 +30,7 @@ import (
 	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -44,6 +45,7 @@ type config struct {
 	codecKeyFile        string
 	pools               []string
 	slots               int
+	logCap              int64
 	shutdownGrace       time.Duration
 	stopTasksOnExit     bool
 	heartbeatThrottle   time.Duration
@@ -91,6 +93,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
 	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", 64), "most unpinned tasks run here at once (pinned tasks always run) [CLUSTERRUN_WORKER_SLOTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
+	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
@@ -145,6 +148,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.policy.User, err = taskUser(c.runAs); err != nil {
 		return c, err
+	}
+	if c.logCap, err = spec.ParseSize(*logCap); err != nil {
+		return c, fmt.Errorf("--log-cap: %v", err)
+	}
+	if c.logCap != 0 && c.logCap < spec.MinLogCap {
+		return c, fmt.Errorf("--log-cap %s: at least %s, or 0 for no cap", *logCap, spec.FormatSize(spec.MinLogCap))
 	}
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
@@ -237,6 +246,7 @@ func run(args []string) error {
 	host.StateDir = filepath.Join(c.stateDir, c.host)
 	host.Shim = []string{c.shim}
 	host.SupervisorIdle = c.supervisorIdle
+	host.LogCap = c.logCap
 	host.TaskEnv = c.taskEnv
 	host.DataConverter, _ = conn.DataConverter() // the dial checked it
 	host.Policy = c.policy
@@ -263,6 +273,7 @@ func run(args []string) error {
 	}
 	add(workflows.TaskQueue, func(w worker.Worker) {
 		w.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
+		w.RegisterWorkflowWithOptions(workflows.LogSession, workflow.RegisterOptions{Name: workflows.LogSessionWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
 	})

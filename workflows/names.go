@@ -9,7 +9,9 @@ package workflows
 const (
 	// WorkflowType is the type name users give the temporal CLI: --type ClusterRun.
 	WorkflowType = "ClusterRun"
-	// ReadLogsWorkflowType is a short helper workflow that reads log chunks from host workers.
+	// LogSessionWorkflowType is the helper workflow a CLI command reads logs through: one per command.
+	LogSessionWorkflowType = "LogSession"
+	// ReadLogsWorkflowType is the one-read helper workflow of CLIs before LogSession.
 	ReadLogsWorkflowType = "ReadLogs"
 	// HostControlWorkflowType is a short helper workflow that drains, undrains or takes down one host
 	// (clusterrun drain).
@@ -30,7 +32,7 @@ const ChangeLeases = "clusterrun-leases"
 
 // Task queues.
 const (
-	// TaskQueue runs the ClusterRun and ReadLogs workflows; every host worker polls it.
+	// TaskQueue runs the ClusterRun and helper workflows; every host worker polls it.
 	TaskQueue          = "clusterrun"
 	hostQueuePrefix    = "clusterrun-host-"
 	poolQueuePrefix    = "clusterrun-pool-"
@@ -46,6 +48,12 @@ func PoolQueue(pool string) string { return poolQueuePrefix + pool }
 // ControlQueue is the host's downlink for short control activities (Release, StopTasks, ReadLogs). It is apart
 // from the task queues so that a host whose task slots are all taken by waiting tasks can still be released.
 func ControlQueue(host string) string { return controlQueuePrefix + host }
+
+// A LogSession's update (a read: ReadLogsInput -> ReadLogsResult) and its closing signal.
+const (
+	UpdateReadLogs  = "read-logs"
+	SignalCloseLogs = "close"
+)
 
 // Signals and queries of a ClusterRun execution.
 const (

@@ -1,17 +1,101 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
-// ReadLogs is a short helper workflow: it asks each host named in the requests for its log chunks (one ReadLogs
-// activity on each host's downlink, in parallel) and returns them in request order. It is how `clusterrun run`
-// and `clusterrun logs` read files that live on other machines without opening a port there.
+// LogSessionInput starts a LogSession.
+type LogSessionInput struct {
+	RunID string `json:"runId"`
+	// Idle ends the session once no read has come for this long (its reader is gone). Default DefaultLogIdle.
+	Idle time.Duration `json:"idle,omitempty"`
+}
+
+// DefaultLogIdle is how long a LogSession waits for its next read before it ends by itself.
+const DefaultLogIdle = 2 * time.Minute
+
+// MaxLogRequests bounds the requests of one read.
+const MaxLogRequests = 256
+
+// LogSession is the one helper workflow a `clusterrun logs` or `clusterrun run` command starts: each read is an
+// update (UpdateReadLogs) that asks the hosts holding the files for their chunks, one ReadLogs activity per
+// host on its downlink, and returns them. The reader closes it (SignalCloseLogs) or it ends after Idle without a
+// read. Each read's bytes land in the history twice (activity result, update result), so it continues as new
+// whenever the server suggests, and the reader's next update lands on the new run.
+func LogSession(ctx workflow.Context, in LogSessionInput) error {
+	idle := in.Idle
+	if idle <= 0 {
+		idle = DefaultLogIdle
+	}
+	last := workflow.Now(ctx)
+	closed := false
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReadLogs,
+		func(ctx workflow.Context, req ReadLogsInput) (*ReadLogsResult, error) {
+			last = workflow.Now(ctx)
+			req.RunID = in.RunID
+			return readFromHosts(ctx, req), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(req ReadLogsInput) error { return checkReadLogs(in.RunID, req) }})
+	if err != nil {
+		return err
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		workflow.GetSignalChannel(ctx, SignalCloseLogs).Receive(ctx, nil)
+		closed = true
+	})
+	for !closed {
+		wait := idle - workflow.Now(ctx).Sub(last)
+		if wait <= 0 && workflow.AllHandlersFinished(ctx) {
+			break
+		}
+		_, _ = workflow.AwaitWithTimeout(ctx, max(wait, time.Second), func() bool {
+			return closed || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+		})
+		if !closed && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			return workflow.NewContinueAsNewError(ctx, LogSessionWorkflowType, in)
+		}
+	}
+	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// checkReadLogs refuses a read that is not for the session's run or asks for more than one read may carry.
+func checkReadLogs(runID string, req ReadLogsInput) error {
+	if req.RunID != "" && req.RunID != runID {
+		return fmt.Errorf("this log session reads run %s, not %s", runID, req.RunID)
+	}
+	if len(req.Requests) == 0 || len(req.Requests) > MaxLogRequests {
+		return fmt.Errorf("a read asks for 1 to %d chunks, not %d", MaxLogRequests, len(req.Requests))
+	}
+	var total int64
+	for _, r := range req.Requests {
+		if r.Host == "" {
+			return errors.New("a read request names no host")
+		}
+		total += min(max(r.Max, 0), MaxLogChunk)
+	}
+	if total > MaxLogRead {
+		return fmt.Errorf("a read asks for %d bytes; at most %d fit in one answer: ask for less per chunk (max)", total, MaxLogRead)
+	}
+	return nil
+}
+
+// ReadLogs is the one-shot helper workflow that CLIs before LogSession start for each read. Kept so they work
+// against newer workers.
 func ReadLogs(ctx workflow.Context, in ReadLogsInput) (*ReadLogsResult, error) {
+	return readFromHosts(ctx, in), nil
+}
+
+// readFromHosts asks each host named in the requests for its log chunks (one ReadLogs activity on each host's
+// downlink, in parallel) and returns them in request order. It is how the CLI reads files that live on other
+// machines without opening a port there.
+func readFromHosts(ctx workflow.Context, in ReadLogsInput) *ReadLogsResult {
 	var hosts []string
 	byHost := map[string][]int{}
 	for i, r := range in.Requests {
@@ -44,11 +128,20 @@ func ReadLogs(ctx workflow.Context, in ReadLogsInput) (*ReadLogsResult, error) {
 			switch {
 			case err != nil:
 				out.Chunks[j] = LogChunk{ReadLogsRequest: in.Requests[j], Next: in.Requests[j].Offset, Unreachable: true,
-					Error: fmt.Sprintf("host %s did not answer (is its clusterrun-worker running?): %v", h, err)}
+					Error: unansweredRead(h, err)}
 			case k < len(res.Chunks):
 				out.Chunks[j] = res.Chunks[k]
 			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// unansweredRead says why a host's read failed.
+func unansweredRead(host string, err error) string {
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+		return fmt.Sprintf("host %s did not pick up the read within 5s: no clusterrun-worker --host %s is running, or it is overloaded", host, host)
+	}
+	return fmt.Sprintf("host %s could not answer: %v", host, err)
 }

@@ -296,16 +296,41 @@ type ReadLogsRequest struct {
 	Offset int64  `json:"offset"`
 	// Tail, when > 0 and Offset is 0, starts this many bytes before the end.
 	Tail int64 `json:"tail,omitempty"`
+	// Since, when > 0 and Offset is 0, starts with the output written at or after this time (unix nanoseconds).
+	Since int64 `json:"since,omitempty"`
+	// Max bounds the chunk's data (default and most: MaxLogChunk).
+	Max int64 `json:"max,omitempty"`
+	// Times asks for the marks that date the chunk's lines.
+	Times bool `json:"times,omitempty"`
+	// Deflate lets the host compress the chunk's data (raw DEFLATE, RFC 1951) and read up to DeflateRatio times
+	// Max raw bytes, as long as the compressed data fits in Max.
+	Deflate bool `json:"deflate,omitempty"`
 	// Flush hands out a last line that has no newline yet (the task has ended).
 	Flush bool `json:"flush,omitempty"`
 }
+
+// Bounds of log reads: one chunk, and all the chunks of one read together, stay well inside Temporal's 2 MB
+// payload limit (base64 in JSON adds a third).
+const (
+	MaxLogChunk  = 1 << 20
+	MaxLogRead   = 1 << 20
+	DeflateRatio = 8
+)
 
 // LogChunk is a piece of a log file, cut at a line boundary when the file goes on.
 type LogChunk struct {
 	ReadLogsRequest
 	Data []byte `json:"data"`
+	// Deflated says Data is compressed (raw DEFLATE); Next still counts the file's bytes.
+	Deflated bool `json:"deflated,omitempty"`
 	// Next is the offset to read from next time.
 	Next int64 `json:"next"`
+	// Dropped counts the bytes between Offset and the chunk that the log cap removed before they were read.
+	Dropped int64 `json:"dropped,omitempty"`
+	// Marks date the chunk's lines (with Times): a line ending at E was written by the first mark with Size >= E;
+	// later bytes by ModTime.
+	Marks   []LogMark `json:"marks,omitempty"`
+	ModTime int64     `json:"modTime,omitempty"`
 	// EOF says the chunk reaches the current end of the file.
 	EOF bool `json:"eof,omitempty"`
 	// Missing says the file does not exist on the host.
@@ -313,6 +338,12 @@ type LogChunk struct {
 	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
 	Unreachable bool   `json:"unreachable,omitempty"`
 	Error       string `json:"error,omitempty"`
+}
+
+// LogMark says a log file was Size bytes long at At (unix nanoseconds).
+type LogMark struct {
+	Size int64 `json:"s"`
+	At   int64 `json:"t"`
 }
 
 // ReadLogsInput asks several hosts for log chunks of one run.

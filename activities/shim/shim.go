@@ -60,6 +60,9 @@ type Config struct {
 	// Stdout and Stderr are the paths of the task's log files, opened for append.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
+	// LogCap keeps at most this many bytes of each log file: past it the oldest are dropped (package logfile).
+	// Optional: default no cap.
+	LogCap int64 `json:"logCap,omitempty"`
 	// Socket is the task's own Unix socket, served by the supervisor (at most 107 bytes long).
 	Socket string `json:"socket"`
 	// Cgroup is a cgroup v2 folder to create and start the task in. Optional: default none (process group only).

@@ -27,6 +27,7 @@ type task struct {
 	cgroup  *proc.Cgroup
 	started Started
 	ended   chan struct{} // closed once exit is recorded
+	logs    *logSampler
 	exit    Exit
 
 	mu       sync.Mutex
@@ -135,12 +136,14 @@ func (t *task) start() error {
 		p.Exit()
 		return fmt.Errorf("record the task's pid: %w", err)
 	}
+	t.logs = sampleLogs(t.cfg, t.logger)
 	return nil
 }
 
 // finish records how the task ended, hands it to every watcher and closes the task's socket.
 func (t *task) finish() {
 	x := t.p.Exit()
+	t.logs.finish()
 	t.mu.Lock()
 	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now()}
 	if t.orphan != nil {
