@@ -148,3 +148,103 @@ tasks: {worker: {replicas: 1, hosts: [host-a]}}
 	assert.Equal(t, 3, sessions, "one helper workflow per command (run, logs --follow, logs)")
 	assert.Zero(t, oneShot)
 }
+
+// numbered is what the cap test's tasks write: n lines "line 0000000".
+func numbered(n int) []byte {
+	var b bytes.Buffer
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "line %07d\n", i)
+	}
+	return b.Bytes()
+}
+
+// Past its log cap (the spec's, or the host's --log-cap) a log keeps its newest output, its disk use stays near
+// the cap, and readers are told how much was dropped.
+func TestE2E_LogCap(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--log-cap", "1MiB"))
+	for _, tc := range []struct {
+		name, specCap string
+		lines         int
+		kept          int64
+	}{
+		{"spec", "logCap: 256KiB", 200_000, 256 << 10}, // 2.4 MB written
+		{"host", "", 400_000, 1 << 20},                 // 4.8 MB written
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := runID(t)
+			spec := writeSpec(t, fmt.Sprintf(`
+name: capped
+%s
+command: [sh, -c, 'awk "BEGIN { for (i = 0; i < %d; i++) printf \"line %%07d\n\", i }"']
+tasks: {worker: {replicas: 1, hosts: [host-a]}}
+`, tc.specCap, tc.lines))
+			run := c.cli(t, "run", spec, "--id", id)
+			require.Equal(t, 0, run.code, run.String())
+			all := numbered(tc.lines)
+			path := filepath.Join(c.logDir, id, "attempt_1", "worker-0", "stdout.log")
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(path, &st))
+			assert.Equal(t, int64(len(all)), st.Size, "offsets never move: the file's apparent size is all that was written")
+			assert.Less(t, st.Blocks*512, tc.kept*3/2, "the disk holds about the cap")
+
+			logs := c.cli(t, "logs", id)
+			require.Equal(t, 0, logs.code, logs.String())
+			assert.Regexp(t, `dropped by the log cap on host host-a before it was read`, logs.stderr)
+			got := []byte(logs.stdout)
+			assert.GreaterOrEqual(t, int64(len(got)), tc.kept-16, "at least the cap is kept")
+			assert.True(t, bytes.HasSuffix(all, got) && bytes.HasPrefix(got, []byte("line ")),
+				"what is kept is the newest output, from a line start: %q...", got[:min(40, len(got))])
+		})
+	}
+}
+
+// --timestamps dates each line with when it was written; --since shows only what was written after a time.
+func TestE2E_LogsTimestampsAndSince(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a")
+	id := runID(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	spec := writeSpec(t, fmt.Sprintf(`
+name: dated
+command: [sh, -c, 'echo early; while [ ! -e %s ]; do sleep 0.1; done; echo late']
+tasks: {worker: {replicas: 1, hosts: [host-a]}}
+`, gate))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	times := filepath.Join(c.logDir, id, "attempt_1", "worker-0", "stdout.log.times")
+	waitUntil(t, "the first line to be dated", time.Minute, func() bool {
+		st, err := os.Stat(times)
+		return err == nil && st.Size() > 0
+	})
+	between := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	_, err := c.outcome(t, id)
+	require.NoError(t, err)
+
+	since := c.cli(t, "logs", id, "--since", between.UTC().Format(time.RFC3339Nano))
+	require.Equal(t, 0, since.code, since.String())
+	assert.Equal(t, "late\n", since.stdout)
+	recent := c.cli(t, "logs", id, "--since", "1h")
+	assert.Equal(t, "early\nlate\n", recent.stdout)
+
+	dated := c.cli(t, "logs", id, "--timestamps")
+	require.Equal(t, 0, dated.code, dated.String())
+	lines := strings.Split(strings.TrimSuffix(dated.stdout, "\n"), "\n")
+	require.Len(t, lines, 2, dated.stdout)
+	var at [2]time.Time
+	for i, want := range []string{"early", "late"} {
+		stamp, text, ok := strings.Cut(lines[i], " ")
+		require.True(t, ok, lines[i])
+		assert.Equal(t, want, text)
+		at[i], err = time.Parse(time.RFC3339Nano, stamp)
+		require.NoError(t, err, lines[i])
+	}
+	assert.False(t, at[0].After(between), "early was written before %s, dated %s", between, at[0])
+	assert.True(t, at[1].After(between), "late was written after %s, dated %s", between, at[1])
+
+	bad := c.cli(t, "logs", id, "--since", "yesterday")
+	assert.Equal(t, 2, bad.code)
+	assert.Contains(t, bad.stderr, `--since "yesterday": use a positive duration such as 10m`)
+}
