@@ -191,6 +191,29 @@ func taskUser(name string) (*activities.TaskUser, error) {
 	return u, nil
 }
 
+// clientBeside puts the folder of the clusterrun client installed beside this program at the end of PATH (which
+// tasks inherit), unless PATH finds a clusterrun already, so that `clusterrun task ...` works inside tasks. It
+// returns the folder added, if any.
+func clientBeside() string {
+	if _, err := exec.LookPath("clusterrun"); err == nil {
+		return ""
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Dir(self)
+	if st, err := os.Stat(filepath.Join(dir, "clusterrun")); err != nil || st.IsDir() {
+		return ""
+	}
+	path := os.Getenv("PATH")
+	if path != "" {
+		path += string(os.PathListSeparator)
+	}
+	_ = os.Setenv("PATH", path+dir)
+	return dir
+}
+
 // findShim locates clusterrun-shim: the --shim flag, else beside this program, else on PATH.
 func findShim(flagValue string) (string, error) {
 	if flagValue != "" {
@@ -226,6 +249,9 @@ func run(args []string) error {
 
 	if c.codecKeyFile != "" {
 		conn.SetCodecKeyFile(c.codecKeyFile)
+	}
+	if dir := clientBeside(); dir != "" {
+		logger.Info("tasks find the clusterrun client on their PATH", "dir", dir)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,125 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// readmeBlocks returns the README's ```sh blocks, in order.
+func readmeBlocks(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(env.root, "README.md"))
+	require.NoError(t, err)
+	var blocks []string
+	var cur *strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case cur == nil && line == "```sh":
+			cur = &strings.Builder{}
+		case cur != nil && line == "```":
+			blocks = append(blocks, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line + "\n")
+		}
+	}
+	return blocks
+}
+
+// blockWith picks the one block that contains marker.
+func blockWith(t *testing.T, blocks []string, marker string) string {
+	t.Helper()
+	var found []string
+	for _, b := range blocks {
+		if strings.Contains(b, marker) {
+			found = append(found, b)
+		}
+	}
+	require.Len(t, found, 1, "README blocks holding %q", marker)
+	return found[0]
+}
+
+// Every sh block of the README runs as written, in the dev environment `make up` builds, on ports and a state
+// folder of the test's own, with a PATH that does not hold clusterrun: `make demo` (from the first block; its
+// `make test` is what runs this test), the in-task commands as a task of the make-up workers, the temporal CLI
+// session, then the clusterrun session, which ends with `make down`.
+func TestE2E_ReadmeCommands(t *testing.T) {
+	t.Parallel()
+	blocks := readmeBlocks(t)
+	require.Len(t, blocks, 4, "the README's sh blocks: two commands, a session, in-task commands, the temporal CLI")
+	state, err := os.MkdirTemp("", "clusterrun-readme-")
+	require.NoError(t, err)
+	port, err := freeTCPPort()
+	require.NoError(t, err)
+	uiPort, err := freeTCPPort()
+	require.NoError(t, err)
+	var path []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir != env.bin && dir != filepath.Join(env.root, "bin") {
+			path = append(path, dir)
+		}
+	}
+	shellEnv := append(os.Environ(), "PATH="+strings.Join(path, ":"), "CLUSTERRUN_STATE="+state,
+		fmt.Sprintf("TEMPORAL_PORT=%d", port), fmt.Sprintf("TEMPORAL_UI_PORT=%d", uiPort),
+		fmt.Sprintf("TEMPORAL_ADDRESS=127.0.0.1:%d", port))
+	sh := func(what, script string, wantCode int) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir, cmd.Env = env.root, shellEnv
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		require.Equal(t, wantCode, code, "%s:\n%s\n--- output\n%s", what, script, out.String())
+		return out.String()
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(env.root, "deployments", "dev", "down.sh"))
+		cmd.Dir, cmd.Env = env.root, shellEnv
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+		if !t.Failed() {
+			os.RemoveAll(state)
+		} else {
+			t.Logf("the dev environment's state is kept in %s", state)
+		}
+	})
+
+	first := blocks[0]
+	require.Contains(t, first, "make demo")
+	require.Contains(t, first, "make test")
+	demo := sh("make demo", strings.Split(first, "\n")[0], 0)
+	assert.Contains(t, demo, "Succeeded: chief-0 exited 0")
+
+	inTask := blockWith(t, blocks, "clusterrun task progress")
+	spec := writeSpec(t, fmt.Sprintf("name: readme\ntasks: {worker: {replicas: 1}}\ncommand: [bash, -euo, pipefail, -c, %q]\n", inTask))
+	run := sh("the in-task commands, as a task", "bin/clusterrun run "+spec, 1)
+	assert.Contains(t, run, `barrier "data-ready" released`)
+	assert.Contains(t, run, "shard 7 is corrupt", "the task's stop request ends the run with its error")
+	assert.NotContains(t, run, "not found")
+
+	temporalCLI := sh("the temporal CLI session", blockWith(t, blocks, "bin/temporal workflow start"), 0)
+	assert.Contains(t, temporalCLI, `"status":"Succeeded"`)
+
+	session := sh("the clusterrun session", blockWith(t, blocks, "bin/clusterrun validate"), 0)
+	assert.Regexp(t, `run demo-\d+ Succeeded`, session)
+	assert.Contains(t, session, "down: stopped Temporal dev server")
+}
