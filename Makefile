@@ -31,9 +31,13 @@ $(STATICCHECK):
 $(WORKFLOWCHECK):
 	GOBIN=$(BIN) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
+# The version the binaries print (--version): the commit, from git when there is one.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+VERSION_FLAG := -X github.com/clusterrun/clusterrun/internal/version.Version=$(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/clusterrun ./starter
-	$(GO) build -o $(BIN)/clusterrun-worker ./workers
+	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun ./starter
+	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun-worker ./workers
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/shim
 
 # The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.

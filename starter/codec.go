@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -101,8 +100,8 @@ func cmdCodecKey(args []string, stdout, stderr io.Writer) error {
 // addCodecKeyFileFlag gives a command the --codec-key-file flag every command takes (default
 // CLUSTERRUN_CODEC_KEY_FILE); codecKeyFile reads it after parsing.
 func addCodecKeyFileFlag(fs *flag.FlagSet) {
-	if strings.HasPrefix(fs.Name(), "task ") || fs.Name() == "validate" || fs.Name() == "codec-key" {
-		return // these never talk to Temporal
+	if !talksToTemporal(fs) {
+		return
 	}
 	if fs.Lookup("codec-key-file") == nil {
 		fs.String("codec-key-file", os.Getenv(codec.EnvKeyFile), "encrypt and decrypt payloads with the keys in this file (AES-256-GCM) ["+codec.EnvKeyFile+"]")

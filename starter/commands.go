@@ -18,7 +18,7 @@ import (
 
 const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
 
-Usage: clusterrun status RUN [--json] [--watch]
+Usage: clusterrun status RUN [-o table|json] [--watch 2s]
 
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
@@ -26,12 +26,17 @@ Example:
 
 func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print the status as JSON")
+	asJSON := fs.Bool("json", false, "print the status as JSON (same as -o json)")
+	output, checkOutput := addOutputFlag(fs)
 	watch := fs.Duration("watch", 0, "refresh every this long (e.g. 2s) until the run ends; 0 prints once")
 	pos, err := parse(fs, statusUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
 	}
+	if err := checkOutput(); err != nil {
+		return err
+	}
+	*asJSON = *asJSON || *output == "json"
 	if *watch < 0 {
 		return usageErrorf("--watch %s: must be positive", *watch)
 	}

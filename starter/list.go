@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -32,7 +33,11 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	limit := fs.Int("limit", 20, "at most this many runs")
 	running := fs.Bool("running", false, "only runs still running")
+	output, checkOutput := addOutputFlag(fs)
 	if _, err := parse(fs, listUsage, args, 0, 0, stderr); err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
 		return err
 	}
 	if *limit < 1 {
@@ -50,7 +55,10 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		query += " AND ExecutionStatus = 'Running'"
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tNAME\tSTATE\tSTARTED\tDURATION")
+	if *output == "table" {
+		fmt.Fprintln(tw, "RUN\tNAME\tSTATE\tSTARTED\tDURATION")
+	}
+	rows := []listedRun{}
 	var token []byte
 	shown := 0
 	for shown < *limit {
@@ -67,15 +75,25 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 			if e.GetCloseTime() != nil {
 				end = e.GetCloseTime().AsTime()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.GetExecution().GetWorkflowId(), orDash(payloadString(e.GetMemo().GetFields()[workflows.MemoName])),
-				runState(e.GetStatus(), payloadString(e.GetSearchAttributes().GetIndexedFields()[workflows.SearchAttrState])),
-				start.Local().Format("2006-01-02 15:04:05"), end.Sub(start).Round(time.Second))
+			r := listedRun{RunID: e.GetExecution().GetWorkflowId(), Name: payloadString(e.GetMemo().GetFields()[workflows.MemoName]),
+				State:     runState(e.GetStatus(), payloadString(e.GetSearchAttributes().GetIndexedFields()[workflows.SearchAttrState])),
+				StartTime: start, Seconds: end.Sub(start).Seconds()}
+			if e.GetCloseTime() != nil {
+				r.EndTime = &end
+			}
+			rows = append(rows, r)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.RunID, orDash(r.Name), r.State, start.Local().Format("2006-01-02 15:04:05"), end.Sub(start).Round(time.Second))
 			shown++
 		}
 		token = resp.GetNextPageToken()
 		if len(token) == 0 {
 			break
 		}
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -84,6 +102,16 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "no runs yet; start one with: clusterrun run SPEC")
 	}
 	return nil
+}
+
+// listedRun is one run of `clusterrun list -o json`.
+type listedRun struct {
+	RunID     string     `json:"runId"`
+	Name      string     `json:"name,omitempty"`
+	State     string     `json:"state"`
+	StartTime time.Time  `json:"startTime"`
+	EndTime   *time.Time `json:"endTime,omitempty"`
+	Seconds   float64    `json:"durationSeconds"`
 }
 
 // runState names a run's state: clusterrun's own when the run recorded it, else Temporal's status.

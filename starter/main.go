@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/internal/version"
 )
 
 // Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
@@ -51,9 +52,10 @@ Commands:
   codec-server    serve the payload codec to the Web UI and the temporal CLI
   codec-key ID    print a new encryption key line for a codec key file
 
-Run 'clusterrun COMMAND --help' for a command's flags and an example.
-The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
-the temporal CLI's config file, as for the temporal CLI (default localhost:7233, namespace default).
+Run 'clusterrun COMMAND --help' for a command's flags and an example; 'clusterrun --version' for the version.
+The Temporal connection comes from the same flags, variables and config file as the temporal CLI's: --address,
+--namespace, --api-key, --tls-*, --profile, --config-file over TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and temporal.toml (default localhost:7233, namespace default).
 With --codec-key-file FILE (or CLUSTERRUN_CODEC_KEY_FILE), every command encrypts and decrypts payloads with
 the keys in FILE, as the host workers must (docs/security.md).
 `
@@ -94,6 +96,10 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version.String("clusterrun"))
+		return 0
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -124,7 +130,9 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, stderr io.Writer) ([]string, error) {
 	fs.SetOutput(stderr)
 	addCodecKeyFileFlag(fs)
+	applyConnection := addConnectionFlags(fs)
 	defer func() {
+		applyConnection()
 		if f := codecKeyFile(fs); f != "" {
 			conn.SetCodecKeyFile(f)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/internal/version"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -116,9 +117,14 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	err := fs.Parse(args)
 	if err != nil {
 		return c, err
+	}
+	if *showVersion {
+		fmt.Println(version.String("clusterrun-worker"))
+		return c, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (clusterrun-worker takes only flags; see --help)", fs.Arg(0))

@@ -62,11 +62,52 @@ func DataConverter() (converter.DataConverter, error) {
 	return d.dc, d.err
 }
 
-// Options loads the client options from the environment and the temporal config file.
+// Connection holds the temporal CLI's connection flags (--address, --namespace, --api-key, --tls-*, --profile,
+// --config-file). Set fields win over the profile and the environment; empty ones leave them.
+type Connection struct {
+	Address, Namespace, APIKey string
+	Profile, ConfigFile        string
+	TLS                        bool
+	TLSCertPath, TLSKeyPath    string
+	TLSCAPath, TLSServerName   string
+	TLSDisableHostVerification bool
+}
+
+var connection Connection
+
+// SetConnection sets the flags given on the command line, before the first dial.
+func SetConnection(c Connection) { connection = c }
+
+// Options loads the client options as the temporal CLI does: the config file's profile, then TEMPORAL_*
+// variables, then the connection flags.
 func Options() (client.Options, error) {
-	opts, err := envconfig.LoadDefaultClientOptions()
+	c := connection
+	prof, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{ConfigFilePath: c.ConfigFile, ConfigFileProfile: c.Profile})
 	if err != nil {
-		return client.Options{}, fmt.Errorf("read Temporal connection settings (TEMPORAL_* variables or temporal.toml): %w", err)
+		return client.Options{}, fmt.Errorf("read Temporal connection settings (TEMPORAL_* variables, --profile, --config-file or temporal.toml): %w", err)
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&prof.Address, c.Address)
+	set(&prof.Namespace, c.Namespace)
+	set(&prof.APIKey, c.APIKey)
+	if c.TLS || c.TLSCertPath != "" || c.TLSKeyPath != "" || c.TLSCAPath != "" || c.TLSServerName != "" || c.TLSDisableHostVerification {
+		if prof.TLS == nil {
+			prof.TLS = &envconfig.ClientConfigTLS{}
+		}
+		prof.TLS.Disabled = false
+		set(&prof.TLS.ClientCertPath, c.TLSCertPath)
+		set(&prof.TLS.ClientKeyPath, c.TLSKeyPath)
+		set(&prof.TLS.ServerCACertPath, c.TLSCAPath)
+		set(&prof.TLS.ServerName, c.TLSServerName)
+		prof.TLS.DisableHostVerification = prof.TLS.DisableHostVerification || c.TLSDisableHostVerification
+	}
+	opts, err := prof.ToClientOptions(envconfig.ToClientOptionsRequest{})
+	if err != nil {
+		return client.Options{}, fmt.Errorf("use the Temporal connection settings: %w", err)
 	}
 	if opts.DataConverter, err = DataConverter(); err != nil {
 		return client.Options{}, err
@@ -95,7 +136,7 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point TEMPORAL_ADDRESS at yours",
+		return nil, fmt.Errorf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point --address (or TEMPORAL_ADDRESS) at yours",
 			opts.HostPort, opts.Namespace, err)
 	}
 	return c, nil

@@ -1,0 +1,88 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// bareCLI runs clusterrun with no TEMPORAL_* variable in its environment (and no temporal.toml), so that only
+// its flags say where the server is.
+func bareCLI(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), args...)
+	cmd.Dir = env.root
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TEMPORAL_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") && !strings.HasPrefix(kv, "HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// The temporal CLI's connection flags and config file profiles reach the server with the environment unset;
+// -o json prints state a program can parse; --version says which build runs.
+func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: flags, command: [sh, -c, 'echo hi'], tasks: {worker: {replicas: 1, hosts: [host-a]}}}`)
+	r := bareCLI(t, "run", spec, "--id", id, "--address", env.address, "--namespace", "default")
+	require.Equal(t, 0, r.code, r.String())
+
+	st := bareCLI(t, "status", id, "--address", env.address, "-o", "json")
+	require.Equal(t, 0, st.code, st.String())
+	var status struct {
+		Status string `json:"status"`
+		Tasks  []struct {
+			Name, State string
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &status), st.stdout)
+	assert.Equal(t, "Succeeded", status.Status)
+	require.Len(t, status.Tasks, 1)
+
+	config := filepath.Join(t.TempDir(), "temporal.toml")
+	require.NoError(t, os.WriteFile(config, []byte("[profile.suite]\naddress = \""+env.address+"\"\nnamespace = \"default\"\n"), 0o600))
+	list := bareCLI(t, "list", "--config-file", config, "--profile", "suite", "-o", "json", "--limit", "100")
+	require.Equal(t, 0, list.code, list.String())
+	var runs []struct {
+		RunID string `json:"runId"`
+		State string `json:"state"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(list.stdout), &runs), list.stdout)
+	found := false
+	for _, run := range runs {
+		found = found || run.RunID == id && run.State == "Succeeded"
+	}
+	assert.True(t, found, "the run is listed through the profile: %s", list.stdout)
+
+	wrong := bareCLI(t, "list", "--address", "127.0.0.1:1")
+	assert.Equal(t, 1, wrong.code)
+	assert.Contains(t, wrong.stderr, "cannot reach the Temporal server at 127.0.0.1:1")
+	noProfile := bareCLI(t, "list", "--config-file", config, "--profile", "nope")
+	assert.Equal(t, 1, noProfile.code)
+	assert.Contains(t, noProfile.stderr, "unable to find profile nope")
+	badOutput := bareCLI(t, "status", id, "-o", "yaml")
+	assert.Equal(t, 2, badOutput.code)
+	assert.Contains(t, badOutput.stderr, `-o "yaml": use table or json`)
+
+	v := bareCLI(t, "--version")
+	assert.Equal(t, 0, v.code)
+	assert.Regexp(t, `^clusterrun \S+ \(commit \S+, linux/amd64, go1\.`, v.stdout)
+}
