@@ -15,7 +15,7 @@ WORKFLOWCHECK := $(BIN)/workflowcheck
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools build up down demo test test-unit test-e2e test-race check fmt vet lint fuzz bench clean record-histories
+.PHONY: all tools build up down demo test test-unit test-e2e test-race check fmt vet lint cross fuzz bench clean record-histories
 
 all: build
 
@@ -57,7 +57,7 @@ demo: up
 # The fault tests run in parallel, each with a server of its own: -parallel lets them overlap on 2 cores.
 TEST_PARALLEL ?= 6
 UNIT_PACKAGES = $$($(GO) list ./... | grep -v '/tests$$')
-test: fmt vet lint test-unit test-e2e
+test: fmt vet lint cross test-unit test-e2e
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-unit: build
@@ -86,6 +86,11 @@ HISTORIES ?= next
 record-histories: $(TEMPORAL) build
 	rm -rf workflows/testdata/histories/$(HISTORIES)
 	CLUSTERRUN_RECORD_HISTORIES=$(CURDIR)/workflows/testdata/histories/$(HISTORIES) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./tests/
+
+# The CLI (and the task client) build for macOS too; the worker builds there only to say it runs on Linux.
+cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter ./workers ./workers/shim
+	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./starter
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -225,7 +225,7 @@ func askCancel(id string, sigs <-chan os.Signal, stderr io.Writer) bool {
 }
 
 func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	_, err := unix.IoctlGetTermios(int(f.Fd()), ioctlReadTermios)
 	return err == nil
 }
 

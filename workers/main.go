@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command clusterrun-worker is the host worker: one per machine. It runs ClusterRun workflows, runs the task
 // processes placed on this host or taken from its pool (under a clusterrun-shim per run), and serves the
 // host's control downlink. It can be restarted or upgraded without touching its tasks: a worker that stops
