@@ -28,8 +28,10 @@ type follower struct {
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
-	// bars draws progress as a bar (on a terminal); plain lines otherwise.
-	bars bool
+	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
+	// printed as plain lines.
+	block     *liveBlock
+	barStates map[string]*barState
 	// For clusterrun logs: quiet drops the state lines, streamNames picks the streams (default stdout and
 	// stderr), tail keeps only the last lines of each stream's first read, prefix marks lines with their task.
 	quiet       bool
@@ -57,8 +59,13 @@ type progressShown struct {
 // progressEvery bounds how often one task's progress is printed.
 const progressEvery = 2 * time.Second
 
-// progress prints each task's new progress, at most once per progressEvery per task.
+// progress shows each task's new progress: in the block of bars on a terminal, else as a line at most once per
+// progressEvery per task.
 func (f *follower) progress(hb map[string]heartbeat) {
+	if f.block != nil {
+		f.block.set(f.bars(hb, time.Now()))
+		return
+	}
 	if f.progShow == nil {
 		f.progShow = map[string]progressShown{}
 	}
@@ -77,11 +84,7 @@ func (f *follower) progress(hb map[string]heartbeat) {
 			continue
 		}
 		f.progShow[name] = progressShown{p: *p, at: time.Now()}
-		if f.bars && p.Total > 0 {
-			f.say(name, "progress "+bar(p.Current/p.Total, 20)+" "+progressText(*p))
-		} else {
-			f.say(name, "progress "+progressText(*p))
-		}
+		f.say(name, "progress "+progressText(*p))
 	}
 }
 
@@ -335,6 +338,14 @@ func (f *follower) session() *logSession {
 		f.logs = &logSession{c: f.c, runID: f.runID}
 	}
 	return f.logs
+}
+
+// clearBlock takes the progress bars off the screen (before a prompt or the final table); the next progress
+// draws them again.
+func (f *follower) clearBlock() {
+	if f.block != nil {
+		f.block.close()
+	}
 }
 
 // close ends the follower's log session.

@@ -160,7 +160,12 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 
 	f := newFollower(c, id, stdout)
 	defer f.close()
-	f.bars = isTerminal(os.Stdout)
+	if isTerminal(os.Stdout) {
+		// On a terminal, progress is a block of bars under the scrolling output.
+		f.block = newLiveBlock(stdout, int(os.Stdout.Fd()))
+		f.out, f.notes = f.block, f.block
+		defer f.block.close()
+	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	canceling := false
@@ -172,11 +177,13 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			if err := f.drain(ctx); err != nil {
 				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
 			}
+			f.clearBlock()
 			return report(o.st, o.err, id, stdout)
 		case sig := <-sigs:
 			if canceling {
 				continue
 			}
+			f.clearBlock()
 			if sig == syscall.SIGTERM || !isTerminal(os.Stdin) || askCancel(id, sigs, stderr) {
 				canceling = true
 				fmt.Fprintf(stderr, "\ncanceling run %s: stopping every task...\n", id)
@@ -190,7 +197,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 		case <-tick.C:
 			st, ended, _, err := fetchStatus(ctx, c, id)
 			if err != nil || ended {
-				continue
+				continue // a server outage, say: the run goes on, and so does following it
 			}
 			f.update(st.RunStatus)
 			f.progress(st.heartbeats)

@@ -19,17 +19,22 @@ import (
 // ensureChromium returns Debian's Chromium, installing it when it is missing.
 func ensureChromium(t *testing.T) string {
 	t.Helper()
-	const path = "/usr/bin/chromium"
+	return ensureDebian(t, "/usr/bin/chromium", "chromium", "the Web UI test")
+}
+
+// ensureDebian returns the program at path, installing its Debian package when it is missing (as root; CI is).
+func ensureDebian(t *testing.T, path, pkg, forWhat string) string {
+	t.Helper()
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}
 	if os.Getuid() != 0 {
-		t.Fatal("chromium is missing and this test is not root, so it cannot install it: apt-get install chromium")
+		t.Fatalf("%s is missing and this test is not root, so it cannot install it: apt-get install %s", pkg, pkg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	t.Log("installing chromium (Debian) for the Web UI test; this takes a few minutes once")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium"}} {
+	t.Logf("installing %s (Debian) for %s; this takes a while once", pkg, forWhat)
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", pkg}} {
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		out, err := cmd.CombinedOutput()

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// liveBlock keeps a block of lines (progress bars) at the bottom of a terminal: what is written through it
+// scrolls above the block, which is redrawn after each write. Writes must be whole lines.
+type liveBlock struct {
+	mu    sync.Mutex
+	out   io.Writer
+	fd    int // the terminal, for its width
+	lines []string
+	drawn int
+}
+
+func newLiveBlock(out io.Writer, fd int) *liveBlock { return &liveBlock{out: out, fd: fd} }
+
+func (b *liveBlock) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var buf strings.Builder
+	b.erase(&buf)
+	buf.Write(p)
+	b.draw(&buf)
+	_, err := io.WriteString(b.out, buf.String())
+	return len(p), err
+}
+
+// set replaces the block's lines and redraws it.
+func (b *liveBlock) set(lines []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var buf strings.Builder
+	b.erase(&buf)
+	b.lines = lines
+	b.draw(&buf)
+	_, _ = io.WriteString(b.out, buf.String())
+}
+
+// close removes the block from the screen.
+func (b *liveBlock) close() { b.set(nil) }
+
+// erase moves to the block's first line and clears to the end of the screen.
+func (b *liveBlock) erase(w *strings.Builder) {
+	if b.drawn > 0 {
+		fmt.Fprintf(w, "\x1b[%dF\x1b[J", b.drawn)
+	}
+	b.drawn = 0
+}
+
+// draw writes the block, each line cut to the terminal's width so that none wraps (a wrapped line would throw
+// the next erase off).
+func (b *liveBlock) draw(w *strings.Builder) {
+	width := 80
+	if ws, err := unix.IoctlGetWinsize(b.fd, unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
+		width = int(ws.Col)
+	}
+	for _, l := range b.lines {
+		if r := []rune(l); len(r) > width-1 {
+			l = string(r[:width-1])
+		}
+		w.WriteString(l + "\n")
+	}
+	b.drawn = len(b.lines)
+}
+
+// barState follows one task's progress to give its rate and ETA.
+type barState struct {
+	p        workflows.Progress
+	since    time.Time // first seen
+	startVal float64
+}
+
+// bars turns the tasks' latest progress into the block's lines: name, bar, done/total, percent, rate, ETA,
+// message. Tasks without progress, or no longer running, have no line.
+func (f *follower) bars(hb map[string]heartbeat, now time.Time) []string {
+	if f.barStates == nil {
+		f.barStates = map[string]*barState{}
+	}
+	names := make([]string, 0, len(hb))
+	for name, h := range hb {
+		if h.Progress == nil {
+			continue
+		}
+		s := f.barStates[name]
+		if s == nil || h.Progress.Current < s.p.Current {
+			s = &barState{since: now, startVal: h.Progress.Current}
+			f.barStates[name] = s
+		}
+		s.p = *h.Progress
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	lines := make([]string, 0, len(names))
+	for _, name := range names {
+		lines = append(lines, fmt.Sprintf("%-*s %s", f.width+2, "["+name+"]", barLine(*f.barStates[name], now)))
+	}
+	return lines
+}
+
+// barLine renders one task's progress: [######------] 300/1000  30%  12.5/s  ETA 56s  epoch 3
+func barLine(s barState, now time.Time) string {
+	p := s.p
+	var b strings.Builder
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	if p.Total > 0 {
+		fmt.Fprintf(&b, "%s %s/%s %3.0f%%", bar(p.Current/p.Total, 24), num(p.Current), num(p.Total), 100*p.Current/p.Total)
+	} else {
+		b.WriteString(num(p.Current))
+	}
+	elapsed := now.Sub(s.since).Seconds()
+	if rate := (p.Current - s.startVal) / elapsed; elapsed > 0 && rate > 0 && !math.IsInf(rate, 0) {
+		fmt.Fprintf(&b, "  %.3g/s", rate)
+		if p.Total > p.Current {
+			fmt.Fprintf(&b, "  ETA %s", (time.Duration((p.Total-p.Current)/rate) * time.Second).Round(time.Second))
+		}
+	}
+	if p.Message != "" {
+		b.WriteString("  " + p.Message)
+	}
+	return b.String()
+}

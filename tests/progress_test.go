@@ -1,0 +1,69 @@
+package tests
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// On a terminal, clusterrun run keeps a block of per-task progress bars (done/total, percent, rate, ETA,
+// message) under the scrolling output, and takes it away before the final table. Checked in a real terminal:
+// tmux, read back with capture-pane.
+func TestE2E_ProgressBarsInATerminal(t *testing.T) {
+	tmux := ensureDebian(t, "/usr/bin/tmux", "tmux", "the progress bar test")
+	id := runID(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	spec := writeSpec(t, fmt.Sprintf(`
+name: bars
+heartbeatTimeout: 2s
+command: [sh, -c, 'i=0; while [ $i -lt 10 ]; do i=$((i+1)); clusterrun task progress $i 10 --message "epoch $i"; echo "$CLUSTERRUN_TASK step $i"; sleep 0.3; done; while [ ! -e %s ]; do sleep 0.1; done']
+tasks: {worker: {replicas: 3, hosts: [host-a, host-b]}}
+`, gate))
+	session := "clusterrun-" + randomHex(4)
+	script := fmt.Sprintf("cd %s && TEMPORAL_ADDRESS=%s %s run %s --id %s; echo EXITED $?; sleep 600",
+		env.root, env.address, filepath.Join(env.bin, "clusterrun"), spec, id)
+	require.NoError(t, exec.Command(tmux, "new-session", "-d", "-s", session, "-x", "150", "-y", "40", script).Run())
+	t.Cleanup(func() { _ = exec.Command(tmux, "kill-session", "-t", session).Run() })
+	screen := func() string {
+		out, err := exec.Command(tmux, "capture-pane", "-p", "-t", session).Output()
+		require.NoError(t, err)
+		return strings.TrimRight(string(out), "\n ")
+	}
+	barRE := regexp.MustCompile(`^\[worker-(\d)\] \[#+\]\s+10/10 100%.*epoch 10$`)
+	var last string
+	waitUntil(t, "every task's last line, and three full bars at the bottom of the screen", 2*time.Minute, func() bool {
+		last = screen()
+		for i := 0; i < 3; i++ {
+			if !strings.Contains(last, fmt.Sprintf("[worker-%d] worker-%d step 10\n", i, i)) {
+				return false // output scrolls above the bars
+			}
+		}
+		lines := strings.Split(last, "\n")
+		if len(lines) < 4 {
+			return false
+		}
+		for i, l := range lines[len(lines)-3:] {
+			m := barRE.FindStringSubmatch(strings.TrimSpace(l))
+			if m == nil || m[1] != fmt.Sprint(i) {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Equal(t, 3, strings.Count(last, "100%"), "one bar per task, drawn once:\n%s", last)
+
+	require.NoError(t, exec.Command("touch", gate).Run())
+	waitUntil(t, "the run to end", 2*time.Minute, func() bool {
+		last = screen()
+		return strings.Contains(last, "EXITED 0")
+	})
+	assert.Contains(t, last, "Succeeded: all 3 tasks exited 0")
+	assert.NotContains(t, last, "100%", "the bars are gone before the final table:\n%s", last)
+}
