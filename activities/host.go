@@ -208,3 +208,18 @@ func (h *Host) Running() int {
 	}
 	return n
 }
+
+// Load counts the task attempts this host holds (a lease or a running process), and those among them that take
+// one of its slots (every task its spec does not pin to a host): what the host registry shows and places by.
+func (h *Host) Load() (held, unpinned int) {
+	for _, e := range h.reg.all() {
+		isHeld, _ := e.held()
+		if isHeld || e.process() != nil && e.exited() == nil {
+			held++
+			if e.task.Host == "" {
+				unpinned++
+			}
+		}
+	}
+	return held, unpinned
+}

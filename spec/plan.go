@@ -24,6 +24,8 @@ type Plan struct {
 	// DeadlineSignal is sent to every task process DeadlineBefore maxRunTime; empty for none.
 	DeadlineSignal string
 	DeadlineBefore time.Duration
+	// Placement is PlacementSpread (default) or PlacementPack: how the run picks hosts for unpinned tasks.
+	Placement string
 }
 
 // Task is one member of the cluster.
@@ -109,6 +111,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		HeartbeatTimeout: mustDuration(s.HeartbeatTimeout, DefaultHeartbeat),
 		StartTimeout:     mustDuration(s.StartTimeout, DefaultStartTimeout),
 		Scope:            ScopeTask,
+		Placement:        or(s.Placement, PlacementSpread),
 	}
 	if dw := s.DeadlineWarning; dw != nil {
 		p.DeadlineSignal = SignalName(or(dw.Signal, "SIGUSR1"))

@@ -37,6 +37,9 @@ type RunSpec struct {
 	Restart *RestartSpec `json:"restart,omitempty"`
 	// ChiefExit says what happens when the chief exits: terminate (default) or wait.
 	ChiefExit string `json:"chiefExit,omitempty"`
+	// Placement says how unpinned tasks are placed on the live hosts of their pool: spread (default: the least
+	// loaded host first) or pack (fill the busiest host that has a free slot first).
+	Placement string `json:"placement,omitempty"`
 	// OnFailure says what happens when a task fails for good: failFast (default) or continue.
 	OnFailure string `json:"onFailure,omitempty"`
 	// MaxRunTime bounds the whole run. Optional: default unlimited.

@@ -38,6 +38,9 @@ const (
 
 	OnFailureFailFast = "failFast"
 	OnFailureContinue = "continue"
+
+	PlacementSpread = "spread"
+	PlacementPack   = "pack"
 )
 
 var (
@@ -76,6 +79,7 @@ func (s *RunSpec) Validate() []Problem {
 	v.sizes("", s.Command, s.Env, s.WorkingDir)
 	v.pool("pool", s.Pool)
 	v.oneOf("chiefExit", s.ChiefExit, ChiefExitTerminate, ChiefExitWait)
+	v.oneOf("placement", s.Placement, PlacementSpread, PlacementPack)
 	v.oneOf("onFailure", s.OnFailure, OnFailureFailFast, OnFailureContinue)
 	if d, ok := v.duration("maxRunTime", s.MaxRunTime); ok && s.MaxRunTime != "" && d == 0 {
 		v.add("maxRunTime", "must be more than 0; leave it out for no limit")

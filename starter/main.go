@@ -47,6 +47,7 @@ Commands:
   stop RUN        ask a run to stop: tasks see should-stop, get their grace period, stragglers are killed
   cancel RUN      stop every task of a run at once and end it as canceled
   drain HOST      a host takes no new tasks (--now: and stops its tasks; --undo: takes tasks again)
+  hosts           the host workers: pools, slots, tasks running, last seen
   validate SPEC   check a spec and list every problem
   task ...        barrier, progress, stop, should-stop, info: from inside a task
   codec-server    serve the payload codec to the Web UI and the temporal CLI
@@ -77,6 +78,7 @@ func commands() []command {
 		{"stop", stopUsage, cmdStop},
 		{"cancel", cancelUsage, cmdCancel},
 		{"drain", drainUsage, cmdDrain},
+		{"hosts", hostsUsage, cmdHosts},
 		{"validate", validateUsage, cmdValidate},
 		{"task", taskUsage, cmdTask},
 		{"codec-server", codecServerUsage, cmdCodecServer},
@@ -121,7 +123,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, validate, task, codec-server, codec-key (see clusterrun --help)\n", args[0])
+	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, hosts, validate, task, codec-server, codec-key (see clusterrun --help)\n", args[0])
 	return exitUsage
 }
 

@@ -158,6 +158,9 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
 		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
 	}
+	if !slices.Contains(extra, "--slots") {
+		args = append(args, "--slots", "16") // the default is the machine's cores: too few for the suite's runs on 2
+	}
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
 	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal

@@ -94,7 +94,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.host, "host", env("CLUSTERRUN_WORKER_HOST", hostname), "host name that tasks pin to with hosts: [CLUSTERRUN_WORKER_HOST]")
 	fs.StringVar(&c.addr, "addr", env("CLUSTERRUN_WORKER_ADDR", ""), "address other tasks dial to reach tasks here (default: this machine's first non-loopback IPv4) [CLUSTERRUN_WORKER_ADDR]")
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
-	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", 64), "most unpinned tasks run here at once (pinned tasks always run) [CLUSTERRUN_WORKER_SLOTS]")
+	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots()), "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
@@ -292,7 +292,15 @@ func run(args []string) error {
 		MaxHeartbeatThrottleInterval: c.heartbeatThrottle,
 	}
 	pollers := &taskPollers{c: c, host: host, base: base}
-	host.OnDrain = pollers.drain
+	reports := newReporter(cl, c, host, logger)
+	host.OnDrain = func(drained bool) error {
+		err := pollers.drain(drained)
+		// Before the drain's tasks stop (drain --now): their restarts must not be placed here.
+		if rerr := reports.report(context.Background(), false); rerr != nil {
+			logger.Warn("cannot report the drain to the host registry", "error", rerr)
+		}
+		return err
+	}
 	warnPolicy(c, logger)
 	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
 	if err := host.Start(); err != nil {
@@ -310,6 +318,8 @@ func run(args []string) error {
 		w.RegisterWorkflowWithOptions(workflows.LogSession, workflow.RegisterOptions{Name: workflows.LogSessionWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
+		w.RegisterWorkflowWithOptions(workflows.HostRegistry, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowType})
+		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
 	// polling while the host is drained.
@@ -332,6 +342,9 @@ func run(args []string) error {
 			return err
 		}
 	}
+	reportCtx, stopReports := context.WithCancel(context.Background())
+	reportsDone := make(chan struct{})
+	go func() { defer close(reportsDone); reports.run(reportCtx) }()
 	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
 		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
 		"stateDir", host.StateDir, "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
@@ -350,6 +363,8 @@ func run(args []string) error {
 		defer wg.Done()
 		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
 	}()
+	stopReports()
+	<-reportsDone
 	pollers.stop(&wg)
 	for _, w := range control {
 		wg.Add(1)
@@ -414,9 +429,11 @@ func (p *taskPollers) start() error {
 	// Pollers are idle long-polls; enough of them take a 64-task burst up noticeably faster than the default.
 	opts.MaxConcurrentActivityTaskPollers = 16
 	cl := p.host.Client
+	// Pinned tasks always run; a pool's tasks, whether placed here by their run or taken from the pool's shared
+	// queue, take slots.
 	queues := []string{workflows.HostQueue(p.c.host)}
 	for _, pool := range p.c.pools {
-		queues = append(queues, workflows.PoolQueue(pool))
+		queues = append(queues, workflows.PlacedQueue(pool, p.c.host), workflows.PoolQueue(pool))
 	}
 	for i, q := range queues {
 		o := opts

@@ -127,6 +127,7 @@ func (g *generation) act() {
 	for _, t := range todo.terminate {
 		g.watch(r.terminate(g.genCtx, g.info, t))
 	}
+	r.place(g.genCtx, todo.launch)
 	for _, o := range todo.launch {
 		if r.decision == nil || o.t.future == nil {
 			g.launch(o)

@@ -42,8 +42,13 @@ const (
 // HostQueue is where RunTask activities of tasks pinned to host go.
 func HostQueue(host string) string { return hostQueuePrefix + host }
 
-// PoolQueue is where RunTask activities of unpinned tasks of pool go; any host of the pool takes them.
+// PoolQueue is where RunTask activities of unpinned tasks of pool go when the run could not place them (no
+// live host reported, or a run started before placement); any host of the pool takes them.
 func PoolQueue(pool string) string { return poolQueuePrefix + pool }
+
+// PlacedQueue is where a run puts an unpinned task of pool it placed on host: only that host polls it, within
+// its slots, so a task waits there (in Temporal, not started) until the host has a free slot.
+func PlacedQueue(pool, host string) string { return poolQueuePrefix + pool + "@" + host }
 
 // ControlQueue is the host's downlink for short control activities (Release, StopTasks, ReadLogs). It is apart
 // from the task queues so that a host whose task slots are all taken by waiting tasks can still be released.

@@ -33,8 +33,11 @@ func LeaseID(task string, attempt, lease int) string {
 // copy of a task elsewhere while its host is only cut off.
 func leaseOptions(ctx workflow.Context, p *spec.Plan, t *task, attach bool) workflow.Context {
 	queue, where := PoolQueue(t.Pool), "pool "+t.Pool
-	if t.Host != "" {
+	switch {
+	case t.Host != "":
 		queue, where = HostQueue(t.Host), "host "+t.Host
+	case t.placedHost != "":
+		queue, where = PlacedQueue(t.Pool, t.placedHost), fmt.Sprintf("host %s (placed from pool %s)", t.placedHost, t.Pool)
 	}
 	// A task nobody picks up is a missing or full host worker: say so instead of waiting forever.
 	scheduleToStart := p.StartTimeout

@@ -20,6 +20,8 @@ type task struct {
 	future     workflow.Future     // the current lease's RunTask
 	cancel     workflow.CancelFunc // cancels that RunTask alone
 	placed     bool
+	// placedHost is the host the run chose for this unpinned task's current launch ("" leaves it to its pool).
+	placedHost string
 	done       bool
 	terminated bool // the user asked to stop it (terminate-task)
 	starts     int  // runs before leases: launches by start-task after the first, for unique activity IDs

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const hostsUsage = `List the host workers: their pools, slots, the tasks they run, and when they last reported (every 10s).
+
+Usage: clusterrun hosts [--all] [-o table|json]
+
+A host is live when it reported within the last 30s and is not shutting down; runs place their unpinned tasks
+on the live hosts of each task's pool (see placement in docs/spec.md). UNPINNED counts the tasks that take one
+of the host's SLOTS; RUNNING counts every task there, pinned ones too.
+
+Example:
+  clusterrun hosts
+`
+
+func cmdHosts(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hosts", flag.ContinueOnError)
+	all := fs.Bool("all", false, "also hosts that are no longer live (silent for more than 30s, or stopped)")
+	output, checkOutput := addOutputFlag(fs)
+	if _, err := parse(fs, hostsUsage, args, 0, 0, stderr); err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return &exitError{code: 1, msg: "no host worker has reported yet; start one with clusterrun-worker (or make up)"}
+	}
+	if err != nil {
+		return fmt.Errorf("read the host registry (is a clusterrun-worker running?): %w", err)
+	}
+	var hosts []workflows.HostEntry
+	if err := v.Get(&hosts); err != nil {
+		return err
+	}
+	shown := hosts[:0]
+	for _, h := range hosts {
+		if h.Live || *all {
+			shown = append(shown, h)
+		}
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(shown)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tSTATE\tPOOLS\tSLOTS\tUNPINNED\tRUNNING\tADDR\tLAST SEEN")
+	for _, h := range shown {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s ago\n", h.Host, hostState(h), strings.Join(h.Pools, ","), h.Slots, h.Unpinned,
+			h.Running, h.Addr, time.Since(h.LastSeen).Round(time.Second))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(shown) == 0 {
+		fmt.Fprintln(stderr, "no live host; see every host that ever reported with --all")
+	}
+	return nil
+}
+
+func hostState(h workflows.HostEntry) string {
+	switch {
+	case h.Stopping:
+		return "stopped"
+	case !h.Live:
+		return "silent"
+	case h.Drained:
+		return "drained"
+	}
+	return "ready"
+}

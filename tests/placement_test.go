@@ -1,0 +1,69 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// clusterrun hosts lists the live host workers, and a run spreads its unpinned tasks over them: 8 tasks on 2
+// idle hosts land 4 and 4; with placement: pack they fill one host's slots first.
+func TestE2E_PlacementAndHosts(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "4"))
+	require.NoError(t, c.startWorker("host-b", "--slots", "4", "--pool", "default,big"))
+	var hosts []workflows.HostEntry
+	waitUntil(t, "both hosts in clusterrun hosts", time.Minute, func() bool {
+		r := c.cli(t, "hosts", "-o", "json")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &hosts) == nil && len(hosts) == 2
+	})
+	assert.Equal(t, "host-a", hosts[0].Host)
+	assert.Equal(t, 4, hosts[0].Slots)
+	assert.Equal(t, []string{"default", "big"}, hosts[1].Pools)
+	table := c.cli(t, "hosts")
+	require.Equal(t, 0, table.code, table.String())
+	assert.Regexp(t, `host-b\s+ready\s+default,big\s+4\s+0\s+0\s+127\.0\.0\.1\s+\d+s ago`, table.stdout)
+
+	count := func(id string) map[string]int {
+		st, err := c.outcome(t, id)
+		require.NoError(t, err)
+		by := map[string]int{}
+		for _, task := range st.Tasks {
+			by[task.Host]++
+		}
+		return by
+	}
+	spread := runID(t)
+	spec := writeSpec(t, `{name: spread, command: [sh, -c, 'sleep 1'], tasks: {worker: {replicas: 8}}}`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", spread).code)
+	assert.Equal(t, map[string]int{"host-a": 4, "host-b": 4}, count(spread), "8 unpinned tasks over 2 idle hosts")
+
+	// While host-b runs 3 unpinned tasks, a packed run fills host-b's free slot first, then host-a.
+	gate := t.TempDir() + "/go"
+	busy := runID(t)
+	busySpec := writeSpec(t, fmt.Sprintf(`{name: busy, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 3, pool: big}}}`, gate))
+	require.Equal(t, 0, c.cli(t, "run", busySpec, "--id", busy, "--detach").code)
+	waitUntil(t, "host-b to report 3 tasks", time.Minute, func() bool {
+		r := c.cli(t, "hosts", "-o", "json")
+		return json.Unmarshal([]byte(r.stdout), &hosts) == nil && len(hosts) == 2 && hosts[1].Unpinned == 3
+	})
+	packed := runID(t)
+	packSpec := writeSpec(t, `{name: packed, placement: pack, command: [sh, -c, 'sleep 1'], tasks: {worker: {replicas: 5}}}`)
+	require.Equal(t, 0, c.cli(t, "run", packSpec, "--id", packed).code)
+	assert.Equal(t, map[string]int{"host-b": 1, "host-a": 4}, count(packed))
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	_, err := c.outcome(t, busy)
+	require.NoError(t, err)
+
+	bad := c.cli(t, "validate", writeSpec(t, `{name: x, placement: random, command: [sh], tasks: {worker: {replicas: 1}}}`))
+	assert.Equal(t, 2, bad.code)
+	assert.Contains(t, bad.stderr, `placement: "random" is not one of spread, pack`)
+}

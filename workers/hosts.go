@@ -1,0 +1,115 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/clusterrun/clusterrun/activities"
+	"github.com/clusterrun/clusterrun/internal/version"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// reporter tells the host registry (workflows.HostRegistry) about this host: at start, every
+// workflows.ReportEvery, on a drain or undrain (report, called by the drain itself), and once more when the
+// worker stops.
+type reporter struct {
+	cl     client.Client
+	c      config
+	host   *activities.Host
+	logger log.Logger
+}
+
+func newReporter(cl client.Client, c config, host *activities.Host, logger log.Logger) *reporter {
+	return &reporter{cl: cl, c: c, host: host, logger: logger}
+}
+
+// run reports until ctx ends, then says the host is stopping.
+func (r *reporter) run(ctx context.Context) {
+	tick := time.NewTicker(workflows.ReportEvery)
+	defer tick.Stop()
+	failed := false
+	for {
+		err := r.report(ctx, false)
+		switch {
+		case err != nil && !failed && ctx.Err() == nil:
+			r.logger.Warn("cannot report to the host registry; runs place unpinned tasks without this host's load until it can", "error", err)
+			failed = true
+		case err == nil && failed:
+			r.logger.Info("reporting to the host registry again")
+			failed = false
+		}
+		select {
+		case <-ctx.Done():
+			stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = r.report(stopCtx, true)
+			cancel()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *reporter) report(ctx context.Context, stopping bool) error {
+	held, unpinned := r.host.Load()
+	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
+		Unpinned: unpinned, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.cl.SignalWithStartWorkflow(ctx, workflows.HostRegistryID, workflows.SignalHostReport, rep,
+		client.StartWorkflowOptions{ID: workflows.HostRegistryID, TaskQueue: workflows.TaskQueue, StaticSummary: "clusterrun host registry"},
+		workflows.HostRegistryWorkflowType, workflows.HostRegistryState{})
+	return err
+}
+
+// listHosts is the local activity runs read the registry with before they place tasks. No registry yet (no
+// host has reported) is no hosts.
+func listHosts(cl client.Client) func(context.Context) ([]workflows.HostEntry, error) {
+	return func(ctx context.Context) ([]workflows.HostEntry, error) {
+		v, err := cl.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var hosts []workflows.HostEntry
+		return hosts, v.Get(&hosts)
+	}
+}
+
+var gpuDevice = regexp.MustCompile(`^nvidia[0-9]+$`)
+
+// defaultSlots is what a user would guess a host can take: its GPUs when it has any (/dev/nvidiaN), else its
+// CPU cores.
+func defaultSlots() int {
+	if n := countGPUs("/dev"); n > 0 {
+		return n
+	}
+	return runtime.NumCPU()
+}
+
+func countGPUs(dev string) int {
+	entries, err := os.ReadDir(dev)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if gpuDevice.MatchString(filepath.Base(e.Name())) {
+			n++
+		}
+	}
+	return n
+}

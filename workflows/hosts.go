@@ -1,0 +1,220 @@
+package workflows
+
+import (
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// The host registry: one long-running HostRegistry workflow (ID HostRegistryID) that every host worker reports
+// to (SignalHostReport, with signal-with-start) when it starts, every ReportEvery, and when it drains or
+// undrains. It answers QueryHosts, which `clusterrun hosts` prints and from which runs place their unpinned tasks.
+const (
+	HostRegistryWorkflowType = "HostRegistry"
+	HostRegistryID           = "clusterrun-hosts"
+	SignalHostReport         = "host-report"
+	QueryHosts               = "hosts"
+	// ActivityListHosts is the local activity a run uses to read the registry before it places tasks.
+	ActivityListHosts = "ListHosts"
+	// ChangePlacement marks, with workflow.GetVersion, runs that place unpinned tasks themselves.
+	ChangePlacement = "clusterrun-placement"
+)
+
+// ReportEvery is how often a host worker reports; a host silent for LiveFor is not live.
+const (
+	ReportEvery = 10 * time.Second
+	LiveFor     = 3 * ReportEvery
+	// forgetAfter drops a host from the registry once it has been silent this long.
+	forgetAfter = 7 * 24 * time.Hour
+)
+
+// HostReport is what a host worker says about itself.
+type HostReport struct {
+	Host    string   `json:"host"`
+	Addr    string   `json:"addr"`
+	Pools   []string `json:"pools"`
+	Slots   int      `json:"slots"`
+	Running int      `json:"running"` // task processes running here, pinned ones included
+	// Unpinned counts the running tasks that hold one of the host's slots (every task not pinned by its spec).
+	Unpinned int    `json:"unpinned"`
+	Drained  bool   `json:"drained,omitempty"`
+	Version  string `json:"version,omitempty"`
+	// Stopping says the worker is shutting down.
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// HostEntry is a host as the registry knows it: its last report and when it came.
+type HostEntry struct {
+	HostReport
+	LastSeen time.Time `json:"lastSeen"`
+	// Live says the host reported within LiveFor and is not shutting down (as of the query).
+	Live bool `json:"live"`
+}
+
+// HostRegistryState carries the registry over continue-as-new.
+type HostRegistryState struct {
+	Hosts map[string]HostEntry `json:"hosts,omitempty"`
+}
+
+// HostRegistry keeps every host's last report. It never ends; it continues as new when the server suggests.
+func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
+	if st.Hosts == nil {
+		st.Hosts = map[string]HostEntry{}
+	}
+	err := workflow.SetQueryHandler(ctx, QueryHosts, func() ([]HostEntry, error) {
+		return hostList(st.Hosts, workflow.Now(ctx)), nil
+	})
+	if err != nil {
+		return err
+	}
+	reports := workflow.GetSignalChannel(ctx, SignalHostReport)
+	record := func(r HostReport) {
+		if r.Host != "" {
+			st.Hosts[r.Host] = HostEntry{HostReport: r, LastSeen: workflow.Now(ctx)}
+		}
+	}
+	for {
+		var r HostReport
+		reports.Receive(ctx, &r)
+		record(r)
+		if !workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			continue
+		}
+		for reports.ReceiveAsync(&r) {
+			record(r)
+		}
+		now := workflow.Now(ctx)
+		for _, h := range hostNames(st.Hosts) {
+			if now.Sub(st.Hosts[h].LastSeen) > forgetAfter {
+				delete(st.Hosts, h)
+			}
+		}
+		return workflow.NewContinueAsNewError(ctx, HostRegistryWorkflowType, st)
+	}
+}
+
+// hostList is the registry's hosts by name, each marked live or not as of now.
+func hostList(hosts map[string]HostEntry, now time.Time) []HostEntry {
+	out := make([]HostEntry, 0, len(hosts))
+	for _, h := range hostNames(hosts) {
+		e := hosts[h]
+		e.Live = !e.Stopping && now.Sub(e.LastSeen) <= LiveFor
+		out = append(out, e)
+	}
+	return out
+}
+
+func hostNames(hosts map[string]HostEntry) []string {
+	names := make([]string, 0, len(hosts))
+	//workflowcheck:ignore
+	for h := range hosts {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// placeTasks picks a host for each unpinned task from the live, undrained hosts of its pool. Spread takes the
+// host running the fewest unpinned tasks for its slots (then the one with the most free slots, then by name);
+// pack takes the busiest host that still has a free slot, else spreads. A task placed on a full host waits in
+// that host's queue for a slot. Tasks of a pool with no live host get "" (they wait in their pool's queue for
+// any host). A restart avoids the host of its last attempt when another can take it. hosts is updated with the
+// tasks placed.
+func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
+	out := make([]string, len(tasks))
+	for i, t := range tasks {
+		best := -1
+		for _, avoid := range []string{t.avoid, ""} {
+			for j, h := range hosts {
+				if !h.Live || h.Drained || h.Slots < 1 || !inPool(h.Pools, t.pool) || h.Host == avoid && avoid != "" {
+					continue
+				}
+				if best < 0 || better(h, hosts[best], pack) {
+					best = j
+				}
+			}
+			if best >= 0 {
+				break
+			}
+		}
+		if best >= 0 {
+			out[i] = hosts[best].Host
+			hosts[best].Unpinned++
+			hosts[best].Running++
+		}
+	}
+	return out
+}
+
+// placeRequest is one task to place: its pool, and a host to avoid unless it is the only one (a restart's).
+type placeRequest struct{ pool, avoid string }
+
+// better says whether host a should take the next task before host b.
+func better(a, b HostEntry, pack bool) bool {
+	freeA, freeB := a.Slots-a.Unpinned, b.Slots-b.Unpinned
+	if pack && (freeA > 0) != (freeB > 0) {
+		return freeA > 0 // a host with room first
+	}
+	if pack && freeA > 0 && a.Unpinned != b.Unpinned {
+		return a.Unpinned > b.Unpinned // the busiest with room
+	}
+	// Spread (and pack once every host is full): the lowest share of its slots in use.
+	if la, lb := a.Unpinned*b.Slots, b.Unpinned*a.Slots; la != lb {
+		return la < lb
+	}
+	if freeA != freeB {
+		return freeA > freeB
+	}
+	return a.Host < b.Host
+}
+
+func inPool(pools []string, pool string) bool {
+	for _, p := range pools {
+		if p == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// place picks hosts for the unpinned tasks about to start a process, from the host registry (runs that
+// place; older ones leave every unpinned task to its pool's queue). A registry that cannot be read leaves them
+// to their pools too.
+func (r *run) place(ctx workflow.Context, orders []launchOrder) {
+	if !r.leased {
+		return
+	}
+	var tasks []*task
+	var reqs []placeRequest
+	for _, o := range orders {
+		if o.how == reattach || o.t.Host != "" {
+			continue
+		}
+		o.t.placedHost = ""
+		tasks = append(tasks, o.t)
+		req := placeRequest{pool: o.t.Pool}
+		if o.how == newAttempt && o.t.attempt > 0 {
+			req.avoid = o.t.status.Host // a restart goes elsewhere when it can: its host may be what failed
+		}
+		reqs = append(reqs, req)
+	}
+	if len(tasks) == 0 || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 5 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var hosts []HostEntry
+	if err := workflow.ExecuteLocalActivity(lctx, ActivityListHosts).Get(ctx, &hosts); err != nil {
+		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
+		return
+	}
+	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
+		tasks[i].placedHost = h
+	}
+}

@@ -1,0 +1,70 @@
+package workflows
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func hostsFor(t *testing.T, entries ...HostEntry) []HostEntry {
+	t.Helper()
+	for i := range entries {
+		entries[i].Live = true
+		if entries[i].Pools == nil {
+			entries[i].Pools = []string{"default"}
+		}
+	}
+	return entries
+}
+
+func requests(n int, pool string) []placeRequest {
+	out := make([]placeRequest, n)
+	for i := range out {
+		out[i] = placeRequest{pool: pool}
+	}
+	return out
+}
+
+func count(placed []string) map[string]int {
+	c := map[string]int{}
+	for _, h := range placed {
+		c[h]++
+	}
+	return c
+}
+
+func TestPlaceTasks_SpreadsLeastLoadedFirst(t *testing.T) {
+	idle := hostsFor(t, HostEntry{HostReport: HostReport{Host: "b", Slots: 8}}, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}})
+	assert.Equal(t, map[string]int{"a": 4, "b": 4}, count(placeTasks(requests(8, "default"), idle, false)), "8 tasks over 2 idle hosts: 4 and 4")
+
+	busy := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8, Unpinned: 6}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 8}})
+	assert.Equal(t, map[string]int{"a": 1, "b": 7}, count(placeTasks(requests(8, "default"), busy, false)), "the least loaded first")
+
+	// Shares of slots, not counts: a host with 2 of 4 slots in use is busier than one with 2 of 16.
+	mixed := hostsFor(t, HostEntry{HostReport: HostReport{Host: "small", Slots: 4, Unpinned: 2}}, HostEntry{HostReport: HostReport{Host: "big", Slots: 16, Unpinned: 2}})
+	assert.Equal(t, []string{"big", "big"}, placeTasks(requests(2, "default"), mixed, false))
+}
+
+func TestPlaceTasks_PackFillsTheBusiestHostWithRoom(t *testing.T) {
+	hosts := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 4, Unpinned: 1}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 4, Unpinned: 2}})
+	assert.Equal(t, []string{"b", "b", "a", "a", "a", "a", "b"}, placeTasks(requests(7, "default"), hosts, true),
+		"b until full, then a until full, then spread over the full hosts")
+}
+
+func TestPlaceTasks_OnlyLiveUndrainedHostsOfThePool(t *testing.T) {
+	hosts := hostsFor(t,
+		HostEntry{HostReport: HostReport{Host: "drained", Slots: 8, Drained: true}},
+		HostEntry{HostReport: HostReport{Host: "gpu", Slots: 8, Pools: []string{"gpus"}}},
+		HostEntry{HostReport: HostReport{Host: "cpu", Slots: 8}},
+		HostEntry{HostReport: HostReport{Host: "silent", Slots: 8}})
+	hosts[3].Live = false
+	assert.Equal(t, []string{"cpu", "gpu", ""}, placeTasks([]placeRequest{{pool: "default"}, {pool: "gpus"}, {pool: "tpus"}}, hosts, false),
+		"a pool with no live host leaves its task to the pool's queue")
+}
+
+func TestPlaceTasks_ARestartAvoidsItsLastHost(t *testing.T) {
+	hosts := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 8, Unpinned: 7}})
+	assert.Equal(t, []string{"b"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, hosts, false))
+	only := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}})
+	assert.Equal(t, []string{"a"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, only, false), "unless it is the only host")
+}
