@@ -2,8 +2,9 @@ package tests
 
 import (
 	"encoding/json"
-	"os"
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,4 +67,30 @@ func TestE2E_PlacementAndHosts(t *testing.T) {
 	bad := c.cli(t, "validate", writeSpec(t, `{name: x, placement: random, command: [sh], tasks: {worker: {replicas: 1}}}`))
 	assert.Equal(t, 2, bad.code)
 	assert.Contains(t, bad.stderr, `placement: "random" is not one of spread, pack`)
+}
+
+// A task placed on a host that died right before (still live in the registry for 30s) waits there, not started,
+// until startTimeout fails it, naming the host: the limit docs/operations.md describes.
+func TestE2E_PlacedOnADeadHost(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	waitUntil(t, "both hosts in the registry", time.Minute, func() bool {
+		var hosts []workflows.HostEntry
+		r := c.cli(t, "hosts", "-o", "json")
+		return json.Unmarshal([]byte(r.stdout), &hosts) == nil && len(hosts) == 2
+	})
+	c.stopWorker("host-b", syscall.SIGKILL) // no last report: the registry still holds it live
+	id := runID(t)
+	spec := writeSpec(t, `{name: dead, startTimeout: 3s, command: [sh, -c, 'sleep 1'], tasks: {worker: {replicas: 2}}}`)
+	r := c.cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 1, r.code, r.String())
+	st, _ := c.outcome(t, id)
+	lost := 0
+	for _, task := range st.Tasks {
+		if task.State == workflows.TaskFailed {
+			lost++
+			assert.Contains(t, task.Error, "within startTimeout 3s: is a clusterrun-worker running for host host-b, where the run placed it from pool default")
+		}
+	}
+	assert.Equal(t, 1, lost, "one of the two tasks was placed on host-b")
 }

@@ -179,7 +179,7 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		switch timeout.TimeoutType() {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s: is a clusterrun-worker running for %s?",
-				t.Name, r.plan.StartTimeout, placeOf(t.Task))
+				t.Name, r.plan.StartTimeout, placeOf(t))
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
 			st.Error = fmt.Sprintf("%s lost: no heartbeat from host %s for %s (host worker stopped or unreachable)",
 				t.Name, orUnknown(st.Host), r.plan.HeartbeatTimeout)
@@ -215,9 +215,12 @@ func (r *run) record(t *task, res TaskResult) {
 	}
 }
 
-func placeOf(t spec.Task) string {
+func placeOf(t *task) string {
 	if t.Host != "" {
 		return "host " + t.Host + " (--host " + t.Host + ")"
+	}
+	if t.placedHost != "" {
+		return fmt.Sprintf("host %s, where the run placed it from pool %s (clusterrun hosts shows when it last reported)", t.placedHost, t.Pool)
 	}
 	return "pool " + t.Pool + " (--pool " + t.Pool + ")"
 }
