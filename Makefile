@@ -36,9 +36,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 VERSION_FLAG := -X github.com/clusterrun/clusterrun/internal/version.Version=$(VERSION)
 
 build:
-	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun ./starter
-	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun-worker ./workers
-	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/shim
+	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun ./starter/clusterrun
+	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun-worker ./workers/clusterrun-worker
+	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/clusterrun-shim
 
 # The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.
 up: $(TEMPORAL) build
@@ -89,8 +89,8 @@ record-histories: $(TEMPORAL) build
 
 # The CLI (and the task client) build for macOS too; the worker builds there only to say it runs on Linux.
 cross:
-	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter ./workers ./workers/shim
-	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./starter
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter ./workers ./workers/clusterrun-shim
+	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./starter/clusterrun
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

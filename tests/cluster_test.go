@@ -71,7 +71,7 @@ func runSuite(m *testing.M) (int, error) {
 	defer os.RemoveAll(work)
 	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
 		marker: randomHex(8), workers: map[string]*owned{}}
-	for name, pkg := range map[string]string{"clusterrun": "./starter", "clusterrun-worker": "./workers", "clusterrun-shim": "./workers/shim"} {
+	for name, pkg := range map[string]string{"clusterrun": "./starter/clusterrun", "clusterrun-worker": "./workers/clusterrun-worker", "clusterrun-shim": "./workers/clusterrun-shim"} {
 		build := exec.Command("go", "build", "-ldflags=-s -w", "-o", filepath.Join(c.bin, name), pkg)
 		build.Dir = root
 		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build does for the shim: a static binary starts faster

@@ -87,7 +87,7 @@ func BenchmarkDirectStart(b *testing.B) {
 
 func build(b *testing.B, out string) {
 	b.Helper()
-	cmd := execCommand("go", "build", "-ldflags=-s -w", "-o", out, "github.com/clusterrun/clusterrun/workers/shim")
+	cmd := execCommand("go", "build", "-ldflags=-s -w", "-o", out, "github.com/clusterrun/clusterrun/workers/clusterrun-shim")
 	if o, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("build shim: %v\n%s", err, o)
 	}
