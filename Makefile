@@ -60,8 +60,9 @@ UNIT_PACKAGES = $$($(GO) list ./... | grep -v '/tests$$')
 test: fmt vet lint cross test-unit test-e2e
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
+# Examples (starter/example_test.go) need a server and host workers: tests/examples_test.go runs them there.
 test-unit: build
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+	$(GO) test -race -count=1 -run '^(Test|Fuzz)' -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 test-e2e: $(TEMPORAL) build
 	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/

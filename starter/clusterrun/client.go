@@ -5,31 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/log"
 
-	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
+// dial connects with the connection flags of the command (or the environment and config file).
 func dial(ctx context.Context) (client.Client, error) {
-	host, _ := os.Hostname()
-	// The SDK's own log lines would interleave with task output; the CLI reports errors itself.
-	quiet := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
-	return conn.Dial(ctx, fmt.Sprintf("clusterrun@%s(pid %d)", host, os.Getpid()), quiet, nil)
+	sc, err := starter.Dial(ctx, connection)
+	if err != nil {
+		return nil, err
+	}
+	return sc.Temporal(), nil
+}
+
+// runOf is the library's handle on run id, over the command's connection.
+func runOf(c client.Client, id string) *starter.Run {
+	ns := client.DefaultNamespace
+	if opts, err := conn.Options(); err == nil {
+		ns = opts.Namespace
+	}
+	return starter.NewClient(c, ns).Run(id)
 }
 
 // loadSpec reads and validates a spec file; every problem is listed, one per line.
@@ -53,99 +58,45 @@ func loadSpec(path string) (*spec.RunSpec, error) {
 	return s, nil
 }
 
-// errNoRun names a run ID that does not exist.
-func errNoRun(runID, namespace string) error {
-	return &exitError{code: 1, msg: fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", runID, namespace)}
-}
-
 // live is a run's status with the last heartbeat of each running task.
-type live struct {
-	workflows.RunStatus
-	heartbeats map[string]heartbeat
-}
+type live = starter.Status
 
 // fetchStatus returns a run's status: live from the query while it runs, from its result once it has ended.
 // done reports whether it has ended; outcome is the run's own error when it has.
 func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, done bool, outcome error, err error) {
-	desc, err := c.DescribeWorkflowExecution(ctx, runID, "")
+	st, err = runOf(c, runID).Status(ctx)
 	if err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			opts, _ := conn.Options()
-			return st, false, nil, errNoRun(runID, opts.Namespace)
-		}
-		return st, false, nil, fmt.Errorf("describe run %s: %w", runID, err)
+		return st, false, nil, cliError(err)
 	}
-	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
-		return st, false, nil, fmt.Errorf("%s is a %s workflow, not a clusterrun run", runID, t)
-	}
-	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		v, err := c.QueryWorkflow(ctx, runID, "", workflows.QueryStatus)
-		if err != nil {
-			return st, false, nil, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", runID, err)
-		}
-		if err := v.Get(&st.RunStatus); err != nil {
-			return st, false, nil, undecodable(runID, err)
-		}
-		st.heartbeats = heartbeatsOf(desc.GetPendingActivities())
-		return st, false, nil, nil
-	}
-	st.RunStatus, outcome = result(ctx, c, runID)
-	if ee := (*exitError)(nil); errors.As(outcome, &ee) {
-		return st, true, nil, outcome // not the run's outcome: this CLI cannot read it
-	}
-	return st, true, outcome, nil
+	return st, st.Ended, st.Outcome, nil
 }
 
 // result waits for a run's end and returns its status and outcome (nil on success).
 func result(ctx context.Context, c client.Client, runID string) (workflows.RunStatus, error) {
-	var st workflows.RunStatus
-	err := c.GetWorkflow(ctx, runID, "").Get(ctx, &st)
-	if err == nil {
-		return st, nil
+	st, err := runOf(c, runID).Wait(ctx)
+	var enc *starter.EncryptedError
+	if errors.As(err, &enc) {
+		return st, cliError(err)
 	}
-	if errors.Is(err, converter.ErrEncodingIsNotSupported) {
-		return st, undecodable(runID, err)
-	}
-	st, _ = workflows.StatusFromError(err)
 	return st, err
 }
 
-// undecodable explains a payload this CLI cannot read: the run's payloads are encrypted and it has no key.
-func undecodable(runID string, err error) error {
-	if strings.Contains(err.Error(), codec.Encoding) {
-		return &exitError{code: 1, msg: fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file "+
-			"its host workers use", runID, codec.EnvKeyFile)}
+// cliError gives the library's errors that the user can act on an exit code and a message.
+func cliError(err error) error {
+	var noRun *starter.NoRunError
+	var enc *starter.EncryptedError
+	var taken *starter.RunIDTakenError
+	switch {
+	case errors.As(err, &noRun), errors.As(err, &enc):
+		return &exitError{code: 1, msg: err.Error()}
+	case errors.As(err, &taken):
+		return usageErrorf("run ID %q is already taken by another run; choose another --id (or leave --id out)", taken.ID)
 	}
 	return err
 }
 
 // heartbeat holds what the status table shows from a pending task's last heartbeat.
-type heartbeat struct {
-	workflows.HeartbeatDetails
-	at time.Time
-}
-
-// heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by the task they name. While a task
-// is taken up again, its old lease may still be pending beside the new one: the newest lease wins.
-func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]heartbeat {
-	out := map[string]heartbeat{}
-	dc, _ := conn.DataConverter() // the dial that came before checked it
-	for _, pa := range pending {
-		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
-			continue
-		}
-		var d workflows.HeartbeatDetails
-		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil || d.Task == "" {
-			continue
-		}
-		if cur, ok := out[d.Task]; ok && (cur.Attempt > d.Attempt || (cur.Attempt == d.Attempt && cur.Lease > d.Lease)) {
-			continue
-		}
-		out[d.Task] = heartbeat{HeartbeatDetails: d, at: pa.GetLastHeartbeatTime().AsTime()}
-	}
-	return out
-}
+type heartbeat = starter.Heartbeat
 
 // exitCodeFor maps a run's outcome to the CLI's exit code: 0 on success; the chief's (or else the first failed
 // task's) exit code on failure; 124 on timeout; 130 when canceled.
@@ -208,8 +159,8 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 		if live {
 			pid, prog, beat := "-", "-", "-"
 			if h, ok := hb[t.Name]; ok {
-				if !h.at.IsZero() {
-					beat = time.Since(h.at).Round(time.Second).String() + " ago"
+				if !h.At.IsZero() {
+					beat = time.Since(h.At).Round(time.Second).String() + " ago"
 				}
 				if h.PID > 0 {
 					pid = fmt.Sprint(h.PID)

@@ -73,7 +73,7 @@ func printStatus(ctx context.Context, c client.Client, id string, asJSON, clear 
 	}
 	var hb map[string]heartbeat
 	if !ended {
-		hb = st.heartbeats
+		hb = st.Heartbeats
 		if hb == nil {
 			hb = map[string]heartbeat{}
 		}

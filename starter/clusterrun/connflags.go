@@ -4,7 +4,7 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/starter"
 )
 
 // talksToTemporal says whether a command dials the Temporal server (and so takes the connection flags).
@@ -12,14 +12,16 @@ func talksToTemporal(fs *flag.FlagSet) bool {
 	return !strings.HasPrefix(fs.Name(), "task ") && fs.Name() != "validate" && fs.Name() != "codec-key"
 }
 
+// connection is the command's connection flags, which dial passes to the library.
+var connection starter.Connection
+
 // addConnectionFlags gives a command the temporal CLI's connection flags. Each wins over its TEMPORAL_*
-// variable and the config file's profile; unset, they leave them. The returned function applies them after
-// parsing.
-func addConnectionFlags(fs *flag.FlagSet) func() {
+// variable and the config file's profile; unset, they leave them. dial passes them on.
+func addConnectionFlags(fs *flag.FlagSet) {
 	if !talksToTemporal(fs) {
-		return func() {}
+		return
 	}
-	var c conn.Connection
+	c := &connection
 	fs.StringVar(&c.Address, "address", "", "Temporal server host:port [TEMPORAL_ADDRESS; default localhost:7233]")
 	fs.StringVar(&c.Namespace, "namespace", "", "Temporal namespace [TEMPORAL_NAMESPACE; default default]")
 	fs.StringVar(&c.Namespace, "n", "", "short for --namespace")
@@ -32,7 +34,6 @@ func addConnectionFlags(fs *flag.FlagSet) func() {
 	fs.BoolVar(&c.TLSDisableHostVerification, "tls-disable-host-verification", false, "do not check the server's host name [TEMPORAL_TLS_DISABLE_HOST_VERIFICATION]")
 	fs.StringVar(&c.Profile, "profile", "", "profile of the temporal CLI's config file [TEMPORAL_PROFILE; default default]")
 	fs.StringVar(&c.ConfigFile, "config-file", "", "the temporal CLI's config file [TEMPORAL_CONFIG_FILE; default <config dir>/temporalio/temporal.toml]")
-	return func() { conn.SetConnection(c) }
 }
 
 // addOutputFlag gives a command that prints state -o/--output table|json; check validates it after parsing.

@@ -13,13 +13,14 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // follower prints a run's task output live, one whole line at a time with a [task] prefix, and a line for
 // each task state change. It reads the log files on the hosts through the ReadLogs helper workflow.
 type follower struct {
-	c       client.Client
+	run     *starter.Run
 	runID   string
 	out     io.Writer
 	width   int
@@ -44,7 +45,7 @@ type follower struct {
 	since      int64
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
-	logs     *logSession
+	logs     *starter.LogReader
 	budget   int64 // bytes per read
 	next     int   // the stream the next read starts with
 	progShow map[string]progressShown
@@ -106,7 +107,7 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{c: c, runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{},
+	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
@@ -245,8 +246,8 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		keys = append(keys, k)
 	}
 	f.next += n
-	res, err := f.session().read(ctx, reqs)
-	if err != nil && tooLarge(err) && f.budget > 4*minShare {
+	res, err := f.session().Read(ctx, reqs)
+	if err != nil && starter.TooLarge(err) && f.budget > 4*minShare {
 		f.budget /= 2 // a codec or a server with a lower limit: ask for less at a time
 		return true, nil
 	}
@@ -333,9 +334,9 @@ func (f *follower) drain(ctx context.Context) error {
 	return nil
 }
 
-func (f *follower) session() *logSession {
+func (f *follower) session() *starter.LogReader {
 	if f.logs == nil {
-		f.logs = &logSession{c: f.c, runID: f.runID}
+		f.logs = f.run.LogReader()
 	}
 	return f.logs
 }
@@ -351,7 +352,7 @@ func (f *follower) clearBlock() {
 // close ends the follower's log session.
 func (f *follower) close() {
 	if f.logs != nil {
-		f.logs.close()
+		f.logs.Close()
 	}
 }
 

@@ -132,9 +132,8 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, stderr io.Writer) ([]string, error) {
 	fs.SetOutput(stderr)
 	addCodecKeyFileFlag(fs)
-	applyConnection := addConnectionFlags(fs)
+	addConnectionFlags(fs)
 	defer func() {
-		applyConnection()
 		if f := codecKeyFile(fs); f != "" {
 			conn.SetCodecKeyFile(f)
 		}

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -24,6 +20,7 @@ import (
 
 	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -59,7 +56,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *id == "" {
-		*id = newRunID(s.Name)
+		*id = starter.NewRunID(s.Name)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -69,7 +66,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 
-	if _, err := startRun(ctx, c, *id, s); err != nil {
+	if err := startRun(ctx, c, *id, s); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "run %s started (%d tasks)\n", *id, countTasks(s))
@@ -83,12 +80,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	return followRun(ctx, c, *id, stdout, stderr)
 }
 
-func newRunID(name string) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%s-%s", name, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b[:]))
-}
-
 func countTasks(s *spec.RunSpec) int {
 	n := 0
 	for _, t := range s.Tasks {
@@ -97,49 +88,15 @@ func countTasks(s *spec.RunSpec) int {
 	return n
 }
 
-// startRun starts the ClusterRun workflow. A run ID that was ever used is refused, so logs and results of two
-// runs never mix.
-func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) (client.WorkflowRun, error) {
-	var counts []string
-	for _, typ := range spec.TaskTypes(s.Tasks) {
-		counts = append(counts, fmt.Sprintf("%s×%d", typ, s.Tasks[typ].Replicas))
+// startRun starts the run through the library; a namespace without clusterrun's search attributes gets a note.
+func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) error {
+	_, err := runOf(c, id).Client().Start(ctx, s, starter.StartOptions{ID: id})
+	var missing *starter.SearchAttributesMissingError
+	if errors.As(err, &missing) {
+		fmt.Fprintln(os.Stderr, "note: "+err.Error())
+		return nil
 	}
-	cmd := strings.Join(s.Command, " ")
-	summary := fmt.Sprintf("%s: %s", s.Name, strings.Join(counts, ", "))
-	if cmd != "" {
-		summary += " — " + clip(cmd, 120)
-	}
-	opts := client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             workflows.TaskQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		// Without this the SDK hands back the existing run for a taken ID, and we would follow someone else's run.
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            summary,
-		Memo:                                     map[string]interface{}{workflows.MemoName: s.Name},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(s.Name),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet(workflows.StatusRunning)),
-	}
-	run, err := c.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, s)
-	var invalid *serviceerror.InvalidArgument
-	if errors.As(err, &invalid) && strings.Contains(err.Error(), "search attribute") {
-		// The server does not know clusterrun's search attributes: run without them.
-		fmt.Fprintf(os.Stderr, "note: search attributes %s and %s are not registered on this Temporal namespace, so clusterrun list "+
-			"shows this run without its final state; register them with: temporal operator search-attribute create "+
-			"--name %s --type Keyword; and again for %s\n", workflows.SearchAttrName, workflows.SearchAttrState,
-			workflows.SearchAttrName, workflows.SearchAttrState)
-		opts.TypedSearchAttributes = temporal.SearchAttributes{}
-		run, err = c.ExecuteWorkflow(ctx, opts, workflows.WorkflowType, s)
-	}
-	if err != nil {
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {
-			return nil, usageErrorf("run ID %q is already taken by another run; choose another --id (or leave --id out)", id)
-		}
-		return nil, fmt.Errorf("start run %s: %w", id, err)
-	}
-	return run, nil
+	return cliError(err)
 }
 
 // followRun streams output until the run ends, handling Ctrl-C, then prints the result.
@@ -200,7 +157,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 				continue // a server outage, say: the run goes on, and so does following it
 			}
 			f.update(st.RunStatus)
-			f.progress(st.heartbeats)
+			f.progress(st.Heartbeats)
 			// Read on while output keeps coming, for up to a second, then look at the run again.
 			for start := time.Now(); time.Since(start) < time.Second; {
 				got, err := f.poll(ctx)

@@ -1,4 +1,4 @@
-package main
+package starter
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// logSession reads log chunks through one LogSession workflow, started on the first read and closed at the
-// end: a command costs one helper execution however many reads it makes.
-type logSession struct {
+// LogReader reads chunks of a run's log files from the hosts that hold them, through one LogSession workflow,
+// started on the first read and closed by Close: a reader costs one helper workflow execution however many
+// reads it makes. A read asks for at most workflows.MaxLogRead bytes in all (each request's Max); the answer's
+// chunks say where to read on (Next), what the log cap dropped, and whether a host did not answer.
+type LogReader struct {
 	c     client.Client
 	runID string
 	id    string // the session's workflow ID, once started
@@ -23,8 +25,11 @@ type logSession struct {
 	starts int
 }
 
-// read asks the hosts for the requested chunks.
-func (s *logSession) read(ctx context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error) {
+// LogReader returns a reader of the run's logs. Close it when done.
+func (r *Run) LogReader() *LogReader { return &LogReader{c: r.c.c, runID: r.ID} }
+
+// Read asks the hosts for the requested chunks, in one round trip.
+func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for try := 0; ; try++ {
@@ -54,7 +59,7 @@ func (s *logSession) read(ctx context.Context, reqs []workflows.ReadLogsRequest)
 	}
 }
 
-func (s *logSession) start(ctx context.Context) error {
+func (s *LogReader) start(ctx context.Context) error {
 	id := fmt.Sprintf("%s-logs-%d", s.runID, time.Now().UnixNano())
 	_, err := s.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:            id,
@@ -72,8 +77,8 @@ func (s *logSession) start(ctx context.Context) error {
 	return nil
 }
 
-// close ends the session (it would end by itself after its idle time).
-func (s *logSession) close() {
+// Close ends the reader's session (it would end by itself two minutes after the last read).
+func (s *LogReader) Close() {
 	if s.id == "" {
 		return
 	}
@@ -89,14 +94,14 @@ func sessionGone(err error) bool {
 	return errors.As(err, &nf) || strings.Contains(err.Error(), "workflow execution already completed")
 }
 
-// tooLarge says an answer did not fit in Temporal's payload limit.
-func tooLarge(err error) bool {
+// TooLarge says a read's answer did not fit in the server's payload limit: ask for less (smaller Max).
+func TooLarge(err error) bool {
 	s := strings.ToLower(err.Error())
 	return strings.Contains(s, "size limit") || strings.Contains(s, "too large") || strings.Contains(s, "larger than max")
 }
 
 func readError(err error) error {
-	if tooLarge(err) {
+	if TooLarge(err) {
 		return fmt.Errorf("read logs: the hosts' answer was too large for the Temporal server's payload limit: %w", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

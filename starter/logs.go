@@ -1,0 +1,205 @@
+package starter
+
+import (
+	"bytes"
+	"compress/flate"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// LogOptions pick what Logs reads.
+type LogOptions struct {
+	// Tasks names the tasks to read; default every task that has started.
+	Tasks []string
+	// Stderr reads stderr instead of stdout.
+	Stderr bool
+	// Follow keeps reading until the run ends, taking up each task's new attempts as they start.
+	Follow bool
+}
+
+// logStream is one task attempt's log being read.
+type logStream struct {
+	host, task string
+	attempt    int
+	offset     int64
+	done       bool // the attempt has ended: read to the end, then close
+	closed     bool
+}
+
+// Logs writes the chosen tasks' output to w: one task's exactly as it was written, several tasks' line by line
+// with a "[task] " prefix. Without Follow it reads each log to its current end; with Follow, until the run
+// ends. Output a host's log cap dropped before it was read is skipped; a host that does not answer, or a log
+// that is gone, is an error once the rest has been read.
+func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
+	reader := r.LogReader()
+	defer reader.Close()
+	name := "stdout"
+	if opts.Stderr {
+		name = "stderr"
+	}
+	streams := map[string]*logStream{}
+	var order []string
+	var unread []string
+	ended := false
+	for {
+		st, err := r.Status(ctx)
+		if err != nil {
+			return err
+		}
+		ended = st.Ended || !opts.Follow
+		for _, t := range st.Tasks {
+			if !chosen(opts.Tasks, t.Name) || t.Host == "" || t.Attempt == 0 || t.StartTime == nil {
+				continue
+			}
+			key := fmt.Sprintf("%s/%d", t.Name, t.Attempt)
+			over := t.EndTime != nil || ended
+			for k, s := range streams {
+				if s.task == t.Name && k != key {
+					s.done = true // an earlier attempt: read what is left
+				}
+			}
+			if s, ok := streams[key]; ok {
+				s.done = s.done || over
+				continue
+			}
+			streams[key] = &logStream{host: t.Host, task: t.Name, attempt: t.Attempt, done: over}
+			order = append(order, key)
+		}
+		prefix := len(opts.Tasks) != 1
+		// Read on while output keeps coming (for a second at most while following), then look at the run again.
+		for more, start := true, time.Now(); more && (ended || time.Since(start) < time.Second); {
+			if more, err = readRound(ctx, reader, streams, order, name, prefix, w, &unread); err != nil {
+				return err
+			}
+		}
+		if ended && allClosed(streams) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if len(unread) > 0 {
+		return fmt.Errorf("%d log(s) could not be read: %s", len(unread), unread[0])
+	}
+	return nil
+}
+
+// readRound reads once from every open stream, a fair share each, and writes what came. It reports whether
+// any output came (read on before looking at the run again).
+func readRound(ctx context.Context, reader *LogReader, streams map[string]*logStream, order []string, name string,
+	prefix bool, w io.Writer, unread *[]string) (bool, error) {
+	var open []*logStream
+	for _, k := range order {
+		if s := streams[k]; !s.closed {
+			open = append(open, s)
+		}
+	}
+	if len(open) == 0 {
+		return false, nil
+	}
+	per := max(int64(workflows.MaxLogRead)/int64(len(open)), 16<<10)
+	got := false
+	for start := 0; start < len(open); start += int(workflows.MaxLogRead / per) {
+		batch := open[start:min(len(open), start+int(workflows.MaxLogRead/per))]
+		reqs := make([]workflows.ReadLogsRequest, len(batch))
+		for i, s := range batch {
+			reqs[i] = workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: name, Offset: s.offset,
+				Flush: s.done, Max: per, Deflate: true}
+		}
+		res, err := reader.Read(ctx, reqs)
+		if err != nil {
+			return false, err
+		}
+		for i, c := range res.Chunks {
+			if i >= len(batch) {
+				break
+			}
+			s := batch[i]
+			switch {
+			case c.Unreachable && !s.done:
+				continue // its worker may be restarting: read on later
+			case c.Error != "" || c.Missing && s.done:
+				why := c.Error
+				if why == "" {
+					why = "its log file is gone from host " + s.host
+				}
+				*unread = append(*unread, fmt.Sprintf("%s %s (attempt %d): %s", s.task, name, s.attempt, why))
+				s.closed = true
+				continue
+			}
+			data := c.Data
+			if c.Deflated {
+				if data, err = io.ReadAll(flate.NewReader(bytes.NewReader(c.Data))); err != nil {
+					return false, fmt.Errorf("read %s of %s: damaged data from host %s: %w", name, s.task, s.host, err)
+				}
+			}
+			if err := write(w, s, data, prefix); err != nil {
+				return false, err
+			}
+			got = got || c.Next != s.offset
+			s.offset = c.Next
+			if s.done && (c.EOF || c.Missing) {
+				s.closed = true
+			}
+		}
+	}
+	return got, nil
+}
+
+// write writes one chunk of a stream: as it is, or line by line with the task's prefix.
+func write(w io.Writer, s *logStream, data []byte, prefix bool) error {
+	if !prefix {
+		_, err := w.Write(data)
+		return err
+	}
+	var b bytes.Buffer
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		b.WriteString("[" + s.task + "] ")
+		b.Write(line)
+		if line[len(line)-1] != '\n' {
+			b.WriteByte('\n')
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func chosen(names []string, task string) bool {
+	if len(names) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if n == task {
+			return true
+		}
+	}
+	return false
+}
+
+func allClosed(streams map[string]*logStream) bool {
+	for _, s := range streams {
+		if !s.closed {
+			return false
+		}
+	}
+	return true
+}
+
+// Follow writes every task's output, line by line with a "[task] " prefix, as the run goes, until it ends, and
+// returns its final status as Wait does.
+func (r *Run) Follow(ctx context.Context, w io.Writer) (workflows.RunStatus, error) {
+	if err := r.Logs(ctx, LogOptions{Follow: true}, w); err != nil {
+		return workflows.RunStatus{}, err
+	}
+	return r.Wait(ctx)
+}

@@ -1,0 +1,295 @@
+package starter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/internal/codec"
+	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// StartOptions tune Start.
+type StartOptions struct {
+	// ID is the run ID (the workflow ID). Default: NAME-YYYYMMDD-HHMMSS-RANDOM. An ID ever used is refused.
+	ID string
+}
+
+// Run is one run, started by Start or named by Client.Run.
+type Run struct {
+	c  *Client
+	ID string
+}
+
+// Errors a program can tell apart with errors.As.
+type (
+	// NoRunError: no run has this ID in the namespace.
+	NoRunError struct{ ID, Namespace string }
+	// RunIDTakenError: Start was given an ID another run has used.
+	RunIDTakenError struct{ ID string }
+	// EncryptedError: the run's payloads are encrypted and this client has no key for them.
+	EncryptedError struct {
+		ID  string
+		Err error
+	}
+	// RunError: the run ended, but not with success. Status holds every task's end.
+	RunError struct {
+		Status workflows.RunStatus
+		Err    error
+	}
+	// SearchAttributesMissingError is a warning Start returns beside a started run: the namespace does not
+	// have clusterrun's search attributes, so `clusterrun list` cannot show the run's final state.
+	SearchAttributesMissingError struct{}
+)
+
+func (e *NoRunError) Error() string {
+	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", e.ID, e.Namespace)
+}
+func (e *RunIDTakenError) Error() string {
+	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
+}
+func (e *EncryptedError) Error() string {
+	return fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file its host workers use", e.ID, codec.EnvKeyFile)
+}
+func (e *EncryptedError) Unwrap() error { return e.Err }
+func (e *RunError) Error() string {
+	if e.Status.Status != "" {
+		return fmt.Sprintf("run %s: %s", e.Status.Status, e.Status.Reason)
+	}
+	return e.Err.Error()
+}
+func (e *RunError) Unwrap() error { return e.Err }
+func (e *SearchAttributesMissingError) Error() string {
+	return fmt.Sprintf("search attributes %s and %s are not registered on this Temporal namespace, so clusterrun list shows "+
+		"this run without its final state; register them with: temporal operator search-attribute create --name %s --type Keyword; "+
+		"and again for %s", workflows.SearchAttrName, workflows.SearchAttrState, workflows.SearchAttrName, workflows.SearchAttrState)
+}
+
+// NewRunID makes a run ID from a spec's name: NAME-YYYYMMDD-HHMMSS-RANDOM.
+func NewRunID(name string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%s-%s", name, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b[:]))
+}
+
+// Start starts a run of s. The spec is validated first (every problem in a *spec.InvalidSpecError). When the
+// namespace lacks clusterrun's search attributes the run starts anyway, and a *SearchAttributesMissingError
+// comes back beside it.
+func (c *Client) Start(ctx context.Context, s *spec.RunSpec, opts StartOptions) (*Run, error) {
+	if _, err := spec.NewPlan(s); err != nil {
+		return nil, err
+	}
+	id := opts.ID
+	if id == "" {
+		id = NewRunID(s.Name)
+	}
+	if err := spec.CheckRunID(id); err != nil {
+		return nil, fmt.Errorf("run ID: %w", err)
+	}
+	wo := client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             workflows.TaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		// Without this the SDK hands back the existing run for a taken ID, and we would follow someone else's run.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            summary(s),
+		Memo:                                     map[string]interface{}{workflows.MemoName: s.Name},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(s.Name),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet(workflows.StatusRunning)),
+	}
+	_, err := c.c.ExecuteWorkflow(ctx, wo, workflows.WorkflowType, s)
+	var warning error
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(err.Error(), "search attribute") {
+		warning = &SearchAttributesMissingError{}
+		wo.TypedSearchAttributes = temporal.SearchAttributes{}
+		_, err = c.c.ExecuteWorkflow(ctx, wo, workflows.WorkflowType, s)
+	}
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {
+			return nil, &RunIDTakenError{ID: id}
+		}
+		return nil, fmt.Errorf("start run %s: %w", id, err)
+	}
+	return &Run{c: c, ID: id}, warning
+}
+
+func summary(s *spec.RunSpec) string {
+	var counts []string
+	for _, typ := range spec.TaskTypes(s.Tasks) {
+		counts = append(counts, fmt.Sprintf("%s×%d", typ, s.Tasks[typ].Replicas))
+	}
+	out := fmt.Sprintf("%s: %s", s.Name, strings.Join(counts, ", "))
+	if cmd := strings.Join(s.Command, " "); cmd != "" {
+		if len(cmd) > 120 {
+			cmd = cmd[:117] + "..."
+		}
+		out += " — " + cmd
+	}
+	return out
+}
+
+// Run names a run started elsewhere (by the CLI, the temporal CLI, another program).
+func (c *Client) Run(id string) *Run { return &Run{c: c, ID: id} }
+
+// Status is a run's state: live while it runs, final once it has ended.
+type Status struct {
+	workflows.RunStatus
+	// Ended says the run is over; Outcome is then its own error (nil when it succeeded).
+	Ended   bool
+	Outcome error
+	// Heartbeats holds each running task's last heartbeat (pid, phase, progress, last output line), by task.
+	Heartbeats map[string]Heartbeat
+}
+
+// Heartbeat is a running task's last heartbeat and when it came.
+type Heartbeat struct {
+	workflows.HeartbeatDetails
+	At time.Time
+}
+
+// Results holds the result each task wrote (result.json), by task; tasks that wrote none are left out.
+func (st Status) Results() map[string]json.RawMessage { return Results(st.RunStatus) }
+
+// Results holds the result each task of a run's status wrote (result.json), by task.
+func Results(st workflows.RunStatus) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	for _, t := range st.Tasks {
+		if len(t.Result) > 0 {
+			out[t.Name] = t.Result
+		}
+	}
+	return out
+}
+
+// Status reads the run's state: from its live query while it runs, from its result once it has ended.
+func (r *Run) Status(ctx context.Context) (Status, error) {
+	var st Status
+	desc, err := r.c.c.DescribeWorkflowExecution(ctx, r.ID, "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
+		}
+		return st, fmt.Errorf("describe run %s: %w", r.ID, err)
+	}
+	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
+		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
+		if err != nil {
+			return st, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", r.ID, err)
+		}
+		if err := v.Get(&st.RunStatus); err != nil {
+			return st, r.undecodable(err)
+		}
+		st.Heartbeats = heartbeatsOf(desc.GetPendingActivities())
+		return st, nil
+	}
+	st.Ended = true
+	st.RunStatus, st.Outcome = r.wait(ctx)
+	var enc *EncryptedError
+	if errors.As(st.Outcome, &enc) {
+		return st, enc // not the run's outcome: this client cannot read it
+	}
+	return st, nil
+}
+
+// Wait blocks until the run ends (or ctx does) and returns its final status. The error is nil when the run
+// succeeded, a *RunError when it failed, timed out or was canceled, and ctx's error when ctx ended first.
+func (r *Run) Wait(ctx context.Context) (workflows.RunStatus, error) {
+	st, err := r.wait(ctx)
+	if err == nil || ctx.Err() != nil {
+		return st, err
+	}
+	var enc *EncryptedError
+	if errors.As(err, &enc) || st.Status == "" {
+		return st, err
+	}
+	return st, &RunError{Status: st, Err: err}
+}
+
+func (r *Run) wait(ctx context.Context) (workflows.RunStatus, error) {
+	var st workflows.RunStatus
+	err := r.c.c.GetWorkflow(ctx, r.ID, "").Get(ctx, &st)
+	if err == nil {
+		return st, nil
+	}
+	if ctx.Err() != nil {
+		return st, ctx.Err()
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
+	}
+	if errors.Is(err, converter.ErrEncodingIsNotSupported) {
+		return st, r.undecodable(err)
+	}
+	st, _ = workflows.StatusFromError(err)
+	return st, err
+}
+
+func (r *Run) undecodable(err error) error {
+	if strings.Contains(err.Error(), codec.Encoding) {
+		return &EncryptedError{ID: r.ID, Err: err}
+	}
+	return err
+}
+
+// Stop asks the run to stop as a task's stop request would: tasks see should-stop, get their grace period,
+// and stragglers are killed. A non-empty reason fails the run with it.
+func (r *Run) Stop(ctx context.Context, reason string) error {
+	if err := r.c.c.SignalWorkflow(ctx, r.ID, "", workflows.SignalStop, workflows.StopRequest{Error: reason}); err != nil {
+		return fmt.Errorf("stop run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Cancel stops every task at once (SIGTERM, grace period, SIGKILL); the run ends Canceled. Wait to see it end.
+func (r *Run) Cancel(ctx context.Context) error {
+	if err := r.c.c.CancelWorkflow(ctx, r.ID, ""); err != nil {
+		return fmt.Errorf("cancel run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by the task they name. While a task
+// is taken up again, its old lease may still be pending beside the new one: the newest lease wins.
+func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]Heartbeat {
+	out := map[string]Heartbeat{}
+	dc, _ := conn.DataConverter() // the dial that came before checked it
+	for _, pa := range pending {
+		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var d workflows.HeartbeatDetails
+		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil || d.Task == "" {
+			continue
+		}
+		if cur, ok := out[d.Task]; ok && (cur.Attempt > d.Attempt || (cur.Attempt == d.Attempt && cur.Lease > d.Lease)) {
+			continue
+		}
+		out[d.Task] = Heartbeat{HeartbeatDetails: d, At: pa.GetLastHeartbeatTime().AsTime()}
+	}
+	return out
+}
+
+// Client is the client the run belongs to.
+func (r *Run) Client() *Client { return r.c }
