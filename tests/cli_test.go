@@ -86,3 +86,21 @@ func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
 	assert.Equal(t, 0, v.code)
 	assert.Regexp(t, `^clusterrun \S+ \(commit \S+, linux/amd64, go1\.`, v.stdout)
 }
+
+// go install names the binaries as users call them: clusterrun, clusterrun-worker, clusterrun-shim.
+func TestE2E_GoInstallNames(t *testing.T) {
+	t.Parallel()
+	gobin := t.TempDir()
+	cmd := exec.Command("go", "install", "./starter/clusterrun", "./workers/clusterrun-worker", "./workers/clusterrun-shim")
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, name := range []string{"clusterrun", "clusterrun-worker", "clusterrun-shim"} {
+		_, err := os.Stat(filepath.Join(gobin, name))
+		assert.NoError(t, err, name)
+	}
+	v, err := exec.Command(filepath.Join(gobin, "clusterrun-worker"), "--version").Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(v), "clusterrun-worker ")
+}

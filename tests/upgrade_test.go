@@ -32,7 +32,7 @@ func buildOldWorker(t *testing.T) string {
 	out, err := archive.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	bin := filepath.Join(src, "old-clusterrun-worker")
-	build := exec.Command("go", "build", "-o", bin, "./workers/clusterrun-worker")
+	build := exec.Command("go", "build", "-o", bin, "./workers") // the old layout
 	build.Dir = src
 	out, err = build.CombinedOutput()
 	require.NoError(t, err, "build the pre-lease worker: %s", out)
