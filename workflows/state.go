@@ -16,10 +16,10 @@ import (
 // task is the workflow's bookkeeping for one task in the current generation.
 type task struct {
 	spec.Task
-	status     TaskStatus
-	future     workflow.Future     // the current lease's RunTask
-	cancel     workflow.CancelFunc // cancels that RunTask alone
-	placed     bool
+	status TaskStatus
+	future workflow.Future     // the current lease's RunTask
+	cancel workflow.CancelFunc // cancels that RunTask alone
+	placed bool
 	// placedHost is the host the run chose for this unpinned task's current launch ("" leaves it to its pool).
 	placedHost string
 	done       bool
