@@ -42,8 +42,21 @@ func bareCLI(t *testing.T, args ...string) cliResult {
 func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: flags, command: [sh, -c, 'echo hi'], tasks: {worker: {replicas: 1, hosts: [host-a]}}}`)
-	r := bareCLI(t, "run", spec, "--id", id, "--address", env.address, "--namespace", "default")
+	r := bareCLI(t, "run", spec, "--id", id, "--address", env.address, "--namespace", "default", "-o", "json")
 	require.Equal(t, 0, r.code, r.String())
+	var final struct {
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &final), "run -o json prints the final status alone: %s", r.stdout)
+	assert.Equal(t, "Succeeded", final.Status)
+	assert.Contains(t, r.stderr, "[worker-0] hi", "the tasks' output goes to stderr")
+	detached := bareCLI(t, "run", spec, "--address", env.address, "--detach", "-o", "json")
+	require.Equal(t, 0, detached.code, detached.String())
+	var started struct {
+		RunID string `json:"runId"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(detached.stdout), &started), detached.stdout)
+	assert.True(t, strings.HasPrefix(started.RunID, "flags-"), started.RunID)
 
 	st := bareCLI(t, "status", id, "--address", env.address, "-o", "json")
 	require.Equal(t, 0, st.code, st.String())
@@ -103,4 +116,26 @@ func TestE2E_GoInstallNames(t *testing.T) {
 	v, err := exec.Command(filepath.Join(gobin, "clusterrun-worker"), "--version").Output()
 	require.NoError(t, err)
 	assert.Contains(t, string(v), "clusterrun-worker ")
+}
+
+// The bash completion script completes commands and a command's flags in a real bash.
+func TestE2E_BashCompletion(t *testing.T) {
+	lib := ensureDebian(t, "/usr/share/bash-completion/bash_completion", "bash-completion", "the completion test")
+	complete := func(line string) string {
+		script := `source ` + lib + `
+source <(clusterrun completion bash)
+read -ra COMP_WORDS <<<"$LINE"
+[[ "$LINE" == *" " ]] && COMP_WORDS+=("")
+COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMP_LINE=$LINE; COMP_POINT=${#LINE}
+__start_clusterrun clusterrun "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
+printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = append(os.Environ(), "PATH="+env.bin+":"+os.Getenv("PATH"), "LINE="+line)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	assert.Contains(t, complete("clusterrun lo"), "logs")
+	assert.Contains(t, complete("clusterrun logs --tim"), "--timestamps")
+	assert.Contains(t, complete("clusterrun task sh"), "should-stop")
 }

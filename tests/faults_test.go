@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -386,6 +387,12 @@ tasks: {worker: {replicas: 1}}
 	r = c.cli(t, "drain", "d1", "--undo")
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "host d1 takes tasks again")
+	r = c.cli(t, "drain", "d1", "--undo", "-o", "json")
+	require.Equal(t, 0, r.code, r.String())
+	var state workflows.HostState
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &state), r.stdout)
+	assert.Equal(t, "d1", state.Host)
+	assert.False(t, state.Drained)
 	c.stopWorker("d1", syscall.SIGTERM) // so the task lands on d2 first
 	moved := writeSpec(t, fmt.Sprintf(`
 name: moved

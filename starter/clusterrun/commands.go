@@ -150,10 +150,10 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 	}
 	final, err := result(ctx, c, id)
 	if took(final) {
-		_ = report(final, err, id, stdout)
+		_ = report(final, err, id, stdout, nil)
 		return nil
 	}
-	return report(final, err, id, stdout)
+	return report(final, err, id, stdout, nil)
 }
 
 const validateUsage = `Check a run spec and list every problem with its field path.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
+	"io"
 	"strings"
 
 	"github.com/clusterrun/clusterrun/starter"
@@ -47,4 +49,11 @@ func addOutputFlag(fs *flag.FlagSet) (format *string, check func() error) {
 		}
 		return nil
 	}
+}
+
+// printJSON prints v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -19,7 +19,7 @@ when its worker restarts. With --now the host is taken down: its tasks are also 
 stopGracePeriod, SIGKILL) and end failed, so their restart policy applies; an unpinned task starts again on
 another host of its pool. --undo makes the host take tasks again.
 
-Usage: clusterrun drain HOST [--now | --undo]
+Usage: clusterrun drain HOST [--now | --undo] [-o table|json]
 
 Prints the host's tasks. The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
 is needed: a stopped worker leaves its tasks running, and the next one takes them up again.
@@ -34,8 +34,12 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	now := fs.Bool("now", false, "also stop the host's tasks now (they end failed; their restart policy applies)")
 	undo := fs.Bool("undo", false, "take tasks again")
+	output, checkOutput := addOutputFlag(fs)
 	pos, err := parse(fs, drainUsage, args, 1, 1, stderr)
 	if err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
 		return err
 	}
 	if *now && *undo {
@@ -63,6 +67,9 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	var st workflows.HostState
 	if err := run.Get(ctx, &st); err != nil {
 		return &exitError{code: 1, msg: fmt.Sprintf("host %s did not answer: is a clusterrun-worker with --host %s running? (%v)", host, host, rootCause(err))}
+	}
+	if *output == "json" {
+		return printJSON(stdout, st)
 	}
 	running := 0
 	for _, t := range st.Tasks {

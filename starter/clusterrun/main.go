@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
-	"github.com/clusterrun/clusterrun/internal/version"
 )
 
 // Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
@@ -20,10 +19,11 @@ const (
 	exitTimedOut = 124
 )
 
-// exitError ends the program with a code, after printing its message (if any).
+// exitError ends the program with a code, after printing its message (if any) after the command's name.
 type exitError struct {
-	code int
-	msg  string
+	code    int
+	msg     string
+	command string
 }
 
 func (e *exitError) Error() string { return e.msg }
@@ -52,8 +52,12 @@ Commands:
   task ...        barrier, progress, stop, should-stop, info: from inside a task
   codec-server    serve the payload codec to the Web UI and the temporal CLI
   codec-key ID    print a new encryption key line for a codec key file
+  completion SHELL  print a completion script for bash, zsh, fish or powershell, e.g.
+                  source <(clusterrun completion bash)
+  version         print the version (also --version)
 
-Run 'clusterrun COMMAND --help' for a command's flags and an example; 'clusterrun --version' for the version.
+Run 'clusterrun COMMAND --help' for a command's flags and an example. Exit codes: 0 success, 1 failure, 2 a
+usage or spec error; clusterrun run exits with its tasks' code (docs/operations.md#exit-codes).
 The Temporal connection comes from the same flags, variables and config file as the temporal CLI's: --address,
 --namespace, --api-key, --tls-*, --profile, --config-file over TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and temporal.toml (default localhost:7233, namespace default).
@@ -90,41 +94,35 @@ func main() {
 	os.Exit(mainWithCode(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// mainWithCode runs the command line and returns the exit code.
 func mainWithCode(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, topUsage)
-		if len(args) == 0 {
-			return exitUsage
+	root := rootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var ee *exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "clusterrun "+ee.command+": "+ee.msg)
 		}
-		return 0
+		return ee.code
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are %s (see clusterrun --help)\n", args[0], strings.Join(commandNames(), ", "))
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+		return 1
 	}
-	if args[0] == "--version" || args[0] == "version" {
-		fmt.Fprintln(stdout, version.String("clusterrun"))
-		return 0
-	}
+}
+
+func commandNames() []string {
+	var names []string
 	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(args[1:], stdout, stderr)
-		var ee *exitError
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.As(err, &ee):
-			if ee.msg != "" {
-				fmt.Fprintln(stderr, "clusterrun "+c.name+": "+ee.msg)
-			}
-			return ee.code
-		default:
-			fmt.Fprintln(stderr, "clusterrun "+c.name+": "+err.Error())
-			return 1
-		}
+		names = append(names, c.name)
 	}
-	fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are run, status, logs, list, terminate-task, start-task, stop, cancel, drain, hosts, validate, task, codec-server, codec-key (see clusterrun --help)\n", args[0])
-	return exitUsage
+	return names
 }
 
 // parse parses flags that may come before, between or after the positional arguments, and checks the count
@@ -133,6 +131,10 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 	fs.SetOutput(stderr)
 	addCodecKeyFileFlag(fs)
 	addConnectionFlags(fs)
+	if describe.on {
+		describe.fs = fs
+		return nil, errDescribed
+	}
 	defer func() {
 		if f := codecKeyFile(fs); f != "" {
 			conn.SetCodecKeyFile(f)

@@ -26,9 +26,10 @@ import (
 
 const runUsage = `Start a run from a YAML or JSON spec and follow it.
 
-Usage: clusterrun run SPEC [--id ID] [--detach]
+Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json]
 
-Streams every task's output with a [task] prefix, prints the result table, and exits with 0 on success, the
+Streams every task's output with a [task] prefix, prints the result table (with -o json: the tasks' output
+goes to stderr and the final status, as JSON, alone to stdout), and exits with 0 on success, the
 chief's (or else the first failed task's) exit code on failure, 124 on maxRunTime, 130 when canceled, and 2 for
 an invalid spec or usage error. Ctrl-C asks whether to cancel the run or detach from it (without a terminal,
 Ctrl-C cancels).
@@ -42,8 +43,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	id := fs.String("id", "", "run ID (the workflow ID); default NAME-TIMESTAMP-RANDOM")
 	detach := fs.Bool("detach", false, "start the run and return at once")
+	output, checkOutput := addOutputFlag(fs)
 	pos, err := parse(fs, runUsage, args, 1, 1, stderr)
 	if err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
 		return err
 	}
 	s, err := loadSpec(pos[0])
@@ -73,11 +78,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if link := uiLink(*id); link != "" {
 		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
+	if *detach && *output == "json" {
+		return printJSON(stdout, map[string]string{"runId": *id})
+	}
 	if *detach {
 		fmt.Fprintf(stdout, "%s\n", *id)
 		return nil
 	}
-	return followRun(ctx, c, *id, stdout, stderr)
+	if *output == "json" {
+		// The tasks' output goes to stderr; stdout gets the final status alone, for scripts.
+		return followRun(ctx, c, *id, stderr, stderr, stdout)
+	}
+	return followRun(ctx, c, *id, stdout, stderr, nil)
 }
 
 func countTasks(s *spec.RunSpec) int {
@@ -100,7 +112,7 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 }
 
 // followRun streams output until the run ends, handling Ctrl-C, then prints the result.
-func followRun(ctx context.Context, c client.Client, id string, stdout, stderr io.Writer) error {
+func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, jsonOut io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -135,7 +147,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
 			}
 			f.clearBlock()
-			return report(o.st, o.err, id, stdout)
+			return report(o.st, o.err, id, stdout, jsonOut)
 		case sig := <-sigs:
 			if canceling {
 				continue
@@ -194,7 +206,7 @@ func isTerminal(f *os.File) bool {
 }
 
 // report prints the end of a run and returns the CLI's exit code as an error.
-func report(st workflows.RunStatus, err error, id string, stdout io.Writer) error {
+func report(st workflows.RunStatus, err error, id string, stdout, jsonOut io.Writer) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrInvalidSpec {
 		return usageErrorf("run %s rejected its spec: %s", id, appErr.Message())
@@ -209,9 +221,15 @@ func report(st workflows.RunStatus, err error, id string, stdout io.Writer) erro
 		}
 		return fmt.Errorf("run %s ended without a result", id)
 	}
-	fmt.Fprintln(stdout)
-	printTable(stdout, st, nil)
-	fmt.Fprintf(stdout, "\nrun %s %s: %s\n", id, st.Status, st.Reason)
+	if jsonOut != nil {
+		if err := printJSON(jsonOut, st); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout)
+		printTable(stdout, st, nil)
+		fmt.Fprintf(stdout, "\nrun %s %s: %s\n", id, st.Status, st.Reason)
+	}
 	if code := exitCodeFor(st); code != 0 {
 		return &exitError{code: code}
 	}

@@ -95,3 +95,20 @@ func TestFollower_FinishedStreamsStayClosed(t *testing.T) {
 	assert.Len(t, f.order, 4)
 	assert.True(t, f.pending())
 }
+
+// Shell completion comes from cobra; each command's flags complete from its own flag set.
+func TestCompletion(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, mainWithCode([]string{"__complete", "logs", "--ti"}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "--timestamps\t")
+	assert.NotContains(t, out.String(), "--tail", "only flags with the prefix")
+	out.Reset()
+	require.Equal(t, 0, mainWithCode([]string{"__complete", "task", ""}, &out, &errb))
+	assert.Contains(t, out.String(), "should-stop")
+	out.Reset()
+	require.Equal(t, 0, mainWithCode([]string{"completion", "bash"}, &out, &errb))
+	assert.Contains(t, out.String(), "__start_clusterrun")
+	out.Reset()
+	require.Equal(t, 0, mainWithCode([]string{"--version"}, &out, &errb))
+	assert.Contains(t, out.String(), "clusterrun ")
+}

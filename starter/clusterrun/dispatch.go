@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clusterrun/clusterrun/internal/version"
+)
+
+// rootCommand is the command tree. cobra dispatches, prints the top-level help and --version, and gives shell
+// completion (clusterrun completion bash|zsh|fish|powershell); each command parses its own flags with the
+// standard library (parse), so flags may come before, between or after arguments, with one dash or two.
+func rootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "clusterrun",
+		Short:         "run distributed training and test clusters as OS processes across hosts",
+		Version:       version.String("clusterrun"),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprint(stdout, topUsage)
+			return &exitError{code: exitUsage}
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	for _, c := range commands() {
+		root.AddCommand(&cobra.Command{
+			Use:                c.name,
+			Short:              shortOf(c.usage),
+			DisableFlagParsing: true, // the command parses its own flags
+			RunE: func(_ *cobra.Command, args []string) error {
+				err := c.run(args, stdout, stderr)
+				var ee *exitError
+				if errors.As(err, &ee) {
+					ee.command = c.name
+				}
+				return err
+			},
+			ValidArgsFunction: completer(c),
+		})
+	}
+	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
+		Run: func(*cobra.Command, []string) { fmt.Fprintln(stdout, version.String("clusterrun")) }})
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+		for _, c := range commands() {
+			if c.name == cmd.Name() && cmd != root {
+				_ = c.run([]string{"--help"}, stdout, stderr)
+				return
+			}
+		}
+		fmt.Fprint(stdout, topUsage)
+	})
+	return root
+}
+
+// shortOf is a command's help text's first line.
+func shortOf(usage string) string {
+	first, _, _ := strings.Cut(usage, "\n")
+	return strings.TrimSuffix(first, ".")
+}
+
+// completer completes a command's flags (from its own flag set), spec files for run and validate, and the
+// subcommands of task.
+func completer(c command) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if strings.HasPrefix(toComplete, "-") {
+			var names []string
+			for _, f := range flagsOf(c) {
+				if name := "--" + f.Name; strings.HasPrefix(name, toComplete) && len(f.Name) > 1 {
+					names = append(names, name+"\t"+firstLine(f.Usage))
+				}
+			}
+			sort.Strings(names)
+			return names, cobra.ShellCompDirectiveNoFileComp
+		}
+		switch {
+		case c.name == "run" || c.name == "validate":
+			return nil, cobra.ShellCompDirectiveDefault // the spec file
+		case c.name == "task" && len(args) == 0:
+			return []string{"barrier", "progress", "stop", "should-stop", "info"}, cobra.ShellCompDirectiveNoFileComp
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+// describe, when on, makes parse hand the command's flag set over instead of parsing: flagsOf uses it.
+var describe struct {
+	on bool
+	fs *flag.FlagSet
+}
+
+var errDescribed = errors.New("flags described")
+
+// flagsOf lists a command's flags, by running it up to its parse.
+func flagsOf(c command) []*flag.Flag {
+	describe.on = true
+	defer func() { describe.on, describe.fs = false, nil }()
+	if err := c.run(nil, io.Discard, io.Discard); !errors.Is(err, errDescribed) {
+		return nil
+	}
+	var out []*flag.Flag
+	describe.fs.VisitAll(func(f *flag.Flag) { out = append(out, f) })
+	return out
+}
