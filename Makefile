@@ -90,7 +90,7 @@ record-histories: $(TEMPORAL) build
 
 # The CLI (and the task client) build for macOS too; the worker builds there only to say it runs on Linux.
 cross:
-	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter ./workers ./workers/clusterrun-shim
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter/... ./workers/...
 	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./starter/clusterrun
 
 fmt:

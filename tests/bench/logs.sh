@@ -33,20 +33,21 @@ print(f"{len(ids)} start(s) ({len(runs)} runs with continue-as-new), {updates} u
 
 bench() { # name spec-file
 	local name=$1 spec=$2 id=logbench-$1-$RANDOM
-	"$cr" run "$spec" --id "$id" >/dev/null 2>&1
+	local tr
+	tr=$(secs "$cr" run "$spec" --id "$id")
 	local files=("$logs/$id"/attempt_1/*/stdout.log)
 	local bytes
 	bytes=$(cat "${files[@]}" | wc -c)
 	local tc tl
 	tc=$(secs cat "${files[@]}")
 	tl=$(secs "$cr" logs "$id")
-	printf "%-34s %7.1f MB  cat %8.1f MB/s  clusterrun logs %6.1f MB/s (%5.1fx cat's time)  %s\n" "$name" \
+	printf "%-26s %6.1f MB  cat %7.1f MB/s  clusterrun logs %5.1f MB/s (%6.1fx cat's time)  clusterrun run (following, generation included) %5.1f MB/s  %s\n" "$name" \
 		"$(echo "$bytes / 1000000" | bc -l)" "$(echo "$bytes / 1000000 / $tc" | bc -l)" "$(echo "$bytes / 1000000 / $tl" | bc -l)" \
-		"$(echo "$tl / $tc" | bc -l)" "$(actions "$id" | tail -1)"
+		"$(echo "$tl / $tc" | bc -l)" "$(echo "$bytes / 1000000 / $tr" | bc -l)" "$(actions "$id" | tail -1)"
 	if command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q UP && [ "$name" = one-task-text ]; then
 		local ts
 		ts=$(secs timeout 120 srun -N1 -n1 bash -c "$(echo "$text" | sed 's/N;/1350000;/')")
-		printf "%-34s srun printing the same output: %.1f MB/s (generation included)\n" "" "$(echo "$bytes / 1000000 / $ts" | bc -l)"
+		printf "%-26s srun printing the same output (generation included): %.1f MB/s\n" "" "$(echo "$bytes / 1000000 / $ts" | bc -l)"
 	fi
 }
 
