@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,9 +35,9 @@ func TestLogSession_ServesReadsUntilClosed(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(LogSession, workflow.RegisterOptions{Name: LogSessionWorkflowType})
-	calls := 0
+	var calls atomic.Int32 // the hosts' activities run at once
 	env.RegisterActivityWithOptions(func(_ context.Context, in ReadLogsInput) (ReadLogsResult, error) {
-		calls++
+		calls.Add(1)
 		var out ReadLogsResult
 		for _, r := range in.Requests {
 			out.Chunks = append(out.Chunks, LogChunk{ReadLogsRequest: r, Data: []byte(r.Host + "/" + r.Task + "\n"), Next: r.Offset + 1})
@@ -65,7 +66,7 @@ func TestLogSession_ServesReadsUntilClosed(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a/worker-0\n", "b/worker-1\n", "a/worker-2\n"}, got, "chunks come back in request order")
 	require.NotNil(t, second.result)
-	assert.Equal(t, 4, calls, "one activity per host per read")
+	assert.Equal(t, int32(4), calls.Load(), "one activity per host per read")
 	assert.True(t, tooMuch.rejected)
 	assert.ErrorContains(t, tooMuch.err, "at most")
 }
