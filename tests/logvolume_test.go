@@ -68,19 +68,45 @@ func (c *cluster) logSessions(t *testing.T) (sessions, oneShot int) {
 	}
 }
 
-// Eight tasks that each write about 1 MB: every byte comes back through run and logs, and each command costs
-// one helper workflow execution.
+// Eight tasks that each write about 1 MB: every byte comes back through run, logs --follow (both started before
+// the tasks write) and logs, and each command costs one helper workflow execution.
 func TestE2E_LogsAtVolume_ManyTasks(t *testing.T) {
 	t.Parallel()
 	c := isolated(t, "host-a", "host-b")
 	id := runID(t)
-	spec := writeSpec(t, `
+	gate := filepath.Join(t.TempDir(), "go")
+	spec := writeSpec(t, fmt.Sprintf(`
 name: volume
-command: [sh, -c, 'awk -v t="$CLUSTERRUN_TASK" "BEGIN { for (i = 0; i < 30000; i++) printf \"%s line %07d abcdefghijklmnop\n\", t, i }"']
+command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done; awk -v t="$CLUSTERRUN_TASK" "BEGIN { for (i = 0; i < 30000; i++) printf \"%%s line %%07d abcdefghijklmnop\n\", t, i }"']
 tasks: {worker: {replicas: 8, hosts: [host-a, host-b]}}
-`)
-	run := c.cli(t, "run", spec, "--id", id)
-	require.Equal(t, 0, run.code, run.stderr)
+`, gate))
+	runCmd := exec.Command(filepath.Join(c.bin, "clusterrun"), "run", spec, "--id", id)
+	runCmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+	var runOut, runErr bytes.Buffer
+	runCmd.Stdout, runCmd.Stderr = &runOut, &runErr
+	require.NoError(t, runCmd.Start())
+	defer func() { _ = runCmd.Process.Signal(syscall.SIGKILL) }()
+	waitUntil(t, "every task to run", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok {
+			return false
+		}
+		for _, task := range st.Tasks {
+			if task.State != workflows.TaskRunning {
+				return false
+			}
+		}
+		return len(st.Tasks) == 8
+	})
+	followCmd := exec.Command(filepath.Join(c.bin, "clusterrun"), "logs", id, "--follow")
+	followCmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+	var followOut, followErr bytes.Buffer
+	followCmd.Stdout, followCmd.Stderr = &followOut, &followErr
+	require.NoError(t, followCmd.Start())
+	defer func() { _ = followCmd.Process.Signal(syscall.SIGKILL) }()
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	require.NoError(t, runCmd.Wait(), runErr.String())
+	require.NoError(t, followCmd.Wait(), followErr.String())
 	all := c.cli(t, "logs", id)
 	require.Equal(t, 0, all.code, all.stderr)
 	for i := 0; i < 8; i++ {
@@ -88,7 +114,8 @@ tasks: {worker: {replicas: 8, hosts: [host-a, host-b]}}
 		want, err := os.ReadFile(filepath.Join(c.logDir, id, "attempt_1", task, "stdout.log"))
 		require.NoError(t, err)
 		require.Greater(t, len(want), 1<<20-100<<10, "the task wrote about 1 MB")
-		sameBytes(t, want, taskOutput(run.stdout, task, len(task)), task+": clusterrun run")
+		sameBytes(t, want, taskOutput(runOut.String(), task, len(task)), task+": clusterrun run")
+		sameBytes(t, want, taskOutput(followOut.String(), task, len(task)), task+": clusterrun logs --follow")
 		sameBytes(t, want, taskOutput(all.stdout, task, len(task)), task+": clusterrun logs")
 	}
 	one := c.cli(t, "logs", id, "worker-5")
@@ -97,7 +124,7 @@ tasks: {worker: {replicas: 8, hosts: [host-a, host-b]}}
 	sameBytes(t, want, []byte(one.stdout), "one task's log, unprefixed")
 
 	sessions, oneShot := c.logSessions(t)
-	assert.Equal(t, 3, sessions, "one helper workflow per command (run, logs, logs worker-5)")
+	assert.Equal(t, 4, sessions, "one helper workflow per command (run, logs --follow, logs, logs worker-5)")
 	assert.Zero(t, oneShot, "no one-read helper workflows")
 }
 
@@ -145,7 +172,7 @@ tasks: {worker: {replicas: 1, hosts: [host-a]}}
 	t.Logf("read back %d MB in %s (%.1f MB/s)", len(want)>>20, took.Round(time.Millisecond), float64(len(want))/1e6/took.Seconds())
 
 	sessions, oneShot := c.logSessions(t)
-	assert.Equal(t, 3, sessions, "one helper workflow per command (run, logs --follow, logs)")
+	assert.Equal(t, 4, sessions, "one helper workflow per command (run, logs --follow, logs)")
 	assert.Zero(t, oneShot)
 }
 
