@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -93,4 +94,26 @@ func TestE2E_PlacedOnADeadHost(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, lost, "one of the two tasks was placed on host-b")
+}
+
+// A run that needs more unpinned tasks at once than its pool has slots says so while its tasks wait, and when
+// startTimeout ends the wait: not "is a worker running?".
+func TestE2E_PlacementBeyondSlots(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "1"))
+	waitUntil(t, "host-a in the registry", time.Minute, func() bool {
+		return c.cli(t, "hosts").code == 0
+	})
+	id := runID(t)
+	spec := writeSpec(t, `{name: full, startTimeout: 4s, command: [sleep, "30"], stopGracePeriod: 1s, tasks: {worker: {replicas: 2}}}`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the waiting task to say why", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("worker-1") != nil && strings.Contains(st.Task("worker-1").Error, "waiting for a free slot on host-a: "+
+			"the live hosts of pool default have 1 slots in all")
+	})
+	st, err := c.outcome(t, id)
+	require.Error(t, err)
+	assert.Contains(t, st.Task("worker-1").Error, "worker-1 found no free slot within startTimeout 4s: host-a: the live hosts of pool default have 1 slots in all")
 }

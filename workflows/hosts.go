@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -214,7 +215,39 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
 		return
 	}
+	free := freeSlots(hosts)
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
-		tasks[i].placedHost = h
+		t := tasks[i]
+		t.placedHost, t.waitNote = h, ""
+		if h == "" {
+			continue
+		}
+		if f := free[t.Pool]; f.free > 0 {
+			f.free--
+		} else {
+			// Said while it waits, so that a run larger than its pool's slots does not look like a missing host.
+			t.waitNote = fmt.Sprintf("waiting for a free slot on %s: the live hosts of pool %s have %d slots in all (--slots); "+
+				"this launch needs more", h, t.Pool, f.slots)
+		}
 	}
+}
+
+// poolSlots counts a pool's slots on its live, undrained hosts, and how many are free.
+type poolSlots struct{ slots, free int }
+
+func freeSlots(hosts []HostEntry) map[string]*poolSlots {
+	out := map[string]*poolSlots{}
+	for _, h := range hosts {
+		if !h.Live || h.Drained {
+			continue
+		}
+		for _, p := range h.Pools {
+			if out[p] == nil {
+				out[p] = &poolSlots{}
+			}
+			out[p].slots += h.Slots
+			out[p].free += max(h.Slots-h.Unpinned, 0)
+		}
+	}
+	return out
 }

@@ -37,7 +37,7 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 		t.lease = 1
 		t.placed, t.released = false, false
 		st := &t.status
-		st.State, st.Attempt, st.Error = TaskPending, t.attempt, ""
+		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
 		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime = nil, "", nil, nil, nil
 	case sameAttempt:
 		t.lease++

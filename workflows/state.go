@@ -20,8 +20,10 @@ type task struct {
 	future workflow.Future     // the current lease's RunTask
 	cancel workflow.CancelFunc // cancels that RunTask alone
 	placed bool
-	// placedHost is the host the run chose for this unpinned task's current launch ("" leaves it to its pool).
+	// placedHost is the host the run chose for this unpinned task's current launch ("" leaves it to its pool),
+	// and waitNote says why it may wait there (no free slot).
 	placedHost string
+	waitNote   string
 	done       bool
 	terminated bool // the user asked to stop it (terminate-task)
 	starts     int  // runs before leases: launches by start-task after the first, for unique activity IDs
@@ -180,6 +182,10 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s: is a clusterrun-worker running for %s?",
 				t.Name, r.plan.StartTimeout, placeOf(t))
+			if t.waitNote != "" {
+				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout,
+					strings.TrimPrefix(t.waitNote, "waiting for a free slot on "))
+			}
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
 			st.Error = fmt.Sprintf("%s lost: no heartbeat from host %s for %s (host worker stopped or unreachable)",
 				t.Name, orUnknown(st.Host), r.plan.HeartbeatTimeout)

@@ -30,6 +30,8 @@ wait_for() {
 }
 
 export TEMPORAL_ADDRESS=127.0.0.1:$port
+# The dev hosts share one machine: give each more slots than its share of the cores (a worker's default).
+export CLUSTERRUN_WORKER_SLOTS=${CLUSTERRUN_WORKER_SLOTS:-16}
 if alive "$state/temporal.pid"; then
 	echo "up: Temporal dev server already running (pid $(cat "$state/temporal.pid"))"
 else

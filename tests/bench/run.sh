@@ -11,6 +11,8 @@ if [ "$(id -u)" = 0 ]; then
 else
 	echo "bench: not root, so no Slurm peer; clusterrun figures only" >&2
 fi
+# Several bench hosts share this machine: each takes up to 64 unpinned tasks (the scenarios launch 64 to 256).
+export CLUSTERRUN_WORKER_SLOTS=${CLUSTERRUN_WORKER_SLOTS:-64}
 export CLUSTERRUN_STATE=$root/.clusterrun-bench TEMPORAL_PORT=7244 TEMPORAL_UI_PORT=8244 TEMPORAL_ADDRESS=127.0.0.1:7244
 trap './deployments/dev/down.sh >/dev/null' EXIT
 harness=(go run ./tests/bench -clusterrun "$root/bin/clusterrun" -log-dir "$CLUSTERRUN_STATE/logs")
