@@ -108,12 +108,23 @@ func TestE2E_PlacementBeyondSlots(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: full, startTimeout: 4s, command: [sleep, "30"], stopGracePeriod: 1s, tasks: {worker: {replicas: 2}}}`)
 	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	const why = "the live hosts of pool default reported 1 slots in all (--slots), 1 free, for more tasks than that"
 	waitUntil(t, "the waiting task to say why", time.Minute, func() bool {
 		st, ok := c.query(t, id)
-		return ok && st.Task("worker-1") != nil && strings.Contains(st.Task("worker-1").Error, "waiting for a free slot on host-a: "+
-			"the live hosts of pool default have 1 slots in all")
+		for _, task := range st.Tasks {
+			if ok && task.State == workflows.TaskPending && strings.Contains(task.Error, "waiting for a free slot on host-a: "+why) {
+				return true
+			}
+		}
+		return false
 	})
 	st, err := c.outcome(t, id)
 	require.Error(t, err)
-	assert.Contains(t, st.Task("worker-1").Error, "worker-1 found no free slot within startTimeout 4s: host-a: the live hosts of pool default have 1 slots in all")
+	failed := ""
+	for _, task := range st.Tasks {
+		if strings.Contains(task.Error, "found no free slot within startTimeout 4s: host-a: "+why) {
+			failed = task.Name
+		}
+	}
+	assert.NotEmpty(t, failed, "the task that waited failed saying why: %+v", st.Tasks)
 }

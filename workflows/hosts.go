@@ -119,23 +119,46 @@ func hostNames(hosts map[string]HostEntry) []string {
 	return names
 }
 
-// placeTasks picks a host for each unpinned task from the live, undrained hosts of its pool. Spread takes the
-// host running the fewest unpinned tasks for its slots (then the one with the most free slots, then by name);
-// pack takes the busiest host that still has a free slot, else spreads. A task placed on a full host waits in
-// that host's queue for a slot. Tasks of a pool with no live host get "" (they wait in their pool's queue for
-// any host). A restart avoids the host of its last attempt when another can take it. hosts is updated with the
-// tasks placed.
+// placeTasks picks a host for each unpinned task from the live, undrained hosts of its pool, in three tiers:
+// hosts with a free slot by their reports (spread: the lowest share of slots in use, then the most free slots,
+// then by name; pack: the busiest with a free slot); else, since reports may be up to ReportEvery old, hosts
+// where this launch alone still fits in the slots (the fewest of this launch's tasks for their slots first);
+// else, the launch is larger than the pool, and the task waits on the host with the fewest of its tasks. So a
+// launch that fits in the pool's slots never waits on its own tasks, however stale the reports. A restart
+// avoids the host of its last attempt when another can take it. Tasks of a pool with no live host get "" (they
+// wait in their pool's queue for any host). hosts is updated with the tasks placed.
 func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
 	out := make([]string, len(tasks))
+	now := make([]HostEntry, len(hosts)) // this launch's tasks per host, as loads
+	for j, h := range hosts {
+		now[j] = HostEntry{HostReport: HostReport{Host: h.Host, Slots: h.Slots}}
+	}
 	for i, t := range tasks {
+		eligible := func(h HostEntry, avoid string) bool {
+			return h.Live && !h.Drained && h.Slots > 0 && inPool(h.Pools, t.pool) && (avoid == "" || h.Host != avoid)
+		}
+		tiers := []func(j int) (ok bool, better func(a, b int) bool){
+			func(j int) (bool, func(a, b int) bool) {
+				return hosts[j].Unpinned < hosts[j].Slots, func(a, b int) bool { return better(hosts[a], hosts[b], pack) }
+			},
+			func(j int) (bool, func(a, b int) bool) {
+				return now[j].Unpinned < now[j].Slots, func(a, b int) bool { return better(now[a], now[b], false) }
+			},
+			func(int) (bool, func(a, b int) bool) {
+				return true, func(a, b int) bool { return better(now[a], now[b], false) }
+			},
+		}
 		best := -1
-		for _, avoid := range []string{t.avoid, ""} {
-			for j, h := range hosts {
-				if !h.Live || h.Drained || h.Slots < 1 || !inPool(h.Pools, t.pool) || h.Host == avoid && avoid != "" {
-					continue
+		for _, tier := range tiers {
+			for _, avoid := range []string{t.avoid, ""} {
+				for j, h := range hosts {
+					ok, isBetter := tier(j)
+					if ok && eligible(h, avoid) && (best < 0 || isBetter(j, best)) {
+						best = j
+					}
 				}
-				if best < 0 || better(h, hosts[best], pack) {
-					best = j
+				if best >= 0 {
+					break
 				}
 			}
 			if best >= 0 {
@@ -146,6 +169,7 @@ func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
 			out[i] = hosts[best].Host
 			hosts[best].Unpinned++
 			hosts[best].Running++
+			now[best].Unpinned++
 		}
 	}
 	return out
@@ -216,24 +240,27 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		return
 	}
 	free := freeSlots(hosts)
+	placed := map[string]int{}
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
-		t := tasks[i]
-		t.placedHost, t.waitNote = h, ""
-		if h == "" {
-			continue
-		}
-		if f := free[t.Pool]; f.free > 0 {
-			f.free--
-		} else {
-			// Said while it waits, so that a run larger than its pool's slots does not look like a missing host.
-			t.waitNote = fmt.Sprintf("waiting for a free slot on %s: the live hosts of pool %s have %d slots in all (--slots); "+
-				"this launch needs more", h, t.Pool, f.slots)
+		tasks[i].placedHost, tasks[i].waitNote = h, ""
+		placed[h]++
+	}
+	// Every task on a host given more of this launch than the slots its report left free may wait there (which
+	// of them waits is the host's pick): say so, so that a run larger than its pool does not look like a
+	// missing host.
+	for _, t := range tasks {
+		if f := free[t.Pool]; t.placedHost != "" && f != nil && placed[t.placedHost] > f.hostFree[t.placedHost] {
+			t.waitNote = fmt.Sprintf("waiting for a free slot on %s: the live hosts of pool %s reported %d slots in all (--slots), "+
+				"%d free, for more tasks than that", t.placedHost, t.Pool, f.slots, f.free)
 		}
 	}
 }
 
-// poolSlots counts a pool's slots on its live, undrained hosts, and how many are free.
-type poolSlots struct{ slots, free int }
+// poolSlots counts a pool's slots on its live, undrained hosts, how many are free, and which host has how many.
+type poolSlots struct {
+	slots, free int
+	hostFree    map[string]int
+}
 
 func freeSlots(hosts []HostEntry) map[string]*poolSlots {
 	out := map[string]*poolSlots{}
@@ -243,10 +270,11 @@ func freeSlots(hosts []HostEntry) map[string]*poolSlots {
 		}
 		for _, p := range h.Pools {
 			if out[p] == nil {
-				out[p] = &poolSlots{}
+				out[p] = &poolSlots{hostFree: map[string]int{}}
 			}
 			out[p].slots += h.Slots
 			out[p].free += max(h.Slots-h.Unpinned, 0)
+			out[p].hostFree[h.Host] = max(h.Slots-h.Unpinned, 0)
 		}
 	}
 	return out

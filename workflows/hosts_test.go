@@ -47,8 +47,8 @@ func TestPlaceTasks_SpreadsLeastLoadedFirst(t *testing.T) {
 
 func TestPlaceTasks_PackFillsTheBusiestHostWithRoom(t *testing.T) {
 	hosts := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 4, Unpinned: 1}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 4, Unpinned: 2}})
-	assert.Equal(t, []string{"b", "b", "a", "a", "a", "a", "b"}, placeTasks(requests(7, "default"), hosts, true),
-		"b until full, then a until full, then spread over the full hosts")
+	assert.Equal(t, []string{"b", "b", "a", "a", "a", "b", "a"}, placeTasks(requests(7, "default"), hosts, true),
+		"b until full, then a until full, then spread by this launch alone (reports may be stale)")
 }
 
 func TestPlaceTasks_OnlyLiveUndrainedHostsOfThePool(t *testing.T) {
@@ -67,4 +67,15 @@ func TestPlaceTasks_ARestartAvoidsItsLastHost(t *testing.T) {
 	assert.Equal(t, []string{"b"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, hosts, false))
 	only := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}})
 	assert.Equal(t, []string{"a"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, only, false), "unless it is the only host")
+}
+
+// Reports may be stale: a launch that fits in the pool's slots is spread within them, never piled on the host
+// whose report looked emptiest.
+func TestPlaceTasks_StaleReportsNeverOverfillAHost(t *testing.T) {
+	hosts := hostsFor(t,
+		HostEntry{HostReport: HostReport{Host: "a", Slots: 64, Unpinned: 16}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 64, Unpinned: 16}},
+		HostEntry{HostReport: HostReport{Host: "c", Slots: 64}}, HostEntry{HostReport: HostReport{Host: "d", Slots: 64, Unpinned: 16}})
+	assert.Equal(t, map[string]int{"a": 64, "b": 64, "c": 64, "d": 64}, count(placeTasks(requests(256, "default"), hosts, false)))
+	full := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 2}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 2}})
+	assert.Equal(t, map[string]int{"a": 3, "b": 3}, count(placeTasks(requests(6, "default"), full, false)), "beyond the pool: evenly, waiting")
 }
