@@ -172,7 +172,7 @@ tasks: {worker: {replicas: 1, hosts: [host-a]}}
 	t.Logf("read back %d MB in %s (%.1f MB/s)", len(want)>>20, took.Round(time.Millisecond), float64(len(want))/1e6/took.Seconds())
 
 	sessions, oneShot := c.logSessions(t)
-	assert.Equal(t, 4, sessions, "one helper workflow per command (run, logs --follow, logs)")
+	assert.Equal(t, 3, sessions, "one helper workflow per command (run, logs --follow, logs)")
 	assert.Zero(t, oneShot)
 }
 
