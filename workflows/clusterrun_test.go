@@ -83,6 +83,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
+	readRegistry = false // no host registry: unpinned tasks go to their pool's queue, as the fakes' scripts expect
 	// Host workers follow the run's memo for barrier outcomes; so do the fakes.
 	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
 		if o, ok := args.Get(0).(map[string]interface{})[MemoBarrier].(BarrierOutcome); ok {
