@@ -48,6 +48,7 @@ var durationBounds = map[string]time.Duration{
 	"hangTimeout":         7 * 24 * time.Hour,
 	"backoff":             time.Hour,
 	"before":              365 * 24 * time.Hour,
+	"lease":               7 * 24 * time.Hour,
 }
 
 // maxDuration returns the bound of a duration field, named by the last part of its path.

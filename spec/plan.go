@@ -26,6 +26,12 @@ type Plan struct {
 	DeadlineBefore time.Duration
 	// Placement is PlacementSpread (default) or PlacementPack: how the run picks hosts for unpinned tasks.
 	Placement string
+	// Stragglers is StragglersIgnore or StragglersFail.
+	Stragglers string
+	// MapChangeSignal is sent to the tasks when others move (SIGUSR2...); "" for none.
+	MapChangeSignal string
+	// Items holds the work-item settings, or nil when the run has none.
+	Items *Items
 }
 
 // Task is one member of the cluster.
@@ -112,6 +118,9 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		StartTimeout:     mustDuration(s.StartTimeout, DefaultStartTimeout),
 		Scope:            ScopeTask,
 		Placement:        or(s.Placement, PlacementSpread),
+		Items:            planItems(s.Items),
+		MapChangeSignal:  signalOrNone(s.MapChangeSignal),
+		Stragglers:       or(s.Stragglers, StragglersIgnore),
 	}
 	if dw := s.DeadlineWarning; dw != nil {
 		p.DeadlineSignal = SignalName(or(dw.Signal, "SIGUSR1"))
@@ -232,4 +241,12 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// signalOrNone is SignalName of a set signal, and "" for none.
+func signalOrNone(name string) string {
+	if name == "" {
+		return ""
+	}
+	return SignalName(name)
 }

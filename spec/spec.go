@@ -71,6 +71,17 @@ type RunSpec struct {
 	// the oldest output is dropped, and readers are told how much. A host's --log-cap is the most it allows.
 	// Optional: default the host worker's --log-cap (1 GiB unless its operator chose otherwise).
 	LogCap Size `json:"logCap,omitempty"`
+	// Stragglers says whether tasks still running when a stop's grace period ends, and so killed, fail the run:
+	// ignore (default: the stop decides the outcome) or fail (tf.train.Coordinator's join without
+	// ignore_live_threads).
+	Stragglers string `json:"stragglers,omitempty"`
+	// MapChangeSignal is sent to every task process when another task of the run comes back at a new address
+	// (it restarted on another host, or its port was taken), once its cluster file (CLUSTERRUN_CLUSTER_FILE)
+	// holds the new map. Optional: default none (tasks read the file when they need it).
+	MapChangeSignal string `json:"mapChangeSignal,omitempty"`
+	// Items turns on work items (ClusterCoordinator's schedule/fetch/join/done) for the run's tasks.
+	// Optional: default off. `items: {}` turns them on with the defaults.
+	Items *ItemsSpec `json:"items,omitempty"`
 
 	// decodeProblems holds unknown fields and type errors found while decoding, so that validation reports them
 	// together with every other problem instead of failing the decode (a failed decode inside the workflow would

@@ -297,3 +297,33 @@ func TestValidate_Liveness(t *testing.T) {
 	_, err = Parse([]byte("name: l\ncommand: [x]\nstopGracePeriod: 1s\nhostLossGrace: 1m\nstopAfterDisconnect: 30s\ntasks: {worker: {replicas: 1}}\n"))
 	assert.NoError(t, err)
 }
+
+func TestItemsAndCoordinatorFields(t *testing.T) {
+	p, err := NewPlan(mustParse(t, `{name: x, command: [x], items: {}, mapChangeSignal: usr2, tasks: {w: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &Items{Queue: DefaultItemQueue, Lease: DefaultItemLease, MaxAttempts: DefaultItemMaxAttempts}, p.Items)
+	assert.Equal(t, "SIGUSR2", p.MapChangeSignal)
+	assert.Equal(t, StragglersIgnore, p.Stragglers)
+
+	_, err = Parse([]byte(`{name: x, command: [x], items: {queue: -1, lease: 10ms, maxAttempts: 1000}, mapChangeSignal: SIGNOPE, stragglers: maybe, tasks: {w: {replicas: 1}}}`))
+	var invalid *InvalidSpecError
+	require.ErrorAs(t, err, &invalid)
+	var got []string
+	for _, p := range invalid.Problems {
+		got = append(got, p.String())
+	}
+	assert.ElementsMatch(t, []string{
+		"items.queue: -1 is outside 1..100000; leave it out for 1024",
+		"items.lease: 10ms is less than the 1s minimum",
+		"items.maxAttempts: 1000 is outside 1..100; leave it out for 5",
+		`mapChangeSignal: "SIGNOPE" is not a signal name; use e.g. SIGUSR2 or SIGHUP`,
+		`stragglers: "maybe" is not one of ignore, fail`,
+	}, got)
+}
+
+func mustParse(t *testing.T, src string) *RunSpec {
+	t.Helper()
+	s, err := Parse([]byte(src))
+	require.NoError(t, err)
+	return s
+}

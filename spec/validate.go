@@ -41,6 +41,9 @@ const (
 
 	PlacementSpread = "spread"
 	PlacementPack   = "pack"
+
+	StragglersIgnore = "ignore"
+	StragglersFail   = "fail"
 )
 
 var (
@@ -93,6 +96,11 @@ func (s *RunSpec) Validate() []Problem {
 	}
 	v.restart("restart", s.Restart, true, "")
 	v.logCap("logCap", s.LogCap)
+	v.items("items", s.Items)
+	v.oneOf("stragglers", s.Stragglers, StragglersIgnore, StragglersFail)
+	if s.MapChangeSignal != "" && SignalNumber(s.MapChangeSignal) == 0 {
+		v.add("mapChangeSignal", "%s is not a signal name; use e.g. SIGUSR2 or SIGHUP", short(s.MapChangeSignal))
+	}
 	v.liveness("", s.HostLossGrace, s.StopAfterDisconnect, s.HangTimeout, s.HangSignal, s.StopGracePeriod, "", "")
 	if dw := s.DeadlineWarning; dw != nil {
 		before, ok := v.duration("deadlineWarning.before", dw.Before)
