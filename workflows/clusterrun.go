@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -31,6 +32,9 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
+	}
+	if plan.Items != nil {
+		startItems(ctx, plan.Items)
 	}
 	ch := channels{
 		placed:   workflow.GetSignalChannel(ctx, SignalTasksPlaced),
@@ -60,6 +64,17 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		}
 	}
 	return r.finish(ctx)
+}
+
+// startItems starts the run's ClusterItems child. The run's end terminates it; nothing waits for it.
+func startItems(ctx workflow.Context, cfg *spec.Items) {
+	info := workflow.GetInfo(ctx)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        ItemsWorkflowID(info.WorkflowExecution.ID),
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_TERMINATE,
+		StaticSummary:     "work items of " + info.WorkflowExecution.ID,
+	})
+	workflow.ExecuteChildWorkflow(cctx, ItemsWorkflowType, ItemsInput{RunID: info.WorkflowExecution.ID, Config: *cfg})
 }
 
 // planRun validates and plans the run's input, or returns the InvalidSpec failure that ends the run. The input
@@ -129,6 +144,9 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 		if len(stragglers) > 0 {
 			msg := fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, strings.Join(stragglers, ", "))
 			r.decision.reason += msg
+			if r.plan.Stragglers == spec.StragglersFail {
+				r.decision.status = StatusFailed // tf.train.Coordinator's join without ignore_live_threads
+			}
 		}
 	}
 	var stops []workflow.Future

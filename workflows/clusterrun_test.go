@@ -74,6 +74,11 @@ type fakeHosts struct {
 	// lease, when set, may end a lease its own way once its process "runs" (after the release of a launch, at
 	// once for a re-attach); done false lets the task behave as scripted.
 	lease func(ctx context.Context, in RunTaskInput, res TaskResult) (out TaskResult, err error, done bool)
+	// releaseAnswered, when set, may hold back a Release's answer after its tasks got the map.
+	releaseAnswered func()
+	// portFor, when set, picks the port a lease reports (default 2000 + rank).
+	portFor  func(in RunTaskInput) int
+	mapMoves []UpdateMapInput
 }
 
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
@@ -92,6 +97,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	}).Return(nil)
 	env.RegisterActivityWithOptions(f.notifyStop, activity.RegisterOptions{Name: ActivityNotifyStop})
 	env.RegisterActivityWithOptions(f.signalTasks, activity.RegisterOptions{Name: ActivitySignalTasks})
+	env.RegisterActivityWithOptions(f.updateMap, activity.RegisterOptions{Name: ActivityUpdateMap})
 	return f
 }
 
@@ -115,8 +121,12 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 	attempt := in.Attempt
 	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: attempt}
 	if !in.Attach {
+		port := 2000 + in.Task.Rank
+		if f.portFor != nil {
+			port = f.portFor(in)
+		}
 		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-			Attempt: attempt, Lease: in.Lease, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: 2000 + in.Task.Rank}}})
+			Attempt: attempt, Lease: in.Lease, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: port}}})
 		select {
 		case m := <-rel:
 			f.mu.Lock()
@@ -201,6 +211,9 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 }
 
 func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, error) {
+	if f.releaseAnswered != nil {
+		defer f.releaseAnswered()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.releases = append(f.releases, in)
@@ -271,6 +284,13 @@ func (f *fakeHosts) signalTasks(_ context.Context, in SignalTasksInput) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.signals = append(f.signals, in)
+	return nil
+}
+
+func (f *fakeHosts) updateMap(_ context.Context, in UpdateMapInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mapMoves = append(f.mapMoves, in)
 	return nil
 }
 

@@ -298,8 +298,14 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 	if r.stopReq != nil || r.decision != nil {
 		return // the first request wins
 	}
-	if t := r.byName[req.Task]; r.leased && req.Task != "" && (t == nil || req.Attempt != t.status.Attempt) {
-		workflow.GetLogger(ctx).Warn("ignoring a stop request from a superseded attempt", "task", req.Task, "attempt", req.Attempt)
+	if r.superseded(ctx, req, "stop request") {
+		return
+	}
+	if req.KeepRun {
+		if r.stopAsked == nil {
+			r.stopAsked = &req
+			r.todo.askStop = true
+		}
 		return
 	}
 	r.stopReq = &req
@@ -309,6 +315,45 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 	}
 	workflow.GetLogger(ctx).Info("stop requested", "by", by, "error", req.Error)
 	r.todo.notifyStop = true
+}
+
+// onClearStop takes back a standing keepRun request: should-stop is false again, and a later request counts.
+func (r *run) onClearStop(ctx workflow.Context, req StopRequest) {
+	if r.stopAsked == nil || r.stopReq != nil || r.decision != nil || r.superseded(ctx, req, "clear-stop") {
+		return
+	}
+	r.stopAsked = nil
+	r.todo.askStop = true
+}
+
+// superseded says (and logs) whether a request comes from an attempt that is no longer the task's current one.
+func (r *run) superseded(ctx workflow.Context, req StopRequest, what string) bool {
+	if t := r.byName[req.Task]; r.leased && req.Task != "" && (t == nil || req.Attempt != t.status.Attempt) {
+		workflow.GetLogger(ctx).Warn("ignoring a "+what+" from a superseded attempt", "task", req.Task, "attempt", req.Attempt)
+		return true
+	}
+	return false
+}
+
+// askStop tells every host running tasks that they are asked to stop (keepRun), or, once cleared, no longer.
+func (r *run) askStop(ctx workflow.Context, info *workflow.Info) []workflow.Future {
+	in := NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Clear: r.stopAsked == nil}
+	if a := r.stopAsked; a != nil {
+		in.By, in.Error, in.KeepRun = orOutside(a.Task), a.Error, true
+	}
+	var futures []workflow.Future
+	for _, h := range r.runningHosts() {
+		futures = append(futures, workflow.ExecuteActivity(controlOptions(ctx, h, 30*time.Second, "ask tasks to stop on "+h),
+			ActivityNotifyStop, in))
+	}
+	return futures
+}
+
+func orOutside(task string) string {
+	if task == "" {
+		return "outside the run"
+	}
+	return task
 }
 
 // notifyStop tells every host running tasks that the run asks them to stop; it returns the NotifyStop futures.

@@ -203,3 +203,33 @@ func TestBarrier_StatusStaysSmall(t *testing.T) {
 	assert.Equal(t, &BarrierCounts{Total: 30, Released: 30}, st.BarrierCounts)
 	assert.Nil(t, st.Barriers[0].Arrived, "a released barrier keeps counts, not names")
 }
+
+// A keepRun request only asks the tasks to stop: the run goes on, clear-stop takes it back, and a later
+// request that ends the run still counts. With stragglers: fail, tasks killed after the grace fail the run.
+func TestStop_AskClearThenEndWithStragglersFailing(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return blocks }) // ignores should-stop
+	var asked RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalStop, StopRequest{Task: "worker-0", Attempt: 1, KeepRun: true})
+	}, 200*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&asked))
+		h.env.SignalWorkflow(SignalClearStop, StopRequest{})
+	}, 400*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 600*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 300ms, stragglers: fail, tasks: {worker: {replicas: 2}}}`))
+	require.Error(t, err)
+	assert.Equal(t, StatusRunning, asked.Status, "asking does not end the run")
+	require.NotNil(t, asked.StopAsked)
+	assert.Equal(t, "worker-0", asked.StopAsked.Task)
+	assert.Nil(t, st.StopAsked, "cleared")
+	assert.Equal(t, StatusFailed, st.Status)
+	assert.Equal(t, "stop requested from outside the run; killed 2 straggler(s) still running after 300ms: worker-0, worker-1", st.Reason)
+
+	require.Len(t, h.hosts.notices, 3, "asked, cleared, ended: one host each")
+	assert.Equal(t, NotifyStopInput{WorkflowID: h.hosts.notices[0].WorkflowID, RunID: h.hosts.notices[0].RunID, By: "worker-0", KeepRun: true}, h.hosts.notices[0])
+	assert.True(t, h.hosts.notices[1].Clear)
+	assert.False(t, h.hosts.notices[2].KeepRun || h.hosts.notices[2].Clear)
+}

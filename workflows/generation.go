@@ -27,7 +27,9 @@ type actions struct {
 	restart    []*task       // start a restart's backoff timer
 	release    []*task       // send the cluster map (all share one host per Release; grouped in act)
 	deliver    []delivery    // barrier outcomes to publish
+	moved      []string      // tasks whose address changed after the rendezvous: tell every host the new map
 	notifyStop bool          // tell every host its tasks should stop, and start the grace timer
+	askStop    bool          // tell every host the tasks are asked to stop (keepRun), or no longer are
 	warn       bool          // send the deadline warning to every task
 }
 
@@ -72,6 +74,12 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 // listen adds the run's inputs to the selector; each handler only records what happened and what to do.
 func (g *generation) listen() {
 	r, ctx := g.r, g.ctx
+	g.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalClearStop), func(c workflow.ReceiveChannel, _ bool) {
+		var req StopRequest
+		c.Receive(ctx, &req)
+		r.signals++
+		r.onClearStop(ctx, req)
+	})
 	g.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalTerminateTask), func(c workflow.ReceiveChannel, _ bool) {
 		var req TaskControl
 		c.Receive(ctx, &req)
@@ -139,11 +147,17 @@ func (g *generation) act() {
 		}
 	}
 	g.watchReleases(r.releaseByHost(g.genCtx, g.info, todo.release))
+	if len(todo.moved) > 0 && workflow.GetVersion(g.genCtx, ChangeStableAddresses, workflow.DefaultVersion, 1) == 1 {
+		g.watch(r.updateMaps(g.genCtx, g.info, todo.moved))
+	}
 	r.deliver(g.genCtx, todo.deliver)
 	if todo.notifyStop {
 		g.watch(r.notifyStop(g.genCtx, g.info))
 		grace := workflow.NewTimerWithOptions(g.genCtx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
 		g.sel.AddFuture(grace, func(workflow.Future) { r.decide(r.stopDecision(true)) })
+	}
+	if todo.askStop && !todo.notifyStop {
+		g.watch(r.askStop(g.genCtx, g.info))
 	}
 	if todo.warn {
 		g.watch(r.deadlineWarning(g.genCtx, g.info))
@@ -185,13 +199,13 @@ func (g *generation) startBackoff(t *task) {
 
 // watchReleases keeps Release futures in the loop. With leases, each answer says which tasks got the map (and
 // a failed one is sent again); before leases, a Release was watched like any control activity.
-func (g *generation) watchReleases(fs []workflow.Future, groups [][]*task) {
+func (g *generation) watchReleases(fs []workflow.Future, groups [][]TaskAttempt) {
 	if !g.r.leased {
 		g.watch(fs)
 		return
 	}
 	for i, f := range fs {
-		tasks := groups[i]
+		sent := groups[i]
 		g.sel.AddFuture(f, func(f workflow.Future) {
 			var res ReleaseResult
 			err := f.Get(g.ctx, &res)
@@ -201,7 +215,7 @@ func (g *generation) watchReleases(fs []workflow.Future, groups [][]*task) {
 			if temporal.IsCanceledError(err) {
 				return
 			}
-			g.r.onReleased(tasks, res, err)
+			g.r.onReleased(sent, res, err)
 		})
 	}
 }

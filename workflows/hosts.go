@@ -23,6 +23,9 @@ const (
 	ActivityListHosts = "ListHosts"
 	// ChangePlacement marks, with workflow.GetVersion, runs that place unpinned tasks themselves.
 	ChangePlacement = "clusterrun-placement"
+	// ChangeStableAddresses marks runs whose restarted tasks go back to their host (and port) when it is live,
+	// and whose hosts are told the new map when a task moves.
+	ChangeStableAddresses = "clusterrun-stable-addresses"
 )
 
 // ReportEvery is how often a host worker reports; a host silent for LiveFor is not live.
@@ -125,7 +128,7 @@ func hostNames(hosts map[string]HostEntry) []string {
 // where this launch alone still fits in the slots (the fewest of this launch's tasks for their slots first);
 // else, the launch is larger than the pool, and the task waits on the host with the fewest of its tasks. So a
 // launch that fits in the pool's slots never waits on its own tasks, however stale the reports. A restart
-// avoids the host of its last attempt when another can take it. Tasks of a pool with no live host get "" (they
+// goes back to the host of its last attempt when that host is live and this launch leaves it room. Tasks of a pool with no live host get "" (they
 // wait in their pool's queue for any host). hosts is updated with the tasks placed.
 func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
 	out := make([]string, len(tasks))
@@ -149,7 +152,15 @@ func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
 			},
 		}
 		best := -1
+		for j, h := range hosts {
+			if t.prefer != "" && h.Host == t.prefer && eligible(h, "") && now[j].Unpinned < now[j].Slots {
+				best = j
+			}
+		}
 		for _, tier := range tiers {
+			if best >= 0 {
+				break
+			}
 			for _, avoid := range []string{t.avoid, ""} {
 				for j, h := range hosts {
 					ok, isBetter := tier(j)
@@ -175,8 +186,10 @@ func placeTasks(tasks []placeRequest, hosts []HostEntry, pack bool) []string {
 	return out
 }
 
-// placeRequest is one task to place: its pool, and a host to avoid unless it is the only one (a restart's).
-type placeRequest struct{ pool, avoid string }
+// placeRequest is one task to place: its pool, and a host to prefer when it is live with room in this
+// launch (a restart's, so that it keeps its address), or, in runs from before, a host to avoid unless it is
+// the only one.
+type placeRequest struct{ pool, prefer, avoid string }
 
 // better says whether host a should take the next task before host b.
 func better(a, b HostEntry, pack bool) bool {
@@ -228,7 +241,12 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		tasks = append(tasks, o.t)
 		req := placeRequest{pool: o.t.Pool}
 		if o.how == newAttempt && o.t.attempt > 0 {
-			req.avoid = o.t.status.Host // a restart goes elsewhere when it can: its host may be what failed
+			switch {
+			case workflow.GetVersion(ctx, ChangeStableAddresses, workflow.DefaultVersion, 1) == workflow.DefaultVersion, o.t.lostHost:
+				req.avoid = o.t.status.Host // runs from before, and a task lost with its host: elsewhere when it can
+			default:
+				req.prefer = o.t.status.Host // a restart comes back where it was, at its address, when that host is live
+			}
 		}
 		reqs = append(reqs, req)
 	}

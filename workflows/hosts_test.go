@@ -62,11 +62,24 @@ func TestPlaceTasks_OnlyLiveUndrainedHostsOfThePool(t *testing.T) {
 		"a pool with no live host leaves its task to the pool's queue")
 }
 
+// Runs from before stable addresses: a restart avoids its last host.
 func TestPlaceTasks_ARestartAvoidsItsLastHost(t *testing.T) {
 	hosts := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 8, Unpinned: 7}})
 	assert.Equal(t, []string{"b"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, hosts, false))
 	only := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8}})
 	assert.Equal(t, []string{"a"}, placeTasks([]placeRequest{{pool: "default", avoid: "a"}}, only, false), "unless it is the only host")
+}
+
+// A restart goes back to its last host (to keep its address) whenever that host is live with room in this
+// launch, even when another looks emptier; a silent, drained or full host sends it elsewhere.
+func TestPlaceTasks_ARestartGoesBackToItsHost(t *testing.T) {
+	hosts := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 8, Unpinned: 7}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 8}})
+	assert.Equal(t, []string{"a"}, placeTasks([]placeRequest{{pool: "default", prefer: "a"}}, hosts, false))
+	hosts[0].Live = false
+	assert.Equal(t, []string{"b"}, placeTasks([]placeRequest{{pool: "default", prefer: "a"}}, hosts, false), "its host is silent")
+	one := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 1}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 8}})
+	assert.Equal(t, []string{"a", "b"}, placeTasks([]placeRequest{{pool: "default", prefer: "a"}, {pool: "default", prefer: "a"}}, one, false),
+		"the first filled it")
 }
 
 // Reports may be stale: a launch that fits in the pool's slots is spread within them, never piled on the host

@@ -34,19 +34,26 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 	switch o.how {
 	case newAttempt:
 		t.attempt++
+		t.lostHost = false
 		t.lease = 1
-		t.placed, t.released = false, false
+		t.placed, t.released, t.mapSent = false, false, false
 		st := &t.status
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
 		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime = nil, "", nil, nil, nil
 	case sameAttempt:
 		t.lease++
-		t.placed, t.released = false, false
+		t.placed, t.released, t.mapSent = false, false, false
 	case reattach:
 		t.lease++
 		in.Attach, in.Host = true, t.status.Host
 	}
 	in.Attempt, in.Lease = t.attempt, t.lease
+	if host := t.Host; o.how != reattach {
+		if host == "" {
+			host = t.placedHost
+		}
+		in.Port = t.ports[host]
+	}
 	return workflow.ExecuteActivity(leaseOptions(ctx, r.plan, t, o.how == reattach), ActivityRunTask, in)
 }
 
@@ -64,7 +71,7 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	case end == leaseContactLost && t.lease < MaxLeases:
 		r.contactLost(t, res, err)
 		return
-	case end == leaseHostLost && !t.released && res.PID == 0 && t.lease < MaxLeases:
+	case end == leaseHostLost && !t.released && res.PID == 0 && t.lease < MaxLeases && !(silent(err) && r.mayHaveStarted(ctx, t)):
 		// The attempt never started its process: start it again, wherever it lands.
 		r.relaunch(t, fmt.Sprintf("host %s lost %s before its process started", orUnknown(t.status.Host), t.Name))
 		return
@@ -78,6 +85,19 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 		return
 	}
 	r.taskOver(t)
+}
+
+// silent says a lease ended with no answer from its host (it never took the re-attach up), as opposed to a
+// host that answered it has no record of the attempt.
+func silent(err error) bool {
+	var timeout *temporal.TimeoutError
+	return errors.As(err, &timeout)
+}
+
+// mayHaveStarted says whether an attempt with no confirmed start may still run: a Release carried its map and
+// the answer is not in (runs from before this rule relaunched it, and replay the same).
+func (r *run) mayHaveStarted(ctx workflow.Context, t *task) bool {
+	return t.mapSent && workflow.GetVersion(ctx, "clusterrun-unconfirmed-release", workflow.DefaultVersion, 1) >= 1
 }
 
 // leaseResult reads a lease's TaskResult: its result, or the details of its error.
@@ -156,6 +176,7 @@ func (r *run) lost(t *task, res TaskResult, err error, now time.Time) {
 		why = fmt.Sprintf("%s lost: its host lost contact %d times in a row", t.Name, t.lease)
 	}
 	t.done = true
+	t.lostHost = true
 	code := -1
 	st := &t.status
 	st.State, st.Error, st.ExitCode, st.Signal, st.EndTime = TaskFailed, why, &code, "", &now

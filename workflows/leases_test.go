@@ -152,6 +152,41 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 	assert.Contains(t, st.Reason, "worker-0 lost: host pooled-host did not take it up again within hostLossGrace 30s")
 }
 
+// The Release's answer and the lease's end race. When the lease's end comes first, the attempt is still known
+// to have got its map (its process may run), so when its host then stays away the attempt is lost, never
+// launched a second time as if it had not started (found as a flaky run of the test above).
+func TestLeases_ReleaseAnsweredAfterTheLeaseEndedStillCounts(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior { return exits(0) })
+	leaseEnded := make(chan struct{})
+	h.hosts.releaseAnswered = func() {
+		select {
+		case <-leaseEnded:
+			time.Sleep(100 * time.Millisecond) // the workflow takes the lease's end first
+		case <-time.After(10 * time.Second):
+		}
+	}
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "worker-0" && in.Attempt == 1 && !in.Attach:
+			close(leaseEnded)
+			return res, heartbeatTimeout(), true
+		case in.Task.Name == "worker-0" && in.Attach:
+			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), true
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: lost
+command: [x]
+chiefExit: wait
+hostLossGrace: 30s
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10ms}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach pooled-host", "a2.l1 launch"}, leasesOf(h, "worker-0"))
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+}
+
 // A host that answers but no longer knows the attempt (its state is gone) loses it at once.
 func TestLeases_HostWithoutRecordLosesTheTask(t *testing.T) {
 	h := newHarness(t, nil)

@@ -24,6 +24,7 @@ const (
 	ActivityNotifyStop  = "NotifyStop"
 	ActivitySignalTasks = "SignalTasks"
 	ActivityControlHost = "ControlHost"
+	ActivityUpdateMap   = "UpdateMap"
 )
 
 // ChangeLeases marks, with workflow.GetVersion, runs that use leases: RunTask attempts that the workflow
@@ -69,6 +70,8 @@ const (
 	// SignalStop asks the run to stop (StopRequest), from a task or from outside:
 	// temporal workflow signal --workflow-id RUN --name stop --input '{"error": "bad data"}'
 	SignalStop = "stop"
+	// SignalClearStop takes back a stop request made with keepRun (StopRequest naming who clears it).
+	SignalClearStop = "clear-stop"
 	// SignalTerminateTask stops one task (SIGTERM, stopGracePeriod, SIGKILL); it ends Terminated, not Failed
 	// (TaskControl with Task): temporal workflow signal --workflow-id RUN --name terminate-task --input '{"task": "worker-3"}'
 	SignalTerminateTask = "terminate-task"

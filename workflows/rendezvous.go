@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -30,11 +31,19 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		}
 		t.placed = true
 		st := &t.status
+		if r.leased && r.released && st.Port != 0 && (st.Host != p.Host || st.Addr != p.Addr || st.Port != p.Port) {
+			r.todo.moved = append(r.todo.moved, t.Name)
+		}
+		if t.ports == nil {
+			t.ports = map[string]int{}
+		}
+		t.ports[p.Host] = p.Port
 		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
 		st.Attempt = p.Attempt
 		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
 		if r.released {
 			r.todo.release = append(r.todo.release, t)
+			r.todo.askStop = r.todo.askStop || r.stopAsked != nil // a task started later is asked too
 		}
 	}
 	if !r.released && r.allPlaced() {
@@ -48,8 +57,8 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 }
 
 // releaseByHost sends the cluster map to waiting tasks, one Release per host, and returns the futures with the
-// tasks each one carries.
-func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) ([]workflow.Future, [][]*task) {
+// attempts each one carries.
+func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*task) ([]workflow.Future, [][]TaskAttempt) {
 	var hosts []string
 	byHost := map[string][]*task{}
 	for _, t := range tasks {
@@ -60,17 +69,18 @@ func (r *run) releaseByHost(ctx workflow.Context, info *workflow.Info, tasks []*
 		byHost[h] = append(byHost[h], t)
 	}
 	var futures []workflow.Future
-	var groups [][]*task
+	var groups [][]TaskAttempt
 	for _, h := range hosts {
-		futures = append(futures, r.release(ctx, info, byHost[h]))
-		groups = append(groups, byHost[h])
+		f, sent := r.release(ctx, info, byHost[h])
+		futures = append(futures, f)
+		groups = append(groups, sent)
 	}
 	return futures, groups
 }
 
 // release sends the cluster map to waiting attempts on one host (all given tasks share that host). In runs
 // before leases a task counts as running from here; with leases, from its host's confirmation (released).
-func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) workflow.Future {
+func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) (workflow.Future, []TaskAttempt) {
 	now := workflow.Now(ctx)
 	in := ReleaseInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Cluster: r.clusterMap()}
 	for _, t := range tasks {
@@ -79,35 +89,54 @@ func (r *run) release(ctx workflow.Context, info *workflow.Info, tasks []*task) 
 			t.released = true
 		}
 		t.status.StartTime = &now
+		t.mapSent = true
 		in.Tasks = append(in.Tasks, TaskAttempt{Task: t.Name, Attempt: t.status.Attempt})
 	}
 	host := tasks[0].status.Host
 	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, fmt.Sprintf("release %d task(s) on %s", len(tasks), host)),
-		ActivityRelease, in)
+		ActivityRelease, in), in.Tasks
 }
 
-// onReleased records a Release's answer: the tasks its host found waiting got the map, so their processes start;
-// a Release that failed (its host did not answer in time: the server was down, say) is sent again to those
-// still waiting for it.
-func (r *run) onReleased(tasks []*task, res ReleaseResult, err error) {
-	if err != nil {
-		for _, t := range tasks {
-			if t.placed && !t.released && !t.done && t.status.State == TaskPlaced {
-				r.todo.release = append(r.todo.release, t)
-			}
-		}
-		return
-	}
+// onReleased records a Release's answer: the attempts its host found waiting got the map, so their processes
+// start; a Release that failed (its host did not answer in time: the server was down, say) is sent again to
+// those still waiting for it. A confirmation counts even when the attempt's lease ended meanwhile (the two
+// answers race): its process may run, so a later loss must not start the attempt a second time elsewhere.
+func (r *run) onReleased(sent []TaskAttempt, res ReleaseResult, err error) {
 	got := map[string]bool{}
 	for _, name := range res.Released {
 		got[name] = true
 	}
-	for _, t := range tasks {
-		if got[t.Name] && t.placed && !t.done && t.status.State == TaskPlaced {
+	for _, s := range sent {
+		t := r.byName[s.Task]
+		if t == nil || t.done || !t.placed || t.status.Attempt != s.Attempt {
+			continue
+		}
+		switch {
+		case err != nil:
+			if !t.released && t.status.State == TaskPlaced {
+				r.todo.release = append(r.todo.release, t)
+			}
+		case got[t.Name]:
 			t.released = true
-			t.status.State = TaskRunning
+			if t.status.State == TaskPlaced {
+				t.status.State = TaskRunning
+			}
 		}
 	}
+}
+
+// updateMaps sends the current cluster map to every host with running tasks, after the named tasks moved:
+// their peers read it from their cluster file (CLUSTERRUN_CLUSTER_FILE) and may get mapChangeSignal.
+func (r *run) updateMaps(ctx workflow.Context, info *workflow.Info, moved []string) []workflow.Future {
+	in := UpdateMapInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Cluster: r.clusterMap(),
+		Moved: moved, Signal: r.plan.MapChangeSignal}
+	var futures []workflow.Future
+	for _, h := range r.runningHosts() {
+		futures = append(futures, workflow.ExecuteActivity(
+			controlOptions(ctx, h, 30*time.Second, fmt.Sprintf("new cluster map on %s (%s moved)", h, strings.Join(moved, ", "))),
+			ActivityUpdateMap, in))
+	}
+	return futures
 }
 
 // clusterMap is every task's endpoint as of now, in plan order.

@@ -33,7 +33,13 @@ type task struct {
 	lease    int  // the current lease on that attempt
 	attached bool // the current lease re-attaches (it started no process)
 	released bool // the current attempt got the cluster map, so its process may have started
-	restarts int  // restarts used from the task's own budget (scope: task)
+	mapSent  bool // a Release carried the map toward the current attempt: its process may have started unconfirmed
+	// lostHost: the last attempt was lost with its host (silent, or without a record of it): a restart avoids
+	// that host rather than going back to it.
+	lostHost bool
+	// ports holds the port the task had on each host it ran on: it asks for the same one there again.
+	ports    map[string]int
+	restarts int // restarts used from the task's own budget (scope: task)
 	// startFailed: the attempt could not start at all (missing command or folder); never restarted.
 	startFailed bool
 	// backoff is a pending restart's timer (nil when none), and cancelBackoff stops it.
@@ -68,9 +74,10 @@ type run struct {
 	barriers     map[string]*barrier
 	barrierOrder []string
 	stopReq      *StopRequest
-	signals      int  // signals received, against the run's signal budget
-	outcomes     int  // barrier outcomes published (BarrierOutcome.Seq)
-	searchable   bool // started with clusterrun's search attributes, so it may update them
+	stopAsked    *StopRequest // a keepRun request standing until clear-stop
+	signals      int          // signals received, against the run's signal budget
+	outcomes     int          // barrier outcomes published (BarrierOutcome.Seq)
+	searchable   bool         // started with clusterrun's search attributes, so it may update them
 	// leased: the run uses leases (started by this version or later). Runs started before replay with
 	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
 	leased bool
@@ -108,6 +115,7 @@ func (r *run) snapshot() RunStatus {
 	}
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq
+	s.StopAsked = r.stopAsked
 	return s
 }
 
@@ -328,7 +336,7 @@ func (r *run) resetForGeneration() {
 	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
-		t.released, t.startFailed, t.backoff, t.cancelBackoff = false, false, nil, nil
+		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff = false, false, false, nil, nil
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt}
 	}
 }

@@ -29,6 +29,9 @@ type RunTaskInput struct {
 	// Attach takes up the attempt's process on this host (Host) instead of starting one.
 	Attach bool   `json:"attach,omitempty"`
 	Host   string `json:"host,omitempty"`
+	// Port is the port the task had on the host it is sent to, earlier in the run: the host gives it the same
+	// one when it is free, so a restarted task comes back at its address. 0 for any port.
+	Port int `json:"port,omitempty"`
 }
 
 // Leased says the input comes from a run that uses leases (every run started by this version or later).
@@ -167,6 +170,9 @@ type StopRequest struct {
 	// Attempt is the requesting task's attempt: a request from a superseded attempt is ignored.
 	Attempt int    `json:"attempt,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// KeepRun only asks the tasks to stop (should-stop, wait-for-stop): the run goes on, and clear-stop takes
+	// the request back (tf.train.Coordinator's request_stop and clear_stop). Without it the run ends.
+	KeepRun bool `json:"keepRun,omitempty"`
 }
 
 // NotifyStopInput tells a host that its tasks of a run should stop.
@@ -175,6 +181,19 @@ type NotifyStopInput struct {
 	RunID      string `json:"runId"`
 	By         string `json:"by"`
 	Error      string `json:"error,omitempty"`
+	// KeepRun: the request only asks the tasks to stop; Clear takes such a request back.
+	KeepRun bool `json:"keepRun,omitempty"`
+	Clear   bool `json:"clear,omitempty"`
+}
+
+// UpdateMapInput gives a host the run's current cluster map after tasks moved (Moved: their address changed).
+// The host rewrites each of its tasks' cluster file, and sends Signal (if any) to those that did not move.
+type UpdateMapInput struct {
+	WorkflowID string     `json:"workflowId"`
+	RunID      string     `json:"runId"`
+	Cluster    ClusterMap `json:"cluster"`
+	Moved      []string   `json:"moved"`
+	Signal     string     `json:"signal,omitempty"`
 }
 
 // SignalTasksInput sends a signal to every process group of a run on one host.
@@ -274,6 +293,11 @@ type RunStatus struct {
 	BarrierCounts *BarrierCounts  `json:"barrierCounts,omitempty"`
 	// StopRequest is the stop request that ended (or is ending) the run, if any.
 	StopRequest *StopRequest `json:"stopRequest,omitempty"`
+	// StopAsked is a standing request that only asks the tasks to stop (keepRun), until clear-stop.
+	StopAsked *StopRequest `json:"stopAsked,omitempty"`
+	// Items counts the run's work items when its spec has them. The run does not hold them (its ClusterItems
+	// child does); readers such as starter.Run.Status fill this in from the child's memo.
+	Items *ItemCounts `json:"items,omitempty"`
 }
 
 // Task returns the named task's status, or nil.

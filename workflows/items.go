@@ -1,0 +1,298 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// ClusterItems holds a run's work items (ClusterCoordinator's closures): the run starts it as a child when its
+// spec has `items`, and the parent's end terminates it. Tasks reach it through their host worker, which sends
+// one update per request and names the calling task attempt itself, so a task cannot speak for another.
+//
+// It is a workflow of its own, not part of ClusterRun, because items must not be bounded by one history: the
+// run's history is pinned by its long-running RunTask activities and cannot continue as new, while this one
+// has nothing long-running in it and continues as new whenever its history grows, carrying its itemState.
+
+// Update and query names of ClusterItems.
+const (
+	ItemsWorkflowType   = "ClusterItems"
+	UpdateItemsSchedule = "items-schedule"
+	UpdateItemsTake     = "items-take"
+	UpdateItemsWait     = "items-wait"
+	QueryItems          = "items"
+	MemoItems           = "clusterrun.items"
+)
+
+// ItemsWorkflowID is the id of a run's ClusterItems workflow.
+func ItemsWorkflowID(runWorkflowID string) string { return runWorkflowID + "/items" }
+
+// MaxItemWait bounds how long one update waits inside the workflow; clients call again to wait longer. Short
+// waits keep continue-as-new prompt: it waits for every running handler.
+const MaxItemWait = 10 * time.Second
+
+// itemsHistoryLimit continues ClusterItems as new past this many events, before the server would suggest it.
+const itemsHistoryLimit = 10_000
+
+// ItemsInput starts ClusterItems, or continues it with its state.
+type ItemsInput struct {
+	RunID  string     `json:"runID"`
+	Config spec.Items `json:"config"`
+	State  *itemState `json:"state,omitempty"`
+}
+
+// ScheduleItemsRequest schedules items for From. Items past the queue's room are not taken: the answer's IDs
+// cover a prefix, and the caller sends the rest again. Wait is how long to wait for room.
+type ScheduleItemsRequest struct {
+	From  TaskAttempt   `json:"from"`
+	Items []NewItem     `json:"items"`
+	Hold  bool          `json:"hold,omitempty"`
+	Wait  time.Duration `json:"wait,omitempty"`
+}
+
+// ScheduleItemsResult holds the ids of the items taken, in order, and the scheduler's finished items.
+type ScheduleItemsResult struct {
+	IDs     []int64      `json:"ids"`
+	Results []ItemResult `json:"results,omitempty"`
+}
+
+// TakeItemsRequest reports a worker's outcomes, renews the leases it still holds, and takes up to Max items
+// of the functions it serves, waiting up to Wait for one.
+type TakeItemsRequest struct {
+	From  TaskAttempt   `json:"from"`
+	Done  []ItemOutcome `json:"done,omitempty"`
+	Renew []int64       `json:"renew,omitempty"`
+	Fns   []string      `json:"fns,omitempty"`
+	Max   int           `json:"max,omitempty"`
+	Wait  time.Duration `json:"wait,omitempty"`
+}
+
+// TakeItemsResult holds the items leased to the worker.
+type TakeItemsResult struct {
+	Items []Lease `json:"items"`
+}
+
+// WaitItemsRequest waits up to Wait until the given ids, or with All every item From's task scheduled, have
+// finished. With Raise, an answer with nothing pending carries the task's first error and clears it.
+type WaitItemsRequest struct {
+	From  TaskAttempt   `json:"from"`
+	IDs   []int64       `json:"ids,omitempty"`
+	All   bool          `json:"all,omitempty"`
+	Raise bool          `json:"raise,omitempty"`
+	Wait  time.Duration `json:"wait,omitempty"`
+}
+
+// WaitItemsResult holds the caller's finished items, how many of its task's items are pending, and the error
+// raised, if any.
+type WaitItemsResult struct {
+	Results []ItemResult `json:"results,omitempty"`
+	Pending int          `json:"pending"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// ItemsView answers the items query.
+type ItemsView struct {
+	Config spec.Items `json:"config"`
+	Counts ItemCounts `json:"counts"`
+	Items  []Item     `json:"items"`
+}
+
+// ErrItemsMoving refuses an update while ClusterItems moves to a new history; host workers send it again.
+const ErrItemsMoving = "ItemsMoving"
+
+var errItemsMoving = temporal.NewApplicationError("the run's items are moving to a new history; send the request again", ErrItemsMoving)
+
+// ClusterItems is the work-item workflow; see the top of this file.
+func ClusterItems(ctx workflow.Context, in ItemsInput) error {
+	s := in.State
+	if s == nil {
+		s = newItemState(in.Config)
+	}
+	s.init()
+	w := &itemsWorkflow{s: s}
+	if err := w.register(ctx); err != nil {
+		return err
+	}
+	var memo ItemCounts
+	for !w.moving {
+		now := workflow.Now(ctx)
+		next := s.expire(now)
+		if s.Counts != memo {
+			memo = s.Counts
+			if err := workflow.UpsertMemo(ctx, map[string]any{MemoItems: memo}); err != nil {
+				workflow.GetLogger(ctx).Warn("cannot publish item counts", "error", err)
+			}
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(next.Sub(now), time.Millisecond)
+		}
+		w.changed = false
+		ok, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return w.changed || w.historyFull(ctx) })
+		if err != nil {
+			return nil // canceled: the run ended
+		}
+		if ok && w.historyFull(ctx) {
+			w.moving = true
+		}
+	}
+	// Let every handler answer (waiting ones return at once), then carry the state to a new history.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return nil
+	}
+	return workflow.NewContinueAsNewError(ctx, ClusterItems, ItemsInput{RunID: in.RunID, Config: in.Config, State: s})
+}
+
+type itemsWorkflow struct {
+	s       *itemState
+	changed bool // the state changed since the main loop last looked
+	moving  bool // continue-as-new is under way
+}
+
+func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > itemsHistoryLimit
+}
+
+// register sets the query and the update handlers. Validators refuse bad input before it reaches the history.
+func (w *itemsWorkflow) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryItems, func(limit int) (ItemsView, error) {
+		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)))}, nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateItemsSchedule, w.schedule,
+		workflow.UpdateHandlerOptions{Validator: w.checkSchedule}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateItemsTake, w.take,
+		workflow.UpdateHandlerOptions{Validator: w.checkTake}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateItemsWait, w.wait,
+		workflow.UpdateHandlerOptions{Validator: w.checkWait})
+}
+
+func (w *itemsWorkflow) checkSchedule(req ScheduleItemsRequest) error {
+	if w.moving {
+		return errItemsMoving
+	}
+	if err := checkFrom(req.From); err != nil {
+		return err
+	}
+	if len(req.Items) == 0 || len(req.Items) > MaxItemsPerCall {
+		return fmt.Errorf("schedule takes 1..%d items per call (got %d)", MaxItemsPerCall, len(req.Items))
+	}
+	for _, it := range req.Items {
+		if err := checkNewItem(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *itemsWorkflow) checkTake(req TakeItemsRequest) error {
+	if w.moving {
+		return errItemsMoving
+	}
+	if err := checkFrom(req.From); err != nil {
+		return err
+	}
+	if len(req.Done) > MaxItemsPerCall || len(req.Renew) > MaxItemsPerCall || len(req.Fns) > MaxItemsPerCall || req.Max < 0 || req.Max > MaxItemsPerCall {
+		return fmt.Errorf("take reports, renews, serves and takes at most %d items or functions per call", MaxItemsPerCall)
+	}
+	if req.Max > 0 && len(req.Fns) == 0 {
+		return errors.New("take names no function to serve")
+	}
+	for _, o := range req.Done {
+		if err := checkOutcome(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *itemsWorkflow) checkWait(req WaitItemsRequest) error {
+	if w.moving {
+		return errItemsMoving
+	}
+	if err := checkFrom(req.From); err != nil {
+		return err
+	}
+	if len(req.IDs) > MaxItemsPerCall {
+		return fmt.Errorf("wait names at most %d items per call (got %d)", MaxItemsPerCall, len(req.IDs))
+	}
+	return nil
+}
+
+// MaxItemsPerCall bounds the items in one request, so that one update stays small in the history.
+const MaxItemsPerCall = 1000
+
+func checkFrom(from TaskAttempt) error {
+	if from.Task == "" || from.Attempt < 1 {
+		return errors.New("the request names no task attempt")
+	}
+	return nil
+}
+
+// await waits up to d for cond, or until the workflow moves to a new history.
+func (w *itemsWorkflow) await(ctx workflow.Context, d time.Duration, cond func() bool) {
+	if d <= 0 || cond() {
+		return
+	}
+	_, _ = workflow.AwaitWithTimeout(ctx, min(d, MaxItemWait), func() bool { return w.moving || cond() })
+}
+
+func (w *itemsWorkflow) schedule(ctx workflow.Context, req ScheduleItemsRequest) (ScheduleItemsResult, error) {
+	w.s.seen(req.From, workflow.Now(ctx))
+	w.await(ctx, req.Wait, func() bool { return w.s.room(len(req.Items[0].Args)) || w.s.Keys[req.Items[0].Key] != 0 })
+	ids, err := w.s.schedule(req.From, req.Items, req.Hold, workflow.Now(ctx))
+	w.changed = true
+	if err != nil && len(ids) == 0 {
+		return ScheduleItemsResult{}, err
+	}
+	// Items before a refused key are taken; the caller sends the rest again and gets the refusal then.
+	return ScheduleItemsResult{IDs: ids, Results: w.s.deliver(req.From, nil)}, nil
+}
+
+func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeItemsResult, error) {
+	now := workflow.Now(ctx)
+	w.s.seen(req.From, now)
+	w.s.complete(req.Done, now)
+	w.s.renew(req.From, req.Renew, now)
+	w.changed = true
+	if req.Max == 0 {
+		return TakeItemsResult{}, nil
+	}
+	fns := map[string]bool{}
+	for _, f := range req.Fns {
+		fns[f] = true
+	}
+	w.await(ctx, req.Wait, func() bool { return w.s.hasWork(fns) })
+	out := TakeItemsResult{Items: w.s.take(req.From, fns, req.Max, workflow.Now(ctx))}
+	if len(out.Items) > 0 {
+		w.changed = true
+	}
+	return out, nil
+}
+
+func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitItemsResult, error) {
+	w.s.seen(req.From, workflow.Now(ctx))
+	w.await(ctx, req.Wait, func() bool {
+		if req.All {
+			return w.s.pending(req.From.Task) == 0
+		}
+		return w.s.finished(req.IDs)
+	})
+	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs), Pending: w.s.pending(req.From.Task)}
+	if req.Raise && out.Pending == 0 {
+		out.Error = w.s.raise(req.From.Task)
+	}
+	w.changed = true
+	return out, nil
+}

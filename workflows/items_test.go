@@ -1,0 +1,292 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+var (
+	chief   = TaskAttempt{Task: "chief-0", Attempt: 1}
+	worker0 = TaskAttempt{Task: "worker-0", Attempt: 1}
+	worker1 = TaskAttempt{Task: "worker-1", Attempt: 1}
+	t0      = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	serve   = map[string]bool{"step": true}
+)
+
+func newItems(queue int) *itemState {
+	return newItemState(spec.Items{Queue: queue, Lease: time.Minute, MaxAttempts: 3})
+}
+
+func steps(n int) []NewItem {
+	var out []NewItem
+	for i := range n {
+		out = append(out, NewItem{Fn: "step", Args: json.RawMessage(`[` + string(rune('0'+i)) + `]`)})
+	}
+	return out
+}
+
+func ok(l Lease, result string) ItemOutcome {
+	return ItemOutcome{ID: l.ID, Lease: l.Lease, Result: json.RawMessage(result)}
+}
+
+// A worker whose task comes back as a new attempt lost what it held: those items go to the next worker, first.
+func TestItems_LostWorkerItemsGoToAnother(t *testing.T) {
+	s := newItems(10)
+	ids := sched(t, s, chief, steps(3), false, t0)
+	require.Equal(t, []int64{1, 2, 3}, ids)
+	held := s.take(worker0, serve, 2, t0)
+	require.Len(t, held, 2)
+
+	s.seen(TaskAttempt{Task: "worker-0", Attempt: 2}, t0.Add(time.Second))
+	assert.Equal(t, ItemCounts{Scheduled: 3, Queued: 3, Retried: 2}, s.Counts)
+	again := s.take(worker1, serve, 3, t0.Add(2*time.Second))
+	require.Len(t, again, 3)
+	assert.Equal(t, []int64{1, 2, 3}, []int64{again[0].ID, again[1].ID, again[2].ID}, "lost items go first")
+	assert.Equal(t, "lost: worker-0 attempt 1 ended", s.Items[1].Attempts[0].Outcome)
+
+	// The dead attempt's result, had it come, would be a duplicate once another's is in.
+	s.complete([]ItemOutcome{ok(again[0], `"a"`), ok(again[1], `"b"`), ok(again[2], `"c"`)}, t0.Add(3*time.Second))
+	s.complete([]ItemOutcome{ok(held[0], `"late"`)}, t0.Add(4*time.Second))
+	assert.Equal(t, ItemCounts{Scheduled: 3, Done: 3, Retried: 2, Duplicates: 1}, s.Counts)
+	got := s.deliver(chief, nil)
+	require.Len(t, got, 3)
+	assert.JSONEq(t, `"a"`, string(got[0].Result), "the first result wins")
+	assert.Empty(t, s.Items, "delivered items without a key are let go")
+	assert.Zero(t, s.Bytes)
+}
+
+// A lease with no result and no renewal expires: the item goes round again, and never sits in running forever.
+func TestItems_LeaseExpiresAndMaxAttemptsEndsTheItem(t *testing.T) {
+	s := newItems(10)
+	sched(t, s, chief, steps(1), false, t0)
+	l := s.take(worker0, serve, 1, t0)
+	require.Len(t, l, 1)
+	s.renew(worker0, []int64{l[0].Lease}, t0.Add(50*time.Second))
+	assert.Equal(t, t0.Add(110*time.Second), s.expire(t0.Add(61*time.Second)), "a renewed lease lives on")
+
+	s.expire(t0.Add(110 * time.Second))
+	assert.Equal(t, ItemQueued, s.Items[1].State)
+	assert.Contains(t, s.Items[1].Attempts[0].Outcome, "lease expired: no result or renewal from worker-0 attempt 1 within 1m0s")
+	for i := range 2 {
+		now := t0.Add(time.Duration(200+100*i) * time.Second)
+		require.Len(t, s.take(worker1, serve, 1, now), 1)
+		s.expire(now.Add(time.Minute))
+	}
+	it := s.Items[1]
+	assert.Equal(t, ItemFailed, it.State)
+	assert.Len(t, it.Attempts, 3)
+	assert.Contains(t, it.Error, "handed out 3 times without a result (maxAttempts)")
+	assert.Equal(t, ItemCounts{Scheduled: 1, Failed: 1, Retried: 2}, s.Counts)
+}
+
+// The same key returns the same item, finished or not, and takes no room.
+func TestItems_DuplicateKeyReturnsTheSameItem(t *testing.T) {
+	s := newItems(1)
+	a := sched(t, s, chief, []NewItem{{Fn: "step", Key: "epoch-1"}}, false, t0)
+	b := sched(t, s, chief, []NewItem{{Fn: "step", Key: "epoch-1"}, {Fn: "step"}}, false, t0)
+	assert.Equal(t, []int64{1}, a)
+	assert.Equal(t, []int64{1}, b, "the keyed one is known; the other finds the queue full")
+	l := s.take(worker0, serve, 1, t0)
+	s.complete([]ItemOutcome{ok(l[0], `42`)}, t0)
+	require.Len(t, s.deliver(chief, nil), 1)
+	assert.Empty(t, s.deliver(chief, nil), "delivered once")
+
+	// A restarted chief schedules the key again and gets the result back, without running it again.
+	chief2 := TaskAttempt{Task: "chief-0", Attempt: 2}
+	s.seen(chief2, t0)
+	assert.Equal(t, []int64{1}, sched(t, s, chief2, []NewItem{{Fn: "step", Key: "epoch-1"}}, false, t0))
+	got := s.deliver(chief2, nil)
+	require.Len(t, got, 1)
+	assert.JSONEq(t, `42`, string(got[0].Result))
+	assert.Equal(t, int64(1), s.Counts.Scheduled)
+}
+
+// join raises the first error once, then clears it; scheduling goes on.
+func TestItems_ErrorIsRaisedOnceThenSchedulingGoesOn(t *testing.T) {
+	s := newItems(10)
+	sched(t, s, chief, steps(2), false, t0)
+	l := s.take(worker0, serve, 2, t0)
+	s.complete([]ItemOutcome{{ID: l[0].ID, Lease: l[0].Lease, Error: "ValueError: bad shard"}, {ID: l[1].ID, Lease: l[1].Lease, Error: "second"}}, t0)
+	assert.Zero(t, s.pending("chief-0"))
+	assert.Equal(t, "item 1 (step) failed: ValueError: bad shard", s.raise("chief-0"))
+	assert.Empty(t, s.raise("chief-0"), "raised once")
+	assert.Equal(t, []int64{3}, sched(t, s, chief, steps(1), false, t0))
+	assert.Equal(t, 1, s.pending("chief-0"))
+}
+
+// A restarted scheduler's unkeyed items nobody can take any more are dropped; running ones finish.
+func TestItems_RestartedSchedulerAbandonsItsOldItems(t *testing.T) {
+	s := newItems(10)
+	sched(t, s, chief, steps(3), false, t0)
+	s.take(worker0, serve, 1, t0)
+	s.seen(TaskAttempt{Task: "chief-0", Attempt: 2}, t0)
+	assert.Equal(t, int64(2), s.Counts.Abandoned)
+	assert.Equal(t, int64(0), s.Counts.Queued)
+	assert.Len(t, s.Items, 1, "the running one stays until its result")
+}
+
+// The queue bounds what waits, and the state carried across continue-as-new survives its JSON trip.
+func TestItems_QueueBoundAndStateRoundTrip(t *testing.T) {
+	s := newItems(2)
+	assert.Equal(t, []int64{1, 2}, sched(t, s, chief, steps(3), true, t0))
+	l := s.take(worker0, serve, 1, t0)
+	assert.Equal(t, []int64{3}, sched(t, s, chief, steps(1), true, t0), "room again once one runs")
+
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back itemState
+	require.NoError(t, json.Unmarshal(b, &back))
+	back.init()
+	assert.Equal(t, s.Counts, back.Counts)
+	assert.Equal(t, s.Queue, back.Queue)
+	back.complete([]ItemOutcome{ok(l[0], `1`)}, t0)
+	assert.Empty(t, back.deliver(chief, nil), "held items wait to be fetched by id")
+	assert.Len(t, back.deliver(chief, []int64{1}), 1)
+}
+
+// The workflow end to end in the test environment: updates, a lease that expires on the workflow's timer, and
+// the counts in the memo.
+func TestItems_Workflow(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(ClusterItems)
+	cfg := spec.Items{Queue: 100, Lease: 5 * time.Second, MaxAttempts: 5}
+	var leases []Lease
+	var final WaitItemsResult
+	// update sends an update; then, if given, runs with its answer decoded into out.
+	update := func(name string, arg any, out any, then func()) {
+		env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("%s rejected: %v", name, err) },
+			OnAccept: func() {},
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				if out != nil {
+					b, _ := json.Marshal(v)
+					require.NoError(t, json.Unmarshal(b, out))
+				}
+				if then != nil {
+					then()
+				}
+			},
+		}, arg)
+	}
+	var scheduled ScheduleItemsResult
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: steps(2)}, &scheduled, func() {
+			assert.Equal(t, []int64{1, 2}, scheduled.IDs)
+		})
+	}, time.Second)
+	var took TakeItemsResult
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsTake, TakeItemsRequest{From: worker0, Fns: []string{"step"}, Max: 2, Wait: time.Second}, &took, func() {
+			leases = took.Items
+		})
+	}, 2*time.Second)
+	env.RegisterDelayedCallback(func() {
+		// worker-0 answers one and goes silent with the other, whose lease expires at 7s.
+		require.Len(t, leases, 2)
+		update(UpdateItemsTake, TakeItemsRequest{From: worker0, Done: []ItemOutcome{ok(leases[0], `"x"`)}}, nil, nil)
+	}, 3*time.Second)
+	var again TakeItemsResult
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsTake, TakeItemsRequest{From: worker1, Fns: []string{"step"}, Max: 5, Wait: 5 * time.Second}, &again, func() {
+			require.Len(t, again.Items, 1)
+			assert.Equal(t, int64(2), again.Items[0].ID)
+			update(UpdateItemsTake, TakeItemsRequest{From: worker1, Done: []ItemOutcome{ok(again.Items[0], `"y"`)}}, nil, nil)
+		})
+	}, 6*time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsWait, WaitItemsRequest{From: chief, All: true, Raise: true, Wait: 5 * time.Second}, &final, nil)
+	}, 6500*time.Millisecond)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryItems, 10)
+		require.NoError(t, err)
+		var view ItemsView
+		require.NoError(t, v.Get(&view))
+		assert.Equal(t, ItemCounts{Scheduled: 2, Done: 2, Retried: 1}, view.Counts)
+		require.Len(t, view.Items, 2)
+		assert.Equal(t, int64(2), view.Items[0].ID, "the latest first")
+		assert.Len(t, view.Items[0].Attempts, 2, "the attempt history shows the expired lease")
+		env.CancelWorkflow()
+	}, 20*time.Second)
+	env.ExecuteWorkflow(ClusterItems, ItemsInput{RunID: "r", Config: cfg})
+	require.True(t, env.IsWorkflowCompleted())
+	assert.Zero(t, final.Pending)
+	require.Len(t, final.Results, 2)
+	assert.JSONEq(t, `"y"`, string(final.Results[1].Result))
+}
+
+// sched schedules items and fails the test on a refusal.
+func sched(t *testing.T, s *itemState, who TaskAttempt, items []NewItem, hold bool, now time.Time) []int64 {
+	t.Helper()
+	ids, err := s.schedule(who, items, hold, now)
+	require.NoError(t, err)
+	return ids
+}
+
+// Keyed results are kept for the run in a bounded store: past it a new key is refused with a clear error (a
+// known one still answers), and the state carried across continue-as-new stays within one payload.
+func TestItems_KeyedResultsAreBounded(t *testing.T) {
+	s := newItemState(spec.Items{Queue: 100_000, Lease: time.Minute, MaxAttempts: 3})
+	big := json.RawMessage(`"` + strings.Repeat("x", MaxItemResult-10) + `"`)
+	n := 0
+	var refused error
+	for refused == nil {
+		n++
+		ids, err := s.schedule(chief, []NewItem{{Fn: "step", Key: fmt.Sprintf("k%d", n)}}, false, t0)
+		if refused = err; err != nil {
+			break
+		}
+		l := s.take(worker0, serve, 1, t0)
+		require.Len(t, l, 1)
+		s.complete([]ItemOutcome{{ID: ids[0], Lease: l[0].Lease, Result: big}}, t0)
+		require.Len(t, s.deliver(chief, nil), 1)
+	}
+	assert.ErrorContains(t, refused, "this run keeps 512 KiB of keyed results already, and takes no new key")
+	again, err := s.schedule(chief, []NewItem{{Fn: "step", Key: "k1"}}, false, t0)
+	require.NoError(t, err, "a known key still answers")
+	assert.Equal(t, []int64{1}, again)
+	assert.Zero(t, s.Bytes, "kept results leave the room for held items")
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	assert.Less(t, len(b), 2<<20, "the carried state fits one payload")
+}
+
+// However items go round (every one handed out until maxAttempts), the state stays within one payload: the
+// room an item takes reserves its history, which keeps the last 5 hand-outs.
+func TestItems_StateStaysBoundedWhenItemsGoRound(t *testing.T) {
+	s := newItemState(spec.Items{Queue: 100_000, Lease: time.Second, MaxAttempts: 100})
+	for {
+		ids := sched(t, s, chief, []NewItem{{Fn: "step", Args: json.RawMessage(`[1]`), Key: ""}}, false, t0)
+		if len(ids) == 0 {
+			break
+		}
+	}
+	held := len(s.Items)
+	assert.Greater(t, held, 500)
+	now := t0
+	for range 100 {
+		s.take(worker0, serve, held, now)
+		now = now.Add(2 * time.Second)
+		s.expire(now)
+	}
+	for _, it := range s.Items {
+		require.Equal(t, ItemFailed, it.State)
+		require.Equal(t, 100, it.Handouts)
+		require.Len(t, it.Attempts, 5, "the last 5 hand-outs")
+	}
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	assert.Less(t, len(b), 2<<20, "%d held items, %d bytes carried", held, len(b))
+	t.Logf("%d held items, all handed out 100 times: %d bytes carried", held, len(b))
+	assert.LessOrEqual(t, s.Bytes, MaxItemBytes)
+}
