@@ -42,9 +42,11 @@ type entry struct {
 	// and its supervisor's socket.
 	controlSocket string
 	shimSocket    string
-	release       chan workflows.ClusterMap
-	stopReq       chan struct{} // closed on the first stop request, started or not
-	ended         chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting
+	// clusterFile holds the run's current cluster map for the task (CLUSTERRUN_CLUSTER_FILE).
+	clusterFile string
+	release     chan workflows.ClusterMap
+	stopReq     chan struct{} // closed on the first stop request, started or not
+	ended       chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting
 
 	mu         sync.Mutex
 	lease      int
@@ -60,8 +62,10 @@ type entry struct {
 	progress   *workflows.Progress
 	progressAt time.Time
 	notice     *workflows.NotifyStopInput // the run asked its tasks to stop
-	hung       bool
-	unheldAt   time.Time // when it lost its last lease (zero while held)
+	// stopMoved is closed, and replaced, whenever the stop state changes: wait-for-stop waits on it.
+	stopMoved chan struct{}
+	hung      bool
+	unheldAt  time.Time // when it lost its last lease (zero while held)
 }
 
 func newEntry(ref attemptRef, t spec.Task, legacy bool, grace time.Duration) *entry {
@@ -207,12 +211,42 @@ func (e *entry) lastProgress() *workflows.Progress {
 	return e.progress
 }
 
+// setNotice records the run's stop request: one that ends the run stands for good; a keepRun one stands
+// until cleared.
 func (e *entry) setNotice(n workflows.NotifyStopInput) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.notice == nil {
+	switch {
+	case n.Clear:
+		if e.notice == nil || !e.notice.KeepRun {
+			return
+		}
+		e.notice = nil
+	case e.notice == nil || (e.notice.KeepRun && !n.KeepRun):
 		e.notice = &n
+	default:
+		return
 	}
+	e.stopChangedLocked()
+}
+
+// stopChangedLocked wakes every wait-for-stop; e.mu is held.
+func (e *entry) stopChangedLocked() {
+	if e.stopMoved != nil {
+		close(e.stopMoved)
+	}
+	e.stopMoved = make(chan struct{})
+}
+
+// stopWatch returns the stop state now and a channel closed when it next changes.
+func (e *entry) stopWatch() (task.StopState, chan struct{}) {
+	st := e.stopState()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopMoved == nil {
+		e.stopMoved = make(chan struct{})
+	}
+	return st, e.stopMoved
 }
 
 // stopState answers should-stop: the run asked its tasks to stop, or clusterrun is stopping this task.

@@ -20,6 +20,7 @@ type TaskIdentity struct {
 	ResultFile   string
 	ErrorFile    string
 	Socket       string // the control socket, CLUSTERRUN_SOCKET
+	ClusterFile  string // the current cluster map, CLUSTERRUN_CLUSTER_FILE
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy), then
@@ -54,6 +55,9 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	set("CLUSTERRUN_ERROR_FILE", id.ErrorFile)
 	if id.Socket != "" {
 		set("CLUSTERRUN_SOCKET", id.Socket)
+	}
+	if id.ClusterFile != "" {
+		set("CLUSTERRUN_CLUSTER_FILE", id.ClusterFile)
 	}
 	set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
 	set("TF_CONFIG", TFConfig(t, m))

@@ -26,10 +26,15 @@ const (
 
 // decode reads a JSON body strictly: at most maxRequestBody bytes, no unknown fields, nothing after the value.
 func decode(path string, body io.Reader, v any) error {
-	dec := json.NewDecoder(io.LimitReader(body, maxRequestBody))
+	return decodeLimit(path, body, v, maxRequestBody)
+}
+
+// decodeLimit is decode with a bound of its own.
+func decodeLimit(path string, body io.Reader, v any, limit int64) error {
+	dec := json.NewDecoder(io.LimitReader(body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON body for %s (at most %d KiB): %v", path, maxRequestBody>>10, err)
+		return fmt.Errorf("malformed JSON body for %s (at most %d KiB): %v", path, limit>>10, err)
 	}
 	if dec.More() {
 		return fmt.Errorf("malformed JSON body for %s: more than one JSON value", path)

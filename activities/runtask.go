@@ -124,7 +124,7 @@ func (h *Host) refused(in workflows.RunTaskInput, res workflows.TaskResult, err 
 // rendezvous reserves a port, reports the placement, and waits for the cluster map. The returned listener
 // holds the port until the process starts, so nothing else on this host takes it meanwhile.
 func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *entry, holder chan struct{}, res workflows.TaskResult) (workflows.ClusterMap, net.Listener, *ending) {
-	ln, err := net.Listen("tcp", ":0")
+	ln, err := reservePort(in.Port)
 	if err != nil {
 		h.forget(e)
 		return workflows.ClusterMap{}, nil, &ending{res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, e.ref.Task, err)}
@@ -166,6 +166,17 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 		res.Stopped = true
 		return end(&ending{res, temporal.NewCanceledError(res)})
 	}
+}
+
+// reservePort listens on the port a task had on this host earlier in its run, so that a restart comes back at
+// its address; when that port is taken (or there was none), on any free port.
+func reservePort(want int) (net.Listener, error) {
+	if want > 0 {
+		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", want)); err == nil {
+			return ln, nil
+		}
+	}
+	return net.Listen("tcp", ":0")
 }
 
 // forget drops an attempt that ends before its process started.
@@ -212,9 +223,12 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	if err != nil {
 		return fail(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err))
 	}
+	if err := h.writeClusterFile(e, cluster); err != nil {
+		return fail(fmt.Errorf("cluster file for %s on %s: %w", e.ref.Task, h.Name, err))
+	}
 	env := TaskEnv(append(h.TaskEnv.Filter(os.Environ()), h.userEnv()...), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
-		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path}, cluster)
+		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path, ClusterFile: e.clusterFile}, cluster)
 
 	ln.Close()
 	launched = true

@@ -71,9 +71,16 @@ func (h *Host) serveControl(e *entry) (*controlServer, error) {
 	mux.HandleFunc(task.PathProgress, c.handle(http.MethodPost, c.progress))
 	mux.HandleFunc(task.PathStop, c.handle(http.MethodPost, c.stop))
 	mux.HandleFunc(task.PathShouldStop, c.handle(http.MethodGet, c.shouldStop))
+	mux.HandleFunc(task.PathWaitForStop, c.handle(http.MethodPost, c.waitForStop))
+	mux.HandleFunc(task.PathClearStop, c.handle(http.MethodPost, c.clearStop))
+	mux.HandleFunc(task.PathItemsSchedule, c.handle(http.MethodPost, c.itemsSchedule))
+	mux.HandleFunc(task.PathItemsTake, c.handle(http.MethodPost, c.itemsTake))
+	mux.HandleFunc(task.PathItemsWait, c.handle(http.MethodPost, c.itemsWait))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown endpoint %s; endpoints are GET %s, POST %s, POST %s, POST %s, GET %s",
-			r.URL.Path, task.PathInfo, task.PathBarrier, task.PathProgress, task.PathStop, task.PathShouldStop))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown endpoint %s; endpoints are GET %s, POST %s, POST %s, POST %s, GET %s, "+
+			"POST %s, POST %s, POST %s, POST %s, POST %s",
+			r.URL.Path, task.PathInfo, task.PathBarrier, task.PathProgress, task.PathStop, task.PathShouldStop, task.PathWaitForStop,
+			task.PathClearStop, task.PathItemsSchedule, task.PathItemsTake, task.PathItemsWait))
 	})
 	c.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = c.srv.Serve(ln) }()
@@ -207,11 +214,58 @@ func (c *controlServer) stop(r *http.Request) (any, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	err = c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
-		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error})
+		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
 	}
 	return map[string]bool{"requested": true}, 0, nil
+}
+
+func (c *controlServer) clearStop(r *http.Request) (any, int, error) {
+	var req struct{}
+	if err := decode(task.PathClearStop, r.Body, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	err := c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalClearStop,
+		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt})
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("clear stop: %v", err)
+	}
+	return map[string]bool{"cleared": true}, 0, nil
+}
+
+// waitForStop blocks until the run asks its tasks to stop, or the timeout: no polling.
+func (c *controlServer) waitForStop(r *http.Request) (any, int, error) {
+	var req task.WaitForStopRequest
+	if err := decode(task.PathWaitForStop, r.Body, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	var expired <-chan time.Time
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d < 0 || d > maxBarrierTimeout {
+			return nil, http.StatusBadRequest, fmt.Errorf("wait-for-stop timeout %q is not a duration of 0 to %s; write e.g. 30s", cut(req.Timeout, 64), maxBarrierTimeout)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		st, moved := c.e.stopWatch()
+		if st.Stop {
+			return st, 0, nil
+		}
+		select {
+		case <-moved:
+		case <-c.e.stopReq:
+		case <-expired:
+			return st, 0, nil
+		case <-c.e.ended:
+			return nil, http.StatusServiceUnavailable, errors.New("the task is ending")
+		case <-r.Context().Done():
+			return nil, http.StatusRequestTimeout, r.Context().Err()
+		}
+	}
 }
 
 func (c *controlServer) shouldStop(*http.Request) (any, int, error) {

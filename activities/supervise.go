@@ -31,6 +31,7 @@ type taskRecord struct {
 	// Sockets: the task knows its control socket by this path (CLUSTERRUN_SOCKET), so it is served again here.
 	ControlSocket string `json:"controlSocket"`
 	ShimSocket    string `json:"shimSocket"`
+	ClusterFile   string `json:"clusterFile,omitempty"`
 }
 
 // legacyOrphanAfter: an attempt of a run started before leases dies soon after its worker, as it did when
@@ -95,8 +96,7 @@ func (h *Host) logCap(asked int64) int64 {
 func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, heartbeatTimeout time.Duration) (shim.Started, error) {
 	rec := h.recordDir(e.key)
 	e.shimSocket = filepath.Join(h.socketFolder(e.key), "shim.sock")
-	err := writeRecord(rec, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
-		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket})
+	err := h.saveRecord(e)
 	if err != nil {
 		h.abortShim(e, p)
 		return shim.Started{}, err
@@ -213,7 +213,7 @@ func (h *Host) recover() {
 		}
 		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
 		e.setInfo(rec.Info)
-		e.controlSocket, e.shimSocket = rec.ControlSocket, rec.ShimSocket
+		e.controlSocket, e.shimSocket, e.clusterFile = rec.ControlSocket, rec.ShimSocket, rec.ClusterFile
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
@@ -236,6 +236,12 @@ func (h *Host) recover() {
 		h.Metrics.Counter(metricTaskReattaches).Inc(1)
 		go h.supervise(e)
 	}
+}
+
+// saveRecord writes an attempt's record: what a worker that takes it up after a restart needs.
+func (h *Host) saveRecord(e *entry) error {
+	return writeRecord(h.recordDir(e.key), taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
+		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, ClusterFile: e.clusterFile})
 }
 
 func writeRecord(dir string, rec taskRecord) error {

@@ -13,6 +13,13 @@ its folder on PYTHONPATH (for example ``env: {PYTHONPATH: /opt/clusterrun/python
     clusterrun.request_stop(error="dataset shard 7 is corrupt")   # the run fails with this error
     print(clusterrun.info()["cluster"])
 
+Work items (ClusterCoordinator's API; the run's spec needs `items: {}`):
+
+    v = clusterrun.schedule("step", args=(3,))     # a RemoteValue at once; blocks while the queue is full
+    clusterrun.join()                              # everything scheduled so far; raises the first error once
+    print(v.fetch())
+    clusterrun.serve({"step": train_step})         # on the workers: run items until the run stops
+
 It talks JSON over HTTP to the task's control socket, whose path clusterrun puts in CLUSTERRUN_SOCKET. While
 the socket is gone or answers 503 (the task's host worker is restarting), every call retries for up to
 RETRY_FOR seconds; the next worker serves the socket again at the same path.
@@ -22,10 +29,13 @@ import http.client
 import json
 import os
 import socket
+import threading
 import time
 
-__all__ = ["barrier", "progress", "request_stop", "should_stop", "stop_state", "info",
-           "ClusterrunError", "BarrierError", "NotInTaskError", "RETRY_FOR"]
+__all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop", "stop_on_exception",
+           "should_stop", "stop_state", "info", "cluster_map",
+           "schedule", "join", "done", "serve", "RemoteValue",
+           "ClusterrunError", "BarrierError", "NotInTaskError", "ItemError", "RETRY_FOR"]
 
 # How long a call keeps trying while the control socket is gone or unavailable (its host worker restarting).
 RETRY_FOR = 120.0
@@ -41,6 +51,10 @@ class BarrierError(ClusterrunError):
 
 class NotInTaskError(ClusterrunError):
     """The program does not run as a clusterrun task: CLUSTERRUN_SOCKET is not set."""
+
+
+class ItemError(ClusterrunError):
+    """A scheduled function failed: its handler raised, or it was handed out maxAttempts times in vain."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -136,9 +150,49 @@ def progress(current, total=None, message=None):
     _call("POST", "/v1/progress", body)
 
 
-def request_stop(error=None):
-    """Ask the whole run to stop. With error, the run fails with it; without, it ends succeeded."""
-    _call("POST", "/v1/stop", {"error": error} if error else {})
+def request_stop(error=None, keep_run=False):
+    """Ask the whole run to stop. With error, the run fails with it; without, it ends succeeded.
+
+    With keep_run, only ask every task to stop (should_stop and wait_for_stop turn true) and let the run go on,
+    as tf.train.Coordinator.request_stop does; clear_stop() takes the request back."""
+    body = {"error": error} if error else {}
+    if keep_run:
+        body["keepRun"] = True
+    _call("POST", "/v1/stop", body)
+
+
+def clear_stop():
+    """Take back a request_stop(keep_run=True): should_stop is false again (tf.train.Coordinator.clear_stop)."""
+    _call("POST", "/v1/clear-stop", {})
+
+
+def wait_for_stop(timeout=None):
+    """Block until the run asks its tasks to stop; True then, False if timeout (seconds) passed first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def body():
+        if deadline is None:
+            return {}
+        return {"timeout": "%gs" % max(deadline - time.monotonic(), 0)}
+    return bool(_call("POST", "/v1/wait-for-stop", body).get("stop"))
+
+
+class stop_on_exception:
+    """Context manager: an exception inside it asks the run to stop, failing with that exception's text (and
+    is swallowed, as in tf.train.Coordinator.stop_on_exception). SystemExit and KeyboardInterrupt pass.
+
+        with clusterrun.stop_on_exception():
+            train()
+    """
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, tb):
+        if typ is None or issubclass(typ, (SystemExit, KeyboardInterrupt)):
+            return False
+        request_stop(error="%s: %s" % (typ.__name__, value))
+        return True
 
 
 def stop_state():
@@ -152,5 +206,290 @@ def should_stop():
 
 
 def info():
-    """This task's identity (run, task, type, index, attempt, host) and the cluster map."""
+    """This task's identity (run, task, type, index, attempt, host) and the current cluster map."""
     return _call("GET", "/v1/info")
+
+
+def cluster_map():
+    """The run's current cluster map from CLUSTERRUN_CLUSTER_FILE, which the host rewrites when a task comes
+    back at a new address: {"cluster": {type: ["host:port", ...]}, "task": ..., "endpoints": [...]}."""
+    path = os.environ.get("CLUSTERRUN_CLUSTER_FILE")
+    if not path:
+        raise NotInTaskError("not inside a clusterrun task: CLUSTERRUN_CLUSTER_FILE is not set")
+    with open(path) as f:
+        return json.load(f)
+
+
+# ---- Work items -------------------------------------------------------------------------------------------
+
+# Bounds the host worker enforces: keep each call well inside them.
+_MAX_BATCH = 500
+_MAX_BATCH_BYTES = 512 << 10
+_MAX_RESULT = 16 << 10
+_WAIT = "10s"
+
+
+class RemoteValue:
+    """The future result of a scheduled item, as in ClusterCoordinator."""
+
+    def __init__(self, items, fn, key):
+        self._items = items
+        self._done = threading.Event()
+        self.fn, self.key = fn, key
+        self.id = None            # set once the run has taken the item
+        self._state = None        # "done" or "failed"
+        self._value = None
+        self._error = None
+
+    def done(self):
+        """True once the item has a result (or an error) here."""
+        return self._done.is_set()
+
+    def fetch(self, timeout=None):
+        """Wait for the result and return it; raise ItemError if the item failed, TimeoutError on timeout."""
+        self._items.wait_for(self, timeout)
+        if self._state == "failed":
+            raise ItemError("item %s (%s) failed: %s" % (self.id, self.fn, self._error))
+        return self._value
+
+    def _resolve(self, r):
+        self._state = r.get("state")
+        self._value = r.get("result")
+        self._error = r.get("error")
+        self._done.set()
+
+    def __repr__(self):
+        return "<RemoteValue %s id=%s %s>" % (self.fn, self.id, self._state or "pending")
+
+
+class _Items:
+    """The calling process's scheduler: a buffer that a background thread sends in batches, and the
+    RemoteValues waiting for results. Every call to the run hands back this task's finished results."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.buf = []             # [(RemoteValue, item)] not yet taken by the run
+        self.by_id = {}           # id -> RemoteValue waiting for its result
+        self.by_key = {}          # key -> RemoteValue
+        self.thread = None
+        self.failure = None       # an error the sender hit; raised by the next call
+
+    def schedule(self, fn, args, key):
+        with self.lock:
+            if key is not None and key in self.by_key:
+                return self.by_key[key]
+            self._raise_failure()
+            rv = RemoteValue(self, fn, key)
+            item = {"fn": fn, "args": args}
+            if key is not None:
+                item["key"] = key
+                self.by_key[key] = rv
+            # A bounded queue: block while the run's queue is full and this process has a batch waiting.
+            while len(self.buf) >= _MAX_BATCH and self.failure is None:
+                self.lock.wait()
+            self._raise_failure()
+            self.buf.append((rv, item))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._send_loop, name="clusterrun-items", daemon=True)
+                self.thread.start()
+            self.lock.notify_all()
+            return rv
+
+    def _raise_failure(self):
+        if self.failure is not None:
+            f, self.failure = self.failure, None
+            raise f
+
+    def _send_loop(self):
+        while True:
+            with self.lock:
+                while not self.buf:
+                    self.lock.wait()
+                batch, size = [], 0
+                for rv, item in self.buf[:_MAX_BATCH]:
+                    n = len(json.dumps(item))
+                    if batch and size + n > _MAX_BATCH_BYTES:
+                        break
+                    batch.append((rv, item))
+                    size += n
+            try:
+                ans = _call("POST", "/v1/items/schedule", {"items": [i for _, i in batch], "wait": _WAIT})
+            except ClusterrunError as e:
+                with self.lock:
+                    # Nothing of this batch was taken: fail its values, and let the next call raise.
+                    self.failure = e
+                    for rv, _ in batch:
+                        rv._resolve({"state": "failed", "error": str(e)})
+                        if rv.key is not None and self.by_key.get(rv.key) is rv:
+                            del self.by_key[rv.key]  # the key may be scheduled again
+                    del self.buf[:len(batch)]
+                    self.lock.notify_all()
+                continue
+            with self.lock:
+                ids = ans.get("ids") or []
+                for (rv, _), i in zip(batch, ids):
+                    if rv.id is None:
+                        rv.id = i
+                        self.by_id.setdefault(i, []).append(rv)
+                del self.buf[:len(ids)]
+                self._deliver(ans.get("results"))
+                self.lock.notify_all()
+
+    def _deliver(self, results):
+        for r in results or []:
+            for rv in self.by_id.pop(r["id"], []):
+                rv._resolve(r)
+
+    def flush(self, deadline):
+        with self.lock:
+            while self.buf:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("items still being scheduled")
+                self.lock.wait(left)
+            self._raise_failure()
+
+    def wait_for(self, rv, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.flush(deadline)
+        while not rv.done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError("item %s (%s) has no result after %gs" % (rv.id, rv.fn, timeout))
+            wait = 10.0 if left is None else min(left, 10.0)
+            ans = _call("POST", "/v1/items/wait", {"ids": [rv.id], "wait": "%gs" % wait})
+            with self.lock:
+                self._deliver(ans.get("results"))
+
+    def wait_all(self, timeout, wait=True):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.flush(deadline)
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            w = 0 if not wait else (10.0 if left is None else max(min(left, 10.0), 0))
+            ans = _call("POST", "/v1/items/wait", {"all": True, "raise": True, "wait": "%gs" % w})
+            with self.lock:
+                self._deliver(ans.get("results"))
+            if ans.get("error"):
+                raise ItemError(ans["error"])
+            if ans.get("pending", 0) == 0:
+                return True
+            if not wait:
+                return False
+            if left is not None and left <= 0:
+                raise TimeoutError("%d item(s) still pending after %gs" % (ans["pending"], timeout))
+
+
+_items = None
+_items_lock = threading.Lock()
+
+
+def _scheduler():
+    global _items
+    with _items_lock:
+        if _items is None:
+            _items = _Items()
+        return _items
+
+
+def _args_json(args, kwargs):
+    if kwargs:
+        if args:
+            raise ValueError("give args or kwargs, not both: the handler is called with one of them")
+        return dict(kwargs)
+    return list(args or ())
+
+
+def schedule(fn, args=(), key=None, kwargs=None):
+    """Schedule fn (a name, or a function whose __name__ the workers serve) with JSON-able args; return its
+    RemoteValue at once. Any free worker runs it; an item whose worker dies runs again elsewhere. The same key
+    returns the same RemoteValue, and its result, even from a restarted task. Blocks while the queue is full."""
+    name = fn if isinstance(fn, str) else getattr(fn, "__name__", None)
+    if not name:
+        raise ValueError("schedule needs a function name, or a function with a __name__")
+    return _scheduler().schedule(name, _args_json(args, kwargs), key)
+
+
+def join(timeout=None):
+    """Wait until every item this task scheduled has finished. Raises ItemError with the first error since
+    the last join or done, once; scheduling goes on afterwards."""
+    _scheduler().wait_all(timeout)
+
+
+def done():
+    """True if every item this task scheduled has finished; raises the first error once, like join."""
+    return _scheduler().wait_all(None, wait=False)
+
+
+def _outcome(item, handler):
+    args = item.get("args")
+    try:
+        if isinstance(args, list):
+            value = handler(*args)
+        elif isinstance(args, dict):
+            value = handler(**args)
+        elif args is None:
+            value = handler()
+        else:
+            value = handler(args)
+        raw = json.dumps(value)
+    except Exception as e:  # the item fails with the handler's error; the worker goes on
+        return {"id": item["id"], "lease": item["lease"], "error": "%s: %s" % (type(e).__name__, e)}
+    if len(raw) > _MAX_RESULT:
+        return {"id": item["id"], "lease": item["lease"],
+                "error": "result of %d bytes is over %d: write it to a file and return its path" % (len(raw), _MAX_RESULT)}
+    return {"id": item["id"], "lease": item["lease"], "result": value}
+
+
+class _Renewer:
+    """Renews the leases of the items this worker holds while a handler runs, so that a long item, or the
+    rest of a batch, is not handed to another worker."""
+
+    def __init__(self):
+        self.leases, self.every = [], None
+        self.cond = threading.Condition()
+        threading.Thread(target=self._loop, name="clusterrun-renew", daemon=True).start()
+
+    def hold(self, leases, lease_seconds):
+        with self.cond:
+            self.leases, self.every = list(leases), max(lease_seconds / 3.0, 0.5)
+            self.cond.notify_all()
+
+    def _loop(self):
+        while True:
+            with self.cond:
+                while not self.leases:
+                    self.cond.wait()
+                held = self.leases
+                self.cond.wait(self.every)
+                if self.leases is not held or not held:
+                    continue
+            try:
+                _call("POST", "/v1/items/take", {"renew": held})
+            except ClusterrunError:
+                pass
+
+
+def serve(handlers, batch=32, until_stop=True):
+    """Serve items: take them from the run, call handlers[item's fn] in this long-lived process, report each
+    JSON result (at most 16 KiB; return a path for more). A raising handler fails its item; serving goes on.
+    Returns when the run is stopping (until_stop), else serves forever. Fast handlers take items in batches
+    of up to batch; slow ones (over 0.1 s) one at a time, so that idle workers get the rest."""
+    fns = sorted(handlers)
+    if not fns:
+        raise ValueError("serve needs at least one handler: serve({'step': fn})")
+    done_ = []
+    renewer = _Renewer()
+    take = batch
+    while True:
+        ans = _call("POST", "/v1/items/take", {"done": done_, "fns": fns, "max": take, "wait": "5s"})
+        done_ = []
+        items = ans.get("items") or []
+        if not items and until_stop and should_stop():
+            return
+        for i, item in enumerate(items):
+            started = time.monotonic()
+            renewer.hold([it["lease"] for it in items[i:]], item.get("leaseFor", 60e9) / 1e9)
+            done_.append(_outcome(item, handlers[item["fn"]]))
+            take = 1 if time.monotonic() - started > 0.1 else batch
+        renewer.hold([], 60)

@@ -27,11 +27,13 @@ const SocketEnv = "CLUSTERRUN_SOCKET"
 
 // Endpoints of the control socket.
 const (
-	PathInfo       = "/v1/info"
-	PathBarrier    = "/v1/barrier"
-	PathProgress   = "/v1/progress"
-	PathStop       = "/v1/stop"
-	PathShouldStop = "/v1/should-stop"
+	PathInfo        = "/v1/info"
+	PathBarrier     = "/v1/barrier"
+	PathProgress    = "/v1/progress"
+	PathStop        = "/v1/stop"
+	PathShouldStop  = "/v1/should-stop"
+	PathWaitForStop = "/v1/wait-for-stop"
+	PathClearStop   = "/v1/clear-stop"
 )
 
 // MaxBarrierName bounds a barrier name.
@@ -68,9 +70,18 @@ type ProgressRequest struct {
 	Message string  `json:"message,omitempty"`
 }
 
-// StopRequest is the body of POST /v1/stop; with Error the run fails with it, without one it succeeds.
+// StopRequest is the body of POST /v1/stop; with Error the run fails with it, without one it succeeds. With
+// KeepRun it only asks the tasks to stop (should-stop turns true) and the run goes on, until POST
+// /v1/clear-stop takes it back.
 type StopRequest struct {
-	Error string `json:"error,omitempty"`
+	Error   string `json:"error,omitempty"`
+	KeepRun bool   `json:"keepRun,omitempty"`
+}
+
+// WaitForStopRequest is the body of POST /v1/wait-for-stop: wait until the run asks its tasks to stop, at most
+// Timeout ("30s"; empty waits as long as it takes). The answer is the StopState.
+type WaitForStopRequest struct {
+	Timeout string `json:"timeout,omitempty"`
 }
 
 // StopState is the answer of GET /v1/should-stop.
@@ -191,6 +202,33 @@ func (c *Client) Progress(ctx context.Context, current, total float64, message s
 // RequestStop asks the whole run to stop; with errMsg the run fails with it.
 func (c *Client) RequestStop(ctx context.Context, errMsg string) error {
 	return c.call(ctx, http.MethodPost, PathStop, body(StopRequest{Error: errMsg}), nil)
+}
+
+// AskStop asks every task to stop (should-stop turns true) without ending the run; ClearStop takes it back.
+func (c *Client) AskStop(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, PathStop, body(StopRequest{KeepRun: true}), nil)
+}
+
+// ClearStop takes back a stop request made with AskStop (or keepRun); a request that ends the run stands.
+func (c *Client) ClearStop(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, PathClearStop, body(struct{}{}), nil)
+}
+
+// WaitForStop blocks until the run asks its tasks to stop, or timeout passes (0: no timeout); the answer's Stop
+// says which. A wait retried after the host worker restarted keeps the first deadline.
+func (c *Client) WaitForStop(ctx context.Context, timeout time.Duration) (StopState, error) {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	var s StopState
+	err := c.call(ctx, http.MethodPost, PathWaitForStop, func() any {
+		if deadline.IsZero() {
+			return WaitForStopRequest{}
+		}
+		return WaitForStopRequest{Timeout: max(time.Until(deadline), 0).Round(time.Millisecond).String()}
+	}, &s)
+	return s, err
 }
 
 // ShouldStop says whether the run is stopping.

@@ -243,3 +243,11 @@ func uiLink(runID string) string {
 	}
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"), opts.Namespace, runID)
 }
+
+// printItemCounts prints a run's work-item counts, if it has work items.
+func printItemCounts(w io.Writer, c *workflows.ItemCounts) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nITEMS: %s\n", itemCountsLine(*c))
+}

@@ -85,9 +85,13 @@ func printStatus(ctx context.Context, c client.Client, id string, asJSON, clear 
 	if st.RestartCount > 0 {
 		fmt.Fprintf(stdout, " (gang restarts: %d)", st.RestartCount)
 	}
+	if a := st.StopAsked; a != nil && !ended {
+		fmt.Fprintf(stdout, "; its tasks are asked to stop by %s (the run goes on)", orOutside(a.Task))
+	}
 	fmt.Fprintln(stdout)
 	printTable(stdout, st.RunStatus, hb)
 	printBarriers(stdout, st.RunStatus)
+	printItemCounts(stdout, st.Items)
 	return ended, nil
 }
 
@@ -190,4 +194,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", pos[0], p.Name, len(p.Tasks), strings.Join(names, ", "))
 	return nil
+}
+
+func orOutside(task string) string {
+	if task == "" {
+		return "someone outside the run"
+	}
+	return task
 }

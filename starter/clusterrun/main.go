@@ -83,6 +83,7 @@ func commands() []command {
 		{"cancel", cancelUsage, cmdCancel},
 		{"drain", drainUsage, cmdDrain},
 		{"hosts", hostsUsage, cmdHosts},
+		{"items", itemsUsage, cmdItems},
 		{"validate", validateUsage, cmdValidate},
 		{"task", taskUsage, cmdTask},
 		{"codec-server", codecServerUsage, cmdCodecServer},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -23,11 +24,19 @@ Usage: clusterrun task SUBCOMMAND [arguments] [flags]
 Subcommands:
   barrier NAME [--timeout D] [--tasks TYPES]   wait until every task (or every task of TYPES) arrives
   progress CUR [TOTAL] [--message M]           report progress (shown by clusterrun status and run)
-  stop [--error MSG]                           ask the whole run to stop; with --error the run fails
+  stop [--error MSG] [--keep-run]              ask the whole run to stop; with --error the run fails; with
+                                               --keep-run only ask the tasks to stop (the run goes on)
+  clear-stop                                   take back a stop asked with --keep-run
   should-stop                                  exit 0 if the run is stopping, 1 if not
+  wait-for-stop [--timeout D]                  block until the run asks its tasks to stop (exit 0), or 1 on timeout
   info                                         print this task's identity and the cluster map (JSON)
+  schedule FN [ARGS-JSON] [--key K]            schedule a work item; prints its id (the spec needs items:)
+  fetch ID... [--timeout D]                    wait for items' results; prints one JSON line per item
+  join [--timeout D]                           wait for every item this task scheduled; fails on the first error
+  done                                         exit 0 if every item this task scheduled is finished, 3 if not
 
-Exit codes: 0 success; 1 a broken or timed-out barrier (or should-stop: no); 2 bad input or not inside a task.
+Exit codes: 0 success; 1 a broken or timed-out barrier, a failed item, a timeout (or should-stop: no); 2 bad
+input or not inside a task; 3 done: items still pending.
 
 Example (in a task's shell script):
   clusterrun task barrier data-ready --timeout 5m
@@ -46,9 +55,12 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	sub, rest := args[0], args[1:]
 	run := map[string]func([]string, io.Writer, io.Writer) error{
 		"barrier": taskBarrier, "progress": taskProgress, "stop": taskStop, "should-stop": taskShouldStop, "info": taskInfo,
+		"schedule": taskSchedule, "fetch": taskFetch, "join": taskJoin, "done": taskDone,
+		"clear-stop": taskClearStop, "wait-for-stop": taskWaitForStop,
 	}[sub]
 	if run == nil {
-		return usageErrorf("unknown subcommand %q; use barrier, progress, stop, should-stop or info (see clusterrun task --help)", sub)
+		return usageErrorf("unknown subcommand %q; use barrier, progress, stop, clear-stop, should-stop, wait-for-stop, info, "+
+			"schedule, fetch, join or done (see clusterrun task --help)", sub)
 	}
 	return run(rest, stdout, stderr)
 }
@@ -61,10 +73,11 @@ func taskClient() (*task.Client, error) {
 	return c, nil
 }
 
-// taskError maps a control-socket error to the CLI's exit codes.
+// taskError maps a control-socket error to the CLI's exit codes: bad input, and a request the run cannot
+// serve (no work items in its spec), are usage errors.
 func taskError(err error) error {
 	var te *task.Error
-	if errors.As(err, &te) && te.Status == 400 {
+	if errors.As(err, &te) && (te.Status == 400 || te.Status == 404) {
 		return &exitError{code: exitUsage, msg: te.Message}
 	}
 	return &exitError{code: 1, msg: err.Error()}
@@ -128,16 +141,68 @@ func taskProgress(args []string, _, stderr io.Writer) error {
 func taskStop(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task stop", flag.ContinueOnError)
 	msg := fs.String("error", "", "the error that makes the run fail; without it the run ends succeeded")
-	if _, err := parse(fs, "Usage: clusterrun task stop [--error MSG]\n", args, 0, 0, stderr); err != nil {
+	keep := fs.Bool("keep-run", false, "only ask every task to stop (should-stop turns true); the run goes on until clear-stop")
+	if _, err := parse(fs, "Usage: clusterrun task stop [--error MSG] [--keep-run]\n", args, 0, 0, stderr); err != nil {
+		return err
+	}
+	if *keep && *msg != "" {
+		return usageErrorf("--keep-run asks the tasks to stop without ending the run, so it takes no --error")
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	if *keep {
+		err = c.AskStop(context.Background())
+	} else {
+		err = c.RequestStop(context.Background(), *msg)
+	}
+	if err != nil {
+		return taskError(err)
+	}
+	return nil
+}
+
+func taskClearStop(args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task clear-stop", flag.ContinueOnError)
+	if _, err := parse(fs, "Usage: clusterrun task clear-stop\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
 	c, err := taskClient()
 	if err != nil {
 		return err
 	}
-	if err := c.RequestStop(context.Background(), *msg); err != nil {
+	if err := c.ClearStop(context.Background()); err != nil {
 		return taskError(err)
 	}
+	return nil
+}
+
+func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("task wait-for-stop", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 0, "give up after this long (exit 1); default: wait as long as it takes")
+	if _, err := parse(fs, "Usage: clusterrun task wait-for-stop [--timeout D]\n", args, 0, 0, stderr); err != nil {
+		return err
+	}
+	if *timeout < 0 {
+		return usageErrorf("--timeout %s: must be positive", *timeout)
+	}
+	c, err := taskClient()
+	if err != nil {
+		return err
+	}
+	s, err := c.WaitForStop(context.Background(), *timeout)
+	if err != nil {
+		return taskError(err)
+	}
+	if !s.Stop {
+		return &exitError{code: 1, msg: fmt.Sprintf("no stop requested within %s", *timeout)}
+	}
+	line := "stop requested by " + s.By
+	if s.Error != "" {
+		line += ": " + s.Error
+	}
+	fmt.Fprintln(stdout, line)
 	return nil
 }
 
@@ -186,10 +251,13 @@ func taskInfo(args []string, stdout, stderr io.Writer) error {
 const stopUsage = `Ask a run to stop: every task sees should-stop and gets stopGracePeriod to exit on its own; tasks still
 running then are killed and named in the result. Without --error the run ends succeeded; with it, failed.
 
-Usage: clusterrun stop RUN [--error MSG] [--no-wait]
+Usage: clusterrun stop RUN [--error MSG | --keep-run | --clear] [--no-wait]
 
-The same works with the temporal CLI:
+With --keep-run, only ask the tasks to stop (should-stop and wait-for-stop turn true; nothing is killed) and
+let the run go on; --clear takes such a request back. The same works with the temporal CLI:
   temporal workflow signal --workflow-id RUN --name stop --input '{"error": "bad input data"}'
+  temporal workflow signal --workflow-id RUN --name stop --input '{"keepRun": true}'
+  temporal workflow signal --workflow-id RUN --name clear-stop
 
 Example:
   clusterrun stop mnist-20261121-101500-a1b2c3 --error "dataset corrupted"
@@ -199,13 +267,59 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("stop", flag.ContinueOnError)
 	msg := fs.String("error", "", "the error that makes the run fail")
 	noWait := fs.Bool("no-wait", false, "return once the stop is requested")
+	keep := fs.Bool("keep-run", false, "only ask the tasks to stop; the run goes on")
+	clear := fs.Bool("clear", false, "take back a stop asked with --keep-run")
 	pos, err := parse(fs, stopUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
+	}
+	if (*keep || *clear) && (*msg != "" || (*keep && *clear)) {
+		return usageErrorf("--keep-run, --clear and --error do not go together: --keep-run asks, --clear takes back, --error ends the run failed")
+	}
+	if *keep || *clear {
+		return askStop(pos[0], *clear, *noWait, stdout)
 	}
 	return endRun(pos[0], "stop", *noWait, stdout, stderr,
 		func(ctx context.Context, c client.Client, id string) error {
 			return c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg})
 		},
 		func(st workflows.RunStatus) bool { return st.StopRequest != nil })
+}
+
+// askStop asks a run's tasks to stop without ending it (or, with clear, takes that back), and waits until the
+// run's status shows it unless noWait.
+func askStop(id string, clear, noWait bool, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _, err := dialRunning(ctx, id, "stop")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	name, req, want := workflows.SignalStop, workflows.StopRequest{KeepRun: true}, true
+	if clear {
+		name, req, want = workflows.SignalClearStop, workflows.StopRequest{}, false
+	}
+	if err := c.SignalWorkflow(ctx, id, "", name, req); err != nil {
+		return fmt.Errorf("stop run %s: %w", id, err)
+	}
+	for !noWait {
+		st, ended, _, err := fetchStatus(ctx, c, id)
+		switch {
+		case err != nil:
+			return err
+		case ended:
+			return &exitError{code: 1, msg: fmt.Sprintf("run %s ended (%s) first", id, st.Status)}
+		case (st.StopAsked != nil) == want:
+			noWait = true
+			continue
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if clear {
+		fmt.Fprintf(stdout, "run %s: the stop request is taken back; the tasks' should-stop is false again\n", id)
+	} else {
+		fmt.Fprintf(stdout, "run %s: every task is asked to stop; the run goes on (clusterrun stop %s --clear takes it back)\n", id, id)
+	}
+	return nil
 }

@@ -319,6 +319,7 @@ func run(args []string) error {
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostRegistry, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowType})
+		w.RegisterWorkflowWithOptions(workflows.ClusterItems, workflow.RegisterOptions{Name: workflows.ItemsWorkflowType})
 		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
@@ -328,6 +329,7 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.StopTasks, activity.RegisterOptions{Name: workflows.ActivityStopTasks})
 		w.RegisterActivityWithOptions(host.ReadLogs, activity.RegisterOptions{Name: workflows.ActivityReadLogs})
 		w.RegisterActivityWithOptions(host.NotifyStop, activity.RegisterOptions{Name: workflows.ActivityNotifyStop})
+		w.RegisterActivityWithOptions(host.UpdateMap, activity.RegisterOptions{Name: workflows.ActivityUpdateMap})
 		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
 		w.RegisterActivityWithOptions(host.ControlHost, activity.RegisterOptions{Name: workflows.ActivityControlHost})
 		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})

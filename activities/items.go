@@ -1,0 +1,174 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// Work items: the control socket's item endpoints pass each request on as one update of the run's
+// ClusterItems workflow, naming the calling attempt themselves (a task cannot speak for another).
+
+// itemsStartWait is how long a request waits for the run's ClusterItems workflow to exist (the run starts it
+// with its first workflow task) before the run is taken to have no work items.
+const itemsStartWait = 5 * time.Second
+
+func (c *controlServer) itemsSchedule(r *http.Request) (any, int, error) {
+	var req task.ScheduleRequest
+	if err := decodeItems(task.PathItemsSchedule, r.Body, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	wait, err := itemWait(req.Wait)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	in := workflows.ScheduleItemsRequest{From: c.from(), Hold: req.Hold, Wait: wait}
+	for _, it := range req.Items {
+		in.Items = append(in.Items, workflows.NewItem(it))
+	}
+	var out workflows.ScheduleItemsResult
+	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsSchedule, in, &out); err != nil {
+		return nil, status, err
+	}
+	ans := task.ScheduleAnswer{IDs: out.IDs, Results: taskResults(out.Results)}
+	if ans.IDs == nil {
+		ans.IDs = []int64{}
+	}
+	return ans, 0, nil
+}
+
+func (c *controlServer) itemsTake(r *http.Request) (any, int, error) {
+	var req task.TakeRequest
+	if err := decodeItems(task.PathItemsTake, r.Body, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	wait, err := itemWait(req.Wait)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	in := workflows.TakeItemsRequest{From: c.from(), Renew: req.Renew, Fns: req.Fns, Max: req.Max, Wait: wait}
+	for _, o := range req.Done {
+		in.Done = append(in.Done, workflows.ItemOutcome(o))
+	}
+	var out workflows.TakeItemsResult
+	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsTake, in, &out); err != nil {
+		return nil, status, err
+	}
+	ans := task.TakeAnswer{Items: []task.LeasedItem{}}
+	for _, l := range out.Items {
+		ans.Items = append(ans.Items, task.LeasedItem(l))
+	}
+	return ans, 0, nil
+}
+
+func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
+	var req task.WaitRequest
+	if err := decodeItems(task.PathItemsWait, r.Body, &req); err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	wait, err := itemWait(req.Wait)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise, Wait: wait}
+	var out workflows.WaitItemsResult
+	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsWait, in, &out); err != nil {
+		return nil, status, err
+	}
+	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error}, 0, nil
+}
+
+func (c *controlServer) from() workflows.TaskAttempt {
+	return workflows.TaskAttempt{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt}
+}
+
+func taskResults(rs []workflows.ItemResult) []task.ItemResult {
+	var out []task.ItemResult
+	for _, r := range rs {
+		out = append(out, task.ItemResult(r))
+	}
+	return out
+}
+
+// decodeItems reads a work-item request: strict JSON like every other, with room for a batch of items.
+func decodeItems(path string, body io.Reader, v any) error {
+	return decodeLimit(path, body, v, task.MaxItemsBody)
+}
+
+// itemWait reads a request's wait: empty for none, at most MaxItemWait (clients call again to wait longer).
+func itemWait(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("wait %q is not a duration; write e.g. 5s", cut(s, 64))
+	}
+	return min(d, workflows.MaxItemWait), nil
+}
+
+// itemsUpdate sends one update to the run's ClusterItems workflow and decodes its answer. It sends it again
+// while the workflow moves to a new history or is about to start; errors name what the task can do.
+func (c *controlServer) itemsUpdate(ctx context.Context, name string, in, out any) (int, error) {
+	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
+	began := time.Now()
+	delay := 20 * time.Millisecond
+	for {
+		h, err := c.h.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: id, UpdateName: name, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err == nil {
+			err = h.Get(ctx, out)
+		}
+		if err == nil {
+			return 0, nil
+		}
+		status, retry, why := itemsError(err)
+		if status == http.StatusNotFound && time.Since(began) > itemsStartWait {
+			return c.itemsMissing(ctx, id)
+		}
+		if !retry || ctx.Err() != nil {
+			return status, errors.New(why)
+		}
+		select {
+		case <-ctx.Done():
+			return http.StatusRequestTimeout, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// itemsMissing says why the run's ClusterItems workflow cannot be reached: it has ended with the run, or the
+// run never had one.
+func (c *controlServer) itemsMissing(ctx context.Context, id string) (int, error) {
+	if _, err := c.h.Client.DescribeWorkflowExecution(ctx, id, ""); err == nil {
+		return http.StatusConflict, errors.New("the run's work items are closed: the run has ended")
+	}
+	return http.StatusNotFound, errors.New("this run has no work items: add `items: {}` to its spec (docs/control.md, Work items)")
+}
+
+// itemsError sorts an update's error: the answer's status, whether to send it again, and what to say.
+func itemsError(err error) (status int, retry bool, why string) {
+	var notFound *serviceerror.NotFound
+	var appErr *temporal.ApplicationError
+	switch {
+	case errors.As(err, &notFound):
+		return http.StatusNotFound, true, notFound.Error()
+	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrItemsMoving:
+		return http.StatusServiceUnavailable, true, appErr.Message()
+	case errors.As(err, &appErr):
+		return http.StatusBadRequest, false, appErr.Message()
+	}
+	return http.StatusServiceUnavailable, false, fmt.Sprintf("work items: %v", err)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/clusterrun/clusterrun/starter"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+const itemsUsage = `List a run's work items: their counts, then each item the run holds (queued, running, finished and not
+yet taken by its scheduler) and the most recently finished ones, with every hand-out of each.
+
+Usage: clusterrun items RUN [--limit N] [-o table|json]
+
+ATTEMPTS lists each hand-out as TASK#ATTEMPT and how it ended (done, failed, lease expired, lost: ...), or,
+while it runs, until when its lease holds unless renewed.
+The run's spec needs an items block (docs/control.md#work-items).
+
+Example:
+  clusterrun items mnist-20261121-101500-a1b2c3 --limit 20
+`
+
+func cmdItems(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("items", flag.ContinueOnError)
+	limit := fs.Int("limit", 100, "list at most this many items (at most 10000)")
+	output, checkOutput := addOutputFlag(fs)
+	pos, err := parse(fs, itemsUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
+		return err
+	}
+	if *limit < 0 || *limit > 10_000 {
+		return usageErrorf("--limit %d: must be 0..10000", *limit)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	view, err := runOf(c, pos[0]).Items(ctx, *limit)
+	var none *starter.NoItemsError
+	if errors.As(err, &none) {
+		return &exitError{code: 1, msg: err.Error()}
+	}
+	if err != nil {
+		return cliError(err)
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(view)
+	}
+	printItemCounts(stdout, &view.Counts)
+	if len(view.Items) == 0 {
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFN\tKEY\tSTATE\tSCHEDULER\tATTEMPTS\tRESULT / ERROR")
+	for _, it := range view.Items {
+		var hands []string
+		for _, a := range it.Attempts {
+			out := a.Outcome
+			if out == "" {
+				out = "running, lease to " + a.Deadline.Local().Format("15:04:05")
+			}
+			hands = append(hands, fmt.Sprintf("%s#%d %s", a.Task, a.Attempt, out))
+		}
+		shown := it.Error
+		if shown == "" {
+			shown = string(it.Result)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s#%d\t%s\t%s\n", it.ID, it.Fn, orDash(it.Key), it.State, it.Scheduler.Task, it.Scheduler.Attempt,
+			clip(orDash(strings.Join(hands, "; ")), 80), clip(orDash(shown), 60))
+	}
+	return tw.Flush()
+}
+
+// itemCountsLine is the counts line of status and items.
+func itemCountsLine(c workflows.ItemCounts) string {
+	return fmt.Sprintf("%d scheduled, %d queued, %d running, %d done, %d failed; %d handed out again, %d duplicate results, %d abandoned",
+		c.Scheduled, c.Queued, c.Running, c.Done, c.Failed, c.Retried, c.Duplicates, c.Abandoned)
+}

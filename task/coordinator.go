@@ -1,0 +1,180 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The Go side of work items, like the Python client's schedule/fetch/join/done/serve. Items scheduled from Go
+// are held by the run until Fetch asks for them by id, so fetch as you go: held results count toward the
+// 768 KiB the run holds, and Schedule waits while that is full.
+
+// ItemError is a failed item's error, or the first error Join or Done raised.
+type ItemError struct{ Message string }
+
+func (e *ItemError) Error() string { return e.Message }
+
+// Schedule schedules items and returns their ids in order, waiting while the run's queue is full. An item
+// whose key the run knows gets that item's id back.
+func (c *Client) Schedule(ctx context.Context, items ...NewItem) ([]int64, error) {
+	var ids []int64
+	for len(items) > 0 {
+		n := min(len(items), 500)
+		ans, err := c.ScheduleItems(ctx, ScheduleRequest{Items: items[:n], Hold: true, Wait: "10s"})
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, ans.IDs...)
+		items = items[len(ans.IDs):]
+	}
+	return ids, nil
+}
+
+// Fetch waits until every given item has finished and returns their results in the same order; a failed one
+// has State "failed" and its Error.
+func (c *Client) Fetch(ctx context.Context, ids ...int64) ([]ItemResult, error) {
+	got := map[int64]ItemResult{}
+	for len(got) < len(ids) {
+		var want []int64
+		for _, id := range ids {
+			if _, ok := got[id]; !ok {
+				want = append(want, id)
+			}
+		}
+		ans, err := c.WaitItems(ctx, WaitRequest{IDs: want, Wait: "10s"})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range ans.Results {
+			got[r.ID] = r
+		}
+	}
+	out := make([]ItemResult, len(ids))
+	for i, id := range ids {
+		out[i] = got[id]
+	}
+	return out, nil
+}
+
+// Join waits until every item this task scheduled has finished. It returns an *ItemError with the first
+// error since the last Join or Done, once.
+func (c *Client) Join(ctx context.Context) error {
+	for {
+		done, err := c.doneOnce(ctx, "10s")
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// Done says whether every item this task scheduled has finished; like Join, it returns the first error once.
+func (c *Client) Done(ctx context.Context) (bool, error) { return c.doneOnce(ctx, "") }
+
+func (c *Client) doneOnce(ctx context.Context, wait string) (bool, error) {
+	ans, err := c.WaitItems(ctx, WaitRequest{All: true, Raise: true, Wait: wait})
+	switch {
+	case err != nil:
+		return false, err
+	case ans.Error != "":
+		return ans.Pending == 0, &ItemError{Message: ans.Error}
+	}
+	return ans.Pending == 0, nil
+}
+
+// Handler runs one item: its JSON arguments in, a JSON-able result out (at most 16 KiB encoded), or an error
+// that fails the item.
+type Handler func(ctx context.Context, args json.RawMessage) (any, error)
+
+// Serve takes items of the given functions and runs them, reporting each result, until ctx ends. While a
+// handler runs, the leases of the items it holds are renewed. Fast handlers take items in batches of up to
+// 32; once one takes over 0.1 s, one at a time, so that idle workers get the rest.
+func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
+	var fns []string
+	for f := range handlers {
+		fns = append(fns, f)
+	}
+	if len(fns) == 0 {
+		return fmt.Errorf("serve needs at least one handler")
+	}
+	r := &renewer{c: c}
+	defer r.hold(nil, 0)
+	var done []ItemOutcome
+	take := 32
+	for ctx.Err() == nil {
+		ans, err := c.TakeItems(ctx, TakeRequest{Done: done, Fns: fns, Max: take, Wait: "5s"})
+		if err != nil {
+			return err
+		}
+		done = nil
+		for i, it := range ans.Items {
+			var held []int64
+			for _, h := range ans.Items[i:] {
+				held = append(held, h.Lease)
+			}
+			r.hold(held, it.LeaseFor)
+			began := time.Now()
+			done = append(done, runItem(ctx, handlers[it.Fn], it))
+			take = 32
+			if time.Since(began) > 100*time.Millisecond {
+				take = 1
+			}
+		}
+		r.hold(nil, 0)
+	}
+	return ctx.Err()
+}
+
+func runItem(ctx context.Context, h Handler, it LeasedItem) ItemOutcome {
+	out := ItemOutcome{ID: it.ID, Lease: it.Lease}
+	v, err := h(ctx, it.Args)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	b, err := json.Marshal(v)
+	switch {
+	case err != nil:
+		out.Error = fmt.Sprintf("result is not JSON: %v", err)
+	case len(b) > 16<<10:
+		out.Error = fmt.Sprintf("result of %d bytes is over 16 KiB: write it to a file and return its path", len(b))
+	default:
+		out.Result = b
+	}
+	return out
+}
+
+// renewer renews the leases a worker holds every third of the lease, while it holds them.
+type renewer struct {
+	c      *Client
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (r *renewer) hold(leases []int64, leaseFor time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+		r.cancel = nil
+	}
+	if len(leases) == 0 || leaseFor <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		t := time.NewTicker(max(leaseFor/3, 500*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, _ = r.c.TakeItems(ctx, TakeRequest{Renew: leases})
+			}
+		}
+	}()
+}
