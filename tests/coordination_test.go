@@ -199,3 +199,52 @@ func TestE2E_TaskCLIOutsideATask(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "not inside a clusterrun task")
 }
+
+// tf.train.Coordinator parity: wait_for_stop blocks until a task on another host asks every task to stop
+// (keep_run: the run goes on), clear_stop takes that back, and stop_on_exception fails the run with the error.
+func TestE2E_WaitForStopAcrossHosts(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: coord
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "coord_check.py")+`]
+tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [host-b]}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 1, r.code, r.String())
+	assert.Contains(t, r.stdout, "[chief-0]  stop_on_exception swallowed it")
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, "stop requested by chief-0: ValueError: bad shard 7", st.Reason)
+	var got struct {
+		Early   bool    `json:"early"`
+		Got     bool    `json:"got"`
+		Waited  float64 `json:"waited"`
+		By      string  `json:"by"`
+		Cleared bool    `json:"cleared"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.False(t, got.Early, "no stop within the first 0.2s")
+	assert.True(t, got.Got)
+	assert.Greater(t, got.Waited, 0.5, "it blocked until the worker asked, about 1s after the barrier")
+	assert.Equal(t, "worker-0", got.By)
+	assert.True(t, got.Cleared, "clear_stop re-armed it")
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("worker-0").State, "the worker saw the final stop and exited")
+}
+
+// stragglers: fail makes a stop that had to kill tasks after its grace period fail the run.
+func TestE2E_StragglersFailTheRun(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: stragglers, stragglers: fail, stopGracePeriod: 1s, command: [sleep, "300"], tasks: {worker: {replicas: 2}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "both tasks running", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-0").State == workflows.TaskRunning && st.Task("worker-1").State == workflows.TaskRunning
+	})
+	r := cli(t, "stop", id)
+	assert.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusFailed, st.Status)
+	assert.Equal(t, "stop requested from outside the run; killed 2 straggler(s) still running after 1s: worker-0, worker-1", st.Reason)
+}

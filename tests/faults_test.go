@@ -321,15 +321,21 @@ func TestFault_HungTaskIsSignaledAndRestarted(t *testing.T) {
 name: hang
 hangTimeout: 2s
 env: {PYTHONFAULTHANDLER: "1"}
+# Only the first attempt hangs, in Python, for the stack dump. Until Python is up (which may take longer than
+# hangTimeout on a loaded machine, and a SIGABRT before faulthandler is armed dumps nothing), a shell loop
+# writes output so that the task is not yet idle; Python kills the loop and prints once it is up, and the
+# hang is timed from there. The second attempt answers from the shell at once.
 command:
-  - python3
+  - sh
   - -c
   - |
-    import json, os, time
-    print("attempt", os.environ["CLUSTERRUN_ATTEMPT"], flush=True)
-    if os.environ["CLUSTERRUN_ATTEMPT"] == "1":
-        time.sleep(600)
-    json.dump({"attempt": 2}, open(os.environ["CLUSTERRUN_RESULT_FILE"], "w"))
+    if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then
+      (while :; do echo starting; sleep 0.3; done) &
+      export KEEPALIVE=$!
+      exec python3 -c 'import os, signal, time; os.kill(int(os.environ["KEEPALIVE"]), signal.SIGKILL); print("attempt 1", flush=True); time.sleep(600)'
+    fi
+    echo attempt $CLUSTERRUN_ATTEMPT
+    echo '{"attempt": 2}' > "$CLUSTERRUN_RESULT_FILE"
 tasks: {worker: {replicas: 1, hosts: [host-b], restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
 `)
 	r := cli(t, "run", spec, "--id", id)

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,4 +113,50 @@ func clipText(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// A run's work-item counts read in the Web UI, on its items child workflow (the memo clusterrun.items).
+func TestE2E_WebUIItemCounts(t *testing.T) {
+	chromium := ensureChromium(t)
+	id := runID(t)
+	spec := writeSpec(t, `
+name: webui-items
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+items: {}
+stopGracePeriod: 1s
+tasks:
+  chief: {replicas: 1, command: [python3, -c, 'import clusterrun, time; [clusterrun.schedule("noop", args=(i,)) for i in range(50)]; clusterrun.join(); time.sleep(300)']}
+  worker: {replicas: 1, command: [python3, -c, 'import clusterrun; clusterrun.serve({"noop": lambda i: i})']}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	defer cli(t, "cancel", id)
+	waitUntil(t, "50 items done", time.Minute, func() bool {
+		return strings.Contains(cli(t, "status", id).stdout, "ITEMS: 50 scheduled, 0 queued, 0 running, 50 done")
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	items := workflows.ItemsWorkflowID(id)
+	desc, err := env.client.DescribeWorkflowExecution(ctx, items, "")
+	require.NoError(t, err)
+	browser, closeBrowser := newBrowser(ctx, chromium)
+	defer closeBrowser()
+	page := env.uiURL + "/namespaces/default/workflows/" + url.PathEscape(items) + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/history"
+	_, err = chromedp.Run(browser, chromedp.Navigate(page))
+	require.NoError(t, err, "open %s", page)
+	// The workflow page shows its memo in the "Memo" tab of its details: open it.
+	_, err = chromedp.Run(browser, chromedp.Poll[bool](
+		`(() => { const m = document.getElementById('memo-tab'); if (m) m.click(); return !!m })()`,
+		chromedp.WithPollingTimeout(60*time.Second)))
+	if err != nil {
+		dump, _ := chromedp.Run(browser, chromedp.Evaluate[string](`[...document.querySelectorAll('*')].filter(e => e.innerText && e.innerText.trim() === 'Memo').map(e => e.outerHTML.slice(0, 300) + ' PARENT ' + e.parentElement.outerHTML.slice(0, 300)).join('\n----\n')`))
+		t.Fatalf("no Memo section on %s: %v\n%s", page, err, dump)
+	}
+	_, err = chromedp.Run(browser, chromedp.Poll[bool](
+		`document.body && ['"scheduled": 50', '"done": 50'].every(s => document.body.innerText.includes(s))`,
+		chromedp.WithPollingTimeout(60*time.Second)))
+	if err != nil {
+		text, _ := chromedp.Run(browser, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		t.Fatalf("the item counts did not show on %s: %v\npage text:\n%s", page, err, clipText(text, 20000))
+	}
 }

@@ -20,6 +20,7 @@ harness=(go run ./tests/bench -clusterrun "$root/bin/clusterrun" -log-dir "$CLUS
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
 "${harness[@]}" -only abcdeg -state "$CLUSTERRUN_STATE" -worker-pid "$(cat "$CLUSTERRUN_STATE/worker-bench-a.pid")" "$@"
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b" ./tests/bench/logs.sh
+CLUSTERRUN_DEV_HOSTS="bench-a bench-b" ./tests/bench/items.sh
 ./deployments/dev/down.sh >/dev/null
 
 CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh

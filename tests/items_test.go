@@ -1,0 +1,297 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// itemsSpec runs tests/testdata/items_check.py: a chief scheduling n items and 4 workers on 2 hosts serving
+// them; a worker that has served killAfter items writes its pid to pidDir.
+func itemsSpec(t *testing.T, n, killAfter int, pidDir string) string {
+	return writeSpec(t, `
+name: items
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "`+strconv.Itoa(n)+`", KILL_AFTER: "`+strconv.Itoa(killAfter)+`", PID_DIR: `+pidDir+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_check.py")+`]
+items: {lease: 30s}
+stopGracePeriod: 2s
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 4, hosts: [host-a, host-b], restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}
+`)
+}
+
+// 2,000 items over 4 workers on 2 hosts; one worker is SIGKILLed mid-stream and restarted. Every result is
+// right and none is lost; only items in flight at the kill run twice, and status counts them.
+func TestE2E_ItemsSurviveAKilledWorker(t *testing.T) {
+	pidDir := t.TempDir()
+	id := runID(t)
+	spec := itemsSpec(t, 2000, 300, pidDir)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+
+	pidFile := filepath.Join(pidDir, "worker-1.pid")
+	waitUntil(t, "worker-1 to have served 300 items", 2*time.Minute, func() bool {
+		_, err := os.Stat(pidFile)
+		return err == nil
+	})
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+
+	st, err := outcome(t, id)
+	require.NoError(t, err, "%+v", st)
+	var got struct {
+		Results int    `json:"results"`
+		Wrong   []int  `json:"wrong"`
+		SameKey bool   `json:"same_key"`
+		Raised  string `json:"raised"`
+		After   int    `json:"after"`
+		Done    bool   `json:"done"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.Equal(t, 2000, got.Results)
+	assert.Empty(t, got.Wrong, "every result right")
+	assert.True(t, got.SameKey, "the same key gave the same RemoteValue")
+	assert.Contains(t, got.Raised, "failed: ValueError: shard 7 is corrupt")
+	assert.Equal(t, 9, got.After, "scheduling goes on after the error")
+	assert.True(t, got.Done)
+	assert.Equal(t, 2, st.Task("worker-1").Attempt, "the killed worker came back")
+
+	var counts workflows.ItemCounts
+	s := cli(t, "status", id, "-o", "json")
+	require.Equal(t, 0, s.code, s.String())
+	var view struct {
+		Items *workflows.ItemCounts `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.stdout), &view), s.stdout)
+	require.NotNil(t, view.Items, s.stdout)
+	counts = *view.Items
+	t.Logf("item counts: %+v", counts)
+	assert.Equal(t, int64(2003), counts.Scheduled, "2,000, one keyed (twice), one bad, one after")
+	assert.Equal(t, int64(2002), counts.Done)
+	assert.Equal(t, int64(1), counts.Failed)
+	assert.Zero(t, counts.Queued+counts.Running)
+	assert.Greater(t, counts.Retried, int64(0), "the killed worker's items were handed out again")
+	assert.LessOrEqual(t, counts.Retried, int64(32), "only the items in flight at the kill (one batch at most)")
+}
+
+// Work items from a shell: schedule prints an id, fetch its result, join raises the first error once; the
+// items command lists every hand-out; a run without items says how to turn them on.
+func TestE2E_ItemsFromTheCLI(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-cli
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+items: {}
+tasks:
+  chief:
+    replicas: 1
+    command: [sh, -c, 'a=$(clusterrun task schedule square "[4]" --key four) && b=$(clusterrun task schedule square "[4]" --key four) &&
+      test "$a" = "$b" && clusterrun task fetch $a && c=$(clusterrun task schedule bad "[\"no\"]") &&
+      if clusterrun task join; then echo join-did-not-raise; fi; clusterrun task join && echo joined-clean &&
+      clusterrun task fetch $c; echo fetch-exit=$?']
+  worker: {replicas: 1, command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_check.py")+`]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, `{"id":1,"key":"four","state":"done","result":16}`)
+	assert.Contains(t, r.stderr+r.stdout, `item 2 (bad) failed: ValueError: no`)
+	assert.NotContains(t, r.stdout, "join-did-not-raise")
+	assert.Contains(t, r.stdout, "joined-clean")
+	assert.Contains(t, r.stdout, "fetch-exit=1")
+
+	l := cli(t, "items", id)
+	require.Equal(t, 0, l.code, l.String())
+	assert.Contains(t, l.stdout, "ITEMS: 2 scheduled, 0 queued, 0 running, 1 done, 1 failed")
+	assert.Regexp(t, `1\s+square\s+four\s+done\s+chief-0#1\s+worker-0#1 done\s+16`, l.stdout)
+	s := cli(t, "status", id)
+	assert.Contains(t, s.stdout, "ITEMS: 2 scheduled")
+
+	// Without items in the spec.
+	plain := runID(t)
+	none := writeSpec(t, `{name: no-items, command: [sh, -c, 'clusterrun task schedule f; echo exit=$?'], tasks: {chief: {replicas: 1}}}`)
+	r = cli(t, "run", none, "--id", plain)
+	assert.Contains(t, r.stdout+r.stderr, "this run has no work items: add `items: {}` to its spec")
+	assert.Contains(t, r.stdout, "exit=2")
+	n := cli(t, "items", plain)
+	assert.Equal(t, 1, n.code)
+	assert.Contains(t, n.stderr, "run "+plain+" has no work items")
+}
+
+// 100,000 items in one run: the items workflow continues as new as its history grows, and nothing is lost.
+func TestE2E_Items100000(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-scale
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "100000", LATENCY: "0"}
+command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+items: {}
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 4, hosts: [host-a, host-b]}
+`)
+	r := c.cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "ITEMS: 100000 scheduled, 0 queued, 0 running, 100000 done, 0 failed")
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	var got struct {
+		Items int     `json:"items"`
+		Wrong int     `json:"wrong"`
+		Rate  float64 `json:"items_per_s"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	assert.Equal(t, 100000, got.Items)
+	assert.Zero(t, got.Wrong, "every result right")
+	t.Logf("100,000 items at %.0f items/s", got.Rate)
+
+	resp, err := c.client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s'", workflows.ItemsWorkflowID(id))})
+	require.NoError(t, err)
+	assert.Greater(t, len(resp.GetExecutions()), 1, "the items workflow continued as new")
+}
+
+// psRestart runs tests/testdata/ps_restart.py, SIGKILLs the ps once it serves, and runs steal (if any) with
+// its port before the restart; it returns what the chief saw.
+func psRestart(t *testing.T, steal func(port int)) (seen struct {
+	Answers   []string `json:"answers"`
+	FirstAddr string   `json:"first_addr"`
+	LastAddr  string   `json:"last_addr"`
+	Signaled  bool     `json:"signaled"`
+	InfoAddr  string   `json:"info_addr"`
+}, st workflows.RunStatus) {
+	pidDir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, `
+name: ps-restart
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, PID_DIR: `+pidDir+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "ps_restart.py")+`]
+mapChangeSignal: SIGUSR2
+stopGracePeriod: 1s
+tasks:
+  chief: {replicas: 1}
+  ps: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 2s}}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	var ps struct {
+		PID  int `json:"pid"`
+		Port int `json:"port"`
+	}
+	waitUntil(t, "the ps to serve", time.Minute, func() bool {
+		b, err := os.ReadFile(filepath.Join(pidDir, "ps-1.json"))
+		return err == nil && json.Unmarshal(b, &ps) == nil
+	})
+	require.NoError(t, syscall.Kill(ps.PID, syscall.SIGKILL))
+	if steal != nil {
+		steal(ps.Port)
+	}
+	st, err := outcome(t, id)
+	require.NoError(t, err, "%+v", st)
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &seen), string(st.Task("chief-0").Result))
+	assert.Equal(t, 2, st.Task("ps-0").Attempt)
+	assert.Equal(t, []string{"ps attempt 1", "ps attempt 2"}, seen.Answers, "the chief rode the restart out")
+	return seen, st
+}
+
+// A ps SIGKILLed and restarted comes back on its host, at its port: its peers' TF_CONFIG stays right.
+func TestE2E_RestartedPSKeepsItsAddress(t *testing.T) {
+	seen, _ := psRestart(t, nil)
+	assert.Equal(t, seen.FirstAddr, seen.LastAddr, "same host:port")
+	assert.False(t, seen.Signaled, "nothing moved, so no map change signal")
+}
+
+// When its port is taken meanwhile, the ps comes back elsewhere and its peers are told: the cluster file holds
+// the new address, task info shows it, and they get mapChangeSignal.
+func TestE2E_MovedPSUpdatesItsPeers(t *testing.T) {
+	var held net.Listener
+	seen, _ := psRestart(t, func(port int) {
+		var err error
+		waitUntil(t, "the ps's port to be free", 10*time.Second, func() bool {
+			held, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+			return err == nil
+		})
+	})
+	defer held.Close()
+	assert.NotEqual(t, seen.FirstAddr, seen.LastAddr, "a new port")
+	assert.Equal(t, seen.LastAddr, seen.InfoAddr, "task info shows the new map")
+	assert.True(t, seen.Signaled, "mapChangeSignal")
+}
+
+// examples/ps-training: a chief schedules steps onto workers that pull and push parameters to a ps; the ps
+// crashes mid-run, comes back at the same address from its checkpoint, and the model still learns.
+func TestE2E_PSTrainingExample(t *testing.T) {
+	id := runID(t)
+	r := cli(t, "run", "examples/ps-training/ps.yaml", "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "ps: crashing on purpose after 120 pushes")
+	assert.Contains(t, r.stdout, "ps attempt 2: resumed from its checkpoint at 120 pushes")
+	first := regexp.MustCompile(`ps attempt 1 serving at (\S+)`).FindStringSubmatch(r.stdout)
+	second := regexp.MustCompile(`ps attempt 2 serving at (\S+)`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, first, r.stdout)
+	require.NotNil(t, second, r.stdout)
+	assert.Equal(t, first[1], second[1], "the ps came back at its address")
+	assert.Contains(t, r.stdout, "ITEMS: 300 scheduled, 0 queued, 0 running, 300 done, 0 failed")
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var res struct {
+		First float64 `json:"first_loss"`
+		Last  float64 `json:"last_loss"`
+		W     float64 `json:"w"`
+		B     float64 `json:"b"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &res))
+	assert.Less(t, res.Last, res.First/10, "the loss fell")
+	assert.InDelta(t, 3, res.W, 0.1)
+	assert.InDelta(t, 2, res.B, 0.1)
+}
+
+// Work items from Go: Schedule, Join (the first error once), Fetch and Serve.
+func TestE2E_ItemsFromGo(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "goitems")
+	out, err := exec.Command("go", "build", "-o", bin, "./testdata/goitems").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-go
+command: [`+bin+`]
+items: {}
+stopGracePeriod: 2s
+tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 2, hosts: [host-a, host-b]}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var got struct {
+		Scheduled int    `json:"scheduled"`
+		Wrong     int    `json:"wrong"`
+		Join      string `json:"join"`
+		Again     string `json:"again"`
+		Failed    string `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	assert.Equal(t, 201, got.Scheduled)
+	assert.Zero(t, got.Wrong)
+	assert.Equal(t, "item 201 (fail) failed: no such shard", got.Join)
+	assert.Equal(t, "<nil>", got.Again, "raised once")
+	assert.Equal(t, "no such shard", got.Failed)
+}

@@ -1,0 +1,53 @@
+"""Work items end to end: the chief schedules N items, the workers serve them; one worker may be SIGKILLed.
+
+Env: ITEMS (how many), PID_DIR (workers write <task>.pid there once they have served KILL_AFTER items).
+The chief's result: how many results it got, how many were wrong, and the error join raised for a bad item.
+"""
+import json
+import os
+import sys
+import time
+
+import clusterrun
+
+role = os.environ["CLUSTERRUN_TASK_TYPE"]
+task = os.environ["CLUSTERRUN_TASK"]
+
+if role == "worker":
+    served = [0]
+
+    def square(i):
+        served[0] += 1
+        if served[0] == int(os.environ.get("KILL_AFTER", "0")) and os.environ.get("PID_DIR"):
+            with open(os.path.join(os.environ["PID_DIR"], task + ".pid.tmp"), "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(os.path.join(os.environ["PID_DIR"], task + ".pid.tmp"), os.path.join(os.environ["PID_DIR"], task + ".pid"))
+        time.sleep(0.002)
+        return i * i
+
+    def bad(why):
+        raise ValueError(why)
+
+    clusterrun.serve({"square": square, "bad": bad})
+    sys.exit(0)
+
+n = int(os.environ.get("ITEMS", "100"))
+values = [clusterrun.schedule("square", args=(i,)) for i in range(n)]
+same = clusterrun.schedule("square", args=(7,), key="seven")
+again = clusterrun.schedule("square", args=(7,), key="seven")
+clusterrun.join()
+wrong = [i for i, v in enumerate(values) if v.fetch(timeout=60) != i * i]
+
+# An error: join raises it once, then scheduling goes on.
+clusterrun.schedule("bad", args=("shard 7 is corrupt",))
+raised = ""
+try:
+    clusterrun.join()
+except clusterrun.ItemError as e:
+    raised = str(e)
+after = clusterrun.schedule("square", args=(3,)).fetch(timeout=60)
+clusterrun.join()  # nothing to raise any more
+
+with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
+    json.dump({"results": len(values), "wrong": wrong[:10], "same_key": same is again and same.fetch() == 49,
+               "raised": raised, "after": after, "done": clusterrun.done()}, f)
