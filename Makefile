@@ -11,11 +11,25 @@ WORKFLOWCHECK_VERSION := v0.6.0
 TEMPORAL := $(BIN)/temporal
 STATICCHECK := $(BIN)/staticcheck
 WORKFLOWCHECK := $(BIN)/workflowcheck
+# The PostgreSQL backend's server, schema tool and Web UI: the versions the pinned temporal CLI embeds.
+TEMPORAL_SERVER_VERSION := v1.29.1
+TEMPORAL_UI_VERSION := v2.42.1
+TEMPORAL_SERVER := $(BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+TEMPORAL_UI_SERVER := $(BIN)/temporal-ui-server
+POSTGRES_TOOLS := $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(TEMPORAL_UI_SERVER)
+
+# make up BACKEND=postgres: a Temporal server on PostgreSQL instead of the dev server (deployments/postgres/).
+BACKEND ?= dev
+ifeq ($(filter $(BACKEND),dev postgres),)
+$(error BACKEND=$(BACKEND) is not a backend: use BACKEND=dev (the default) or BACKEND=postgres)
+endif
+BACKEND_TOOLS := $(if $(filter postgres,$(BACKEND)),$(POSTGRES_TOOLS))
 
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools build up down demo test test-unit test-e2e test-race check fmt vet lint cross fuzz bench clean record-histories
+.PHONY: all tools postgres-tools build up down demo test test-unit test-e2e test-postgres test-race check fmt vet lint cross fuzz bench clean record-histories
 
 all: build
 
@@ -24,6 +38,22 @@ tools: $(TEMPORAL) $(STATICCHECK) $(WORKFLOWCHECK)
 $(TEMPORAL):
 	@echo "tools: building the temporal CLI $(TEMPORAL_CLI_VERSION) (dev server 1.29.1, Web UI 2.42.1); the first build takes a few minutes"
 	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# go install names a binary after its package (server, sql): each is built into a folder of its own, then renamed.
+postgres-tools: $(POSTGRES_TOOLS)
+
+$(TEMPORAL_SERVER):
+	@echo "tools: building the Temporal server $(TEMPORAL_SERVER_VERSION) for the PostgreSQL backend; the first build takes a few minutes"
+	GOBIN=$(BIN)/.build/server $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION)
+	mv $(BIN)/.build/server/server $@
+
+$(TEMPORAL_SQL_TOOL):
+	GOBIN=$(BIN)/.build/sql $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	mv $(BIN)/.build/sql/sql $@
+
+$(TEMPORAL_UI_SERVER):
+	GOBIN=$(BIN)/.build/ui $(GO) install github.com/temporalio/ui-server/v2/cmd/server@$(TEMPORAL_UI_VERSION)
+	mv $(BIN)/.build/ui/server $@
 
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -40,9 +70,10 @@ build:
 	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun-worker ./workers/clusterrun-worker
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/clusterrun-shim
 
-# The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background.
-up: $(TEMPORAL) build
-	./deployments/dev/up.sh
+# The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background;
+# with BACKEND=postgres, a Temporal server on PostgreSQL instead (deployments/postgres/up.sh).
+up: $(TEMPORAL) $(BACKEND_TOOLS) build
+	./deployments/$(BACKEND)/up.sh
 
 down:
 	./deployments/dev/down.sh
@@ -53,11 +84,13 @@ demo: up
 
 # Every test, and the gate CI enforces: format, vet, static checks, workflow determinism checks, race-enabled unit
 # and workflow tests, the end-to-end suite against real dev servers with several host worker processes (tests/
-# starts and stops its own servers on free ports), and a short fuzzing budget per target.
+# starts and stops its own servers on free ports), a representative part of it again on PostgreSQL, and a short
+# fuzzing budget per target.
 # The fault tests run in parallel, each with a server of its own: -parallel lets them overlap on 2 cores.
 TEST_PARALLEL ?= 6
 UNIT_PACKAGES = $$($(GO) list ./... | grep -v '/tests$$')
 test: fmt vet lint cross test-unit test-e2e
+	$(MAKE) --no-print-directory test-postgres TESTS='$(POSTGRES_TESTS)'
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
 # Examples (starter/example_test.go) need a server and host workers: tests/examples_test.go runs them there.
@@ -66,6 +99,14 @@ test-unit: build
 
 test-e2e: $(TEMPORAL) build
 	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/
+
+# The end-to-end suite with every Temporal server on PostgreSQL (each cluster its own databases in one
+# PostgreSQL the suite starts); TESTS picks a part of it. make test runs POSTGRES_TESTS this way.
+TESTS ?= .
+POSTGRES_TESTS ?= ^TestPostgres_|^TestE2E_(BarrierAcrossHosts|FailFast|StatusWatch|ItemsSurviveAKilledWorker|WebUI)|^TestFault_(ServerOutage30s|WorkerSIGKILLThenNewWorker)
+test-postgres: $(TEMPORAL) $(POSTGRES_TOOLS) build
+	./deployments/postgres/install.sh >/dev/null
+	CLUSTERRUN_TEST_BACKEND=postgres $(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -run '$(TESTS)' ./tests/
 
 test-race: $(TEMPORAL) build
 	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...

@@ -46,6 +46,9 @@ type cluster struct {
 
 var env *cluster
 
+// suitePostgres is the PostgreSQL every cluster's server uses on the postgres backend (BackendEnv); nil otherwise.
+var suitePostgres *pgCluster
+
 func TestMain(m *testing.M) {
 	code, err := runSuite(m)
 	if err != nil {
@@ -89,11 +92,18 @@ func runSuite(m *testing.M) (int, error) {
 		return 1, err
 	}
 	c.uiURL = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
-	c.dev = &devServer{bin: temporalCLI, dir: work, port: port, uiPort: uiPort}
-	if err := c.dev.start(); err != nil {
-		return 1, fmt.Errorf("start dev server: %w", err)
+	if onPostgres() {
+		if suitePostgres, err = startPostgres(); err != nil {
+			return 1, err
+		}
+		defer suitePostgres.stop()
 	}
-	defer c.dev.kill()
+	c.dev = newServer(root, work, port)
+	c.dev.uiPort = uiPort
+	if err := c.dev.start(); err != nil {
+		return 1, fmt.Errorf("start the Temporal server: %w", err)
+	}
+	defer c.dev.close()
 	c.address = c.dev.address()
 	c.client, err = client.Dial(client.Options{HostPort: c.address, Logger: quietLogger()})
 	if err != nil {

@@ -42,7 +42,7 @@ func TestE2E_EncryptedPayloads(t *testing.T) {
 
 	c := isolatedWith(t, func(s *devServer) {
 		s.uiPort = uiPort
-		s.args = []string{"--ui-codec-endpoint", codecURL}
+		s.uiCodec = codecURL
 	})
 	require.NoError(t, c.startWorker("host-e", "--codec-key-file", keys))
 	withKey := []string{"TEMPORAL_ADDRESS=" + c.address, "CLUSTERRUN_CODEC_KEY_FILE=" + keys}

@@ -20,16 +20,18 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// devServer is a Temporal dev server (the pinned temporal CLI's) that the tests own outright: it can be
-// SIGKILLed and started again on the same database, as an outage does, without touching any other test. (The
-// SDK's testsuite.DevServer stops with SIGINT and cannot be started again on its database.) It dies with the
-// test binary, even one that panics.
+// devServer is a Temporal server that the tests own outright: the pinned temporal CLI's dev server or, on the
+// postgres backend (BackendEnv), the pinned Temporal server on PostgreSQL. It can be SIGKILLed and started
+// again on the same database, as an outage does, without touching any other test. (The SDK's
+// testsuite.DevServer stops with SIGINT and cannot be started again on its database.) It dies with the test
+// binary, even one that panics.
 type devServer struct {
 	bin, dir string
 	port     int
-	uiPort   int      // 0: no Web UI
-	args     []string // more start-dev flags
+	uiPort   int    // 0: no Web UI
+	uiCodec  string // the Web UI's codec server, if any
 	proc     *owned
+	postgres *postgresServer // non-nil: the server runs on PostgreSQL
 }
 
 // owned is a process the test binary started: Pdeathsig ends it when the test binary dies, even by a panic that
@@ -74,19 +76,28 @@ func (s *devServer) address() string { return fmt.Sprintf("127.0.0.1:%d", s.port
 
 // start starts the server (again) and waits until it answers.
 func (s *devServer) start() error {
-	logFile, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+	if s.postgres != nil {
+		return s.startOnPostgres(filepath.Dir(filepath.Dir(s.bin)))
 	}
 	ui := []string{"--headless"}
 	if s.uiPort > 0 {
 		ui = []string{"--ui-port", fmt.Sprint(s.uiPort)}
 	}
-	ui = append(ui, s.args...)
+	if s.uiCodec != "" {
+		ui = append(ui, "--ui-codec-endpoint", s.uiCodec)
+	}
 	// As make up does: clusterrun list shows each run's own state from these search attributes.
-	cmd := exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
+	return s.startProcess(exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
 		"--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
-		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...)
+		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...))
+}
+
+// startProcess starts the server's process, logging to temporal.log in its folder, and waits until it answers.
+func (s *devServer) startProcess(cmd *exec.Cmd) error {
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p, err := startOwned(cmd)
@@ -108,11 +119,11 @@ func (s *devServer) start() error {
 		select {
 		case <-s.proc.done:
 			b, _ := os.ReadFile(filepath.Join(s.dir, "temporal.log"))
-			return fmt.Errorf("dev server exited:\n%s", b)
+			return fmt.Errorf("the Temporal server exited:\n%s", b)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("dev server on %s did not answer within 90s", s.address())
+	return fmt.Errorf("the Temporal server on %s did not answer within 90s", s.address())
 }
 
 // kill SIGKILLs the server, as a crash does.
@@ -124,6 +135,24 @@ func (s *devServer) kill() {
 	<-s.proc.done
 }
 
+// close kills the server and its Web UI for good.
+func (s *devServer) close() {
+	s.kill()
+	if s.postgres != nil && s.postgres.ui != nil {
+		_ = syscall.Kill(-s.postgres.ui.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.postgres.ui.done
+	}
+}
+
+// newServer is a server for a cluster with its files in dir, on the suite's backend.
+func newServer(root, dir string, port int) *devServer {
+	s := &devServer{bin: filepath.Join(root, "bin", "temporal"), dir: dir, port: port}
+	if suitePostgres != nil {
+		s.postgres = &postgresServer{pg: suitePostgres}
+	}
+	return s
+}
+
 // isolated starts a cluster of its own for one test: its own dev server (database in the test's folder), the
 // suite's binaries, and host workers for hosts. Its cleanup stops everything it started and fails the test if
 // a process outlived it.
@@ -132,7 +161,7 @@ func isolated(t *testing.T, hosts ...string) *cluster {
 	return isolatedWith(t, nil, hosts...)
 }
 
-// isolatedWith is isolated with the dev server configured first (its Web UI port, extra flags).
+// isolatedWith is isolated with the server configured first (its Web UI port, its codec server).
 func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "clusterrun-iso-")
@@ -144,7 +173,7 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 		t.Fatal(err)
 	}
 	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
-		workers: map[string]*owned{}, dev: &devServer{bin: filepath.Join(env.root, "bin", "temporal"), dir: dir, port: port}}
+		workers: map[string]*owned{}, dev: newServer(env.root, dir, port)}
 	if configure != nil {
 		configure(c.dev)
 	}
@@ -155,7 +184,7 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 	c.address = c.dev.address()
 	c.client, err = client.Dial(client.Options{HostPort: c.address, Logger: quietLogger()})
 	if err != nil {
-		c.dev.kill()
+		c.dev.close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -170,7 +199,7 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 			killMarked(c.marker)
 		}
 		c.client.Close()
-		c.dev.kill()
+		c.dev.close()
 		if !t.Failed() {
 			os.RemoveAll(dir)
 		} else {

@@ -121,5 +121,5 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 
 	session := sh("the clusterrun session", blockWith(t, blocks, "bin/clusterrun validate"), 0)
 	assert.Regexp(t, `run demo-\d+ Succeeded`, session)
-	assert.Contains(t, session, "down: stopped Temporal dev server")
+	assert.Contains(t, session, "down: stopped Temporal server")
 }

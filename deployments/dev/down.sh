@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Stops what deployments/dev/up.sh started: host workers first, then the tasks they leave running (a stopped
-# worker leaves its tasks to their supervisors, for the next worker to take up; here each supervisor gets
-# SIGTERM, which stops its task: SIGTERM, grace, SIGKILL), then the Temporal dev server. The database under
-# .clusterrun/ is kept, so runs are still there after the next up.
+# Stops what deployments/dev/up.sh or deployments/postgres/up.sh started: host workers first, then the tasks
+# they leave running (a stopped worker leaves its tasks to their supervisors, for the next worker to take up;
+# here each supervisor gets SIGTERM, which stops its task: SIGTERM, grace, SIGKILL), then the Temporal server,
+# its Web UI and PostgreSQL. The databases under .clusterrun/ are kept, so runs are still there after the next up.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${CLUSTERRUN_STATE:-$root/.clusterrun}
@@ -43,4 +43,11 @@ if [ -n "$(shims)" ]; then
 		kill -KILL $(shims) 2>/dev/null || true
 	fi
 fi
-stop "$state/temporal.pid" "Temporal dev server"
+stop "$state/temporal.pid" "Temporal server"
+stop "$state/ui.pid" "Web UI"
+if [ -f "$state/postgres/postmaster.pid" ]; then
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+	as_pg=()
+	[ "$(id -u)" != 0 ] || as_pg=(runuser -u postgres --)
+	"${as_pg[@]}" "$pgbin/pg_ctl" -D "$state/postgres" -m fast -w stop >/dev/null && echo "down: stopped PostgreSQL"
+fi

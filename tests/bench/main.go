@@ -42,6 +42,7 @@ var (
 	python     = flag.String("python", "/usr/bin/python3", "Python for the barrier scenarios")
 	barrierN   = flag.Int("barriers", 30, "barriers per run in the barrier latency scenario")
 	scaleN     = flag.Int("scale-barriers", 1000, "barriers in the scale scenario")
+	backend    = flag.String("backend", "dev server", "the Temporal server's backend, named in the report")
 	logDir     = flag.String("log-dir", ".clusterrun-bench/logs", "the host workers' --log-dir, where the barrier scenarios' tasks leave their timestamps")
 )
 
@@ -75,7 +76,7 @@ func main() {
 }
 
 func speedScenarios(dir string, haveSrun bool) {
-	fmt.Println("| scenario | clusterrun | srun | clusterrun / srun |")
+	fmt.Printf("| scenario (Temporal on the %s) | clusterrun | srun | clusterrun / srun |\n", *backend)
 	fmt.Println("| --- | --- | --- | --- |")
 	trivial := write(dir, "trivial.yaml", `{name: bench-trivial, command: ["true"], tasks: {worker: {replicas: 64}}}`)
 	a := timeRuns(func() error { return runQuiet(*clusterrun, "run", trivial) })

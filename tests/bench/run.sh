@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: sets up Slurm on this machine (root; deployments/slurm/setup-single-node.sh) and a separate
 # clusterrun dev environment (its own state dir and port), runs the side-by-side benchmarks with 4 host workers,
-# then the barrier scale scenario with 8, prints the report and tears the clusterrun environment down again.
+# then the barrier scale scenario with 8, then the launch and stop scenarios again on a Temporal server on
+# PostgreSQL (make up BACKEND=postgres), prints the report and tears each clusterrun environment down again.
 # Extra arguments go to the harness (go run ./tests/bench -h), e.g. -only ab.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,3 +26,11 @@ CLUSTERRUN_DEV_HOSTS="bench-a bench-b" ./tests/bench/items.sh
 
 CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh
 "${harness[@]}" -only f "$@"
+./deployments/dev/down.sh >/dev/null
+
+# The same launch and stop scenarios on a Temporal server on PostgreSQL (make up BACKEND=postgres), in a state
+# folder of its own.
+make --no-print-directory postgres-tools >/dev/null
+export CLUSTERRUN_STATE=$root/.clusterrun-bench-postgres POSTGRES_PORT=5444
+CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/postgres/up.sh
+"${harness[@]}" -only abd -backend "PostgreSQL server" "$@"

@@ -1,0 +1,102 @@
+# Shared by deployments/dev/up.sh and deployments/postgres/up.sh (sourced, not run): the state folder, the
+# checks, and the host workers, which are the same whichever Temporal server they talk to.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+state=${CLUSTERRUN_STATE:-$root/.clusterrun}
+bin=$root/bin
+port=${TEMPORAL_PORT:-7233}
+ui_port=${TEMPORAL_UI_PORT:-8233}
+hosts=${CLUSTERRUN_DEV_HOSTS:-host-a host-b}
+export TEMPORAL_ADDRESS=127.0.0.1:$port
+mkdir -p "$state/logs"
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# wait_for DESCRIPTION SECONDS COMMAND...: retry COMMAND until it succeeds or the deadline passes.
+wait_for() {
+	local what=$1 secs=$2
+	shift 2
+	local deadline=$((SECONDS + secs))
+	until "$@" >/dev/null 2>&1; do
+		if [ $SECONDS -ge $deadline ]; then
+			echo "up: $what did not come up within ${secs}s; see the logs in $state/" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+# wait_up PIDFILE LOG DESCRIPTION SECONDS COMMAND...: wait_for, but give up at once, showing the end of LOG,
+# when the process in PIDFILE dies.
+wait_up() {
+	local pidf=$1 log=$2 what=$3 secs=$4
+	shift 4
+	local deadline=$((SECONDS + secs))
+	until "$@" >/dev/null 2>&1; do
+		if ! alive "$pidf"; then
+			echo "up: $what exited; the end of its log ($log):" >&2
+			tail -n 20 "$log" >&2
+			return 1
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			echo "up: $what did not come up within ${secs}s; see $log" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+# port_free PORT WHAT: fail, saying which variable moves it, when another process holds PORT.
+port_free() {
+	if (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; then
+		echo "up: port $1 is taken by another process; stop it or set $2" >&2
+		exit 1
+	fi
+}
+
+# claim_backend NAME: one state folder holds one backend at a time; switching needs `make down` first.
+claim_backend() {
+	local was
+	was=$(cat "$state/backend" 2>/dev/null || echo dev)
+	if [ "$was" != "$1" ] && alive "$state/temporal.pid"; then
+		echo "up: the $was backend is running from $state; stop it first with: make down" >&2
+		exit 1
+	fi
+	echo "$1" >"$state/backend"
+}
+
+# register_search_attributes: clusterrun list filters and shows runs by these; creating one that exists
+# already is harmless.
+register_search_attributes() {
+	for attr in ClusterRunName ClusterRunState; do
+		"$bin/temporal" operator search-attribute create --address "$TEMPORAL_ADDRESS" --name "$attr" --type Keyword >/dev/null 2>&1 || true
+	done
+}
+
+# start_workers: (re)start the host workers, so that they run the binaries just built; the tasks they run go
+# on (each new worker takes its tasks up again).
+start_workers() {
+	# The dev hosts share one machine: give each more slots than its share of the cores (a worker's default).
+	export CLUSTERRUN_WORKER_SLOTS=${CLUSTERRUN_WORKER_SLOTS:-16}
+	# A worker running as root must say whom its tasks run as: on a dev machine run by root, root itself, said
+	# so explicitly (CLUSTERRUN_WORKER_RUN_AS picks another user).
+	local runas=()
+	if [ "$(id -u)" = 0 ]; then
+		runas=(--run-as "${CLUSTERRUN_WORKER_RUN_AS:-root}")
+	fi
+	local h pidf
+	for h in $hosts; do
+		pidf=$state/worker-$h.pid
+		if alive "$pidf"; then
+			kill -TERM "$(cat "$pidf")"
+			wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
+		fi
+		: >"$state/worker-$h.log"
+		setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}" \
+			>>"$state/worker-$h.log" 2>&1 </dev/null &
+		echo $! >"$pidf"
+		echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"
+	done
+	for h in $hosts; do
+		wait_for "host worker $h" 30 grep -q "clusterrun-worker ready" "$state/worker-$h.log"
+	done
+}
