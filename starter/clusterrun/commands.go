@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/spec"
@@ -124,10 +125,7 @@ func dialRunning(ctx context.Context, id, verb string) (client.Client, live, err
 	if err != nil {
 		return nil, live{}, err
 	}
-	st, ended, _, err := fetchStatus(ctx, c, id)
-	if err == nil && ended {
-		err = &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to %s", id, st.Status, verb)}
-	}
+	st, err := running(ctx, c, id, verb)
 	if err != nil {
 		c.Close()
 		return nil, live{}, err
@@ -135,19 +133,52 @@ func dialRunning(ctx context.Context, id, verb string) (client.Client, live, err
 	return c, st, nil
 }
 
+// running returns the status of a run that is still running, or an error that says there is no such run or
+// that it has ended (nothing to verb).
+func running(ctx context.Context, c client.Client, id, verb string) (live, error) {
+	st, ended, _, err := fetchStatus(ctx, c, id)
+	if err == nil && ended {
+		err = &exitError{code: 1, msg: fmt.Sprintf("run %s has already ended (%s); nothing to %s", id, st.Status, verb)}
+	}
+	return st, err
+}
+
+// actOnRunning dials and acts on a run that is still running. Whether it runs comes from Temporal's own record
+// of the execution, not from the run's status query: a query waits for the workflow task in progress, which on
+// a run of a thousand tasks that just started takes seconds. The status is read only to say why it cannot act.
+func actOnRunning(ctx context.Context, id, verb string, act func(context.Context, client.Client, string) error) (client.Client, error) {
+	c, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		_, why := running(ctx, c, id, verb)
+		if why == nil && err != nil {
+			why = fmt.Errorf("%s run %s: %w", verb, id, err)
+		} else if why == nil {
+			why = &exitError{code: 1, msg: fmt.Sprintf("run %s is not running (%s); nothing to %s", id, desc.GetWorkflowExecutionInfo().GetStatus(), verb)}
+		}
+		c.Close()
+		return nil, why
+	}
+	if err := act(ctx, c, id); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s run %s: %w", verb, id, err)
+	}
+	return c, nil
+}
+
 // endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
 // took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have.
 func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) bool) error {
 	ctx := context.Background()
-	c, _, err := dialRunning(ctx, id, verb)
+	c, err := actOnRunning(ctx, id, verb, act)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := act(ctx, c, id); err != nil {
-		return fmt.Errorf("%s run %s: %w", verb, id, err)
-	}
 	fmt.Fprintf(stderr, "%s requested for run %s\n", verb, id)
 	if noWait {
 		return nil

@@ -291,18 +291,17 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 func askStop(id string, clear, noWait bool, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, _, err := dialRunning(ctx, id, "stop")
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	name, req, want := workflows.SignalStop, workflows.StopRequest{KeepRun: true}, true
 	if clear {
 		name, req, want = workflows.SignalClearStop, workflows.StopRequest{}, false
 	}
-	if err := c.SignalWorkflow(ctx, id, "", name, req); err != nil {
-		return fmt.Errorf("stop run %s: %w", id, err)
+	c, err := actOnRunning(ctx, id, "stop", func(ctx context.Context, c client.Client, id string) error {
+		return c.SignalWorkflow(ctx, id, "", name, req)
+	})
+	if err != nil {
+		return err
 	}
+	defer c.Close()
 	for !noWait {
 		st, ended, _, err := fetchStatus(ctx, c, id)
 		switch {
