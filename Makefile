@@ -80,7 +80,7 @@ down:
 
 demo: up
 	$(BIN)/clusterrun run examples/demo.yaml
-	@echo "The dev server keeps running (Web UI: http://localhost:8233); stop it with: make down"
+	@echo "The Temporal server keeps running (Web UI: http://localhost:8233); stop it with: make down"
 
 # Every test, and the gate CI enforces: format, vet, static checks, workflow determinism checks, race-enabled unit
 # and workflow tests, the end-to-end suite against real dev servers with several host worker processes (tests/

@@ -56,17 +56,26 @@ func touch(t *testing.T, path string) {
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
 }
 
-func TestFault_ServerOutage30s(t *testing.T) { testServerOutage(t, 30*time.Second) }
-
-func TestFault_ServerOutage3m(t *testing.T) { testServerOutage(t, 3*time.Minute) }
-
-// testServerOutage SIGKILLs the run's Temporal server and starts it again on the same database after outage.
-// Every task keeps running through it with its pid, the chief exits during it, and once the server is back
-// the run ends as it would have: succeeded on the chief's exit, every task on attempt 1, no restart used.
-func testServerOutage(t *testing.T, outage time.Duration) {
+func TestFault_ServerOutage30s(t *testing.T) {
 	t.Parallel()
+	c := isolated(t)
+	testServerOutage(t, c, 30*time.Second, c.dev.kill, c.dev.start)
+}
+
+func TestFault_ServerOutage3m(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	testServerOutage(t, c, 3*time.Minute, c.dev.kill, c.dev.start)
+}
+
+// testServerOutage takes the run's control plane away (cut: the Temporal server SIGKILLed, or its database),
+// and gives it back after outage (restore: started again on the same data). Every task keeps running through
+// it with its pid, the chief exits during it, and once the control plane is back the run ends as it would
+// have: succeeded on the chief's exit, every task on attempt 1, no restart used.
+func testServerOutage(t *testing.T, c *cluster, outage time.Duration, cut func(), restore func() error) {
 	a, b := "out-a-"+randomHex(2), "out-b-"+randomHex(2)
-	c := isolated(t, a, b)
+	require.NoError(t, c.startWorker(a))
+	require.NoError(t, c.startWorker(b))
 	dir := t.TempDir()
 	spec := writeSpec(t, fmt.Sprintf(`
 name: outage
@@ -86,7 +95,7 @@ tasks:
 		pids[task] = int(readInt(t, filepath.Join(dir, task+".pid"), time.Minute))
 	}
 
-	c.dev.kill()
+	cut()
 	back := time.Now().Add(outage)
 	// The chief finishes its work while the server is down.
 	touch(t, filepath.Join(dir, "chief-0.go"))
@@ -97,7 +106,7 @@ tasks:
 		}
 		time.Sleep(time.Second)
 	}
-	require.NoError(t, c.dev.start(), "restart the server on the same database")
+	require.NoError(t, restore(), "start the control plane again on the same data")
 
 	st, err := c.outcome(t, id)
 	require.NoError(t, err)

@@ -92,32 +92,48 @@ func startPostgres() (*pgCluster, error) {
 	if pg.port, err = freeTCPPort(); err != nil {
 		return nil, err
 	}
-	// Durability is PostgreSQL's default (fsync on): the figures measured here are a real server's.
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", filepath.Join(data, "db"), "-p", strconv.Itoa(pg.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=500")
-	logFile, err := os.Create(filepath.Join(data, "postgres.log"))
-	if err != nil {
+	if err := pg.start(); err != nil {
+		pg.stop()
 		return nil, err
+	}
+	return pg, nil
+}
+
+// start starts the server (again, after a kill: PostgreSQL recovers from its log) and waits until it answers.
+func (pg *pgCluster) start() error {
+	// Durability is PostgreSQL's default (fsync on): the figures measured here are a real server's.
+	cmd := exec.Command(filepath.Join(pg.bin, "postgres"), "-D", filepath.Join(pg.data, "db"), "-p", strconv.Itoa(pg.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=500")
+	logFile, err := os.OpenFile(filepath.Join(pg.data, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logFile.Close()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pg.creds, Setpgid: true}
 	if pg.proc, err = startOwned(cmd); err != nil {
-		return nil, err
+		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if pg.psql("select 1") == nil {
-			return pg, nil
+			return nil
 		}
 		if pg.proc.exited() {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	b, _ := os.ReadFile(filepath.Join(data, "postgres.log"))
-	pg.stop()
-	return nil, fmt.Errorf("PostgreSQL did not come up:\n%s", b)
+	b, _ := os.ReadFile(filepath.Join(pg.data, "postgres.log"))
+	return fmt.Errorf("PostgreSQL did not come up:\n%s", b)
+}
+
+// kill SIGKILLs PostgreSQL and every one of its processes, as a crash of its machine does.
+func (pg *pgCluster) kill() {
+	if pg.proc != nil {
+		_ = syscall.Kill(-pg.proc.cmd.Process.Pid, syscall.SIGKILL)
+		<-pg.proc.done
+	}
 }
 
 func (pg *pgCluster) psql(query string) error {
@@ -146,10 +162,7 @@ func (pg *pgCluster) newDatabases(root string) (string, error) {
 }
 
 func (pg *pgCluster) stop() {
-	if pg.proc != nil {
-		_ = syscall.Kill(-pg.proc.cmd.Process.Pid, syscall.SIGKILL)
-		<-pg.proc.done
-	}
+	pg.kill()
 	os.RemoveAll(pg.data)
 }
 
@@ -271,6 +284,20 @@ func (s *devServer) makeNamespace(root string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// PostgreSQL SIGKILLed under a running Temporal server, for 30 s: the server answers, but with errors, and the
+// work goes on as through a server outage (testServerOutage). The cluster has a PostgreSQL of its own.
+func TestPostgres_DatabaseOutage(t *testing.T) {
+	t.Parallel()
+	if !onPostgres() {
+		t.Skip("make test-postgres runs this (" + BackendEnv + "=postgres)")
+	}
+	pg, err := startPostgres()
+	require.NoError(t, err)
+	t.Cleanup(pg.stop)
+	c := isolatedWith(t, func(s *devServer) { s.postgres = &postgresServer{pg: pg} })
+	testServerOutage(t, c, 30*time.Second, pg.kill, pg.start)
 }
 
 // make up BACKEND=postgres brings the whole local environment up from nothing (a new state folder: its own

@@ -11,9 +11,14 @@ if ! command -v srun >/dev/null || ! command -v slurmctld >/dev/null; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null
 fi
-if sinfo -h -o %t 2>/dev/null | grep -qx idle; then
+if sinfo -h -o %t 2>/dev/null | grep -qx idle && grep -q MaxTasksPerNode /etc/slurm/slurm.conf 2>/dev/null; then
 	echo "setup-single-node: Slurm already up"
 	exit 0
+fi
+# Daemons running on an older slurm.conf of this script's are restarted on the new one.
+if pgrep -x slurmctld >/dev/null; then
+	"$(dirname "$0")/stop.sh"
+	sleep 1
 fi
 host=$(hostname)
 cpus=$(nproc)
@@ -31,6 +36,8 @@ SelectTypeParameters=CR_Core
 SlurmUser=root
 ReturnToService=2
 MpiDefault=none
+# make bench starts up to 4,000 tasks on this one node (Slurm's default stops at 512 per node).
+MaxTasksPerNode=8192
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=/var/log/slurm/slurmctld.log

@@ -12,6 +12,8 @@
 //	   against the design's floor measured the same way (a barrier with one participant)
 //	f. scale: 256 tasks on 8 host workers pass 1,000 barriers within Temporal's default limits
 //	g. what the work survives: worker restarts, a lost host, a server outage (liveness.go)
+//	h. start-up (submit → every task running) and stop (decision → every process gone) of N sleeping tasks,
+//	   for N in -scale-tasks, against srun -n N (scale.go)
 //
 // Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
 package main
@@ -42,6 +44,8 @@ var (
 	python     = flag.String("python", "/usr/bin/python3", "Python for the barrier scenarios")
 	barrierN   = flag.Int("barriers", 30, "barriers per run in the barrier latency scenario")
 	scaleN     = flag.Int("scale-barriers", 1000, "barriers in the scale scenario")
+	scaleSizes = flag.String("scale-tasks", "64,1000", "task counts for the start-up and stop scenario (h)")
+	scaleRuns  = flag.Int("scale-runs", 3, "repetitions of each size in scenario h")
 	backend    = flag.String("backend", "dev server", "the Temporal server's backend, named in the report")
 	logDir     = flag.String("log-dir", ".clusterrun-bench/logs", "the host workers' --log-dir, where the barrier scenarios' tasks leave their timestamps")
 )
@@ -65,6 +69,15 @@ func main() {
 	}
 	if want("f") {
 		barrierScale(dir)
+	}
+	if want("h") {
+		var sizes []int
+		for _, f := range strings.Split(*scaleSizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			check(err)
+			sizes = append(sizes, n)
+		}
+		startStop(dir, sizes, haveSrun)
 	}
 	if want("g") {
 		liveness(dir)

@@ -28,9 +28,15 @@ CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh
 "${harness[@]}" -only f "$@"
 ./deployments/dev/down.sh >/dev/null
 
+# Start-up and stop of 64 and 1,000 tasks: four hosts with room for all of them.
+export CLUSTERRUN_WORKER_SLOTS=1024
+CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
+"${harness[@]}" -only h "$@"
+./deployments/dev/down.sh >/dev/null
+
 # The same launch and stop scenarios on a Temporal server on PostgreSQL (make up BACKEND=postgres), in a state
 # folder of its own.
 make --no-print-directory postgres-tools >/dev/null
 export CLUSTERRUN_STATE=$root/.clusterrun-bench-postgres POSTGRES_PORT=5444
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/postgres/up.sh
-"${harness[@]}" -only abd -backend "PostgreSQL server" "$@"
+"${harness[@]}" -only abdh -backend "PostgreSQL server" "$@"

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// startStop is scenario h: for each size, start-up (submit → every task process running) and stop (the stop
+// decision → every task process gone), for clusterrun (clusterrun run --detach, then clusterrun cancel) and
+// for srun (srun -n N, then SIGINT twice, srun's abort). Each task writes its pid to a file and sleeps.
+func startStop(dir string, sizes []int, haveSrun bool) {
+	fmt.Printf("| h. N sleeping tasks (Temporal on the %s) | clusterrun start-up | clusterrun stop | srun start-up | srun stop | start-up ratio | stop ratio |\n", *backend)
+	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
+	for _, n := range sizes {
+		var up, down, sup, sdown []time.Duration
+		for i := 0; i < *scaleRuns; i++ {
+			u, d := clusterrunStartStop(dir, n, i)
+			up, down = append(up, u), append(down, d)
+			if haveSrun {
+				u, d := srunStartStop(dir, n, i)
+				sup, sdown = append(sup, u), append(sdown, d)
+			}
+		}
+		ratio := func(a, b []time.Duration) string {
+			if len(b) == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f×", float64(median(a))/float64(median(b)))
+		}
+		srunUp, srunDown := "(no srun)", "(no srun)"
+		if haveSrun {
+			srunUp, srunDown = stat(sup), stat(sdown)
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, stat(up), stat(down), srunUp, srunDown, ratio(up, sup), ratio(down, sdown))
+	}
+}
+
+func clusterrunStartStop(dir string, n, i int) (up, down time.Duration) {
+	pids := filepath.Join(dir, fmt.Sprintf("scale-%d-%d", n, i))
+	check(os.MkdirAll(pids, 0o755))
+	spec := write(dir, fmt.Sprintf("scale-%d.yaml", n), fmt.Sprintf(`
+name: bench-scale
+stopGracePeriod: 5s
+startTimeout: 10m
+command: [sh, -c, 'echo $$ > %s/$CLUSTERRUN_TASK; exec sleep 600']
+tasks: {worker: {replicas: %d}}
+`, pids, n))
+	id := fmt.Sprintf("bench-scale-%d-%d-%d", n, i, time.Now().UnixNano())
+	start := time.Now()
+	check(runQuiet(*clusterrun, "run", spec, "--id", id, "--detach"))
+	waitFiles(pids, n, 10*time.Minute)
+	up = time.Since(start)
+	all := readPids(pids)
+	start = time.Now()
+	canceled := make(chan error, 1)
+	go func() { canceled <- runQuiet(*clusterrun, "cancel", id) }() // it returns once the run has ended
+	waitGone(all, 10*time.Minute)
+	down = time.Since(start)
+	check(<-canceled)
+	return up, down
+}
+
+func srunStartStop(dir string, n, i int) (up, down time.Duration) {
+	pids := filepath.Join(dir, fmt.Sprintf("srun-%d-%d", n, i))
+	check(os.MkdirAll(pids, 0o755))
+	start := time.Now()
+	cmd := exec.Command("srun", "-n", strconv.Itoa(n), "--overcommit", "sh", "-c", fmt.Sprintf(`echo $$ > %s/$SLURM_PROCID; exec sleep 600`, pids))
+	check(cmd.Start())
+	waitFiles(pids, n, 10*time.Minute)
+	up = time.Since(start)
+	all := readPids(pids)
+	start = time.Now()
+	_ = cmd.Process.Signal(os.Interrupt)
+	time.Sleep(100 * time.Millisecond) // srun aborts on a second SIGINT within a second
+	_ = cmd.Process.Signal(os.Interrupt)
+	waitGone(all, 10*time.Minute)
+	down = time.Since(start)
+	_ = cmd.Wait()
+	return up, down
+}
+
+// waitFiles waits until dir holds n files that are not empty (a task writes its pid at start).
+func waitFiles(dir string, n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if len(readPids(dir)) >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check(fmt.Errorf("%s: fewer than %d tasks started within %s", dir, n, limit))
+}
+
+func readPids(dir string) []int {
+	entries, _ := os.ReadDir(dir)
+	var out []int
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitGone waits until none of pids is a live process (a zombie counts as gone: it no longer runs).
+func waitGone(pids []int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		live := 0
+		for _, p := range pids {
+			if syscall.Kill(p, 0) == nil && !zombie(p) {
+				live++
+			}
+		}
+		if live == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check(fmt.Errorf("task processes still running %s after the stop", limit))
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
