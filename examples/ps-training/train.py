@@ -64,7 +64,7 @@ def serve_ps():
                 if state["pushes"] == crash_at and os.environ["CLUSTERRUN_ATTEMPT"] == "1":
                     print("ps: crashing on purpose after %d pushes" % crash_at, flush=True)
                     os._exit(1)
-            self.wfile.write((json.dumps({"w": state["w"], "b": state["b"]}) + "\n").encode())
+            self.wfile.write((json.dumps({"w": state["w"], "b": state["b"], "pushes": state["pushes"]}) + "\n").encode())
 
     socketserver.ThreadingTCPServer.allow_reuse_address = True
     with socketserver.ThreadingTCPServer(("", ps_address()[1]), Handler) as srv:
@@ -103,7 +103,8 @@ ps = PS()
 
 
 def step(i):
-    """One training step on batch i: pull, gradient, push. Returns the batch's loss before the update."""
+    """One training step on batch i: pull, gradient, push. Returns the batch's loss before the update, and how
+    many updates the parameters it pulled had seen (steps run in any order: that is their place in training)."""
     p = ps.call({"op": "pull"})
     rng = random.Random(i)
     gw = gb = loss = 0.0
@@ -115,15 +116,15 @@ def step(i):
         gw += 2 * err * x / BATCH
         gb += 2 * err / BATCH
     ps.call({"op": "push", "gw": gw, "gb": gb})
-    return loss
+    return {"loss": loss, "at": p["pushes"]}
 
 
 # ---- chief ---------------------------------------------------------------------------------------------------
 
 def chief():
-    losses = [clusterrun.schedule(step, args=(i,)) for i in range(STEPS)]
+    steps = [clusterrun.schedule(step, args=(i,)) for i in range(STEPS)]
     clusterrun.join()
-    losses = [v.fetch() for v in losses]
+    losses = [s["loss"] for s in sorted((v.fetch() for v in steps), key=lambda s: s["at"])]
     final = PS().call({"op": "pull"})
     first, last = sum(losses[:20]) / 20, sum(losses[-20:]) / 20
     print("loss over the first 20 steps %.3f, over the last 20 %.4f; w=%.3f b=%.3f (want 3 and 2)"
