@@ -185,6 +185,34 @@ tasks:
 	assert.Contains(t, r.stdout, "(attempt 2)", "restart shown live")
 }
 
+// An attempt that starts and fails between two of the CLI's looks at the run still has its output shown, read
+// from the host it ran on; the status says where each earlier attempt ran, and logs --attempt reads it there.
+func TestE2E_FastCrashOutputIsShown(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: fastcrash
+command: [sh, -c, 'if [ "$CLUSTERRUN_ATTEMPT" -lt 3 ]; then echo "attempt $CLUSTERRUN_ATTEMPT on $CLUSTERRUN_HOST says goodbye"; echo "crash $CLUSTERRUN_ATTEMPT" >&2; exit 1; fi; echo "attempt 3 made it"']
+tasks:
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 2, backoff: 10ms}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	w := st.Task("worker-0")
+	require.Equal(t, 3, w.Attempt)
+	require.Len(t, w.Earlier, 2, "attempts 1 and 2 started and ended")
+	for i, e := range w.Earlier {
+		assert.Equal(t, i+1, e.Attempt)
+		assert.Contains(t, r.stdout, fmt.Sprintf("attempt %d on %s says goodbye", e.Attempt, e.Host), "attempt %d's output", e.Attempt)
+		assert.Contains(t, r.stdout, fmt.Sprintf("crash %d", e.Attempt))
+	}
+	assert.Contains(t, r.stdout, "attempt 3 made it")
+	first := cli(t, "logs", id, "worker-0", "--attempt", "1")
+	require.Equal(t, 0, first.code, first.String())
+	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\n", w.Earlier[0].Host), first.stdout)
+}
+
 func TestE2E_FailFast(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `

@@ -33,11 +33,17 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 	t.attached = o.how == reattach
 	switch o.how {
 	case newAttempt:
+		st := &t.status
+		if st.Attempt > 0 && st.Host != "" && st.StartTime != nil {
+			st.Earlier = append(st.Earlier, AttemptPlace{Attempt: st.Attempt, Host: st.Host})
+			if len(st.Earlier) > MaxEarlierAttempts {
+				st.Earlier = st.Earlier[len(st.Earlier)-MaxEarlierAttempts:]
+			}
+		}
 		t.attempt++
 		t.lostHost = false
 		t.lease = 1
 		t.placed, t.released, t.mapSent = false, false, false
-		st := &t.status
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
 		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime = nil, "", nil, nil, nil
 	case sameAttempt:

@@ -254,7 +254,19 @@ type TaskStatus struct {
 	// ResultOmitted says the task's result did not fit in the run's results (MaxResultsBytes, in task order);
 	// it is still in result.json in the task's log folder on its host.
 	ResultOmitted bool `json:"resultOmitted,omitempty"`
+	// Earlier says where the task's last attempts before this one ran (those that were started, at most
+	// MaxEarlierAttempts, oldest first): their logs are on those hosts.
+	Earlier []AttemptPlace `json:"earlier,omitempty"`
 }
+
+// AttemptPlace is the host one attempt of a task ran on.
+type AttemptPlace struct {
+	Attempt int    `json:"attempt"`
+	Host    string `json:"host"`
+}
+
+// MaxEarlierAttempts bounds TaskStatus.Earlier, so that a task that restarts often keeps a small status.
+const MaxEarlierAttempts = 5
 
 // BarrierStatus is one barrier of the current generation. Who arrived and who is awaited are listed only while
 // the barrier is pending; a released barrier keeps its counts, so a run with many barriers stays cheap to query.

@@ -26,6 +26,7 @@ type follower struct {
 	width   int
 	streams map[string]*stream // task/attempt/name
 	order   []string
+	opened  map[string]int // task -> the newest attempt whose streams are open
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
@@ -107,12 +108,13 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{},
+	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
 // open starts reading a task attempt's streams, unless they are open already; done reads to the end and stops.
 func (f *follower) open(t workflows.TaskStatus, attempt int, done bool) {
+	f.opened[t.Name] = max(f.opened[t.Name], attempt)
 	for _, name := range f.streamNames {
 		k := fmt.Sprintf("%s/%d/%s", t.Name, attempt, name)
 		if _, ok := f.streams[k]; !ok {
@@ -158,6 +160,15 @@ func (f *follower) update(st workflows.RunStatus) {
 		for _, s := range f.streams {
 			if s.task == t.Name && (s.attempt != t.Attempt || ended) {
 				s.done = true // read what is left, then stop
+			}
+		}
+		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
+		// output is read too, from the hosts they ran on.
+		for _, e := range t.Earlier {
+			if e.Attempt > f.opened[t.Name] {
+				earlier := t
+				earlier.Host = e.Host
+				f.open(earlier, e.Attempt, true)
 			}
 		}
 		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {

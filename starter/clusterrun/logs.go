@@ -78,6 +78,11 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		a := t.Attempt
 		if *attempt > 0 {
 			a = *attempt
+			for _, e := range t.Earlier {
+				if e.Attempt == a {
+					t.Host = e.Host // that attempt's logs are on the host it ran on
+				}
+			}
 		}
 		f.open(t, a, !*follow || ended || *attempt > 0)
 	}
