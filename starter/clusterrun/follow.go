@@ -26,7 +26,7 @@ type follower struct {
 	width   int
 	streams map[string]*stream // task/attempt/name
 	order   []string
-	opened  map[string]int // task -> the newest attempt whose streams are open
+	opened  map[string]int    // task -> the newest attempt whose streams are open
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
