@@ -206,6 +206,8 @@ tasks:
 		assert.Equal(t, i+1, e.Attempt)
 		assert.Contains(t, r.stdout, fmt.Sprintf("attempt %d on %s says goodbye", e.Attempt, e.Host), "attempt %d's output", e.Attempt)
 		assert.Contains(t, r.stdout, fmt.Sprintf("crash %d", e.Attempt))
+		assert.Contains(t, r.stdout, fmt.Sprintf("waiting: restart %d of 2 in 10ms after: worker-0", e.Attempt), "why attempt %d restarted", e.Attempt)
+		assert.Equal(t, 1, strings.Count(r.stdout, fmt.Sprintf("restart %d of 2", e.Attempt)), "said once")
 	}
 	assert.Contains(t, r.stdout, "attempt 3 made it")
 	first := cli(t, "logs", id, "worker-0", "--attempt", "1")

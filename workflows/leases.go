@@ -35,7 +35,11 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 	case newAttempt:
 		st := &t.status
 		if st.Attempt > 0 && st.Host != "" && st.StartTime != nil {
-			st.Earlier = append(st.Earlier, AttemptPlace{Attempt: st.Attempt, Host: st.Host})
+			place := AttemptPlace{Attempt: st.Attempt, Host: st.Host}
+			if st.State == TaskPending {
+				place.Restart = st.Error // queueRestart's "restart i of n in d after: why"
+			}
+			st.Earlier = append(st.Earlier, place)
 			if len(st.Earlier) > MaxEarlierAttempts {
 				st.Earlier = st.Earlier[len(st.Earlier)-MaxEarlierAttempts:]
 			}

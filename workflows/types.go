@@ -259,10 +259,12 @@ type TaskStatus struct {
 	Earlier []AttemptPlace `json:"earlier,omitempty"`
 }
 
-// AttemptPlace is the host one attempt of a task ran on.
+// AttemptPlace is the host one attempt of a task ran on, and, when the task restarted on its own, why (the
+// note its status showed while it waited for the restart).
 type AttemptPlace struct {
 	Attempt int    `json:"attempt"`
 	Host    string `json:"host"`
+	Restart string `json:"restart,omitempty"`
 }
 
 // MaxEarlierAttempts bounds TaskStatus.Earlier, so that a task that restarts often keeps a small status.

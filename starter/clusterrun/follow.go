@@ -27,6 +27,7 @@ type follower struct {
 	streams map[string]*stream // task/attempt/name
 	order   []string
 	opened  map[string]int    // task -> the newest attempt whose streams are open
+	shown   map[string]bool   // task/state/attempt lines printed
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds end-of-task notices until the task's last output is printed.
 	ends []string
@@ -108,7 +109,7 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{},
+	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
@@ -146,11 +147,25 @@ func (f *follower) update(st workflows.RunStatus) {
 		}
 	}
 	for _, t := range st.Tasks {
+		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
+		// output is read too, from the hosts they ran on, and why they restarted is said if it was not yet.
+		for _, e := range t.Earlier {
+			if e.Attempt > f.opened[t.Name] {
+				earlier := t
+				earlier.Host = e.Host
+				f.open(earlier, e.Attempt, true)
+			}
+			if key := fmt.Sprintf("%s/%d", workflows.TaskPending, e.Attempt); e.Restart != "" && !f.quiet && !f.shown[t.Name+"/"+key] {
+				f.shown[t.Name+"/"+key] = true
+				f.say(t.Name, "waiting: "+e.Restart)
+			}
+		}
 		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
 		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
 		// Pending is news only with a reason: a restart or a relaunch is coming.
 		if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !f.quiet {
 			f.states[t.Name] = key
+			f.shown[t.Name+"/"+key] = true
 			if ended {
 				f.ends = append(f.ends, t.Name, describeState(t))
 			} else {
@@ -160,15 +175,6 @@ func (f *follower) update(st workflows.RunStatus) {
 		for _, s := range f.streams {
 			if s.task == t.Name && (s.attempt != t.Attempt || ended) {
 				s.done = true // read what is left, then stop
-			}
-		}
-		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
-		// output is read too, from the hosts they ran on.
-		for _, e := range t.Earlier {
-			if e.Attempt > f.opened[t.Name] {
-				earlier := t
-				earlier.Host = e.Host
-				f.open(earlier, e.Attempt, true)
 			}
 		}
 		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
