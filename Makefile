@@ -96,6 +96,8 @@ test: fmt vet lint cross test-unit test-e2e
 # Examples (starter/example_test.go) need a server and host workers: tests/examples_test.go runs them there.
 test-unit: build
 	$(GO) test -race -count=1 -run '^(Test|Fuzz)' -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+	# The workflow scenarios again, each task's leases held by a ClusterShard child of its own.
+	CLUSTERRUN_TEST_SHARDS=1 $(GO) test -race -count=1 -run '^Test' -timeout $(TEST_TIMEOUT) ./workflows
 
 test-e2e: $(TEMPORAL) build
 	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/

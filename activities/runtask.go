@@ -92,7 +92,11 @@ func attemptOf(ctx context.Context, in workflows.RunTaskInput) attemptRef {
 	if !in.Leased() {
 		attempt = in.AttemptOffset + int(info.Attempt)
 	}
-	return attemptRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Task: in.Task.Name,
+	run := workflows.RunRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}
+	if in.Run != nil {
+		run = *in.Run // the lease is held by one of the run's shards
+	}
+	return attemptRef{WorkflowID: run.WorkflowID, RunID: run.RunID, Task: in.Task.Name,
 		Type: in.Task.Type, Index: in.Task.Index, Attempt: attempt, Generation: in.Generation}
 }
 

@@ -32,6 +32,8 @@ type Plan struct {
 	MapChangeSignal string
 	// Items holds the work-item settings, or nil when the run has none.
 	Items *Items
+	// TasksPerShard: a run with more tasks holds their leases in ClusterShard children of this many tasks.
+	TasksPerShard int
 }
 
 // Task is one member of the cluster.
@@ -121,6 +123,10 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		Items:            planItems(s.Items),
 		MapChangeSignal:  signalOrNone(s.MapChangeSignal),
 		Stragglers:       or(s.Stragglers, StragglersIgnore),
+		TasksPerShard:    s.TasksPerShard,
+	}
+	if p.TasksPerShard == 0 {
+		p.TasksPerShard = DefaultTasksPerShard
 	}
 	if dw := s.DeadlineWarning; dw != nil {
 		p.DeadlineSignal = SignalName(or(dw.Signal, "SIGUSR1"))

@@ -75,6 +75,10 @@ type RunSpec struct {
 	// ignore (default: the stop decides the outcome) or fail (tf.train.Coordinator's join without
 	// ignore_live_threads).
 	Stragglers string `json:"stragglers,omitempty"`
+	// TasksPerShard: a run with more tasks than this holds their leases (RunTask activities) in child workflows
+	// of this many tasks each, ClusterShard, which its own history then needs not hold. Optional: default 1000,
+	// the most; smaller spreads the history writes of start-up and stop over more executions.
+	TasksPerShard int `json:"tasksPerShard,omitempty"`
 	// MapChangeSignal is sent to every task process when another task of the run comes back at a new address
 	// (it restarted on another host, or its port was taken), once its cluster file (CLUSTERRUN_CLUSTER_FILE)
 	// holds the new map. Optional: default none (tasks read the file when they need it).

@@ -9,9 +9,13 @@ import (
 
 // Limits and defaults of a run spec.
 const (
-	// MaxTasks keeps a run well under Temporal's default of 2,000 pending activities per run, leaving room for
-	// the short control activities that run beside the tasks.
-	MaxTasks               = 1000
+	// MaxTasks bounds a run. A run with more tasks than its tasksPerShard holds their leases in shard child
+	// workflows of that many tasks each, so no one execution nears Temporal's 2,000 pending activities.
+	MaxTasks = 10000
+	// DefaultTasksPerShard and MaxTasksPerShard: the tasks one execution holds leases for; a run that fits
+	// in one keeps its leases itself.
+	DefaultTasksPerShard   = 1000
+	MaxTasksPerShard       = 1000
 	MaxNameLength          = 63
 	DefaultPool            = "default"
 	DefaultMaxRestarts     = 3
@@ -98,6 +102,9 @@ func (s *RunSpec) Validate() []Problem {
 	v.logCap("logCap", s.LogCap)
 	v.items("items", s.Items)
 	v.oneOf("stragglers", s.Stragglers, StragglersIgnore, StragglersFail)
+	if n := s.TasksPerShard; n < 0 || n > MaxTasksPerShard {
+		v.add("tasksPerShard", "%d is out of range: 1 to %d (0 or unset for %d)", n, MaxTasksPerShard, DefaultTasksPerShard)
+	}
 	if s.MapChangeSignal != "" && SignalNumber(s.MapChangeSignal) == 0 {
 		v.add("mapChangeSignal", "%s is not a signal name; use e.g. SIGUSR2 or SIGHUP", short(s.MapChangeSignal))
 	}

@@ -29,6 +29,11 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	}
 	r := newRun(plan, workflow.Now(ctx))
 	r.leased = leased
+	info := workflow.GetInfo(ctx)
+	r.ref = &RunRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}
+	if r.sharded = leased && sharded(len(r.tasks), plan.TasksPerShard); r.sharded {
+		r.receiveEnds(ctx)
+	}
 	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err

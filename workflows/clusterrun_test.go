@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/clusterrun/clusterrun/spec"
 )
@@ -324,6 +326,7 @@ func newHarness(t *testing.T, script func(string, int, int) behavior) *harness {
 	h.env = h.suite.NewTestWorkflowEnvironment()
 	h.env.SetTestTimeout(30 * time.Second)
 	h.env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
+	h.env.RegisterWorkflowWithOptions(ClusterShard, workflow.RegisterOptions{Name: ShardWorkflowType})
 	h.hosts = newFakeHosts(h.env, script)
 	return h
 }
@@ -331,6 +334,7 @@ func newHarness(t *testing.T, script func(string, int, int) behavior) *harness {
 // run executes the workflow and returns its status (from the result or from the failure's details) and error.
 func (h *harness) run(t *testing.T, s spec.RunSpec) (RunStatus, error) {
 	t.Helper()
+	s = shardedIfAsked(s)
 	h.env.ExecuteWorkflow(WorkflowType, s)
 	require.True(t, h.env.IsWorkflowCompleted())
 	err := h.env.GetWorkflowError()
@@ -341,6 +345,20 @@ func (h *harness) run(t *testing.T, s spec.RunSpec) (RunStatus, error) {
 	}
 	st, _ = StatusFromError(err)
 	return st, err
+}
+
+// shardedIfAsked gives every task a shard of its own when CLUSTERRUN_TEST_SHARDS=1 (make test-unit runs this
+// package both ways), so that every scenario here also runs with its leases held by ClusterShard children.
+// Scenarios about large runs keep their own layout.
+func shardedIfAsked(s spec.RunSpec) spec.RunSpec {
+	n := 0
+	for _, t := range s.Tasks {
+		n += t.Replicas
+	}
+	if os.Getenv("CLUSTERRUN_TEST_SHARDS") == "1" && s.TasksPerShard == 0 && n <= 16 {
+		s.TasksPerShard = 1
+	}
+	return s
 }
 
 func states(st RunStatus) map[string]string {

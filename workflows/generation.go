@@ -57,6 +57,9 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 	genCtx, cancelGen := workflow.WithCancel(ctx)
 	g := &generation{r: r, ctx: ctx, genCtx: genCtx, cancelGen: cancelGen, sel: workflow.NewSelector(ctx),
 		info: workflow.GetInfo(ctx), ch: ch}
+	if r.sharded {
+		r.shards = newShardSet(g.info.WorkflowExecution.ID, r.plan.TasksPerShard, r.generation)
+	}
 	for _, t := range r.tasks {
 		r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: newAttempt, offset: r.generation})
 	}
@@ -162,14 +165,21 @@ func (g *generation) act() {
 	if todo.warn {
 		g.watch(r.deadlineWarning(g.genCtx, g.info))
 	}
+	if r.shards != nil {
+		g.sendToShards()
+	}
 }
 
 // launch starts one lease on a task and waits for its end in the selector.
 func (g *generation) launch(o launchOrder) {
 	r, t := g.r, o.t
-	tctx, cancel := workflow.WithCancel(g.genCtx)
-	t.cancel = cancel
-	t.future = r.startLease(tctx, t, o)
+	if r.shards != nil {
+		t.future = r.shards.lease(g.ctx, t, r.nextLease(t, o))
+	} else {
+		tctx, cancel := workflow.WithCancel(g.genCtx)
+		t.cancel = cancel
+		t.future = r.startLease(tctx, t, o)
+	}
 	f := t.future
 	g.sel.AddFuture(f, func(workflow.Future) {
 		if f != t.future {

@@ -25,11 +25,17 @@ const MaxLeases = 100
 
 // startLease starts the RunTask activity of one lease on t and returns its future.
 func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.Future {
-	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod}
 	if !r.leased {
-		in.AttemptOffset = o.offset
+		in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, AttemptOffset: o.offset}
 		return workflow.ExecuteActivity(runTaskOptions(ctx, r.plan, t.Task, r.generation, t.starts), ActivityRunTask, in)
 	}
+	l := r.nextLease(t, o)
+	return workflow.ExecuteActivity(withLease(ctx, l.Options), ActivityRunTask, l.Input)
+}
+
+// nextLease records the start of one lease on t and returns what the lease's RunTask is given.
+func (r *run) nextLease(t *task, o launchOrder) ShardLease {
+	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, Run: r.ref}
 	t.attached = o.how == reattach
 	switch o.how {
 	case newAttempt:
@@ -64,7 +70,7 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 		}
 		in.Port = t.ports[host]
 	}
-	return workflow.ExecuteActivity(leaseOptions(ctx, r.plan, t, o.how == reattach), ActivityRunTask, in)
+	return ShardLease{Options: leaseOptions(r.plan, t, o.how == reattach), Input: in}
 }
 
 // leaseEnded records how the current lease of t ended and queues what follows: a re-attach, the same attempt

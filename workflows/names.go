@@ -13,6 +13,8 @@ const (
 	LogSessionWorkflowType = "LogSession"
 	// ReadLogsWorkflowType is the one-read helper workflow of CLIs before LogSession.
 	ReadLogsWorkflowType = "ReadLogs"
+	// ShardWorkflowType holds the leases of one shard of a run with more tasks than its tasksPerShard.
+	ShardWorkflowType = "ClusterShard"
 	// HostControlWorkflowType is a short helper workflow that drains, undrains or takes down one host
 	// (clusterrun drain).
 	HostControlWorkflowType = "HostControl"

@@ -29,9 +29,8 @@ func LeaseID(task string, attempt, lease int) string {
 
 // leaseOptions: one lease on a task attempt. A launch goes to its host's or its pool's queue; a re-attach goes
 // to the control queue of the host that holds the process, whatever the task's pool, and waits there at most
-// hostLossGrace. Temporal never retries a lease: restarts are the workflow's, so that no retry starts a second
-// copy of a task elsewhere while its host is only cut off.
-func leaseOptions(ctx workflow.Context, p *spec.Plan, t *task, attach bool) workflow.Context {
+// hostLossGrace.
+func leaseOptions(p *spec.Plan, t *task, attach bool) LeaseOptions {
 	queue, where := PoolQueue(t.Pool), "pool "+t.Pool
 	switch {
 	case t.Host != "":
@@ -39,32 +38,37 @@ func leaseOptions(ctx workflow.Context, p *spec.Plan, t *task, attach bool) work
 	case t.placedHost != "":
 		queue, where = PlacedQueue(t.Pool, t.placedHost), fmt.Sprintf("host %s (placed from pool %s)", t.placedHost, t.Pool)
 	}
-	// A task nobody picks up is a missing or full host worker: say so instead of waiting forever.
-	scheduleToStart := p.StartTimeout
-	summary := summary(t.Task, where)
+	o := LeaseOptions{ID: LeaseID(t.Name, t.attempt, t.lease), Queue: queue, Summary: summary(t.Task, where),
+		// A task nobody picks up is a missing or full host worker: say so instead of waiting forever.
+		ScheduleToStart: p.StartTimeout, StartToClose: noLimit, Heartbeat: p.HeartbeatTimeout}
 	if attach {
 		host := t.status.Host
-		queue = ControlQueue(host)
+		o.Queue = ControlQueue(host)
 		// A silent host keeps its task this long: the grace is measured while the server is up.
-		scheduleToStart = t.HostLossGrace
-		summary = fmt.Sprintf("%s (attempt %d) re-attach on host %s", t.Name, t.attempt, host)
+		o.ScheduleToStart = t.HostLossGrace
+		o.Summary = fmt.Sprintf("%s (attempt %d) re-attach on host %s", t.Name, t.attempt, host)
 	}
-	startToClose := noLimit
 	if p.MaxRunTime > 0 {
 		// The workflow's own timer stops the run at maxRunTime; this only bounds a lost stop.
-		startToClose = p.MaxRunTime + p.StopGracePeriod + time.Minute
+		o.StartToClose = p.MaxRunTime + p.StopGracePeriod + time.Minute
 	}
+	return o
+}
+
+// withLease sets a lease's activity options on ctx. Temporal never retries a lease: restarts are the workflow's,
+// so that no retry starts a second copy of a task elsewhere while its host is only cut off.
+func withLease(ctx workflow.Context, o LeaseOptions) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:             LeaseID(t.Name, t.attempt, t.lease),
-		TaskQueue:              queue,
-		ScheduleToStartTimeout: scheduleToStart,
-		StartToCloseTimeout:    startToClose,
+		ActivityID:             o.ID,
+		TaskQueue:              o.Queue,
+		ScheduleToStartTimeout: o.ScheduleToStart,
+		StartToCloseTimeout:    o.StartToClose,
 		// A silent host means "contact lost, state unknown": the workflow then asks that host to re-attach.
-		HeartbeatTimeout: p.HeartbeatTimeout,
+		HeartbeatTimeout: o.Heartbeat,
 		// Every stop waits until the process is confirmed gone.
 		WaitForCancellation: true,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:             summary,
+		Summary:             o.Summary,
 	})
 }
 

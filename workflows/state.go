@@ -16,6 +16,7 @@ import (
 // task is the workflow's bookkeeping for one task in the current generation.
 type task struct {
 	spec.Task
+	seq    int // the task's place in the run (r.tasks): its shard in a sharded run
 	status TaskStatus
 	future workflow.Future     // the current lease's RunTask
 	cancel workflow.CancelFunc // cancels that RunTask alone
@@ -81,6 +82,10 @@ type run struct {
 	// leased: the run uses leases (started by this version or later). Runs started before replay with
 	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
 	leased bool
+	ref    *RunRef // this execution, named in every lease's input
+	// sharded: the run has more tasks than its tasksPerShard, and shards holds the current generation's.
+	sharded bool
+	shards  *shardSet
 
 	// What the handlers decided to do; act carries it out after each wait, in this order.
 	todo actions
@@ -89,7 +94,7 @@ type run struct {
 func newRun(p *spec.Plan, now time.Time) *run {
 	r := &run{plan: p, byName: map[string]*task{}, status: StatusRunning, startTime: now}
 	for _, t := range p.Tasks {
-		tk := &task{Task: t, status: TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}}
+		tk := &task{Task: t, seq: len(r.tasks), status: TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}}
 		r.tasks = append(r.tasks, tk)
 		r.byName[t.Name] = tk
 	}
@@ -103,7 +108,7 @@ const MaxResultsBytes = 1 << 20
 // snapshot is the query "status" and the run's result.
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
-		StartTime: r.startTime, EndTime: r.endTime}
+		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded}
 	budget := MaxResultsBytes
 	for _, t := range r.tasks {
 		st := t.status

@@ -48,6 +48,15 @@ func (r *run) terminate(ctx workflow.Context, info *workflow.Info, t *task) []wo
 			GracePeriod: r.plan.StopGracePeriod, Reason: "terminated by the user"})}
 }
 
+// MaxTasksOf is the most tasks a run may grow to with start-task: a run that holds its leases itself keeps
+// them under Temporal's 2,000 pending activities; a sharded run starts more shards.
+func MaxTasksOf(sharded bool) int {
+	if sharded {
+		return spec.MaxTasks
+	}
+	return spec.MaxTasksPerShard
+}
+
 // onStart records the user's request to start a task that is not running: an ended one again (its attempts go
 // on counting), or a new index of a type (a copy of the type's first task, with the next rank). The request is
 // logged and ignored when it cannot be served; `clusterrun start-task` checks first and says why.
@@ -88,11 +97,11 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 		logger.Warn("ignoring start-task: negative index", "index", index)
 		return
 	}
-	if len(r.tasks) >= spec.MaxTasks {
-		logger.Warn("ignoring start-task: the run has as many tasks as a run may have", "tasks", len(r.tasks), "max", spec.MaxTasks)
+	if most := MaxTasksOf(r.sharded); len(r.tasks) >= most {
+		logger.Warn("ignoring start-task: the run has as many tasks as it may have", "tasks", len(r.tasks), "max", most)
 		return
 	}
-	nt := &task{Task: proto.Task}
+	nt := &task{Task: proto.Task, seq: len(r.tasks)}
 	nt.Name, nt.Index = name, index
 	nt.Host = ""
 	if proto.Rank >= 0 {

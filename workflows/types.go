@@ -32,6 +32,15 @@ type RunTaskInput struct {
 	// Port is the port the task had on the host it is sent to, earlier in the run: the host gives it the same
 	// one when it is free, so a restarted task comes back at its address. 0 for any port.
 	Port int `json:"port,omitempty"`
+	// Run is the ClusterRun execution the attempt belongs to, which the lease's own workflow (a shard) is not.
+	// Nil in runs started before shards: the lease's workflow is the run.
+	Run *RunRef `json:"run,omitempty"`
+}
+
+// RunRef names one ClusterRun execution.
+type RunRef struct {
+	WorkflowID string `json:"workflowId"`
+	RunID      string `json:"runId"`
 }
 
 // Leased says the input comes from a run that uses leases (every run started by this version or later).
@@ -309,6 +318,9 @@ type RunStatus struct {
 	StopRequest *StopRequest `json:"stopRequest,omitempty"`
 	// StopAsked is a standing request that only asks the tasks to stop (keepRun), until clear-stop.
 	StopAsked *StopRequest `json:"stopAsked,omitempty"`
+	// Sharded says the run holds its tasks' leases in ClusterShard children (it has more tasks than its
+	// tasksPerShard).
+	Sharded bool `json:"sharded,omitempty"`
 	// Items counts the run's work items when its spec has them. The run does not hold them (its ClusterItems
 	// child does); readers such as starter.Run.Status fill this in from the child's memo.
 	Items *ItemCounts `json:"items,omitempty"`

@@ -97,9 +97,9 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
 		}
-		if st.Task(name) == nil && len(st.Tasks) >= spec.MaxTasks {
-			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has %d tasks, the most a run may have; start an ended task again instead",
-				id, len(st.Tasks))}
+		if most := workflows.MaxTasksOf(st.Sharded); st.Task(name) == nil && len(st.Tasks) >= most {
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has %d tasks, the most it may have (%d; a run that started with "+
+				"more than its tasksPerShard may grow to %d); start an ended task again instead", id, len(st.Tasks), most, spec.MaxTasks)}
 		}
 		return req, workflows.SignalStartTask, nil
 	}, func(st workflows.RunStatus) bool {

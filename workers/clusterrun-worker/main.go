@@ -320,6 +320,7 @@ func run(args []string) error {
 		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostRegistry, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ClusterItems, workflow.RegisterOptions{Name: workflows.ItemsWorkflowType})
+		w.RegisterWorkflowWithOptions(workflows.ClusterShard, workflow.RegisterOptions{Name: workflows.ShardWorkflowType})
 		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// A run whose leases are held in shards of 2 tasks: the rendezvous gives every task the whole map, a barrier
+// releases all of them, a task in another shard restarts and its host worker is SIGKILLed and comes back, the
+// logs of a task in the last shard read, and the chief's exit stops every shard's tasks.
+func TestE2E_ShardedRunWorksAcrossShards(t *testing.T) {
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	failed := filepath.Join(t.TempDir(), "failed-once")
+	spec := writeSpec(t, fmt.Sprintf(`
+name: sharded
+tasksPerShard: 2
+stopGracePeriod: 5s
+command: [sh, -c, 'echo "hello from $CLUSTERRUN_TASK"; clusterrun task barrier ready --timeout 120s || exit 9; echo "$TF_CONFIG"; exec sleep 600']
+tasks:
+  chief: {replicas: 1, hosts: [host-a], command: [sh, -c, 'clusterrun task barrier ready --timeout 120s || exit 9; printf "%%s" "$TF_CONFIG" > "$CLUSTERRUN_RESULT_FILE"; while [ ! -e %[1]s.go ]; do sleep 0.2; done']}
+  worker: {replicas: 5, hosts: [host-a, host-b]}
+  ps: {replicas: 1, hosts: [host-b], restart: {policy: OnFailure, maxRestarts: 2, backoff: 100ms},
+       command: [sh, -c, 'if [ ! -e %[1]s ]; then touch %[1]s; exit 3; fi; clusterrun task barrier ready --timeout 120s || exit 9; printf "%%s" "$TF_CONFIG" > "$CLUSTERRUN_RESULT_FILE"; exec sleep 600']}
+`, failed))
+	r := c.cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+
+	// Every task runs past the barrier: it released all seven, across four shards.
+	waitUntil(t, "every task past the barrier", 2*time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && len(st.Barriers) == 1 && st.Barriers[0].Released
+	})
+	st, ok := c.query(t, id)
+	require.True(t, ok)
+	require.True(t, st.Sharded)
+	require.Len(t, st.Tasks, 7)
+	assert.Equal(t, 7, st.Barriers[0].ArrivedCount)
+	assert.Equal(t, 2, st.Task("ps-0").Attempt, "the ps failed once and was restarted in its shard")
+	for i := 0; i < 4; i++ {
+		desc, err := c.client.DescribeWorkflowExecution(context.Background(), workflows.ShardWorkflowID(id, 0, i), "")
+		require.NoError(t, err, "shard %d", i)
+		assert.Equal(t, workflows.ShardWorkflowType, desc.GetWorkflowExecutionInfo().GetType().GetName())
+	}
+
+	// A host worker SIGKILLed and started again: its tasks run on, their leases taken up again through
+	// their shards.
+	before := c.sleepers()
+	require.Len(t, before, 6)
+	c.stopWorker("host-b", syscall.SIGKILL)
+	require.NoError(t, c.startWorker("host-b"))
+	waitUntil(t, "host-b's tasks re-attached", 2*time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok {
+			return false
+		}
+		for _, task := range st.Tasks {
+			if task.Host == "host-b" && task.State != workflows.TaskRunning {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Equal(t, before, c.sleepers(), "the same processes")
+
+	logs := c.cli(t, "logs", id, "--tasks", "worker-4")
+	require.Equal(t, 0, logs.code, logs.String())
+	assert.Contains(t, logs.stdout, "hello from worker-4")
+	// worker-4 (shard 2) has the whole map.
+	i := strings.Index(logs.stdout, `{"cluster"`)
+	require.GreaterOrEqual(t, i, 0, logs.stdout)
+	line, _, _ := strings.Cut(logs.stdout[i:], "\n")
+	var tf4 struct{ Cluster map[string][]string }
+	require.NoError(t, json.Unmarshal([]byte(line), &tf4), line)
+	assert.Equal(t, []int{1, 5, 1}, []int{len(tf4.Cluster["chief"]), len(tf4.Cluster["worker"]), len(tf4.Cluster["ps"])})
+
+	require.NoError(t, os.WriteFile(failed+".go", nil, 0o644))
+	res, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, res.Status, res.Reason)
+	for _, task := range res.Tasks {
+		want := workflows.TaskStopped
+		if task.Name == "chief-0" {
+			want = workflows.TaskSucceeded
+		}
+		assert.Equal(t, want, task.State, task.Name)
+	}
+	var tf struct{ Cluster map[string][]string }
+	require.NoError(t, json.Unmarshal(res.Task("chief-0").Result, &tf), "%s", res.Task("chief-0").Result)
+	assert.Len(t, tf.Cluster["chief"], 1)
+	assert.Len(t, tf.Cluster["worker"], 5)
+	assert.Len(t, tf.Cluster["ps"], 1)
+	waitUntil(t, "every shard closed", time.Minute, func() bool {
+		for i := 0; i < 4; i++ {
+			desc, err := c.client.DescribeWorkflowExecution(context.Background(), workflows.ShardWorkflowID(id, 0, i), "")
+			if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Empty(t, markedProcesses(c.marker, "sleep", 5*time.Second), "no task process is left")
+}
+
+// sleepers lists the marked task processes that sleep 600 (the run's tasks but its chief), sorted.
+func (c *cluster) sleepers() []string {
+	ps := markedProcesses(c.marker, "sleep 600", 0)
+	sort.Strings(ps)
+	return ps
+}
+
+// A run of 4,000 tasks, held in four shards, completes with every task listed in its status.
+func TestE2E_FourThousandTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4,000 processes")
+	}
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: big
+command: [true]
+startTimeout: 10m
+heartbeatTimeout: 1m
+tasks: {worker: {replicas: 4000, hosts: [host-a, host-b]}}
+`)
+	start := time.Now()
+	r := c.cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	t.Logf("4,000 tasks: submit to result %s", time.Since(start).Round(time.Millisecond))
+	assert.True(t, st.Sharded)
+	require.Len(t, st.Tasks, 4000)
+	seen := map[string]bool{}
+	for _, task := range st.Tasks {
+		assert.Equal(t, workflows.TaskSucceeded, task.State, task.Name)
+		assert.NotEmpty(t, task.Host, task.Name)
+		seen[task.Name] = true
+	}
+	assert.Len(t, seen, 4000, "every task once")
+	out := c.cli(t, "status", id)
+	require.Equal(t, 0, out.code, out.String())
+	assert.Contains(t, out.stdout, "worker-3999")
+}

@@ -1,0 +1,274 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Shards. Temporal holds at most 2,000 pending activities per execution, and every lease's events land in the
+// history of the execution that holds it. A run with more tasks than its tasksPerShard gives its leases to
+// ClusterShard children, tasksPerShard tasks each (by the task's place in the run): a shard only starts the
+// RunTask activities it is sent, cancels those it is told to, and reports how each ended. Everything else (the
+// tasks' state, placement, the rendezvous, barriers, stops, status) stays in the ClusterRun, whose history then
+// grows with hosts and batches, not with tasks.
+
+// Signals between a run and its shards.
+const (
+	// SignalShardLeases sends a shard leases to start ([]ShardLease).
+	SignalShardLeases = "shard-leases"
+	// SignalShardCancel tells a shard to cancel leases ([]string, their LeaseOptions.ID).
+	SignalShardCancel = "shard-cancel"
+	// SignalLeasesEnded reports to the run how a shard's leases ended (LeasesEnded).
+	SignalLeasesEnded = "leases-ended"
+)
+
+// ShardWorkflowID names shard i of a run's generation: "RUN/shard-3", "RUN/shard-3.r1" after a gang restart.
+func ShardWorkflowID(run string, generation, i int) string {
+	id := fmt.Sprintf("%s/shard-%d", run, i)
+	if generation > 0 {
+		id += fmt.Sprintf(".r%d", generation)
+	}
+	return id
+}
+
+// LeaseOptions are the activity options of one lease (a RunTask activity); Temporal never retries one.
+type LeaseOptions struct {
+	ID              string        `json:"id"`
+	Queue           string        `json:"queue"`
+	ScheduleToStart time.Duration `json:"scheduleToStart"`
+	StartToClose    time.Duration `json:"startToClose"`
+	Heartbeat       time.Duration `json:"heartbeat"`
+	Summary         string        `json:"summary,omitempty"`
+}
+
+// ShardLease is one lease a shard starts.
+type ShardLease struct {
+	Options LeaseOptions `json:"options"`
+	Input   RunTaskInput `json:"input"`
+}
+
+// ShardInput starts a shard with its first leases (the rest, if they did not fit, follow by signal).
+type ShardInput struct {
+	Leases []ShardLease `json:"leases"`
+}
+
+// LeasesEnded reports leases of one shard that ended.
+type LeasesEnded struct {
+	Shard string     `json:"shard"` // the shard's workflow ID
+	Ends  []LeaseEnd `json:"ends"`
+}
+
+// LeaseEnd is how one lease ended: its RunTask's result, or its error.
+type LeaseEnd struct {
+	ID     string      `json:"id"`
+	Result *TaskResult `json:"result,omitempty"`
+	Error  *LeaseError `json:"error,omitempty"`
+}
+
+// LeaseError carries a RunTask's error from a shard to its run, where it becomes the same kind of Temporal
+// error again, so that the run reads a lease's end alike whichever execution held it.
+type LeaseError struct {
+	Kind    string              `json:"kind"` // application, canceled, timeout, other
+	Type    string              `json:"type,omitempty"`
+	Message string              `json:"message,omitempty"`
+	Timeout enumspb.TimeoutType `json:"timeout,omitempty"`
+	Details *TaskResult         `json:"details,omitempty"`
+	Cause   *LeaseError         `json:"cause,omitempty"`
+}
+
+// leaseErrorOf flattens an activity's error (the ActivityError wrapper dropped) into a LeaseError.
+func leaseErrorOf(err error) *LeaseError {
+	var actErr *temporal.ActivityError
+	if errors.As(err, &actErr) {
+		err = actErr.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	var res TaskResult
+	switch e := err.(type) {
+	case *temporal.ApplicationError:
+		le := &LeaseError{Kind: "application", Type: e.Type(), Message: e.Message(), Cause: leaseErrorOf(e.Unwrap())}
+		if e.HasDetails() && e.Details(&res) == nil {
+			le.Details = &res
+		}
+		return le
+	case *temporal.CanceledError:
+		le := &LeaseError{Kind: "canceled"}
+		if e.HasDetails() && e.Details(&res) == nil {
+			le.Details = &res
+		}
+		return le
+	case *temporal.TimeoutError:
+		return &LeaseError{Kind: "timeout", Timeout: e.TimeoutType(), Message: e.Error(), Cause: leaseErrorOf(e.Unwrap())}
+	}
+	return &LeaseError{Kind: "other", Message: err.Error()}
+}
+
+// err makes the Temporal error the LeaseError was made from again.
+func (le *LeaseError) err() error {
+	if le == nil {
+		return nil
+	}
+	var details []any
+	if le.Details != nil {
+		details = []any{*le.Details}
+	}
+	switch le.Kind {
+	case "application":
+		return temporal.NewApplicationErrorWithOptions(le.Message, le.Type, temporal.ApplicationErrorOptions{
+			NonRetryable: true, Cause: le.Cause.err(), Details: details})
+	case "canceled":
+		return temporal.NewCanceledError(details...)
+	case "timeout":
+		return temporal.NewTimeoutError(le.Timeout, le.Cause.err())
+	}
+	return errors.New(le.Message)
+}
+
+// shardFlushEvery spaces a shard's reports: ends that come together (a stop, a failing host) travel as one
+// signal rather than one each, which keeps the run's signals and history small.
+const shardFlushEvery = 200 * time.Millisecond
+
+// maxBatchBytes bounds the leases or ends one signal or input carries, below Temporal's 2 MB payload limit.
+const maxBatchBytes = 1 << 20
+
+// ClusterShard holds leases for its ClusterRun (its parent): it starts those it is given, cancels those it is
+// told to, and reports how each ended. Canceled, it cancels every lease, reports the last ends, and returns.
+func ClusterShard(ctx workflow.Context, in ShardInput) error {
+	info := workflow.GetInfo(ctx)
+	if info.ParentWorkflowExecution == nil {
+		return temporal.NewNonRetryableApplicationError("ClusterShard runs only as a child of a ClusterRun", ErrInvalidSpec, nil)
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	s := &shard{ctx: ctx, dctx: dctx, id: info.WorkflowExecution.ID, parent: *info.ParentWorkflowExecution,
+		sel: workflow.NewSelector(ctx), running: map[string]workflow.CancelFunc{}}
+	s.start(in.Leases)
+	s.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalShardLeases), func(c workflow.ReceiveChannel, _ bool) {
+		var ls []ShardLease
+		c.Receive(ctx, &ls)
+		s.start(ls)
+	})
+	s.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalShardCancel), func(c workflow.ReceiveChannel, _ bool) {
+		var ids []string
+		c.Receive(ctx, &ids)
+		for _, id := range ids {
+			if cancel := s.running[id]; cancel != nil {
+				cancel()
+			}
+		}
+	})
+	// The cancellation wakes the loop once (ctx.Done stays ready once closed, so it is not a selector case).
+	woke := workflow.NewBufferedChannel(dctx, 1)
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		ctx.Done().Receive(gctx, nil)
+		woke.Send(gctx, true)
+	})
+	s.sel.AddReceive(woke, func(c workflow.ReceiveChannel, _ bool) { c.Receive(dctx, nil) })
+
+	for {
+		s.sel.Select(ctx)
+		for s.sel.HasPending() {
+			s.sel.Select(ctx)
+		}
+		if ctx.Err() != nil && len(s.running) == 0 {
+			s.flush()
+			return nil
+		}
+		s.schedule()
+	}
+}
+
+// shard is one ClusterShard's state.
+type shard struct {
+	ctx, dctx workflow.Context
+	id        string
+	parent    workflow.Execution
+	sel       workflow.Selector
+	running   map[string]workflow.CancelFunc // lease ID -> cancels its RunTask
+	unsent    []LeaseEnd
+	lastFlush time.Time
+	timer     workflow.Future // the next flush, or nil
+}
+
+// start starts the given leases' RunTask activities.
+func (s *shard) start(ls []ShardLease) {
+	for _, l := range ls {
+		id := l.Options.ID
+		if _, dup := s.running[id]; dup {
+			continue
+		}
+		actx, cancel := workflow.WithCancel(s.ctx)
+		s.running[id] = cancel
+		f := workflow.ExecuteActivity(withLease(actx, l.Options), ActivityRunTask, l.Input)
+		s.sel.AddFuture(f, func(f workflow.Future) {
+			var res TaskResult
+			err := f.Get(s.ctx, &res)
+			end := LeaseEnd{ID: id, Error: leaseErrorOf(err)}
+			if err == nil {
+				end.Result = &res
+			}
+			delete(s.running, id)
+			s.unsent = append(s.unsent, end)
+		})
+	}
+}
+
+// schedule reports the unsent ends now, or sets a timer for when shardFlushEvery has passed since the last.
+func (s *shard) schedule() {
+	if len(s.unsent) == 0 || s.timer != nil {
+		return
+	}
+	wait := s.lastFlush.Add(shardFlushEvery).Sub(workflow.Now(s.ctx))
+	if wait <= 0 {
+		s.flush()
+		return
+	}
+	timer := workflow.NewTimerWithOptions(s.dctx, wait, workflow.TimerOptions{Summary: "report ended leases"})
+	s.timer = timer
+	s.sel.AddFuture(timer, func(workflow.Future) {
+		s.timer = nil
+		s.flush()
+	})
+}
+
+// flush signals the unsent ends to the run, in batches that fit a payload, and waits until each is delivered.
+// A run that has ended no longer needs them.
+func (s *shard) flush() {
+	var sent []workflow.Future
+	for _, batch := range batches(s.unsent) {
+		sent = append(sent, workflow.SignalExternalWorkflow(s.dctx, s.parent.ID, s.parent.RunID, SignalLeasesEnded,
+			LeasesEnded{Shard: s.id, Ends: batch}))
+	}
+	for _, f := range sent {
+		if err := f.Get(s.dctx, nil); err != nil {
+			workflow.GetLogger(s.ctx).Warn("cannot report ended leases to the run", "run", s.parent.ID, "error", err)
+		}
+	}
+	s.unsent = nil
+	s.lastFlush = workflow.Now(s.ctx)
+}
+
+// batches splits items into runs whose JSON stays within maxBatchBytes (an item larger than that alone).
+func batches[T any](items []T) [][]T {
+	var out [][]T
+	start, size := 0, 0
+	for i, it := range items {
+		b, _ := json.Marshal(it)
+		if i > start && size+len(b) > maxBatchBytes {
+			out = append(out, items[start:i])
+			start, size = i, 0
+		}
+		size += len(b)
+	}
+	if start < len(items) {
+		out = append(out, items[start:])
+	}
+	return out
+}

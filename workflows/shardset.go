@@ -1,0 +1,183 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// shardSet is a run's side of its shards in one generation: which shard holds which task, the leases and
+// cancellations not yet sent to each, and the futures the run waits on for each lease a shard holds.
+type shardSet struct {
+	size   int // tasks per shard
+	gen    int
+	run    string
+	shards map[int]*shardRef
+	// waiting holds, per shard workflow and lease ID, the future the run reads that lease's end from.
+	waiting map[string]map[string]workflow.Settable
+}
+
+// shardRef is one shard of the generation.
+type shardRef struct {
+	index    int
+	id       string
+	started  bool // its execution has started: signals reach it
+	starting bool // its start is under way: its next leases wait until it runs
+	leases   []ShardLease
+	cancels  []string
+}
+
+func newShardSet(run string, size, generation int) *shardSet {
+	return &shardSet{size: size, gen: generation, run: run, shards: map[int]*shardRef{}, waiting: map[string]map[string]workflow.Settable{}}
+}
+
+// sharded says whether a run with n tasks holds its leases in shards.
+func sharded(n, tasksPerShard int) bool { return n > tasksPerShard }
+
+// receiveEnds turns the shards' LeasesEnded signals into the ends of the futures the run waits on, for the
+// whole run (every generation's shards report to it).
+func (r *run) receiveEnds(ctx workflow.Context) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	ch := workflow.GetSignalChannel(ctx, SignalLeasesEnded)
+	workflow.Go(dctx, func(gctx workflow.Context) {
+		for {
+			var m LeasesEnded
+			ch.Receive(gctx, &m)
+			if r.shards != nil {
+				r.shards.ended(m)
+			}
+		}
+	})
+}
+
+// lease queues one lease for t's shard and returns the future its end arrives on.
+func (s *shardSet) lease(ctx workflow.Context, t *task, l ShardLease) workflow.Future {
+	sh := s.shardOf(t)
+	sh.leases = append(sh.leases, l)
+	f, set := workflow.NewFuture(ctx)
+	if s.waiting[sh.id] == nil {
+		s.waiting[sh.id] = map[string]workflow.Settable{}
+	}
+	s.waiting[sh.id][l.Options.ID] = set
+	id := l.Options.ID
+	t.cancel = func() { sh.cancels = append(sh.cancels, id) }
+	return f
+}
+
+func (s *shardSet) shardOf(t *task) *shardRef {
+	i := t.seq / s.size
+	sh := s.shards[i]
+	if sh == nil {
+		sh = &shardRef{index: i, id: ShardWorkflowID(s.run, s.gen, i)}
+		s.shards[i] = sh
+	}
+	return sh
+}
+
+// ended sets the futures of the leases a shard reports ended.
+func (s *shardSet) ended(m LeasesEnded) {
+	waiting := s.waiting[m.Shard]
+	for _, e := range m.Ends {
+		set := waiting[e.ID]
+		if set == nil {
+			continue // a late report of an earlier generation, or one already failed
+		}
+		delete(waiting, e.ID)
+		var res TaskResult
+		if e.Result != nil {
+			res = *e.Result
+		}
+		set.Set(res, e.Error.err())
+	}
+}
+
+// lost ends every lease a shard still held: the shard ended on its own (terminated, or failed).
+func (s *shardSet) lost(sh *shardRef, err error) {
+	waiting := s.waiting[sh.id]
+	ids := make([]string, 0, len(waiting))
+	for id := range waiting {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		waiting[id].Set(TaskResult{}, fmt.Errorf("the run's shard %s holding this task ended: %w", sh.id, err))
+	}
+	delete(s.waiting, sh.id)
+}
+
+// send starts the shards that have leases and are not running yet, and sends the others their new leases
+// and cancellations. It is called at the end of every act.
+func (g *generation) sendToShards() {
+	s := g.r.shards
+	for _, i := range sortedShards(s.shards) {
+		sh := s.shards[i]
+		switch {
+		case sh.started:
+			g.signalShard(sh)
+		case sh.leases != nil && !sh.starting:
+			g.startShard(sh)
+		}
+	}
+}
+
+// startShard starts a shard's execution with the leases that fit its input; the rest follow once it runs.
+func (g *generation) startShard(sh *shardRef) {
+	first := batches(sh.leases)[0]
+	sh.leases = sh.leases[len(first):]
+	if len(sh.leases) == 0 {
+		sh.leases = nil
+	}
+	lo, hi := sh.index*g.r.shards.size, (sh.index+1)*g.r.shards.size-1
+	cctx := workflow.WithChildOptions(g.genCtx, workflow.ChildWorkflowOptions{
+		WorkflowID: sh.id,
+		// A run that ends, or is terminated, cancels its shards, which cancel their leases.
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     fmt.Sprintf("leases of tasks %d to %d of %s", lo, hi, g.info.WorkflowExecution.ID),
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, ShardWorkflowType, ShardInput{Leases: first})
+	sh.starting = true
+	g.sel.AddFuture(child.GetChildWorkflowExecution(), func(f workflow.Future) {
+		sh.starting = false
+		if err := f.Get(g.ctx, nil); err != nil {
+			g.r.shards.lost(sh, err)
+			return
+		}
+		sh.started = true
+	})
+	g.sel.AddFuture(child, func(f workflow.Future) {
+		err := f.Get(g.ctx, nil)
+		if err == nil {
+			err = errors.New("it returned")
+		}
+		if !temporal.IsCanceledError(err) || g.genCtx.Err() == nil {
+			workflow.GetLogger(g.ctx).Warn("a shard ended while it held leases", "shard", sh.id, "error", err)
+		}
+		g.r.shards.lost(sh, err)
+	})
+}
+
+// signalShard sends a running shard its queued leases, then its queued cancellations.
+func (g *generation) signalShard(sh *shardRef) {
+	var sent []workflow.Future
+	for _, batch := range batches(sh.leases) {
+		sent = append(sent, workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardLeases, batch))
+	}
+	if len(sh.cancels) > 0 {
+		sent = append(sent, workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardCancel, sh.cancels))
+	}
+	sh.leases, sh.cancels = nil, nil
+	g.watch(sent)
+}
+
+func sortedShards(m map[int]*shardRef) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}
