@@ -11,6 +11,11 @@ import (
 // the workflow's history, where signals are applied one at a time.
 const batchWindow = 3 * time.Millisecond
 
+// maxBatchWindow bounds the window as it grows: while placements keep coming (a run of thousands of tasks
+// reaches a host over seconds), each window doubles, so that a host sends tens of signals rather than one per
+// handful of tasks (the run's signals are limited, and each is applied alone).
+const maxBatchWindow = 100 * time.Millisecond
+
 // batcher gathers items per workflow run and sends each gathering with one call of send.
 type batcher[T any] struct {
 	send func(ctx context.Context, workflowID, runID string, items []T) error
@@ -52,8 +57,8 @@ func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) 
 
 // flush sends what gathered for one run until nothing is left.
 func (b *batcher[T]) flush(k string, bt *batch[T]) {
-	for {
-		time.Sleep(batchWindow)
+	for window := batchWindow; ; window = min(2*window, maxBatchWindow) {
+		time.Sleep(window)
 		b.mu.Lock()
 		items, waiters := bt.items, bt.waiters
 		bt.items, bt.waiters = nil, nil

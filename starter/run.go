@@ -200,7 +200,11 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)
 		}
-		st.Heartbeats = heartbeatsOf(desc.GetPendingActivities())
+		pending := desc.GetPendingActivities()
+		if st.Sharded {
+			pending = append(pending, r.shardActivities(ctx, desc.GetPendingChildren())...)
+		}
+		st.Heartbeats = heartbeatsOf(pending)
 		st.Items = r.itemCounts(ctx)
 		return st, nil
 	}
@@ -212,6 +216,22 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	}
 	st.Items = r.itemCounts(ctx)
 	return st, nil
+}
+
+// shardActivities lists the pending activities of a sharded run's shards: its tasks' leases.
+func (r *Run) shardActivities(ctx context.Context, children []*workflowpb.PendingChildExecutionInfo) []*workflowpb.PendingActivityInfo {
+	var out []*workflowpb.PendingActivityInfo
+	for _, ch := range children {
+		if ch.GetWorkflowTypeName() != workflows.ShardWorkflowType {
+			continue
+		}
+		desc, err := r.c.c.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId())
+		if err != nil {
+			continue // a shard that just ended holds no leases
+		}
+		out = append(out, desc.GetPendingActivities()...)
+	}
+	return out
 }
 
 // itemCounts reads the work-item counts from the memo of the run's ClusterItems workflow; nil when the run

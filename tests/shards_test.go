@@ -77,6 +77,17 @@ tasks:
 	})
 	assert.Equal(t, before, c.sleepers(), "the same processes")
 
+	// Live status reads the leases' heartbeats from the shards: worker-4's pid shows.
+	status := c.cli(t, "status", id)
+	require.Equal(t, 0, status.code, status.String())
+	pidShown := false
+	for _, line := range strings.Split(status.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[0] == "worker-4" {
+			pidShown = f[1] == workflows.TaskRunning && f[4] != "-"
+		}
+	}
+	assert.True(t, pidShown, status.stdout)
+
 	logs := c.cli(t, "logs", id, "--tasks", "worker-4")
 	require.Equal(t, 0, logs.code, logs.String())
 	assert.Contains(t, logs.stdout, "hello from worker-4")
@@ -132,7 +143,7 @@ func TestE2E_FourThousandTasks(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
 name: big
-command: [true]
+command: ["true"]
 startTimeout: 10m
 heartbeatTimeout: 1m
 tasks: {worker: {replicas: 4000, hosts: [host-a, host-b]}}

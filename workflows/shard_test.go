@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +78,49 @@ func TestShard_IDs(t *testing.T) {
 	assert.Equal(t, "r/shard-3.r2", ShardWorkflowID("r", 2, 3))
 	assert.Equal(t, spec.MaxTasksPerShard, MaxTasksOf(false))
 	assert.Equal(t, spec.MaxTasks, MaxTasksOf(true))
+}
+
+// A 10,000-task run's status lists every task and stays within MaxStatusBytes (in full it would pass
+// Temporal's 2 MB payload limit), losing only as many details as it must; a 1,000-task run's keeps them all.
+func TestShard_LargeStatusFitsThePayloadLimit(t *testing.T) {
+	statuses := func(n int, host, errText string) []TaskStatus {
+		tasks := make([]TaskStatus, n)
+		now := time.Now()
+		code := 0
+		for i := range tasks {
+			tasks[i] = TaskStatus{Name: fmt.Sprintf("worker-%d", i), Type: "worker", Index: i, State: TaskFailed,
+				Host: host, Addr: "10.1.2.3", Port: 40000 + i, Attempt: 2, ExitCode: &code,
+				StartTime: &now, EndTime: &now, Error: errText, Result: json.RawMessage(`{"loss": 0.25}`),
+				Earlier: []AttemptPlace{{Attempt: 1, Host: host, Restart: "restart 1 of 3 in 1s after: boom"}}}
+		}
+		return tasks
+	}
+	omitted := func(tasks []TaskStatus) (n int) {
+		for _, st := range tasks {
+			if st.DetailsOmitted {
+				n++
+			}
+		}
+		return n
+	}
+	for name, tasks := range map[string][]TaskStatus{
+		"1,000 failed":          statuses(1000, "gpu-host-17.example.com", strings.Repeat("e", 300)),
+		"10,000 failed, long":   statuses(10000, "gpu-host-17.example.com", strings.Repeat("e", 300)),
+		"10,000 running, short": statuses(10000, "h1", ""),
+	} {
+		fitStatuses(tasks)
+		data, err := json.Marshal(RunStatus{Tasks: tasks})
+		require.NoError(t, err)
+		assert.LessOrEqual(t, len(data), MaxStatusBytes, name)
+		assert.Less(t, len(data), 2_000_000-64<<10, name)
+		switch name {
+		case "1,000 failed":
+			assert.Zero(t, omitted(tasks), name)
+			assert.False(t, tasks[999].ResultOmitted)
+		case "10,000 running, short":
+			assert.Positive(t, omitted(tasks), name)
+			assert.False(t, tasks[9999].DetailsOmitted, "only as many as needed")
+		}
+		assert.Equal(t, "worker-9", tasks[9].Name)
+	}
 }

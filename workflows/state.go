@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,23 +106,69 @@ func newRun(p *spec.Plan, now time.Time) *run {
 // far below Temporal's 2 MB payload limit however many tasks write results.
 const MaxResultsBytes = 1 << 20
 
+// MaxStatusBytes bounds the tasks' part of a RunStatus (results included) in a run too large for every detail
+// of every task to fit Temporal's 2 MB payload limit (10,000 tasks take about 2.3 MB in full).
+const MaxStatusBytes = 1792 << 10
+
 // snapshot is the query "status" and the run's result.
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
 		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded}
-	budget := MaxResultsBytes
-	for _, t := range r.tasks {
-		st := t.status
-		if len(st.Result) > budget {
-			st.Result, st.ResultOmitted = nil, true
-		}
-		budget -= len(st.Result)
-		s.Tasks = append(s.Tasks, st)
+	s.Tasks = make([]TaskStatus, len(r.tasks))
+	for i, t := range r.tasks {
+		s.Tasks[i] = t.status
 	}
+	fitStatuses(s.Tasks)
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq
 	s.StopAsked = r.stopAsked
 	return s
+}
+
+// fitStatuses keeps a run's task statuses within MaxStatusBytes. Every task stays listed with its state, host,
+// attempt and exit; past the budget, tasks in order lose their address, times, earlier attempts and error text
+// (DetailsOmitted), then results are kept in task order while they fit (ResultOmitted: result.json on the
+// task's host keeps it).
+func fitStatuses(tasks []TaskStatus) {
+	const resultField, omittedField = len(`,"result":`), len(`,"resultOmitted":true`)
+	size := 0
+	if len(tasks) > spec.MaxTasksPerShard { // smaller runs fit with room to spare: no need to measure
+		for i := range tasks {
+			size += statusBytes(tasks[i]) + omittedField
+		}
+		for i := 0; i < len(tasks) && size > MaxStatusBytes-MaxStatusBytes/8; i++ {
+			before := statusBytes(tasks[i])
+			omitDetails(&tasks[i])
+			size -= before - statusBytes(tasks[i])
+		}
+	}
+	budget := min(MaxResultsBytes, MaxStatusBytes-size)
+	for i := range tasks {
+		st := &tasks[i]
+		if st.Result == nil {
+			continue
+		}
+		cost := len(st.Result) + resultField
+		if cost > budget {
+			st.Result, st.ResultOmitted = nil, true
+			continue
+		}
+		budget -= cost
+	}
+}
+
+// statusBytes is the size of a task's status in JSON, its result left out.
+func statusBytes(st TaskStatus) int {
+	st.Result = nil
+	b, _ := json.Marshal(st)
+	return len(b)
+}
+
+// omitDetails drops what a task's status can do without: its address, times, earlier attempts and error
+// text (its logs and error.json on its host keep the cause; the run's reason names the first failure).
+func omitDetails(st *TaskStatus) {
+	st.Addr, st.Port, st.StartTime, st.EndTime, st.Earlier, st.Error = "", 0, nil, nil, nil, ""
+	st.DetailsOmitted = true
 }
 
 // decide records how the generation ends; the first decision wins.

@@ -263,6 +263,9 @@ type TaskStatus struct {
 	// ResultOmitted says the task's result did not fit in the run's results (MaxResultsBytes, in task order);
 	// it is still in result.json in the task's log folder on its host.
 	ResultOmitted bool `json:"resultOmitted,omitempty"`
+	// DetailsOmitted says the run is too large for every detail of every task to fit its status
+	// (MaxStatusBytes): this task's address, times and earlier attempts are left out.
+	DetailsOmitted bool `json:"detailsOmitted,omitempty"`
 	// Earlier says where the task's last attempts before this one ran (those that were started, at most
 	// MaxEarlierAttempts, oldest first): their logs are on those hosts.
 	Earlier []AttemptPlace `json:"earlier,omitempty"`

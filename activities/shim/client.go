@@ -140,6 +140,10 @@ func (s Supervisor) spawn() error {
 // start). The Pending is used up either way.
 func (p *Pending) Start(cfg Config) (Started, error) {
 	defer p.conn.Close()
+	// A rendezvous releases all of a host's tasks at once: thousands of starts at the same moment would each
+	// wait on all the others, and the last would pass StartTimeout while the supervisor is only busy.
+	startSlots <- struct{}{}
+	defer func() { <-startSlots }()
 	_ = p.conn.SetDeadline(time.Now().Add(StartTimeout))
 	if err := send(p.conn, request{Op: "start", Config: &cfg}); err != nil {
 		return Started{}, fmt.Errorf("hand the task supervisor its task: %w", err)
@@ -157,6 +161,10 @@ func (p *Pending) Start(cfg Config) (Started, error) {
 	}
 	return *m.Started, nil
 }
+
+// startSlots bounds the starts one process hands its supervisors at once; each start's StartTimeout runs from
+// when it is handed over.
+var startSlots = make(chan struct{}, 32)
 
 // Abort gives the connection up without a task.
 func (p *Pending) Abort() { p.conn.Close() }

@@ -290,6 +290,9 @@ func run(args []string) error {
 		// Zero keeps the SDK's throttle (0.8 × heartbeatTimeout). A small cap makes status fresher but also gives
 		// each heartbeat RPC only that long.
 		MaxHeartbeatThrottleInterval: c.heartbeatThrottle,
+		// Pinned tasks always run, and every task here may have to be taken up again on the downlink after a
+		// restart: the SDK's default of 1,000 activities at once would leave the rest waiting, then lost.
+		MaxConcurrentActivityExecutionSize: maxTasksPerHost,
 	}
 	pollers := &taskPollers{c: c, host: host, base: base}
 	reports := newReporter(cl, c, host, logger)
@@ -452,6 +455,10 @@ func (p *taskPollers) start() error {
 	}
 	return nil
 }
+
+// maxTasksPerHost bounds the pinned tasks and re-attaching leases a host worker runs at once: a whole run of
+// the largest size, with room for a second.
+const maxTasksPerHost = 2 * spec.MaxTasks
 
 // drain stops (true) or starts (false) taking new tasks.
 func (p *taskPollers) drain(drained bool) error {
