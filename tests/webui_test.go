@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -159,4 +161,38 @@ tasks:
 		text, _ := chromedp.Run(browser, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 		t.Fatalf("the item counts did not show on %s: %v\npage text:\n%s", page, err, clipText(text, 20000))
 	}
+}
+
+// A sharded run in the Web UI: the run's page lists its shards as children, and a shard's page shows its
+// tasks' leases with their heartbeats, as a small run's page does.
+func TestE2E_WebUIShowsShards(t *testing.T) {
+	chromium := ensureChromium(t)
+	id := runID(t)
+	spec := writeSpec(t, `{name: webui-shards, tasksPerShard: 2, command: [sh, -c, 'exec sleep 309'], stopGracePeriod: 1s, tasks: {chief: {replicas: 1}, worker: {replicas: 2}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	defer cli(t, "cancel", id)
+	waitUntil(t, "tasks running", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 309")) == 3 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	browser, closeBrowser := newBrowser(ctx, chromium)
+	defer closeBrowser()
+	see := func(workflowID, tab string, want ...string) {
+		t.Helper()
+		desc, err := env.client.DescribeWorkflowExecution(ctx, workflowID, "")
+		require.NoError(t, err)
+		page := env.uiURL + "/namespaces/default/workflows/" + workflowID + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/" + tab
+		_, err = chromedp.Run(browser, chromedp.Navigate(page))
+		require.NoError(t, err, "open %s", page)
+		wantJSON, _ := json.Marshal(want)
+		_, err = chromedp.Run(browser, chromedp.Poll[bool](
+			fmt.Sprintf(`document.body && %s.every(s => document.body.innerText.includes(s))`, wantJSON),
+			chromedp.WithPollingTimeout(60*time.Second)))
+		if err != nil {
+			text, _ := chromedp.Run(browser, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+			t.Fatalf("%v did not show on %s: %v\npage text:\n%s", want, page, err, clipText(text, 3000))
+		}
+	}
+	see(id, "relationships", workflows.ShardWorkflowID(id, 0, 0), workflows.ShardWorkflowID(id, 0, 1))
+	see(workflows.ShardWorkflowID(id, 0, 1), "pending-activities", "worker-1", workflows.ActivityRunTask, `"pid"`, `"running"`)
 }

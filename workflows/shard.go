@@ -136,8 +136,9 @@ func (le *LeaseError) err() error {
 // signal rather than one each, which keeps the run's signals and history small.
 const shardFlushEvery = 200 * time.Millisecond
 
-// maxBatchBytes bounds the leases or ends one signal or input carries, below Temporal's 2 MB payload limit.
-const maxBatchBytes = 1 << 20
+// maxBatchBytes bounds the leases or ends one signal or input carries, below the SDK's 512 KiB warning (the
+// limit is 2 MB).
+const maxBatchBytes = 480 << 10
 
 // ClusterShard holds leases for its ClusterRun (its parent): it starts those it is given, cancels those it is
 // told to, and reports how each ended. Canceled, it cancels every lease, reports the last ends, and returns.
