@@ -181,7 +181,7 @@ func TestE2E_WebUIShowsShards(t *testing.T) {
 		t.Helper()
 		desc, err := env.client.DescribeWorkflowExecution(ctx, workflowID, "")
 		require.NoError(t, err)
-		page := env.uiURL + "/namespaces/default/workflows/" + workflowID + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/" + tab
+		page := env.uiURL + "/namespaces/default/workflows/" + url.PathEscape(workflowID) + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/" + tab
 		_, err = chromedp.Run(browser, chromedp.Navigate(page))
 		require.NoError(t, err, "open %s", page)
 		wantJSON, _ := json.Marshal(want)

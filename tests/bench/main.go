@@ -45,6 +45,7 @@ var (
 	barrierN   = flag.Int("barriers", 30, "barriers per run in the barrier latency scenario")
 	scaleN     = flag.Int("scale-barriers", 1000, "barriers in the scale scenario")
 	scaleSizes = flag.String("scale-tasks", "64,1000,4000", "task counts for the start-up and stop scenario (h)")
+	srunMax    = flag.Int("srun-max", 1000, "the largest N scenario h asks srun -n N for: on this one node, srun -n 4000 does not start (slurmstepd runs out of open files)")
 	perShard   = flag.Int("tasks-per-shard", 0, "the specs' tasksPerShard in scenario h (0: the default, 1000)")
 	scaleRuns  = flag.Int("scale-runs", 3, "repetitions of each size in scenario h")
 	backend    = flag.String("backend", "dev server", "the Temporal server's backend, named in the report")

@@ -28,7 +28,7 @@ func startStop(dir string, sizes []int, haveSrun bool) {
 		for i := 0; i < *scaleRuns; i++ {
 			u, d := clusterrunStartStop(dir, n, i)
 			up, down = append(up, u), append(down, d)
-			if haveSrun {
+			if haveSrun && n <= *srunMax {
 				u, d := srunStartStop(dir, n, i)
 				sup, sdown = append(sup, u), append(sdown, d)
 			}
@@ -40,7 +40,10 @@ func startStop(dir string, sizes []int, haveSrun bool) {
 			return fmt.Sprintf("%.2f×", float64(median(a))/float64(median(b)))
 		}
 		srunUp, srunDown := "(no srun)", "(no srun)"
-		if haveSrun {
+		if n > *srunMax {
+			srunUp, srunDown = "(not started: one node)", "–"
+		}
+		if haveSrun && n <= *srunMax {
 			srunUp, srunDown = stat(sup), stat(sdown)
 		}
 		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, stat(up), stat(down), srunUp, srunDown, ratio(up, sup), ratio(down, sdown))
