@@ -99,7 +99,8 @@ func (s *shardSet) ended(m LeasesEnded) {
 func (s *shardSet) lost(sh *shardRef, err error) {
 	waiting := s.waiting[sh.id]
 	ids := make([]string, 0, len(waiting))
-	for id := range waiting {
+	//workflowcheck:ignore
+	for id := range waiting { // sorted below
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -175,7 +176,8 @@ func (g *generation) signalShard(sh *shardRef) {
 
 func sortedShards(m map[int]*shardRef) []int {
 	keys := make([]int, 0, len(m))
-	for k := range m {
+	//workflowcheck:ignore
+	for k := range m { // sorted below
 		keys = append(keys, k)
 	}
 	sort.Ints(keys)
