@@ -29,7 +29,7 @@ BACKEND_TOOLS := $(if $(filter postgres,$(BACKEND)),$(POSTGRES_TOOLS))
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools postgres-tools build up down demo test test-unit test-e2e test-postgres test-race check fmt vet lint cross fuzz bench clean record-histories
+.PHONY: all tools postgres-tools build up down demo test test-unit test-e2e test-scale test-postgres test-race check fmt vet lint cross fuzz bench clean record-histories
 
 all: build
 
@@ -89,7 +89,7 @@ demo: up
 # The fault tests run in parallel, each with a server of its own: -parallel lets them overlap on 2 cores.
 TEST_PARALLEL ?= 6
 UNIT_PACKAGES = $$($(GO) list ./... | grep -v '/tests$$')
-test: fmt vet lint cross test-unit test-e2e
+test: fmt vet lint cross test-unit test-e2e test-scale
 	$(MAKE) --no-print-directory test-postgres TESTS='$(POSTGRES_TESTS)'
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
@@ -100,7 +100,13 @@ test-unit: build
 	CLUSTERRUN_TEST_SHARDS=1 $(GO) test -race -count=1 -run '^Test' -timeout $(TEST_TIMEOUT) ./workflows
 
 test-e2e: $(TEMPORAL) build
-	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/
+	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)' ./tests/
+
+# Runs of thousands of tasks take both cores for minutes: they run after the others, alone, so they neither
+# starve the timing of the fault tests nor wait behind them.
+SCALE_TESTS = ^TestE2E_FourThousandTasks$$
+test-scale: $(TEMPORAL) build
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(SCALE_TESTS)' ./tests/
 
 # The end-to-end suite with every Temporal server on PostgreSQL (each cluster its own databases in one
 # PostgreSQL the suite starts); TESTS picks a part of it. make test runs POSTGRES_TESTS this way.
@@ -148,7 +154,7 @@ lint: $(STATICCHECK) $(WORKFLOWCHECK)
 
 # The one gate, as CI runs it (make test), with the end-to-end suite race-enabled as well.
 check: test
-	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./tests/
+	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)' ./tests/
 
 # Benchmarks side by side with Slurm's srun; see docs/benchmarks.md. Needs root for the Slurm setup.
 bench: $(TEMPORAL) build
