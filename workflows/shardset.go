@@ -110,6 +110,17 @@ func (s *shardSet) lost(sh *shardRef, err error) {
 	delete(s.waiting, sh.id)
 }
 
+// notTaken ends leases a shard did not take.
+func (s *shardSet) notTaken(sh *shardRef, ids []string, err error) {
+	waiting := s.waiting[sh.id]
+	for _, id := range ids {
+		if set := waiting[id]; set != nil {
+			delete(waiting, id)
+			set.Set(TaskResult{}, fmt.Errorf("the run's shard %s did not take this task's lease: %w", sh.id, err))
+		}
+	}
+}
+
 // send starts the shards that have leases and are not running yet, and sends the others their new leases
 // and cancellations. It is called at the end of every act.
 func (g *generation) sendToShards() {
@@ -161,11 +172,23 @@ func (g *generation) startShard(sh *shardRef) {
 	})
 }
 
-// signalShard sends a running shard its queued leases, then its queued cancellations.
+// signalShard sends a running shard its queued leases, then its queued cancellations. Leases a shard never got
+// (it had ended) end at once: no report of them will come, and a stop must not wait for one.
 func (g *generation) signalShard(sh *shardRef) {
+	set := g.r.shards
 	var sent []workflow.Future
 	for _, batch := range batches(sh.leases) {
-		sent = append(sent, workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardLeases, batch))
+		f := workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardLeases, batch)
+		ids := make([]string, len(batch))
+		for i, l := range batch {
+			ids[i] = l.Options.ID
+		}
+		// Its own coroutine: a stop under way reads lease ends without the generation's selector.
+		workflow.Go(g.ctx, func(c workflow.Context) {
+			if err := f.Get(c, nil); err != nil {
+				set.notTaken(sh, ids, err)
+			}
+		})
 	}
 	if len(sh.cancels) > 0 {
 		sent = append(sent, workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardCancel, sh.cancels))

@@ -20,6 +20,11 @@ import (
 // StartTimeout bounds how long a worker waits for a supervisor to start, and for it to start a task.
 const StartTimeout = 30 * time.Second
 
+// TaskStartTimeout bounds how long a worker waits for its supervisor to start one task it handed over. It is
+// longer than StartTimeout: a supervisor starting thousands of a run's tasks on a busy host answers late, and
+// only a supervisor that has stopped answering at all should fail the task.
+const TaskStartTimeout = 2 * time.Minute
+
 // Supervisor names one run's supervisor on this host, and how to start it when there is none.
 type Supervisor struct {
 	// Command is the supervisor program and any leading arguments; it gets "--ready-fd 3 --idle D --log LOG
@@ -144,7 +149,7 @@ func (p *Pending) Start(cfg Config) (Started, error) {
 	// wait on all the others, and the last would pass StartTimeout while the supervisor is only busy.
 	startSlots <- struct{}{}
 	defer func() { <-startSlots }()
-	_ = p.conn.SetDeadline(time.Now().Add(StartTimeout))
+	_ = p.conn.SetDeadline(time.Now().Add(TaskStartTimeout))
 	if err := send(p.conn, request{Op: "start", Config: &cfg}); err != nil {
 		return Started{}, fmt.Errorf("hand the task supervisor its task: %w", err)
 	}
