@@ -59,8 +59,8 @@ tasks:
 
 	// A host worker SIGKILLed and started again: its tasks run on, their leases taken up again through
 	// their shards.
+	waitUntil(t, "the six sleepers exec'd", time.Minute, func() bool { return len(c.sleepers()) == 6 })
 	before := c.sleepers()
-	require.Len(t, before, 6)
 	c.stopWorker("host-b", syscall.SIGKILL)
 	require.NoError(t, c.startWorker("host-b"))
 	waitUntil(t, "host-b's tasks re-attached", 2*time.Minute, func() bool {
@@ -127,9 +127,14 @@ tasks:
 	assert.Empty(t, markedProcesses(c.marker, "sleep", 5*time.Second), "no task process is left")
 }
 
-// sleepers lists the marked task processes that sleep 600 (the run's tasks but its chief), sorted.
+// sleepers lists the marked task processes that have become sleep 600 (the run's tasks but its chief), sorted.
 func (c *cluster) sleepers() []string {
-	ps := markedProcesses(c.marker, "sleep 600", 0)
+	var ps []string
+	for _, p := range markedProcesses(c.marker, "sleep 600", 0) {
+		if strings.HasSuffix(p, ": sleep 600 ") {
+			ps = append(ps, p)
+		}
+	}
 	sort.Strings(ps)
 	return ps
 }
