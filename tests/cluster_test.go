@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -136,13 +137,40 @@ func runSuite(m *testing.M) (int, error) {
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
+// freeTCPPort is a free port for a test's server (see lowFreePort); the error is kept for its callers.
 func freeTCPPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	return lowFreePort(), nil
+}
+
+var lowPorts struct {
+	sync.Mutex
+	given map[int]bool
+}
+
+// lowFreePort is a free port below 32768 that no other test was given. Below 32768, the kernel never hands it
+// out as an ephemeral port, so a server's own outgoing connections cannot take it between the check and the
+// server's bind (this raced in CI: "bind: address already in use" for a port chosen by ":0"); and the
+// PostgreSQL schema keeps membership ports in a smallint (a port above it stops the server with "value out
+// of range for type smallint").
+func lowFreePort() int {
+	lowPorts.Lock()
+	defer lowPorts.Unlock()
+	if lowPorts.given == nil {
+		lowPorts.given = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	for {
+		port := 20000 + mrand.IntN(12000)
+		if lowPorts.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		lowPorts.given[port] = true
+		return port
+	}
 }
 
 func randomHex(n int) string {

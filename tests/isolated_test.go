@@ -28,6 +28,8 @@ import (
 type devServer struct {
 	bin, dir string
 	port     int
+	httpPort int // the dev server's HTTP API and metrics ports: fixed, low (see lowFreePort), kept across restarts
+	metrics  int
 	uiPort   int    // 0: no Web UI
 	uiCodec  string // the Web UI's codec server, if any
 	proc     *owned
@@ -87,13 +89,29 @@ func (s *devServer) start() error {
 		ui = append(ui, "--ui-codec-endpoint", s.uiCodec)
 	}
 	// As make up does: clusterrun list shows each run's own state from these search attributes.
+	if s.httpPort == 0 {
+		s.httpPort, s.metrics = lowFreePort(), lowFreePort()
+	}
 	return s.startProcess(exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
-		"--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
+		"--http-port", fmt.Sprint(s.httpPort), "--metrics-port", fmt.Sprint(s.metrics), "--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
 		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...))
 }
 
 // startProcess starts the server's process, logging to temporal.log in its folder, and waits until it answers.
+// The dev server still picks its history, matching and worker services' ports itself (bind to ":0", then
+// release); should another process take one first, the server exits with "address already in use", and it is
+// started once more.
 func (s *devServer) startProcess(cmd *exec.Cmd) error {
+	err := s.startOnce(cmd)
+	if err != nil && strings.Contains(err.Error(), "address already in use") {
+		again := exec.Command(cmd.Path, cmd.Args[1:]...)
+		again.Dir, again.Env = cmd.Dir, cmd.Env
+		err = s.startOnce(again)
+	}
+	return err
+}
+
+func (s *devServer) startOnce(cmd *exec.Cmd) error {
 	logFile, err := os.OpenFile(filepath.Join(s.dir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -223,35 +220,6 @@ func (s *devServer) startOnPostgres(root string) error {
 		}
 	}
 	return nil
-}
-
-var lowPorts struct {
-	sync.Mutex
-	given map[int]bool
-}
-
-// lowFreePort is a free port below 32768: the PostgreSQL schema keeps membership ports in a smallint (a port
-// above it stops the server with "value out of range for type smallint"), and the kernel hands out ephemeral
-// ports above it.
-func lowFreePort() int {
-	lowPorts.Lock()
-	defer lowPorts.Unlock()
-	if lowPorts.given == nil {
-		lowPorts.given = map[int]bool{}
-	}
-	for {
-		port := 20000 + mrand.IntN(12000)
-		if lowPorts.given[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		lowPorts.given[port] = true
-		return port
-	}
 }
 
 // makeNamespace does what the dev server does by itself: the default namespace (waiting until the frontend
