@@ -66,7 +66,8 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 		out.Stopped = append(out.Stopped, e.ref.Task)
 		if e.process() != nil {
 			x := e.exited()
-			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal})
+			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal,
+				Logs: logSizes(AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task))})
 		}
 	}
 	sort.Strings(out.Stopped)

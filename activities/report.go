@@ -100,6 +100,16 @@ func collectFiles(res *workflows.TaskResult, resultFile, errorFile, stderrPath s
 	}
 }
 
+// logSizes are the sizes of an ended attempt's logs in dir, or nil when either cannot be read.
+func logSizes(dir string) *workflows.LogSizes {
+	out, err1 := os.Stat(filepath.Join(dir, "stdout.log"))
+	errs, err2 := os.Stat(filepath.Join(dir, "stderr.log"))
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	return &workflows.LogSizes{Stdout: out.Size(), Stderr: errs.Size()}
+}
+
 // errorFileMessage reads the message of a torchelastic-style error file:
 // {"message": {"message": "...", "extraInfo": {...}}} or {"message": "..."}.
 func errorFileMessage(data []byte) string {

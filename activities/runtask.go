@@ -414,6 +414,7 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		StartTime: st.StartedAt, EndTime: x.EndedAt, PID: st.PID}
 	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	collectFiles(&res, filepath.Join(dir, "result.json"), filepath.Join(dir, "error.json"), filepath.Join(dir, "stderr.log"))
+	res.Logs = logSizes(dir)
 	switch {
 	case x.Stopped && x.By == stopByRun:
 		res.Stopped = true

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -274,4 +275,59 @@ tasks: {worker: {replicas: 1, hosts: [host-a]}}
 	bad := c.cli(t, "logs", id, "--since", "yesterday")
 	assert.Equal(t, 2, bad.code)
 	assert.Contains(t, bad.stderr, `--since "yesterday": use a positive duration such as 10m`)
+}
+
+// Tasks that wrote nothing cost no log reads: their final status gives each log's size at the end (zero), so
+// clusterrun run ends without asking their hosts. A task whose last line came just before its end still has
+// that line shown, and its status gives the size of what it wrote.
+func TestE2E_QuietTasksNeedNoLogReads(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	quietID := runID(t)
+	quiet := writeSpec(t, `
+name: quiet
+command: ["true"]
+tasks: {worker: {replicas: 4, hosts: [host-a, host-b]}}
+`)
+	r := c.cli(t, "run", quiet, "--id", quietID, "-o", "json")
+	require.Equal(t, 0, r.code, r.String())
+	var st workflows.RunStatus
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.Len(t, st.Tasks, 4)
+	for _, task := range st.Tasks {
+		require.NotNil(t, task.Logs, task.Name)
+		assert.Equal(t, workflows.LogSizes{}, *task.Logs, task.Name)
+	}
+	// Visibility lags the run: once it lists the run as closed, it lists any log session started before that.
+	waitUntil(t, "the run to be listed as closed", time.Minute, func() bool {
+		res, err := c.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed'", quietID)})
+		return err == nil && len(res.Executions) == 1
+	})
+	sessions, _ := c.logSessions(t)
+	assert.Zero(t, sessions, "a run whose tasks wrote nothing reads no logs")
+
+	talkID := runID(t)
+	talk := writeSpec(t, `
+name: talk
+command: ["true"]
+tasks:
+  worker: {replicas: 2, hosts: [host-a]}
+  chief: {replicas: 1, hosts: [host-b], command: [sh, -c, 'sleep 0.7; echo "the last line"; echo oops >&2']}
+`)
+	r = c.cli(t, "run", talk, "--id", talkID)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "the last line\n", "output written just before the end is shown")
+	st, err := c.outcome(t, talkID)
+	require.NoError(t, err)
+	for _, task := range st.Tasks {
+		require.NotNil(t, task.Logs, task.Name)
+		want := workflows.LogSizes{}
+		if task.Name == "chief-0" {
+			want = workflows.LogSizes{Stdout: int64(len("the last line\n")), Stderr: int64(len("oops\n"))}
+		}
+		assert.Equal(t, want, *task.Logs, task.Name)
+	}
+	sessions, _ = c.logSessions(t)
+	assert.Equal(t, 1, sessions, "the second run read its chief's output")
 }

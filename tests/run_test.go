@@ -236,6 +236,9 @@ stopGracePeriod: 3s
 	for _, task := range []string{"chief-0", "worker-0", "worker-1", "worker-2"} {
 		assert.Equal(t, workflows.TaskStopped, st.Task(task).State, task)
 	}
+	if assert.NotNil(t, st.Task("bad-0").Logs) {
+		assert.Equal(t, workflows.LogSizes{Stderr: int64(len("bad shard 7: checksum mismatch\n"))}, *st.Task("bad-0").Logs)
+	}
 	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
 }
 

@@ -181,7 +181,7 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 			for _, x := range res.Exits {
 				if x.Task == name {
 					code := x.ExitCode
-					t.status.ExitCode, t.status.Signal = &code, x.Signal
+					t.status.ExitCode, t.status.Signal, t.status.Logs = &code, x.Signal, x.Logs
 				}
 			}
 		}

@@ -166,10 +166,10 @@ func statusBytes(st TaskStatus) int {
 	return len(b)
 }
 
-// omitDetails drops what a task's status can do without: its address, times, earlier attempts and error
-// text (its logs and error.json on its host keep the cause; the run's reason names the first failure).
+// omitDetails drops what a task's status can do without: its address, times, earlier attempts, log sizes and
+// error text (its logs and error.json on its host keep the cause; the run's reason names the first failure).
 func omitDetails(st *TaskStatus) {
-	st.Addr, st.Port, st.StartTime, st.EndTime, st.Earlier, st.Error = "", 0, nil, nil, nil, ""
+	st.Addr, st.Port, st.StartTime, st.EndTime, st.Earlier, st.Error, st.Logs = "", 0, nil, nil, nil, "", nil
 	st.DetailsOmitted = true
 }
 
@@ -278,6 +278,7 @@ func (r *run) record(t *task, res TaskResult) {
 	st.ExitCode = &code
 	st.Signal = res.Signal
 	st.Result = res.Result
+	st.Logs = res.Logs
 	if res.Error != "" {
 		st.Error = res.Error
 	}

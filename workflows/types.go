@@ -121,10 +121,26 @@ type StopTasksResult struct {
 
 // TaskExit is how a stopped process ended.
 type TaskExit struct {
-	Task     string `json:"task"`
-	Attempt  int    `json:"attempt"`
-	ExitCode int    `json:"exitCode"`
-	Signal   string `json:"signal,omitempty"`
+	Task     string    `json:"task"`
+	Attempt  int       `json:"attempt"`
+	ExitCode int       `json:"exitCode"`
+	Signal   string    `json:"signal,omitempty"`
+	Logs     *LogSizes `json:"logs,omitempty"`
+}
+
+// LogSizes are the sizes of an attempt's stdout.log and stderr.log on its host once its process had ended: a
+// reader that has read that far has all of it, and one that finds both zero need not ask the host at all.
+type LogSizes struct {
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
+}
+
+// Of is the size of the stream named stdout or stderr.
+func (l LogSizes) Of(stream string) int64 {
+	if stream == "stderr" {
+		return l.Stderr
+	}
+	return l.Stdout
 }
 
 // TaskResult is how one task attempt ended: RunTask's result, and the details of its failures.
@@ -148,6 +164,8 @@ type TaskResult struct {
 	// ErrorFile is the error.json the task wrote (torchelastic's format), if any.
 	ErrorFile  json.RawMessage `json:"errorFile,omitempty"`
 	StderrTail string          `json:"stderrTail,omitempty"`
+	// Logs are the attempt's log sizes once it ended (nil from workers before this field).
+	Logs *LogSizes `json:"logs,omitempty"`
 }
 
 // BarrierArrivals reports task attempts that arrived at one barrier; a host sends its arrivals at a barrier
@@ -258,6 +276,8 @@ type TaskStatus struct {
 	EndTime   *time.Time      `json:"endTime,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
+	// Logs are the ended attempt's log sizes on its host, when its host reported them.
+	Logs *LogSizes `json:"logs,omitempty"`
 	// Straggler says the task did not exit within stopGracePeriod after a stop request and was killed.
 	Straggler bool `json:"straggler,omitempty"`
 	// ResultOmitted says the task's result did not fit in the run's results (MaxResultsBytes, in task order);

@@ -56,6 +56,11 @@ until sinfo -h -o %t 2>/dev/null | grep -qx idle; do
 		sinfo >&2 || true
 		exit 1
 	fi
+	# A node that slurmd drained earlier (a full spool disk, a reboot) stays drained after the cause is gone:
+	# this bench node serves nobody else, so it is resumed.
+	case $(sinfo -h -o %t 2>/dev/null) in
+	drain* | drng | down*) scontrol update nodename="$host" state=resume 2>/dev/null || true ;;
+	esac
 	sleep 0.5
 done
 echo "setup-single-node: Slurm up on $host ($cpus CPUs)"

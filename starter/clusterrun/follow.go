@@ -184,6 +184,20 @@ func (f *follower) update(st workflows.RunStatus) {
 			continue // it ended before its start (refused by its host's policy, say): it has no logs
 		}
 		f.open(t, t.Attempt, ended)
+		if ended && t.Logs != nil {
+			f.readTo(t.Name, t.Attempt, *t.Logs)
+		}
+	}
+}
+
+// readTo closes the streams of an ended attempt that have been read to the sizes its host reported at its end
+// (an attempt that wrote nothing: all of them), so that the last read of a run asks its hosts only for output
+// not yet shown.
+func (f *follower) readTo(task string, attempt int, sizes workflows.LogSizes) {
+	for _, name := range f.streamNames {
+		if s := f.streams[fmt.Sprintf("%s/%d/%s", task, attempt, name)]; s != nil && s.offset >= sizes.Of(name) {
+			s.closed = true
+		}
 	}
 }
 
@@ -341,9 +355,10 @@ func (f *follower) drain(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if got {
+		switch {
+		case got:
 			idle = 0
-		} else {
+		case f.pending():
 			idle++
 			time.Sleep(200 * time.Millisecond)
 		}
