@@ -76,6 +76,7 @@ type Host struct {
 	OnDrain func(drained bool) error
 
 	placements batcher[workflows.Placement]
+	exits      batcher[workflows.TaskExitReport]
 	gate       arrivalGate
 	reg        registry
 	contact    contact
@@ -94,6 +95,7 @@ func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Hos
 	h.placements.send = func(ctx context.Context, workflowID, runID string, items []workflows.Placement) error {
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
 	}
+	h.exits.send = h.sendExits
 	h.contact.lastOK = time.Now()
 	return h
 }

@@ -315,7 +315,11 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 		if h.runHasTheEnd(e, hb) {
 			return res, activity.ErrResultPending
 		}
-		return h.report(ctx, in, e)
+		res, err := h.report(ctx, in, e)
+		if h.exitReported(ctx, in, e, res, hb) {
+			return res, activity.ErrResultPending
+		}
+		return res, err
 	case <-holder:
 		if e.exited() != nil {
 			return h.report(ctx, in, e)

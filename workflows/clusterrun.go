@@ -43,6 +43,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	}
 	ch := channels{
 		placed:   workflow.GetSignalChannel(ctx, SignalTasksPlaced),
+		exits:    workflow.GetSignalChannel(ctx, SignalTaskExits),
 		arrivals: workflow.GetSignalChannel(ctx, SignalBarrierArrivals),
 		stop:     workflow.GetSignalChannel(ctx, SignalStop),
 	}
@@ -104,7 +105,7 @@ func planRun(in *spec.RunSpec) (plan *spec.Plan, err error) {
 
 // channels are the run's inputs that outlive a generation.
 type channels struct {
-	placed, arrivals, stop workflow.ReceiveChannel
+	placed, exits, arrivals, stop workflow.ReceiveChannel
 	deadline               workflow.Future // maxRunTime, or nil
 	warning                workflow.Future // the deadline warning, or nil
 	warned                 bool

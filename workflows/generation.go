@@ -101,6 +101,12 @@ func (g *generation) listen() {
 		r.signals++
 		r.onPlaced(ctx, sig)
 	})
+	g.sel.AddReceive(g.ch.exits, func(c workflow.ReceiveChannel, _ bool) {
+		var sig TaskExits
+		c.Receive(ctx, &sig)
+		r.signals++
+		r.onExits(ctx, sig)
+	})
 	g.sel.AddReceive(g.ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
 		var sig BarrierArrivals
 		c.Receive(ctx, &sig)

@@ -35,7 +35,8 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 
 // nextLease records the start of one lease on t and returns what the lease's RunTask is given.
 func (r *run) nextLease(t *task, o launchOrder) ShardLease {
-	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, Run: r.ref}
+	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, Run: r.ref,
+		ReportExit: r.reportsExit()}
 	t.attached = o.how == reattach
 	switch o.how {
 	case newAttempt:
@@ -71,6 +72,33 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		in.Port = t.ports[host]
 	}
 	return ShardLease{Options: leaseOptions(r.plan, t, o.how == reattach), Input: in}
+}
+
+// ExitSignalBudget bounds the signals a run may have received for its new leases to report exits by signal
+// (RunTaskInput.ReportExit): each lease sends at most one, so with at most 1,000 leases of an unsharded run in
+// flight, the run stays far below Temporal's 10,000 signals and leaves barriers most of BarrierSignalBudget.
+const ExitSignalBudget = 5000
+
+// reportsExit says whether a new lease of the run reports its process's end by signal.
+func (r *run) reportsExit() bool {
+	return !r.sharded && r.signals+len(r.tasks) < ExitSignalBudget
+}
+
+// onExits ends the current leases whose hosts reported that their processes ended on their own: the same end
+// as their RunTasks will report, known without waiting for each completion (a write to this history apiece).
+// The lease's activity future is set aside; its completion, if it comes, is ignored.
+func (r *run) onExits(ctx workflow.Context, sig TaskExits) {
+	for _, x := range sig.Exits {
+		t := r.byName[x.Result.Task]
+		if t == nil || t.done || t.future == nil || t.between() || x.Generation != r.generation ||
+			x.Result.Attempt != t.attempt || x.Lease != t.lease {
+			continue // stale: an earlier lease, attempt or generation, or an end already known
+		}
+		f, set := workflow.NewFuture(ctx)
+		set.Set(x.Result, leasedOutcome(t.Task, x.Result))
+		t.future = f
+		r.leaseEnded(ctx, t)
+	}
 }
 
 // leaseEnded records how the current lease of t ended and queues what follows: a re-attach, the same attempt

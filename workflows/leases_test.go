@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -345,4 +346,46 @@ func TestLeases_ReattachBeforeTheStartRelaunches(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a", "a1.l3 launch"}, leasesOf(h, "chief-0"))
 	assert.Equal(t, 1, st.Task("chief-0").Attempt)
+}
+
+// A host that reports its task's end by signal (ReportExit) ends the lease then: the run does not wait for the
+// RunTask's completion, which here never comes. A report for another lease is ignored. Runs in shards do not
+// ask for reports, and end their leases by completion as before.
+func TestLeases_ExitReportedBySignalEndsTheLease(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "worker-0" {
+			return exits(3)
+		}
+		return blocks
+	})
+	reported := false
+	h.hosts.lease = func(ctx context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if !in.ReportExit || in.Task.Name != "worker-0" {
+			return res, nil, false
+		}
+		reported = true
+		res.ExitCode, res.Error, res.Logs = 3, "boom", &LogSizes{Stderr: 5}
+		h.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{
+			{Generation: in.Generation, Lease: in.Lease + 1, Result: TaskResult{Task: "worker-0", Attempt: in.Attempt, ExitCode: 0}},
+			{Generation: in.Generation, Lease: in.Lease, Result: res},
+		}})
+		<-ctx.Done()
+		return res, temporal.NewCanceledError(res), true
+	}
+	st, err := h.run(t, mustSpec(t, leaseSpec))
+	require.Error(t, err)
+	assert.Equal(t, StatusFailed, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, TaskFailed, w.State)
+	require.NotNil(t, w.ExitCode)
+	assert.Equal(t, 3, *w.ExitCode)
+	assert.Contains(t, w.Error, "worker-0 exited with code 3 on pooled-host (attempt 1): boom")
+	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
+	if os.Getenv("CLUSTERRUN_TEST_SHARDS") == "1" {
+		assert.False(t, reported, "a sharded run asks for no exit reports")
+		return
+	}
+	assert.True(t, reported, "an unsharded run asks for exit reports")
+	require.NotNil(t, w.Logs)
+	assert.Equal(t, LogSizes{Stderr: 5}, *w.Logs)
 }

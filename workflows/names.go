@@ -67,6 +67,9 @@ const (
 const (
 	// SignalTasksPlaced: host workers report where task attempts landed (PlacedSignal).
 	SignalTasksPlaced = "tasks-placed"
+	// SignalTaskExits: host workers report attempts whose processes ended on their own (TaskExits), so that the
+	// run need not wait for each lease's completion.
+	SignalTaskExits = "task-exits"
 	// SignalBarrierArrivals: host workers report tasks that arrived at barriers (BarrierArrivals).
 	SignalBarrierArrivals = "barrier-arrivals"
 	// SignalStop asks the run to stop (StopRequest), from a task or from outside:

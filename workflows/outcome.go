@@ -15,10 +15,14 @@ func AttemptOutcome(in RunTaskInput, res TaskResult) error {
 	if !in.Leased() {
 		return ExitOutcome(in.Task, res)
 	}
+	return leasedOutcome(in.Task, res)
+}
+
+func leasedOutcome(t spec.Task, res TaskResult) error {
 	if res.ExitCode == 0 && !res.Hung {
 		return nil
 	}
-	return temporal.NewNonRetryableApplicationError(failureMessage(in.Task, res), ErrTaskFailed, nil, res)
+	return temporal.NewNonRetryableApplicationError(failureMessage(t, res), ErrTaskFailed, nil, res)
 }
 
 // ExitOutcome is AttemptOutcome for runs started before leases, where Temporal's retry restarted tasks: the

@@ -35,6 +35,22 @@ type RunTaskInput struct {
 	// Run is the ClusterRun execution the attempt belongs to, which the lease's own workflow (a shard) is not.
 	// Nil in runs started before shards: the lease's workflow is the run.
 	Run *RunRef `json:"run,omitempty"`
+	// ReportExit asks the host to report the process's own end by signal (SignalTaskExits) before the
+	// lease's completion, which then waits a moment and is skipped if the run has ended by then.
+	ReportExit bool `json:"reportExit,omitempty"`
+}
+
+// TaskExits reports attempts whose processes ended on their own (SignalTaskExits). A host batches the ends of
+// its attempts of one run that come within a few milliseconds into one signal.
+type TaskExits struct {
+	Exits []TaskExitReport `json:"exits"`
+}
+
+// TaskExitReport is how one attempt's process ended, as its lease's RunTask will report it.
+type TaskExitReport struct {
+	Generation int        `json:"generation"`
+	Lease      int        `json:"lease"`
+	Result     TaskResult `json:"result"`
 }
 
 // RunRef names one ClusterRun execution.
