@@ -106,9 +106,9 @@ func planRun(in *spec.RunSpec) (plan *spec.Plan, err error) {
 // channels are the run's inputs that outlive a generation.
 type channels struct {
 	placed, exits, arrivals, stop workflow.ReceiveChannel
-	deadline               workflow.Future // maxRunTime, or nil
-	warning                workflow.Future // the deadline warning, or nil
-	warned                 bool
+	deadline                      workflow.Future // maxRunTime, or nil
+	warning                       workflow.Future // the deadline warning, or nil
+	warned                        bool
 }
 
 // stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
