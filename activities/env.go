@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"encoding/json"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,19 +102,9 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 
 // TFConfig is TensorFlow's cluster spec for task t: every type but evaluator, addresses in index order.
 func TFConfig(t spec.Task, m workflows.ClusterMap) string {
-	cluster := map[string][]string{}
-	for _, e := range m.Endpoints {
-		typ := EndpointType(e)
-		if typ == "evaluator" {
-			continue
-		}
-		cluster[typ] = append(cluster[typ], e.Addr+":"+strconv.Itoa(e.Port))
-	}
-	b, _ := json.Marshal(struct {
-		Cluster map[string][]string `json:"cluster"`
-		Task    map[string]any      `json:"task"`
-	}{cluster, map[string]any{"type": t.Type, "index": t.Index}})
-	return string(b)
+	cluster := views.of(m).clusterJSON
+	b := append(append(make([]byte, 0, len(cluster)+64), `{"cluster":`...), cluster...)
+	return string(append(appendTaskJSON(append(b, `,"task":`...), t), '}'))
 }
 
 // EndpointType is an endpoint's task type. Maps of runs started before the type was carried as a field have

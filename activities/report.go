@@ -51,12 +51,8 @@ func (h *Host) prepareLogs(dir string) error {
 
 // taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map.
 func taskInfo(ref attemptRef, host string, m workflows.ClusterMap) task.Info {
-	info := task.Info{Run: ref.WorkflowID, Task: ref.Task, Type: ref.Type, Index: ref.Index, Attempt: ref.Attempt,
-		RestartCount: ref.Generation, Host: host}
-	for _, ep := range m.Endpoints {
-		info.Cluster = append(info.Cluster, task.Endpoint{Task: ep.Task, Type: EndpointType(ep), Host: ep.Host, Addr: ep.Addr, Port: ep.Port})
-	}
-	return info
+	return task.Info{Run: ref.WorkflowID, Task: ref.Task, Type: ref.Type, Index: ref.Index, Attempt: ref.Attempt,
+		RestartCount: ref.Generation, Host: host, Cluster: views.of(m).endpoints}
 }
 
 // lastLine is the newer of the last stdout and stderr lines.

@@ -212,6 +212,12 @@ func (h *Host) recover() {
 			continue
 		}
 		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
+		if rec.Info.Cluster == nil && rec.ClusterFile != "" {
+			var err error
+			if rec.Info.Cluster, err = readClusterEndpoints(rec.ClusterFile); err != nil {
+				h.Logger.Warn("cannot read the task's cluster map back; task info shows none", "task", rec.Ref.Task, "error", err)
+			}
+		}
 		e.setInfo(rec.Info)
 		e.controlSocket, e.shimSocket, e.clusterFile = rec.ControlSocket, rec.ShimSocket, rec.ClusterFile
 		if st, ok, _ := shim.ReadStarted(dir); ok {
@@ -238,9 +244,15 @@ func (h *Host) recover() {
 	}
 }
 
-// saveRecord writes an attempt's record: what a worker that takes it up after a restart needs.
+// saveRecord writes an attempt's record: what a worker that takes it up after a restart needs. The map is left
+// out when the attempt has a cluster file, which holds it: a record per task with the whole map in each would
+// grow with the square of the run's size.
 func (h *Host) saveRecord(e *entry) error {
-	return writeRecord(h.recordDir(e.key), taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: e.taskInfo(),
+	info := e.taskInfo()
+	if e.clusterFile != "" {
+		info.Cluster = nil
+	}
+	return writeRecord(h.recordDir(e.key), taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: info,
 		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, ClusterFile: e.clusterFile})
 }
 

@@ -1,0 +1,106 @@
+package activities
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// The cluster file holds the map as documented (TF_CONFIG's cluster and this task, every endpoint, the
+// generation); tasks of the same map share one derived view, and a changed map gets a view of its own.
+func TestClusterFile_Content(t *testing.T) {
+	dir := t.TempDir()
+	h := &Host{Name: "b", SocketDir: dir}
+	m := clusterOf(
+		workflows.Endpoint{Task: "chief-0", Type: "chief", Host: "a", Addr: "10.0.0.1", Port: 1000},
+		workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001},
+		workflows.Endpoint{Task: "evaluator-0", Type: "evaluator", Host: "b", Addr: "10.0.0.2", Port: 1002},
+	)
+	m.Generation = 2
+	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker", Index: 0}, key: "k1"}
+	require.NoError(t, os.MkdirAll(h.socketFolder(e.key), 0o755))
+	require.NoError(t, h.writeClusterFile(e, m))
+	b, err := os.ReadFile(filepath.Join(h.socketFolder(e.key), "cluster.json"))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"cluster": {"chief": ["10.0.0.1:1000"], "worker": ["10.0.0.2:1001"]}, "task": {"type": "worker", "index": 0},
+		"endpoints": [{"task": "chief-0", "type": "chief", "host": "a", "addr": "10.0.0.1", "port": 1000},
+		              {"task": "worker-0", "type": "worker", "host": "b", "addr": "10.0.0.2", "port": 1001},
+		              {"task": "evaluator-0", "type": "evaluator", "host": "b", "addr": "10.0.0.2", "port": 1002}],
+		"generation": 2}`, string(b))
+	got, err := readClusterEndpoints(e.clusterFile)
+	require.NoError(t, err)
+	assert.Equal(t, views.of(m).endpoints, got)
+
+	same := workflows.ClusterMap{Generation: 2, Endpoints: append([]workflows.Endpoint(nil), m.Endpoints...)}
+	assert.Same(t, views.of(m), views.of(same), "the same map, the same view")
+	moved := workflows.ClusterMap{Generation: 2, Endpoints: append([]workflows.Endpoint(nil), m.Endpoints...)}
+	moved.Endpoints[1].Port = 1005
+	assert.Contains(t, TFConfig(e.task, moved), `"worker":["10.0.0.2:1005"]`, "a moved task is a new map")
+	assert.Contains(t, TFConfig(e.task, m), `"worker":["10.0.0.2:1001"]`)
+}
+
+// An attempt's record leaves the map out when the cluster file holds it; a worker that takes the attempt up
+// again reads it back from there, and still reads records that hold it (written before this rule).
+func TestRecord_MapComesBackFromTheClusterFile(t *testing.T) {
+	dir := t.TempDir()
+	h := &Host{Name: "b", SocketDir: filepath.Join(dir, "sockets"), StateDir: filepath.Join(dir, "state")}
+	m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001})
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}
+	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker"}, ref: ref, key: "k1"}
+	require.NoError(t, os.MkdirAll(h.socketFolder(e.key), 0o755))
+	require.NoError(t, os.MkdirAll(h.recordDir(e.key), 0o700))
+	e.setInfo(taskInfo(ref, h.Name, m))
+	require.NoError(t, h.writeClusterFile(e, m))
+	require.NoError(t, h.saveRecord(e))
+
+	raw, err := os.ReadFile(filepath.Join(h.recordDir(e.key), recordFile))
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "10.0.0.2", "the record leaves the map to the cluster file")
+	var rec taskRecord
+	require.NoError(t, readRecord(h.recordDir(e.key), &rec))
+	h.Logger = quiet()
+	h.recover()
+	got := h.reg.lookup("w", "r", "worker-0", 1)
+	require.NotNil(t, got)
+	assert.Equal(t, []task.Endpoint{{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001}}, got.taskInfo().Cluster)
+}
+
+// BenchmarkClusterMapPerTask is what one task of a 1,000-task run costs its host to get the run's map: task
+// info, the cluster file and its environment (TF_CONFIG), and its record.
+func BenchmarkClusterMapPerTask(b *testing.B) {
+	var m workflows.ClusterMap
+	for i := 0; i < 1000; i++ {
+		m.Endpoints = append(m.Endpoints, workflows.Endpoint{Task: fmt.Sprintf("worker-%d", i), Type: "worker", Host: "h",
+			Addr: "10.0.0.1", Port: 20000 + i})
+	}
+	dir := b.TempDir()
+	h := &Host{Name: "h", SocketDir: filepath.Join(dir, "sockets"), StateDir: filepath.Join(dir, "state")}
+	t := spec.Task{Name: "worker-3", Type: "worker", Index: 3, Rank: 3}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: t.Name, Type: t.Type, Index: t.Index, Attempt: 1}
+	e := &entry{task: t, ref: ref, key: "k"}
+	if err := os.MkdirAll(h.socketFolder(e.key), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(h.recordDir(e.key), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e.setInfo(taskInfo(ref, h.Name, m))
+		if err := h.writeClusterFile(e, m); err != nil {
+			b.Fatal(err)
+		}
+		_ = TaskEnv(nil, TaskIdentity{RunID: "w", Task: t, Attempt: 1, Host: "h"}, m)
+		if err := h.saveRecord(e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
