@@ -158,7 +158,7 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 	var stops []workflow.Future
 	for _, h := range hosts {
 		stops = append(stops, workflow.ExecuteActivity(
-			controlOptions(dctx, h, r.plan.StopGracePeriod+30*time.Second, fmt.Sprintf("stop %d task(s) on %s", len(byHost[h]), h)),
+			stopOptions(dctx, r.plan, h, fmt.Sprintf("stop %d task(s) on %s", len(byHost[h]), h)),
 			ActivityStopTasks,
 			StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: byHost[h],
 				GracePeriod: grace, Reason: reason}))

@@ -127,12 +127,25 @@ func summary(t spec.Task, where string) string {
 	return fmt.Sprintf("%s on %s: %s", t.Name, where, s)
 }
 
-// controlOptions: a short activity on one host's downlink. A host worker that does not take it within
-// scheduleToStart is gone; its tasks then end by heartbeat timeout instead.
+// controlOptions: a short activity on one host's downlink. A host worker that does not take it within 10 s
+// is gone; its tasks then end by heartbeat timeout instead.
 func controlOptions(ctx workflow.Context, host string, startToClose time.Duration, summary string) workflow.Context {
+	return controlOptionsWithin(ctx, host, 10*time.Second, startToClose, summary)
+}
+
+// stopOptions: StopTasks on one host's downlink, which a host gets as long as its leases get to heartbeat
+// (heartbeatTimeout, at least 10 s) to take up. A busy host's worker can take longer than 10 s to poll its
+// downlink (one of four hosts of a 4,000-task run did), and its tasks then waited for their leases to learn
+// of the stop, one heartbeat each (85 s in all); a host that is really gone is given up on no later than its
+// leases are.
+func stopOptions(ctx workflow.Context, p *spec.Plan, host, summary string) workflow.Context {
+	return controlOptionsWithin(ctx, host, max(10*time.Second, p.HeartbeatTimeout), p.StopGracePeriod+30*time.Second, summary)
+}
+
+func controlOptionsWithin(ctx workflow.Context, host string, scheduleToStart, startToClose time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              ControlQueue(host),
-		ScheduleToStartTimeout: 10 * time.Second,
+		ScheduleToStartTimeout: scheduleToStart,
 		StartToCloseTimeout:    startToClose,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 3, InitialInterval: 100 * time.Millisecond},
 		Summary:                summary,

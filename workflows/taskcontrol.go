@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -42,7 +41,7 @@ func (r *run) terminate(ctx workflow.Context, info *workflow.Info, t *task) []wo
 	}
 	h := t.status.Host
 	return []workflow.Future{workflow.ExecuteActivity(
-		controlOptions(ctx, h, r.plan.StopGracePeriod+30*time.Second, fmt.Sprintf("terminate %s on %s", t.Name, h)),
+		stopOptions(ctx, r.plan, h, fmt.Sprintf("terminate %s on %s", t.Name, h)),
 		ActivityStopTasks,
 		StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: []string{t.Name},
 			GracePeriod: r.plan.StopGracePeriod, Reason: "terminated by the user"})}
