@@ -3,7 +3,9 @@ package activities
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -103,4 +105,32 @@ func BenchmarkClusterMapPerTask(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A run of 10,000 tasks has a TF_CONFIG past Linux's 128 KiB limit for one environment string, with which no
+// task could start ("argument list too long"). Its tasks get none, start, and find the same in the cluster file.
+func TestTaskEnv_TFConfigPastTheKernelLimitIsLeftOut(t *testing.T) {
+	var m workflows.ClusterMap
+	for i := 0; i < 10000; i++ {
+		m.Endpoints = append(m.Endpoints, workflows.Endpoint{Task: fmt.Sprintf("worker-%d", i), Type: "worker", Host: "h",
+			Addr: "10.0.0.1", Port: 20000 + i%40000})
+	}
+	tk := spec.Task{Name: "worker-7", Type: "worker", Index: 7, Rank: 7}
+	tf := TFConfig(tk, m)
+	require.Greater(t, len(tf), MaxEnvString, "the map is past the limit")
+	tooLong := exec.Command("/bin/true")
+	tooLong.Env = []string{"TF_CONFIG=" + tf}
+	require.Error(t, tooLong.Run(), "Linux refuses an environment string this long")
+
+	env := TaskEnv([]string{"PATH=/usr/bin:/bin"}, TaskIdentity{RunID: "r", Task: tk, Attempt: 1, Host: "h"}, m)
+	for _, kv := range env {
+		assert.False(t, strings.HasPrefix(kv, "TF_CONFIG="), "no TF_CONFIG")
+	}
+	assert.Contains(t, env, "WORLD_SIZE=10000")
+	start := exec.Command("/bin/true")
+	start.Env = env
+	require.NoError(t, start.Run(), "the task starts")
+
+	small := TaskEnv(nil, TaskIdentity{Task: tk}, clusterOf(m.Endpoints[:100]...))
+	assert.Contains(t, strings.Join(small, "\n"), "TF_CONFIG=", "a smaller run keeps TF_CONFIG")
 }

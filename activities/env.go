@@ -59,7 +59,9 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		set("CLUSTERRUN_CLUSTER_FILE", id.ClusterFile)
 	}
 	set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
-	set("TF_CONFIG", TFConfig(t, m))
+	if tf := TFConfig(t, m); len("TF_CONFIG=")+len(tf) < MaxEnvString {
+		set("TF_CONFIG", tf)
+	}
 
 	world, local := 0, 0
 	localRank := -1
@@ -99,6 +101,12 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	}
 	return env
 }
+
+// MaxEnvString is the longest "NAME=value" Linux passes to a new process (MAX_ARG_STRLEN: 32 pages, 128 KiB);
+// exec fails with "argument list too long" past it. TF_CONFIG grows with the run (about 18 bytes a task), so a
+// run of more than about 7,000 tasks gets none: its tasks read the same cluster and task from the cluster file
+// (CLUSTERRUN_CLUSTER_FILE), which has no such limit.
+const MaxEnvString = 128 << 10
 
 // TFConfig is TensorFlow's cluster spec for task t: every type but evaluator, addresses in index order.
 func TFConfig(t spec.Task, m workflows.ClusterMap) string {
