@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,6 +96,39 @@ func TestFollower_FinishedStreamsStayClosed(t *testing.T) {
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 2}}})
 	assert.Len(t, f.order, 4)
 	assert.True(t, f.pending())
+}
+
+// An ended attempt whose host reported its log sizes has nothing left to read once the follower has read that
+// far: its streams close without a read (this follower has no client, so a read would fail). One with more
+// output than was read, or with no sizes (an older worker), is still read.
+func TestFollower_ReadToTheReportedSizes(t *testing.T) {
+	f := newFollower(nil, "run", io.Discard)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "quiet-0", State: workflows.TaskRunning, Host: "h", Attempt: 1},
+		{Name: "talk-0", State: workflows.TaskRunning, Host: "h", Attempt: 1},
+		{Name: "old-0", State: workflows.TaskRunning, Host: "h", Attempt: 1},
+	}})
+	f.streams["talk-0/1/stdout"].offset = 40
+	now := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "quiet-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1, StartTime: &now, Logs: &workflows.LogSizes{}},
+		{Name: "talk-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1, StartTime: &now, Logs: &workflows.LogSizes{Stdout: 40, Stderr: 7}},
+		{Name: "old-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1, StartTime: &now},
+	}})
+	open := map[string]bool{}
+	for k, s := range f.streams {
+		if !s.closed {
+			open[k] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{"talk-0/1/stderr": true, "old-0/1/stdout": true, "old-0/1/stderr": true}, open)
+
+	quiet := newFollower(nil, "run", io.Discard)
+	quiet.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "quiet-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1, StartTime: &now, Logs: &workflows.LogSizes{}}}})
+	assert.False(t, quiet.pending())
+	require.NoError(t, quiet.drain(context.Background()), "nothing to read: no read at all")
+	assert.Nil(t, quiet.logs, "no log session")
 }
 
 // Shell completion comes from cobra; each command's flags complete from its own flag set.
