@@ -66,6 +66,7 @@ type entry struct {
 	stopMoved chan struct{}
 	hung      bool
 	unheldAt  time.Time // when it lost its last lease (zero while held)
+	slot      func()    // frees the host slot it holds (an unpinned task of a batched lease), once it has ended
 }
 
 func newEntry(ref attemptRef, t spec.Task, legacy bool, grace time.Duration) *entry {
@@ -120,15 +121,38 @@ func (e *entry) process() *shim.Started {
 	return e.started
 }
 
-// markEnded records how the attempt ended; only the first call counts.
+// markEnded records how the attempt ended, and frees its slot; only the first call counts.
 func (e *entry) markEnded(x shim.Exit) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.exit != nil {
+		e.mu.Unlock()
 		return
 	}
 	e.exit = &x
 	close(e.ended)
+	slot := e.slot
+	e.slot = nil
+	e.mu.Unlock()
+	if slot != nil {
+		slot()
+	}
+}
+
+// holdSlot gives the attempt a host slot to hold until it ends. One it does not need (it holds one already,
+// or it has ended) is freed at once.
+func (e *entry) holdSlot(release func()) {
+	if release == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.exit == nil && e.slot == nil {
+		e.slot = release
+		release = nil
+	}
+	e.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }
 
 // endBeforeStart ends an attempt that never started its process.

@@ -46,8 +46,8 @@ func (h *Host) exitReported(ctx context.Context, in workflows.RunTaskInput, e *e
 		return false
 	}
 	select {
-	case v := <-hb.verdicts():
-		return v == leaseGone
+	case <-hb.verdicts():
+		return hb.verdictNow() == leaseGone
 	case <-ctx.Done():
 		return false
 	case <-time.After(exitHoldBack):

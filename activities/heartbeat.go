@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -28,36 +29,74 @@ const (
 // RPC outlasts its throttle interval, which on a loaded server ends leases whose tasks are healthy and whose
 // server has not given up on them. Here a slow or failed RPC is only slow: the lease ends on the server's
 // verdict, a cancel request or "not found" (it timed the lease out), and on nothing else.
+//
+// A lease holds one task attempt (RunTask: the details are one HeartbeatDetails) or a batch (RunTasks: a list,
+// one per member, in the lease's order). Every member sees the verdict.
 type heartbeater struct {
 	client client.Client
 	token  []byte
 	every  time.Duration
 	logger log.Logger
+	batch  bool
 
 	mu      sync.Mutex
-	details workflows.HeartbeatDetails
-	refresh func(*workflows.HeartbeatDetails)
+	beats   []*beat
 	kick    chan struct{}
 	done    chan struct{}
-	verdict chan verdict
+	decided chan struct{} // closed once the verdict is in
+	verdict verdict
+	asking  *askCall // the ask under way, shared by those who ask meanwhile
 	wg      sync.WaitGroup
 }
 
-// startHeartbeats heartbeats for the activity of ctx every heartbeatTimeout/4, and at once on update.
-func (h *Host) startHeartbeats(ctx context.Context, d workflows.HeartbeatDetails) *heartbeater {
+// beat is one member's part of its lease's heartbeat.
+type beat struct {
+	d       workflows.HeartbeatDetails
+	refresh func(*workflows.HeartbeatDetails)
+	dropped bool
+}
+
+type askCall struct {
+	done chan struct{}
+	v    verdict
+}
+
+// maxBatchDetails bounds a batch's heartbeat details, which live in the run's mutable state while the lease
+// is pending: past it, the members' last lines are left out.
+const maxBatchDetails = 64 << 10
+
+// startHeartbeats heartbeats for the lease of ctx every heartbeatTimeout/2, and at once when a member's
+// details change (update). batch says the lease is a RunTasks batch.
+func (h *Host) startHeartbeats(ctx context.Context, batch bool) *heartbeater {
 	info := activity.GetInfo(ctx)
 	b := &heartbeater{client: h.Client, token: info.TaskToken, every: heartbeatEvery(info.HeartbeatTimeout), logger: h.Logger,
-		details: d, kick: make(chan struct{}, 1), done: make(chan struct{}), verdict: make(chan verdict, 1)}
+		batch: batch, kick: make(chan struct{}, 1), done: make(chan struct{}), decided: make(chan struct{})}
 	b.wg.Add(1)
 	go b.loop()
 	return b
+}
+
+// member adds a member's details; its beats start with the lease's next one.
+func (b *heartbeater) member(d workflows.HeartbeatDetails) *beat {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := &beat{d: d}
+	b.beats = append(b.beats, m)
+	return m
+}
+
+// drop leaves a member that has ended out of the lease's later beats.
+func (b *heartbeater) drop(m *beat) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m.dropped = true
 }
 
 func (b *heartbeater) loop() {
 	defer b.wg.Done()
 	tick := time.NewTicker(b.every)
 	defer tick.Stop()
-	// No beat at once: the first is kept for the process start (the kick), so its pid shows at once; the ticker
+	// No beat at once: the first is kept for a process start (the kick), so its pid shows at once; the ticker
 	// beats in time should the rendezvous be slow.
 	for {
 		select {
@@ -66,25 +105,46 @@ func (b *heartbeater) loop() {
 		case <-b.done:
 			return
 		}
-		b.mu.Lock()
-		if b.refresh != nil {
-			b.refresh(&b.details)
-		}
-		d := b.details
-		b.mu.Unlock()
 		// An RPC may take as long as the period: the next beat waits for it, so beats never pile up.
-		if v := b.beat(d); v != 0 {
+		if v := b.beat(); v != 0 {
 			b.say(v)
 			return
 		}
 	}
 }
 
+// details is what the next beat carries: one member's details, or the list of a batch's members.
+func (b *heartbeater) details() any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var list []workflows.HeartbeatDetails
+	for _, m := range b.beats {
+		if m.refresh != nil && !m.dropped {
+			m.refresh(&m.d)
+		}
+		if !m.dropped || !b.batch {
+			list = append(list, m.d)
+		}
+	}
+	if !b.batch {
+		if len(list) == 0 {
+			return workflows.HeartbeatDetails{}
+		}
+		return list[len(list)-1]
+	}
+	if raw, _ := json.Marshal(list); len(raw) > maxBatchDetails {
+		for i := range list {
+			list[i].Last = ""
+		}
+	}
+	return list
+}
+
 // beat records one heartbeat and returns the server's verdict on the lease, or 0 while it holds.
-func (b *heartbeater) beat(d workflows.HeartbeatDetails) verdict {
+func (b *heartbeater) beat() verdict {
 	ctx, cancel := context.WithTimeout(context.Background(), max(b.every, 2*time.Second))
 	defer cancel()
-	err := b.client.RecordActivityHeartbeat(ctx, b.token, d)
+	err := b.client.RecordActivityHeartbeat(ctx, b.token, b.details())
 	var canceled *temporal.CanceledError
 	var notFound *serviceerror.NotFound
 	switch {
@@ -94,35 +154,66 @@ func (b *heartbeater) beat(d workflows.HeartbeatDetails) verdict {
 	case errors.As(err, &notFound), errors.Is(err, activity.ErrActivityPaused), errors.Is(err, activity.ErrActivityReset):
 		return leaseGone
 	default:
-		b.logger.Debug("heartbeat failed; the lease holds until the server says otherwise", "task", d.Task, "error", err)
+		b.logger.Debug("heartbeat failed; the lease holds until the server says otherwise", "error", err)
 	}
 	return 0
 }
 
-// ask beats once, now, and returns the verdict (0: the lease holds, or the server did not answer).
+// ask beats once, now, and returns the verdict (0: the lease holds, or the server did not answer). Members
+// that ask while an ask is under way share its answer.
 func (b *heartbeater) ask() verdict {
 	b.mu.Lock()
-	d := b.details
-	b.mu.Unlock()
-	return b.beat(d)
-}
-
-func (b *heartbeater) say(v verdict) {
-	select {
-	case b.verdict <- v:
-	default:
+	if v := b.verdict; v != 0 {
+		b.mu.Unlock()
+		return v
 	}
+	call := b.asking
+	if call == nil {
+		call = &askCall{done: make(chan struct{})}
+		b.asking = call
+		b.mu.Unlock()
+		call.v = b.beat()
+		b.mu.Lock()
+		b.asking = nil
+		b.mu.Unlock()
+		close(call.done)
+		if call.v != 0 {
+			b.say(call.v)
+		}
+		return call.v
+	}
+	b.mu.Unlock()
+	<-call.done
+	return call.v
 }
 
-// verdicts yields the server's verdict on the lease, once.
-func (b *heartbeater) verdicts() <-chan verdict { return b.verdict }
-
-// update changes the details now, sets what to refresh before each later beat, and beats at once.
-func (b *heartbeater) update(now, refresh func(*workflows.HeartbeatDetails)) {
+// say records the server's verdict; the first one stands.
+func (b *heartbeater) say(v verdict) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now(&b.details)
-	b.refresh = refresh
+	if b.verdict != 0 {
+		return
+	}
+	b.verdict = v
+	close(b.decided)
+}
+
+// verdicts is closed once the server's verdict on the lease is in; verdictNow says which it is.
+func (b *heartbeater) verdicts() <-chan struct{} { return b.decided }
+
+// verdictNow is the server's verdict, or 0 while the lease holds.
+func (b *heartbeater) verdictNow() verdict {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.verdict
+}
+
+// update changes a member's details now, sets what to refresh before each later beat, and beats at once.
+func (b *heartbeater) update(m *beat, now, refresh func(*workflows.HeartbeatDetails)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now(&m.d)
+	m.refresh = refresh
 	select {
 	case b.kick <- struct{}{}:
 	default:

@@ -58,6 +58,9 @@ type Host struct {
 	// Policy is what this host runs and as whom (--allow-command, --allow-dir, --run-as). Optional: default
 	// anything, as the worker's user.
 	Policy HostPolicy
+	// Slots bounds the unpinned tasks of batched leases this host runs at once, per pool (--slots). Optional:
+	// default no bound. (RunTask leases, of runs started before batches, are bounded by their queue's worker.)
+	Slots int
 	// CgroupParent is where task cgroups are made. Optional: default none (process groups only).
 	CgroupParent string
 	// Client signals and queries workflows.
@@ -79,6 +82,7 @@ type Host struct {
 	exits      batcher[workflows.TaskExitReport]
 	gate       arrivalGate
 	reg        registry
+	slots      slots
 	contact    contact
 	kick       chan struct{} // asks the reconciler to run now
 
@@ -118,6 +122,7 @@ func (h *Host) Start() error {
 			return err
 		}
 	}
+	h.slots.max = h.Slots
 	h.recover()
 	h.sweep()
 	h.loadDrain()

@@ -27,24 +27,63 @@ func AttemptDir(logDir, runID string, attempt int, task string) string {
 // takes up a process an earlier lease started here. Either way it then heartbeats until the process ends
 // (and reports how), the run stops it, or the lease is given up (TaskDetached: the process runs on).
 func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflows.TaskResult, error) {
+	hb := h.startHeartbeats(ctx, false)
+	defer hb.stop()
+	return h.serve(ctx, in, h.memberOf(hb, in, true))
+}
+
+// memberLease is one attempt's part of the lease that holds it: its entry in the lease's heartbeats, and the
+// lease's heartbeater, whose verdict every member sees.
+type memberLease struct {
+	hb   *heartbeater
+	beat *beat
+	// alone: the lease holds this attempt alone (RunTask), so the attempt's end decides whether the lease
+	// reports at all. A RunTasks member hands its end to the batch, which decides.
+	alone bool
+	// slot is the host slot a batch member waited for (nil: it needs none); the attempt holds it until it ends.
+	slot func()
+}
+
+// freeSlot gives back a slot the member got but will not use.
+func (ml memberLease) freeSlot() {
+	if ml.slot != nil {
+		ml.slot()
+	}
+}
+
+func (h *Host) memberOf(hb *heartbeater, in workflows.RunTaskInput, alone bool) memberLease {
+	phase := "rendezvous"
+	if in.Attach {
+		phase = "running"
+	}
+	return memberLease{hb: hb, alone: alone, beat: hb.member(workflows.HeartbeatDetails{Task: in.Task.Name, Host: h.Name,
+		Attempt: in.Attempt, Lease: max(in.Lease, 1), Phase: phase})}
+}
+
+// serve is one lease's part in one task attempt: what RunTask does for its task and RunTasks for each member.
+func (h *Host) serve(ctx context.Context, in workflows.RunTaskInput, ml memberLease) (workflows.TaskResult, error) {
+	defer ml.hb.drop(ml.beat)
 	ref := attemptOf(ctx, in)
 	lease := max(in.Lease, 1)
 	res := workflows.TaskResult{Task: ref.Task, Host: h.Name, Attempt: ref.Attempt}
 	if in.Attach {
-		return h.attach(ctx, in, ref, lease, res)
+		return h.attach(ctx, in, ref, lease, res, ml)
 	}
 	adm, err := h.admit(ref, in, res)
 	if err != nil {
+		ml.freeSlot()
 		return res, err
 	}
 	e, holder, err := h.register(in, ref, lease)
 	if err != nil {
+		ml.freeSlot()
 		return res, h.refused(in, res, err)
 	}
+	e.holdSlot(ml.slot)
 	if e.process() != nil {
 		// The same attempt again, while its process runs (a lease lost at the start): never a second copy.
 		defer e.letGo(lease)
-		return h.hold(ctx, in, e, lease, holder)
+		return h.hold(ctx, in, e, lease, holder, ml)
 	}
 	defer e.letGo(lease)
 	// The supervisor starts while the placement is reported and the rendezvous completes, not before: the
@@ -54,7 +93,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 		p, err := h.spawnShim(e)
 		spawned <- spawnResult{p, err}
 	}()
-	cluster, ln, end := h.rendezvous(ctx, in, e, holder, res)
+	cluster, ln, end := h.rendezvous(ctx, in, e, holder, res, ml)
 	sp := <-spawned
 	switch {
 	case end != nil:
@@ -70,7 +109,7 @@ func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflow
 	if end := h.start(ctx, in, e, adm, sp.pending, cluster, ln, res); end != nil {
 		return end.res, end.err
 	}
-	return h.hold(ctx, in, e, lease, holder)
+	return h.hold(ctx, in, e, lease, holder, ml)
 }
 
 type spawnResult struct {
@@ -127,16 +166,14 @@ func (h *Host) refused(in workflows.RunTaskInput, res workflows.TaskResult, err 
 
 // rendezvous reserves a port, reports the placement, and waits for the cluster map. The returned listener
 // holds the port until the process starts, so nothing else on this host takes it meanwhile.
-func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *entry, holder chan struct{}, res workflows.TaskResult) (workflows.ClusterMap, net.Listener, *ending) {
+func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *entry, holder chan struct{}, res workflows.TaskResult,
+	ml memberLease) (workflows.ClusterMap, net.Listener, *ending) {
 	ln, err := reservePort(in.Port)
 	if err != nil {
 		h.forget(e)
 		return workflows.ClusterMap{}, nil, &ending{res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, e.ref.Task, err)}
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	hb := h.startHeartbeats(ctx, workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt,
-		Lease: max(in.Lease, 1), Phase: "rendezvous"})
-	defer hb.stop()
 	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
 		Host: h.Name, Addr: h.Addr, Port: port}
 	end := func(x *ending) (workflows.ClusterMap, net.Listener, *ending) {
@@ -157,8 +194,8 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 		return end(h.stoppedBeforeStart(ctx, in, e, res))
 	case <-holder:
 		return end(&ending{res, detachedError(fmt.Sprintf("host worker %s is shutting down; %s was not started", h.Name, e.ref.Task), res)})
-	case v := <-hb.verdicts():
-		if v == leaseGone && in.Leased() {
+	case <-ml.hb.verdicts():
+		if ml.hb.verdictNow() == leaseGone && in.Leased() {
 			return end(&ending{res, detachedError("the server no longer knows this lease; "+e.ref.Task+" was not started", res)})
 		}
 		res.Stopped = true
@@ -257,7 +294,8 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 
 // attach takes up an attempt an earlier lease started on this host: the process, its control socket and its
 // logs go on as they were; only the lease is new.
-func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemptRef, lease int, res workflows.TaskResult) (workflows.TaskResult, error) {
+func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemptRef, lease int, res workflows.TaskResult,
+	ml memberLease) (workflows.TaskResult, error) {
 	e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt)
 	if e != nil && e.process() == nil && e.exited() == nil {
 		// It still waits for its rendezvous: nothing runs to take up. The run starts the attempt again.
@@ -291,32 +329,32 @@ func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemp
 			h.Logger.Warn("cannot tell the run that a task was taken up again", "task", ref.Task, "error", err)
 		}
 	}()
-	return h.hold(ctx, in, e, lease, holder)
+	return h.hold(ctx, in, e, lease, holder, ml)
 }
 
 // hold heartbeats for a running attempt until its process ends (and reports how), the run stops it, or the
 // lease is given up: contact with the server is lost, a newer lease took over, or this worker shuts down. The
 // process runs on in every case but the first two.
-func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, lease int, holder chan struct{}) (workflows.TaskResult, error) {
+func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, lease int, holder chan struct{}, ml memberLease) (workflows.TaskResult, error) {
 	st := e.process()
 	res := workflows.TaskResult{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, PID: st.PID}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	stdout, stderr := filepath.Join(logs, "stdout.log"), filepath.Join(logs, "stderr.log")
-	hb := h.startHeartbeats(ctx, workflows.HeartbeatDetails{Task: e.ref.Task, Host: h.Name, PID: st.PID, Attempt: e.ref.Attempt,
-		Lease: lease, Phase: "running"})
-	hb.update(func(*workflows.HeartbeatDetails) {}, func(d *workflows.HeartbeatDetails) {
+	hb := ml.hb
+	hb.update(ml.beat, func(d *workflows.HeartbeatDetails) {
+		d.PID, d.Lease, d.Phase = st.PID, lease, "running"
+	}, func(d *workflows.HeartbeatDetails) {
 		d.Last = lastLine(stdout, stderr)
 		d.Progress = e.lastProgress()
 	})
-	defer hb.stop()
 
 	select {
 	case <-e.ended:
-		if h.runHasTheEnd(e, hb) {
+		if ml.alone && h.runHasTheEnd(e, hb) {
 			return res, activity.ErrResultPending
 		}
 		res, err := h.report(ctx, in, e)
-		if h.exitReported(ctx, in, e, res, hb) {
+		if ml.alone && h.exitReported(ctx, in, e, res, hb) {
 			return res, activity.ErrResultPending
 		}
 		return res, err
@@ -329,7 +367,8 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 			return h.report(ctx, in, e)
 		}
 		return res, detachedError(h.whyLetGo(e, lease), res)
-	case v := <-hb.verdicts():
+	case <-hb.verdicts():
+		v := hb.verdictNow()
 		if v == leaseCanceled || e.legacy {
 			// The run is stopping and StopTasks did not reach this host first (or, before leases, the server gave
 			// the attempt up). Either way the process must not outlive this lease.
@@ -363,8 +402,8 @@ func (h *Host) runHasTheEnd(e *entry, hb *heartbeater) bool {
 		return false
 	}
 	select {
-	case v := <-hb.verdicts():
-		return v == leaseGone
+	case <-hb.verdicts():
+		return hb.verdictNow() == leaseGone
 	case <-time.After(reportHoldBack):
 	}
 	return hb.ask() == leaseGone

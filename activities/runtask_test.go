@@ -63,10 +63,17 @@ type fakeServer struct {
 	heartbeatErr error
 	status       *workflows.RunStatus
 	signals      []any
+	lastBeat     any // the details of the last heartbeat
+	failExits    int // this many task-exits signals fail, as while the server is down
 }
 
 func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string, arg interface{}) error {
 	c.mu.Lock()
+	if _, ok := arg.(workflows.TaskExits); ok && c.failExits > 0 {
+		c.failExits--
+		c.mu.Unlock()
+		return serviceerror.NewUnavailable("connection refused")
+	}
 	c.signals = append(c.signals, arg)
 	c.mu.Unlock()
 	if placed, ok := arg.(workflows.PlacedSignal); ok {
@@ -82,9 +89,12 @@ func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string,
 }
 
 // RecordActivityHeartbeat answers a lease's heartbeat with heartbeatErr (nil, a cancellation, not found).
-func (c *fakeServer) RecordActivityHeartbeat(context.Context, []byte, ...interface{}) error {
+func (c *fakeServer) RecordActivityHeartbeat(_ context.Context, _ []byte, details ...interface{}) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(details) > 0 {
+		c.lastBeat = details[0]
+	}
 	return c.heartbeatErr
 }
 
@@ -159,6 +169,7 @@ func newHarness(t *testing.T) *harness {
 	a.env = a.suite.NewTestActivityEnvironment()
 	a.host = newHost(t, a.state, t.TempDir(), a.server)
 	a.env.RegisterActivity(a.host.RunTask)
+	a.env.RegisterActivity(a.host.RunTasks)
 	return a
 }
 
@@ -174,25 +185,31 @@ func taskSpec(cmd ...string) spec.Task {
 
 // run executes RunTask in the background and returns a function that waits for its result.
 func (a *harness) run(in workflows.RunTaskInput) func() (workflows.TaskResult, error) {
+	return inBackground[workflows.TaskResult](func() (converter.EncodedValue, error) { return a.env.ExecuteActivity(a.host.RunTask, in) })
+}
+
+// inBackground executes an activity in the background and returns a function that waits for its result.
+func inBackground[T any](execute func() (converter.EncodedValue, error)) func() (T, error) {
 	type out struct {
-		res workflows.TaskResult
+		res T
 		err error
 	}
 	done := make(chan out, 1)
 	go func() {
-		v, err := a.env.ExecuteActivity(a.host.RunTask, in)
-		var res workflows.TaskResult
+		v, err := execute()
+		var res T
 		if err == nil {
 			err = v.Get(&res)
 		}
 		done <- out{res, err}
 	}()
-	return func() (workflows.TaskResult, error) {
+	return func() (T, error) {
 		select {
 		case o := <-done:
 			return o.res, o.err
 		case <-time.After(30 * time.Second):
-			return workflows.TaskResult{}, errors.New("RunTask did not return")
+			var zero T
+			return zero, errors.New("the activity did not return")
 		}
 	}
 }

@@ -234,6 +234,9 @@ func (h *Host) recover() {
 			e.markEnded(shim.Reap(dir, "its supervisor never reported the start"))
 			continue
 		}
+		if rec.Task.Host == "" {
+			e.holdSlot(h.slots.take(rec.Task.Pool)) // it runs: its slot stays taken
+		}
 		if _, err := h.serveControl(e); err != nil {
 			h.Logger.Warn("cannot serve the task's control socket again", "task", rec.Ref.Task, "error", err)
 		}

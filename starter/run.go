@@ -359,17 +359,28 @@ func heartbeatsOf(pending []*workflowpb.PendingActivityInfo) map[string]Heartbea
 	out := map[string]Heartbeat{}
 	dc, _ := conn.DataConverter() // the dial that came before checked it
 	for _, pa := range pending {
-		if pa.GetActivityType().GetName() != workflows.ActivityRunTask || pa.GetHeartbeatDetails() == nil {
+		if pa.GetHeartbeatDetails() == nil {
 			continue
 		}
-		var d workflows.HeartbeatDetails
-		if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil || d.Task == "" {
-			continue
+		var ds []workflows.HeartbeatDetails
+		switch pa.GetActivityType().GetName() {
+		case workflows.ActivityRunTask:
+			var d workflows.HeartbeatDetails
+			if dc.FromPayloads(pa.GetHeartbeatDetails(), &d) != nil {
+				continue
+			}
+			ds = append(ds, d)
+		case workflows.ActivityRunTasks: // a batch: one entry per member
+			if dc.FromPayloads(pa.GetHeartbeatDetails(), &ds) != nil {
+				continue
+			}
 		}
-		if cur, ok := out[d.Task]; ok && (cur.Attempt > d.Attempt || (cur.Attempt == d.Attempt && cur.Lease > d.Lease)) {
-			continue
+		for _, d := range ds {
+			if cur, ok := out[d.Task]; d.Task == "" || ok && (cur.Attempt > d.Attempt || (cur.Attempt == d.Attempt && cur.Lease > d.Lease)) {
+				continue
+			}
+			out[d.Task] = Heartbeat{HeartbeatDetails: d, At: pa.GetLastHeartbeatTime().AsTime()}
 		}
-		out[d.Task] = Heartbeat{HeartbeatDetails: d, At: pa.GetLastHeartbeatTime().AsTime()}
 	}
 	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -495,8 +496,15 @@ tasks:
 	for it.HasNext() {
 		ev, err := it.Next()
 		require.NoError(t, err)
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == workflows.ActivityRunTask {
+		a := ev.GetActivityTaskScheduledEventAttributes()
+		switch {
+		case a == nil:
+		case a.GetActivityType().GetName() == workflows.ActivityRunTask:
 			leases++
+		case a.GetActivityType().GetName() == workflows.ActivityRunTasks: // a lease on each member
+			var in workflows.RunTasksInput
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in))
+			leases += len(in.Members)
 		}
 	}
 	assert.Greater(t, leases, 4, "the outage did not reach the rendezvous")

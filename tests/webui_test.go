@@ -80,7 +80,7 @@ func TestE2E_WebUI(t *testing.T) {
 	// Quality 100 gives a PNG; anything less a JPEG.
 	shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
 	require.NoError(t, err, "screenshot of %s", page)
-	for _, want := range []string{"chief-0", "worker-0", "worker-1", workflows.ActivityRunTask} {
+	for _, want := range []string{"chief-0", "worker-0", "worker-1", workflows.ActivityRunTasks} {
 		assert.Contains(t, text, want)
 	}
 	assert.Contains(t, text, `"phase": "running"`, "the heartbeat details show the running process")
@@ -194,5 +194,5 @@ func TestE2E_WebUIShowsShards(t *testing.T) {
 		}
 	}
 	see(id, "relationships", workflows.ShardWorkflowID(id, 0, 0), workflows.ShardWorkflowID(id, 0, 1))
-	see(workflows.ShardWorkflowID(id, 0, 1), "pending-activities", "worker-1", workflows.ActivityRunTask, `"pid"`, `"running"`)
+	see(workflows.ShardWorkflowID(id, 0, 1), "pending-activities", "worker-1", workflows.ActivityRunTasks, `"pid"`, `"running"`)
 }

@@ -23,12 +23,13 @@ import (
 func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	// Runs started before leases have no marker here and replay as they were written.
 	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
+	batched := leased && workflow.GetVersion(ctx, ChangeBatchLeases, workflow.DefaultVersion, 1) == 1
 	plan, err := planRun(&in)
 	if err != nil {
 		return nil, err
 	}
 	r := newRun(plan, workflow.Now(ctx))
-	r.leased = leased
+	r.leased, r.batched = leased, batched
 	info := workflow.GetInfo(ctx)
 	r.ref = &RunRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}
 	if r.sharded = leased && sharded(len(r.tasks), plan.TasksPerShard); r.sharded {

@@ -70,7 +70,15 @@ type fakeHosts struct {
 	notices       []NotifyStopInput
 	outcomes      []BarrierOutcome
 	signals       []SignalTasksInput
-	inputs        []RunTaskInput // every lease, in order
+	inputs        []RunTaskInput // every lease, in order (a batch's members as the RunTask each amounts to)
+	batches       []RunTasksInput
+	// quietEnds leaves the members' ends to the batch's completion (their reports are lost).
+	quietEnds bool
+	// batchFails, when it returns an error for a batch, ends that lease as a whole with it once its members run
+	// (their fakes go on blocking, as processes outlive a lease that timed out).
+	batchFails func(in RunTasksInput) error
+	// beforePlacing, when set, runs before a launch reports its placement.
+	beforePlacing func(in RunTaskInput)
 	// failReleases makes that many Releases fail, as when the server goes down before they reach their host.
 	failReleases int
 	// lease, when set, may end a lease its own way once its process "runs" (after the release of a launch, at
@@ -88,6 +96,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 		queues: map[string]string{}, maps: map[string]ClusterMap{}, barrier: map[string]chan string{}, waiterAttempt: map[string]int{}, passed: map[string][]string{},
 		notified: make(chan struct{})}
 	env.RegisterActivityWithOptions(f.runTask, activity.RegisterOptions{Name: ActivityRunTask})
+	env.RegisterActivityWithOptions(f.runTasks, activity.RegisterOptions{Name: ActivityRunTasks})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
 	readRegistry = false // no host registry: unpinned tasks go to their pool's queue, as the fakes' scripts expect
@@ -104,12 +113,73 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 }
 
 func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, error) {
+	return f.serve(ctx, in, activity.GetInfo(ctx).ActivityID)
+}
+
+// runTasks serves each member of a batch as runTask serves its one task, reports each member's end by signal
+// as a host does, and completes with every end.
+func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksResult, error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var out RunTasksResult
+	f.mu.Lock()
+	f.batches = append(f.batches, in)
+	f.mu.Unlock()
+	var fails error
+	if f.batchFails != nil {
+		fails = f.batchFails(in)
+	}
+	mctx := ctx
+	if fails != nil {
+		mctx = context.WithoutCancel(ctx) // the processes outlive the lease, and report nothing
+	}
+	for _, m := range in.Members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := f.serve(mctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+			if fails != nil {
+				return
+			}
+			end := TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true, Error: LeaseErrorOf(err)}
+			if in.ReportExit && !f.quietEnds {
+				f.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{end}})
+			}
+			mu.Lock()
+			out.Ends = append(out.Ends, end)
+			mu.Unlock()
+		}()
+	}
+	if fails != nil {
+		for !f.running(in) {
+			time.Sleep(time.Millisecond)
+		}
+		return RunTasksResult{}, fails
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// running says whether every member of a batch got the map (a launch) or began serving (a re-attach).
+func (f *fakeHosts) running(in RunTasksInput) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range in.Members {
+		if _, ok := f.maps[m.Task.Name]; !ok && !in.Attach {
+			return false
+		}
+	}
+	return true
+}
+
+// serve runs one task attempt's lease; id names it (its RunTask's activity ID, or what it would be).
+func (f *fakeHosts) serve(ctx context.Context, in RunTaskInput, id string) (TaskResult, error) {
 	info := activity.GetInfo(ctx)
 	rel, stop := make(chan ClusterMap, 1), make(chan struct{})
 	f.mu.Lock()
 	f.released[in.Task.Name], f.stop[in.Task.Name] = rel, stop
 	f.queues[in.Task.Name] = info.TaskQueue
-	f.ids = append(f.ids, info.ActivityID)
+	f.ids = append(f.ids, id)
 	f.inputs = append(f.inputs, in)
 	f.mu.Unlock()
 
@@ -127,6 +197,9 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 		if f.portFor != nil {
 			port = f.portFor(in)
 		}
+		if f.beforePlacing != nil {
+			f.beforePlacing(in)
+		}
 		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
 			Attempt: attempt, Lease: in.Lease, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: port}}})
 		select {
@@ -134,6 +207,9 @@ func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, e
 			f.mu.Lock()
 			f.maps[in.Task.Name] = m
 			f.mu.Unlock()
+		case <-stop: // stopped before it started
+			res.Stopped = true
+			return res, nil
 		case <-ctx.Done():
 			return res, temporal.NewCanceledError(res)
 		}
@@ -664,9 +740,9 @@ func TestClusterRun_StartTimeout(t *testing.T) {
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
-	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTaskInput) (TaskResult, error) {
-		return TaskResult{}, temporal.NewTimeoutError(0x2 /* SCHEDULE_TO_START */, nil)
-	}, activity.RegisterOptions{Name: ActivityRunTask})
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTasksInput) (RunTasksResult, error) {
+		return RunTasksResult{}, temporal.NewTimeoutError(0x2 /* SCHEDULE_TO_START */, nil)
+	}, activity.RegisterOptions{Name: ActivityRunTasks})
 	env.ExecuteWorkflow(WorkflowType, mustSpec(t, `{name: lonely, command: [x], tasks: {ps: {replicas: 1, hosts: [gpu-z]}}}`))
 	err := env.GetWorkflowError()
 	require.Error(t, err)
@@ -690,11 +766,15 @@ func TestClusterRun_ResultsStayBounded(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
 	big := json.RawMessage(`"` + strings.Repeat("x", 300<<10) + `"`)
-	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTaskInput) (TaskResult, error) {
-		info := activity.GetInfo(ctx)
-		env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Attempt: int(info.Attempt), Host: "h"}}})
-		return TaskResult{Task: in.Task.Name, Result: big}, nil
-	}, activity.RegisterOptions{Name: ActivityRunTask})
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RunTasksInput) (RunTasksResult, error) {
+		var out RunTasksResult
+		for _, m := range in.Members {
+			env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: m.Task.Name, Attempt: m.Attempt, Lease: m.Lease, Host: "h"}}})
+			out.Ends = append(out.Ends, TaskExitReport{Lease: m.Lease, Member: true,
+				Result: TaskResult{Task: m.Task.Name, Attempt: m.Attempt, Result: big}})
+		}
+		return out, nil
+	}, activity.RegisterOptions{Name: ActivityRunTasks})
 	env.RegisterActivityWithOptions(func(context.Context, ReleaseInput) (ReleaseResult, error) { return ReleaseResult{}, nil },
 		activity.RegisterOptions{Name: ActivityRelease})
 	env.ExecuteWorkflow(WorkflowType, mustSpec(t, `{name: big, command: [x], tasks: {worker: {replicas: 8}}}`))

@@ -67,6 +67,11 @@ func (r *run) runGeneration(ctx workflow.Context, ch *channels) decision {
 	g.listen()
 	for r.decision == nil {
 		g.sel.Select(ctx)
+		// A batch's members end together: take every end (and signal) that is in before acting, so that what
+		// follows them (their re-attaches, say) goes out as one lease too. Runs before batches acted after each.
+		for r.batched && r.decision == nil && g.sel.HasPending() {
+			g.sel.Select(ctx)
+		}
 		g.act()
 	}
 	d := *r.decision
@@ -145,11 +150,13 @@ func (g *generation) act() {
 		g.watch(r.terminate(g.genCtx, g.info, t))
 	}
 	r.place(g.genCtx, todo.launch)
+	var launch []launchOrder
 	for _, o := range todo.launch {
 		if r.decision == nil || o.t.future == nil {
-			g.launch(o)
+			launch = append(launch, o)
 		}
 	}
+	g.launchAll(launch)
 	for _, t := range todo.restart {
 		if r.decision == nil {
 			g.startBackoff(t)

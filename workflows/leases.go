@@ -95,7 +95,7 @@ func (r *run) onExits(ctx workflow.Context, sig TaskExits) {
 			continue // stale: an earlier lease, attempt or generation, or an end already known
 		}
 		f, set := workflow.NewFuture(ctx)
-		set.Set(x.Result, leasedOutcome(t.Task, x.Result))
+		set.Set(x.Result, x.outcome(t.Task))
 		t.future = f
 		r.leaseEnded(ctx, t)
 	}

@@ -19,7 +19,10 @@ const (
 	// (clusterrun drain).
 	HostControlWorkflowType = "HostControl"
 
-	ActivityRunTask     = "RunTask"
+	// ActivityRunTask is one lease on one task attempt; runs started before batched leases use it.
+	ActivityRunTask = "RunTask"
+	// ActivityRunTasks is one lease on a batch of task attempts on one host (RunTasksInput).
+	ActivityRunTasks    = "RunTasks"
 	ActivityRelease     = "Release"
 	ActivityStopTasks   = "StopTasks"
 	ActivityReadLogs    = "ReadLogs"
@@ -32,6 +35,11 @@ const (
 // ChangeLeases marks, with workflow.GetVersion, runs that use leases: RunTask attempts that the workflow
 // restarts and re-attaches itself. Runs started before it keep Temporal's retries as their restarts.
 const ChangeLeases = "clusterrun-leases"
+
+// ChangeBatchLeases marks runs whose leases are RunTasks batches: one activity per host for the tasks that
+// launch (or re-attach) there together, each task's end reported by signal. Runs started before it hold one
+// RunTask per task attempt.
+const ChangeBatchLeases = "clusterrun-batch-leases"
 
 // Task queues.
 const (

@@ -41,6 +41,10 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
 		st.Attempt = p.Attempt
 		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
+		if t.terminated {
+			r.todo.terminate = append(r.todo.terminate, t) // it shares its lease: its host stops it before it starts
+			continue
+		}
 		if r.released {
 			r.todo.release = append(r.todo.release, t)
 			r.todo.askStop = r.todo.askStop || r.stopAsked != nil // a task started later is asked too
@@ -49,7 +53,7 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 	if !r.released && r.allPlaced() {
 		r.released = true
 		for _, t := range r.tasks {
-			if t.placed && !t.done {
+			if t.placed && !t.done && !t.terminated {
 				r.todo.release = append(r.todo.release, t)
 			}
 		}

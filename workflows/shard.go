@@ -2,11 +2,9 @@ package workflows
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -47,10 +45,11 @@ type LeaseOptions struct {
 	Summary         string        `json:"summary,omitempty"`
 }
 
-// ShardLease is one lease a shard starts.
+// ShardLease is one lease a shard starts: a RunTask on Input, or a RunTasks batch on Batch.
 type ShardLease struct {
-	Options LeaseOptions `json:"options"`
-	Input   RunTaskInput `json:"input"`
+	Options LeaseOptions   `json:"options"`
+	Input   RunTaskInput   `json:"input"`
+	Batch   *RunTasksInput `json:"batch,omitempty"`
 }
 
 // ShardInput starts a shard with its first leases (the rest, if they did not fit, follow by signal).
@@ -64,72 +63,12 @@ type LeasesEnded struct {
 	Ends  []LeaseEnd `json:"ends"`
 }
 
-// LeaseEnd is how one lease ended: its RunTask's result, or its error.
+// LeaseEnd is how one lease ended: its RunTask's result (or its RunTasks batch's), or its error.
 type LeaseEnd struct {
-	ID     string      `json:"id"`
-	Result *TaskResult `json:"result,omitempty"`
-	Error  *LeaseError `json:"error,omitempty"`
-}
-
-// LeaseError carries a RunTask's error from a shard to its run, where it becomes the same kind of Temporal
-// error again, so that the run reads a lease's end alike whichever execution held it.
-type LeaseError struct {
-	Kind    string              `json:"kind"` // application, canceled, timeout, other
-	Type    string              `json:"type,omitempty"`
-	Message string              `json:"message,omitempty"`
-	Timeout enumspb.TimeoutType `json:"timeout,omitempty"`
-	Details *TaskResult         `json:"details,omitempty"`
-	Cause   *LeaseError         `json:"cause,omitempty"`
-}
-
-// leaseErrorOf flattens an activity's error (the ActivityError wrapper dropped) into a LeaseError.
-func leaseErrorOf(err error) *LeaseError {
-	var actErr *temporal.ActivityError
-	if errors.As(err, &actErr) {
-		err = actErr.Unwrap()
-	}
-	if err == nil {
-		return nil
-	}
-	var res TaskResult
-	switch e := err.(type) {
-	case *temporal.ApplicationError:
-		le := &LeaseError{Kind: "application", Type: e.Type(), Message: e.Message(), Cause: leaseErrorOf(e.Unwrap())}
-		if e.HasDetails() && e.Details(&res) == nil {
-			le.Details = &res
-		}
-		return le
-	case *temporal.CanceledError:
-		le := &LeaseError{Kind: "canceled"}
-		if e.HasDetails() && e.Details(&res) == nil {
-			le.Details = &res
-		}
-		return le
-	case *temporal.TimeoutError:
-		return &LeaseError{Kind: "timeout", Timeout: e.TimeoutType(), Message: e.Error(), Cause: leaseErrorOf(e.Unwrap())}
-	}
-	return &LeaseError{Kind: "other", Message: err.Error()}
-}
-
-// err makes the Temporal error the LeaseError was made from again.
-func (le *LeaseError) err() error {
-	if le == nil {
-		return nil
-	}
-	var details []any
-	if le.Details != nil {
-		details = []any{*le.Details}
-	}
-	switch le.Kind {
-	case "application":
-		return temporal.NewApplicationErrorWithOptions(le.Message, le.Type, temporal.ApplicationErrorOptions{
-			NonRetryable: true, Cause: le.Cause.err(), Details: details})
-	case "canceled":
-		return temporal.NewCanceledError(details...)
-	case "timeout":
-		return temporal.NewTimeoutError(le.Timeout, le.Cause.err())
-	}
-	return errors.New(le.Message)
+	ID     string          `json:"id"`
+	Result *TaskResult     `json:"result,omitempty"`
+	Batch  *RunTasksResult `json:"batch,omitempty"`
+	Error  *LeaseError     `json:"error,omitempty"`
 }
 
 // shardFlushEvery spaces a shard's reports: ends that come together (a stop, a failing host) travel as one
@@ -207,14 +146,26 @@ func (s *shard) start(ls []ShardLease) {
 		}
 		actx, cancel := workflow.WithCancel(s.ctx)
 		s.running[id] = cancel
-		f := workflow.ExecuteActivity(withLease(actx, l.Options), ActivityRunTask, l.Input)
+		batch := l.Batch != nil
+		var f workflow.Future
+		if batch {
+			f = workflow.ExecuteActivity(withLease(actx, l.Options), ActivityRunTasks, *l.Batch)
+		} else {
+			f = workflow.ExecuteActivity(withLease(actx, l.Options), ActivityRunTask, l.Input)
+		}
 		s.sel.AddFuture(f, func(f workflow.Future) {
+			end := LeaseEnd{ID: id}
 			var res TaskResult
-			err := f.Get(s.ctx, &res)
-			end := LeaseEnd{ID: id, Error: leaseErrorOf(err)}
-			if err == nil {
+			var results RunTasksResult
+			var err error
+			if batch {
+				if err = f.Get(s.ctx, &results); err == nil {
+					end.Batch = &results
+				}
+			} else if err = f.Get(s.ctx, &res); err == nil {
 				end.Result = &res
 			}
+			end.Error = LeaseErrorOf(err)
 			delete(s.running, id)
 			s.unsent = append(s.unsent, end)
 		})

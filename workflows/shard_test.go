@@ -34,11 +34,11 @@ func TestShard_LeaseErrorsReadTheSameInTheRun(t *testing.T) {
 	}
 	for name, orig := range cases {
 		t.Run(name, func(t *testing.T) {
-			data, err := json.Marshal(leaseErrorOf(orig))
+			data, err := json.Marshal(LeaseErrorOf(orig))
 			require.NoError(t, err)
 			var le LeaseError
 			require.NoError(t, json.Unmarshal(data, &le))
-			back := le.err()
+			back := le.Err()
 
 			for _, attached := range []bool{false, true} {
 				assert.Equal(t, leaseEndOf(orig, attached), leaseEndOf(back, attached))
@@ -52,8 +52,8 @@ func TestShard_LeaseErrorsReadTheSameInTheRun(t *testing.T) {
 			assert.Equal(t, a.startFailed, b.startFailed)
 		})
 	}
-	assert.Nil(t, leaseErrorOf(nil))
-	assert.NoError(t, (*LeaseError)(nil).err())
+	assert.Nil(t, LeaseErrorOf(nil))
+	assert.NoError(t, (*LeaseError)(nil).Err())
 }
 
 func TestShard_BatchesStayUnderThePayloadLimit(t *testing.T) {

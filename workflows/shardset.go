@@ -68,8 +68,23 @@ func (s *shardSet) lease(ctx workflow.Context, t *task, l ShardLease) workflow.F
 	return f
 }
 
-func (s *shardSet) shardOf(t *task) *shardRef {
-	i := t.seq / s.size
+// leaseBatch queues one RunTasks lease for the shard of the task at place seq (every member shares it) and
+// returns the future its end arrives on, and what cancels it.
+func (s *shardSet) leaseBatch(ctx workflow.Context, seq int, opts LeaseOptions, in RunTasksInput) (workflow.Future, workflow.CancelFunc) {
+	sh := s.shardAt(seq)
+	sh.leases = append(sh.leases, ShardLease{Options: opts, Batch: &in})
+	f, set := workflow.NewFuture(ctx)
+	if s.waiting[sh.id] == nil {
+		s.waiting[sh.id] = map[string]workflow.Settable{}
+	}
+	s.waiting[sh.id][opts.ID] = set
+	return f, func() { sh.cancels = append(sh.cancels, opts.ID) }
+}
+
+func (s *shardSet) shardOf(t *task) *shardRef { return s.shardAt(t.seq) }
+
+func (s *shardSet) shardAt(seq int) *shardRef {
+	i := seq / s.size
 	sh := s.shards[i]
 	if sh == nil {
 		sh = &shardRef{index: i, id: ShardWorkflowID(s.run, s.gen, i)}
@@ -87,11 +102,15 @@ func (s *shardSet) ended(m LeasesEnded) {
 			continue // a late report of an earlier generation, or one already failed
 		}
 		delete(waiting, e.ID)
+		if e.Batch != nil {
+			set.Set(*e.Batch, e.Error.Err())
+			continue
+		}
 		var res TaskResult
 		if e.Result != nil {
 			res = *e.Result
 		}
-		set.Set(res, e.Error.err())
+		set.Set(res, e.Error.Err())
 	}
 }
 

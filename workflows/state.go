@@ -83,7 +83,11 @@ type run struct {
 	// leased: the run uses leases (started by this version or later). Runs started before replay with
 	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
 	leased bool
-	ref    *RunRef // this execution, named in every lease's input
+	// batched: the run's leases are RunTasks batches (started by this version or later); batchLeases counts
+	// the batches of more than one task, which name them.
+	batched     bool
+	batchLeases int
+	ref         *RunRef // this execution, named in every lease's input
 	// sharded: the run has more tasks than its tasksPerShard, and shards holds the current generation's.
 	sharded bool
 	shards  *shardSet
@@ -212,7 +216,7 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 	st.EndTime = &now
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
-	var timeout *temporal.TimeoutError
+	timeout, timedOut := timeoutOf(err)
 	switch {
 	case err == nil:
 		st.State = TaskSucceeded
@@ -225,7 +229,7 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		if canceled.HasDetails() && canceled.Details(&res) == nil {
 			r.record(t, res)
 		}
-	case errors.As(err, &appErr):
+	case !timedOut && errors.As(err, &appErr):
 		if appErr.HasDetails() && appErr.Details(&res) == nil {
 			r.record(t, res)
 		}
@@ -236,7 +240,7 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 			// Policy Always ran out of restarts on a clean exit: that is a success.
 			st.State, st.Error = TaskSucceeded, ""
 		}
-	case errors.As(err, &timeout):
+	case timedOut:
 		st.State = TaskFailed
 		code := -1
 		st.ExitCode = &code
@@ -244,6 +248,11 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s: is a clusterrun-worker running for %s?",
 				t.Name, r.plan.StartTimeout, placeOf(t))
+			var hostSaid *temporal.ApplicationError
+			if errors.As(timeout.Unwrap(), &hostSaid) {
+				// Its host took its lease up but had no free slot for it (a batch member).
+				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout, hostSaid.Message())
+			}
 			if t.waitNote != "" {
 				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout,
 					strings.TrimPrefix(t.waitNote, "waiting for a free slot on "))
@@ -282,6 +291,17 @@ func (r *run) record(t *task, res TaskResult) {
 	if res.Error != "" {
 		st.Error = res.Error
 	}
+}
+
+// timeoutOf finds a timeout that is the lease's error itself (the activity's wrapper taken off), not one's
+// cause: a host that had no slot for a batch member says why as the timeout's cause.
+func timeoutOf(err error) (*temporal.TimeoutError, bool) {
+	var actErr *temporal.ActivityError
+	if errors.As(err, &actErr) {
+		err = actErr.Unwrap()
+	}
+	t, ok := err.(*temporal.TimeoutError)
+	return t, ok
 }
 
 func placeOf(t *task) string {

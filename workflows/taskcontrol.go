@@ -35,9 +35,13 @@ func (r *run) onTerminate(ctx workflow.Context, req TaskControl) {
 // terminate cancels t's RunTask and, if it was placed, stops its process on its host; it returns the StopTasks
 // future.
 func (r *run) terminate(ctx workflow.Context, info *workflow.Info, t *task) []workflow.Future {
-	t.cancel()
+	if t.cancel != nil {
+		t.cancel()
+	}
 	if !t.placed {
-		return nil // the cancellation ends it before it starts
+		// A lease of its own ends with its cancellation before it starts; a task that shares its lease with
+		// others is stopped once its placement comes in (onPlaced).
+		return nil
 	}
 	h := t.status.Host
 	return []workflow.Future{workflow.ExecuteActivity(

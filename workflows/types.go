@@ -51,6 +51,54 @@ type TaskExitReport struct {
 	Generation int        `json:"generation"`
 	Lease      int        `json:"lease"`
 	Result     TaskResult `json:"result"`
+	// Member says the report is a RunTasks member's: Error is then its whole outcome, the error its own
+	// RunTask would have returned (nil: none). A RunTask lease's report (Member false) leaves the outcome to
+	// follow from Result's exit.
+	Member bool        `json:"member,omitempty"`
+	Error  *LeaseError `json:"error,omitempty"`
+}
+
+// RunTasksInput is one lease on a batch of task attempts on one host (ActivityRunTasks): the attempts of one
+// run that launch there together, or that re-attach there together (Attach). Each member is served as a
+// RunTask lease would serve it (MemberInput); each member's end goes to the run by signal as it comes
+// (SignalTaskExits, batched per host), and the lease completes once every member has ended.
+type RunTasksInput struct {
+	// Run is the ClusterRun execution the attempts belong to.
+	Run        RunRef `json:"run"`
+	Generation int    `json:"generation"`
+	// Attach takes up the members' running processes on Host instead of starting them.
+	Attach          bool          `json:"attach,omitempty"`
+	Host            string        `json:"host,omitempty"`
+	StopGracePeriod time.Duration `json:"stopGracePeriod"`
+	// StartTimeout bounds, from the lease's scheduling, how long an unpinned member may wait on its host for a
+	// free slot (the host's --slots) before it fails as not started.
+	StartTimeout time.Duration `json:"startTimeout,omitempty"`
+	// ReportTo is the execution the members' ends are signaled to: the run, or the shard that holds the lease
+	// (which passes them on). Without ReportExit nothing is signaled and the batch holds one member.
+	ReportTo   RunRef        `json:"reportTo"`
+	ReportExit bool          `json:"reportExit,omitempty"`
+	Members    []LeaseMember `json:"members"`
+}
+
+// LeaseMember is one task attempt of a RunTasks lease.
+type LeaseMember struct {
+	Task    spec.Task `json:"task"`
+	Attempt int       `json:"attempt"`
+	Lease   int       `json:"lease"`
+	// Port is the port the task had on this host earlier in the run (0 for any), as in RunTaskInput.
+	Port int `json:"port,omitempty"`
+}
+
+// MemberInput is the RunTask lease member m of the batch amounts to.
+func (in RunTasksInput) MemberInput(m LeaseMember) RunTaskInput {
+	run := in.Run
+	return RunTaskInput{Task: m.Task, Generation: in.Generation, StopGracePeriod: in.StopGracePeriod, Attempt: m.Attempt,
+		Lease: m.Lease, Attach: in.Attach, Host: in.Host, Port: m.Port, Run: &run, ReportExit: in.ReportExit}
+}
+
+// RunTasksResult is how every member of a RunTasks lease ended, whether or not its end also went by signal.
+type RunTasksResult struct {
+	Ends []TaskExitReport `json:"ends"`
 }
 
 // RunRef names one ClusterRun execution.

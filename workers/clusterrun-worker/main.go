@@ -284,6 +284,7 @@ func run(args []string) error {
 	host.TaskEnv = c.taskEnv
 	host.DataConverter, _ = conn.DataConverter() // the dial checked it
 	host.Policy = c.policy
+	host.Slots = c.slots
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	base := worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
@@ -337,6 +338,7 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
 		w.RegisterActivityWithOptions(host.ControlHost, activity.RegisterOptions{Name: workflows.ActivityControlHost})
 		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
+		w.RegisterActivityWithOptions(host.RunTasks, activity.RegisterOptions{Name: workflows.ActivityRunTasks})
 	})
 	for _, w := range control {
 		if err := w.Start(); err != nil {
@@ -448,6 +450,7 @@ func (p *taskPollers) start() error {
 		}
 		w := worker.New(cl, q, o)
 		w.RegisterActivityWithOptions(p.host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
+		w.RegisterActivityWithOptions(p.host.RunTasks, activity.RegisterOptions{Name: workflows.ActivityRunTasks})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start worker for %s: %w", q, err)
 		}

@@ -1,0 +1,145 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// RunTasks holds one lease on a batch of task attempts on this host (the tasks of one run that launch here
+// together, or re-attach here together): each member is served as its own RunTask would serve it, beside the
+// others, under one heartbeat. Each member's end goes to the run by signal as it comes (batched with this
+// host's other ends of that run), so that the run can judge or restart a task without waiting for the batch;
+// the lease completes with every member's end once all have ended. An unpinned member first waits for a free
+// slot of its pool (--slots), at most until its lease's startTimeout.
+func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workflows.RunTasksResult, error) {
+	hb := h.startHeartbeats(ctx, true)
+	defer hb.stop()
+	var deadline time.Time
+	if in.StartTimeout > 0 {
+		deadline = activity.GetInfo(ctx).ScheduledTime.Add(in.StartTimeout)
+	}
+	ends := make([]workflows.TaskExitReport, len(in.Members))
+	delivered := make([]bool, len(in.Members))
+	var wg sync.WaitGroup
+	for i, m := range in.Members {
+		mi := in.MemberInput(m)
+		ml := h.memberOf(hb, mi, false)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := h.serveMember(ctx, mi, ml, deadline)
+			ends[i] = workflows.TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true,
+				Error: workflows.LeaseErrorOf(err)}
+			delivered[i] = h.reportEnd(ctx, in, ends[i], hb)
+		}()
+	}
+	wg.Wait()
+	if hb.verdictNow() == leaseGone {
+		return workflows.RunTasksResult{}, activity.ErrResultPending // the server no longer knows the lease
+	}
+	if in.ReportExit && allTrue(delivered) && h.runEnded(hb) {
+		return workflows.RunTasksResult{}, activity.ErrResultPending
+	}
+	return workflows.RunTasksResult{Ends: ends}, nil
+}
+
+// serveMember serves one member of a batch, after a free slot for an unpinned task.
+func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml memberLease, deadline time.Time) (workflows.TaskResult, error) {
+	if in.Attach || in.Task.Host != "" || h.slots.max <= 0 {
+		return h.serve(ctx, in, ml)
+	}
+	res := workflows.TaskResult{Task: in.Task.Name, Host: h.Name, Attempt: in.Attempt}
+	release, ok := h.slots.acquire(ctx, ml.hb.verdicts(), in.Task.Pool, deadline)
+	if !ok {
+		ml.hb.drop(ml.beat)
+		switch {
+		case ml.hb.verdictNow() == leaseCanceled:
+			res.Stopped = true
+			return res, temporal.NewCanceledError(res)
+		case ml.hb.verdictNow() == leaseGone:
+			return res, detachedError("the server no longer knows this lease; "+in.Task.Name+" was not started", res)
+		case ctx.Err() != nil:
+			return res, detachedError(leaseEnded(ctx)+"; "+in.Task.Name+" was not started", res)
+		}
+		why := fmt.Sprintf("host %s had no free slot for it: its %d slots of pool %s (--slots) were taken by other tasks",
+			h.Name, h.slots.max, in.Task.Pool)
+		return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, temporal.NewApplicationError(why, workflows.ErrTaskFailed))
+	}
+	ml.slot = release
+	return h.serve(ctx, in, ml)
+}
+
+// reportEnd sends one member's end to the run (or the shard that holds the lease) by signal, and says whether
+// the run has it, or needs it no more. A lease the server canceled or gave up reports nothing: the completion
+// (or the run's end) says it. An attempt the run stopped (StopTasks) has its end in the run already, from
+// StopTasks' answer; if the run ends there, a report would only queue before its final workflow task, so the
+// member waits a moment and asks the server first, as a lone lease does. A report that cannot be sent (the
+// server is down) is tried again while the lease holds: the batch completes only when its last member ends,
+// which may be much later.
+func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end workflows.TaskExitReport, hb *heartbeater) bool {
+	if !in.ReportExit || hb.verdictNow() != 0 {
+		return false
+	}
+	if end.Result.Stopped {
+		select {
+		case <-hb.verdicts():
+			return false
+		case <-time.After(reportHoldBack):
+		}
+		if hb.ask() != 0 {
+			return false
+		}
+	}
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		// Not the activity's context: the end of a member whose worker is stopping is worth sending still.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := h.exits.add(sctx, in.ReportTo.WorkflowID, in.ReportTo.RunID, end)
+		cancel()
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+			return true
+		case errors.As(err, &notFound):
+			return false // the run is over
+		}
+		h.Logger.Info("cannot report a task's end by signal yet; trying again while its lease holds", "task", end.Result.Task,
+			"error", err, "retryIn", wait)
+		select {
+		case <-hb.verdicts():
+			return false
+		case <-ctx.Done():
+			return false // the lease ends here: its completion, or the next lease, reports it
+		case <-time.After(wait):
+		}
+	}
+}
+
+// runEnded waits exitHoldBack, then asks the server whether the lease is still wanted: a run that has ended
+// by then (its last tasks ended, and it ended on their reports) has no use for the completion.
+func (h *Host) runEnded(hb *heartbeater) bool {
+	select {
+	case <-hb.verdicts():
+		return hb.verdictNow() == leaseGone
+	case <-time.After(exitHoldBack):
+	}
+	return hb.ask() == leaseGone
+}
+
+func allTrue(bs []bool) bool {
+	for _, b := range bs {
+		if !b {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,190 @@
+package activities
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// leaseOn is a RunTasks lease on the given tasks as a run sends it: attempt 1, lease 1, ends reported.
+func leaseOn(tasks ...spec.Task) workflows.RunTasksInput {
+	run := workflows.RunRef{WorkflowID: testWorkflowID, RunID: testRunID}
+	in := workflows.RunTasksInput{Run: run, ReportTo: run, ReportExit: true, StopGracePeriod: time.Second}
+	for _, t := range tasks {
+		in.Members = append(in.Members, workflows.LeaseMember{Task: t, Attempt: 1, Lease: 1})
+	}
+	return in
+}
+
+func named(name string, cmd ...string) spec.Task {
+	t := taskSpec(cmd...)
+	t.Name = name
+	return t
+}
+
+// runBatch executes RunTasks in the background and returns a function that waits for its result.
+func (a *harness) runBatch(in workflows.RunTasksInput) func() (workflows.RunTasksResult, error) {
+	return inBackground[workflows.RunTasksResult](func() (converter.EncodedValue, error) { return a.env.ExecuteActivity(a.host.RunTasks, in) })
+}
+
+// reported lists the ends the host signaled, by task.
+func (c *fakeServer) reported() map[string]workflows.TaskExitReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]workflows.TaskExitReport{}
+	for _, s := range c.signals {
+		if x, ok := s.(workflows.TaskExits); ok {
+			for _, e := range x.Exits {
+				out[e.Result.Task] = e
+			}
+		}
+	}
+	return out
+}
+
+func endOf(t *testing.T, res workflows.RunTasksResult, task string) workflows.TaskExitReport {
+	t.Helper()
+	for _, e := range res.Ends {
+		if e.Result.Task == task {
+			return e
+		}
+	}
+	t.Fatalf("no end of %s in %+v", task, res)
+	return workflows.TaskExitReport{}
+}
+
+// Each member of a batch runs as its own task, and its end goes to the run as it comes, while the others run
+// on; the lease completes with every end once the last has ended.
+func TestRunTasks_EachMemberEndIsReportedAsItComes(t *testing.T) {
+	a := newHarness(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := a.runBatch(leaseOn(
+		named("worker-0", "true"),
+		named("worker-1", "sh", "-c", "echo bad >&2; exit 3"),
+		named("worker-2", "sh", "-c", `while [ ! -e "`+gate+`" ]; do sleep 0.02; done`),
+	))
+	waitFor(t, "the first two ends reported", func() bool { return len(a.server.reported()) == 2 })
+	ends := a.server.reported()
+	assert.True(t, ends["worker-0"].Member)
+	assert.Nil(t, ends["worker-0"].Error, "exit 0 is no error")
+	require.NotNil(t, ends["worker-1"].Error)
+	assert.Equal(t, workflows.ErrTaskFailed, ends["worker-1"].Error.Type)
+	assert.Contains(t, ends["worker-1"].Error.Message, "worker-1 exited with code 3 on test-host (attempt 1): bad")
+	waitFor(t, "worker-2 to run on", func() bool { return a.host.Running() == 1 })
+	_, reported := a.server.reported()["worker-2"]
+	assert.False(t, reported)
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	res, err := wait()
+	require.NoError(t, err)
+	require.Len(t, res.Ends, 3)
+	assert.Equal(t, 0, endOf(t, res, "worker-2").Result.ExitCode)
+	assert.Equal(t, 3, endOf(t, res, "worker-1").Result.ExitCode)
+	assert.Contains(t, a.server.reported(), "worker-2")
+}
+
+// One heartbeat carries every member: its pid and phase, for clusterrun status.
+func TestRunTasks_OneHeartbeatListsEveryMember(t *testing.T) {
+	a := newHarness(t)
+	wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300"), named("worker-1", "sleep", "300")))
+	waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
+	var beat []workflows.HeartbeatDetails
+	waitFor(t, "a heartbeat with both running", func() bool {
+		a.server.mu.Lock()
+		beat, _ = a.server.lastBeat.([]workflows.HeartbeatDetails)
+		a.server.mu.Unlock()
+		return len(beat) == 2 && beat[0].PID != 0 && beat[1].PID != 0
+	})
+	assert.Equal(t, "worker-0", beat[0].Task)
+	assert.Equal(t, "running", beat[1].Phase)
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	res, err := wait()
+	require.NoError(t, err)
+	assert.True(t, endOf(t, res, "worker-0").Result.Stopped)
+}
+
+// A canceled batch stops every member, and reports nothing by signal: its completion says how each ended.
+func TestRunTasks_CancelStopsEveryMember(t *testing.T) {
+	a := newHarness(t)
+	wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300"), named("worker-1", "sleep", "300")))
+	waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
+	a.server.mu.Lock()
+	a.server.heartbeatErr = temporal.NewCanceledError()
+	a.server.mu.Unlock()
+	res, err := wait()
+	require.NoError(t, err)
+	for _, task := range []string{"worker-0", "worker-1"} {
+		e := endOf(t, res, task)
+		require.NotNil(t, e.Error, task)
+		assert.Equal(t, "canceled", e.Error.Kind)
+		assert.True(t, e.Result.Stopped)
+	}
+	assert.Empty(t, a.server.reported())
+	assert.Equal(t, 0, a.host.Running())
+}
+
+// Unpinned members take the host's slots: past them a member waits for one to be freed, and one that finds
+// none within startTimeout ends as not started, saying why.
+func TestRunTasks_UnpinnedMembersWaitForASlot(t *testing.T) {
+	a := newHarness(t)
+	a.host.slots.max = 1
+	dir := t.TempDir()
+	holder := a.runBatch(leaseOn(named("worker-0", "sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done`)))
+	waitFor(t, "the first task to run", func() bool { return a.host.Running() == 1 })
+	waiter := a.runBatch(leaseOn(named("worker-1", "sh", "-c", "echo second > "+dir+"/ran")))
+	time.Sleep(200 * time.Millisecond) // time enough to start, had it a slot
+	_, err := os.Stat(filepath.Join(dir, "ran"))
+	assert.True(t, errors.Is(err, os.ErrNotExist), "the second task waits for the slot")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o600))
+	_, err = holder()
+	require.NoError(t, err)
+	res, err := waiter()
+	require.NoError(t, err)
+	assert.Nil(t, endOf(t, res, "worker-1").Error)
+	assert.FileExists(t, filepath.Join(dir, "ran"))
+	assert.Equal(t, 0, a.host.slots.inUse(""), "every slot is free again")
+
+	// With no slot freed within startTimeout, the waiting member ends as not started.
+	holder = a.runBatch(leaseOn(named("worker-2", "sleep", "300")))
+	waitFor(t, "the slot to be taken", func() bool { return a.host.Running() == 1 })
+	in := leaseOn(named("worker-3", "true"))
+	in.StartTimeout = 300 * time.Millisecond
+	res, err = a.runBatch(in)()
+	require.NoError(t, err)
+	x := endOf(t, res, "worker-3")
+	require.NotNil(t, x.Error)
+	assert.Equal(t, "timeout", x.Error.Kind)
+	assert.Equal(t, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, x.Error.Timeout)
+	assert.Contains(t, x.Error.Cause.Message, "host test-host had no free slot for it: its 1 slots of pool  (--slots) were taken")
+	assert.Contains(t, a.server.reported(), "worker-3", "reported as it came")
+	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = holder()
+	require.NoError(t, err)
+}
+
+// An end whose report cannot be sent (the server is down) is sent again while the lease holds: its batch's
+// completion may be far off, as another member runs on.
+func TestRunTasks_AReportThatFailsIsSentAgain(t *testing.T) {
+	a := newHarness(t)
+	a.server.failExits = 2
+	wait := a.runBatch(leaseOn(named("chief-0", "true"), named("ps-0", "sleep", "300")))
+	waitFor(t, "the chief's end reported", func() bool { _, ok := a.server.reported()["chief-0"]; return ok })
+	waitFor(t, "the ps to run on", func() bool { return a.host.Running() == 1 })
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = wait()
+	require.NoError(t, err)
+}
