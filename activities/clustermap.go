@@ -18,36 +18,92 @@ import (
 // The cluster file: every task gets the run's current cluster map in a file named by CLUSTERRUN_CLUSTER_FILE,
 // which its host rewrites (atomically, at the same path) when a peer comes back at a new address. TF_CONFIG
 // and the other variables are fixed at the process's start; the file is what a long-lived task reads again.
+// The run's tasks on a host share one file (<socket dir>/run-<hash>/cluster.json), written once per map: a
+// file per task, each holding the whole map, grew with the square of the run's size (10.6 GB for the tasks of
+// a 10,000-task run on one machine), and cost a file per task start.
 
-// ClusterFileContent is the cluster file: TF_CONFIG's cluster and task (so it can stand in for TF_CONFIG),
-// every endpoint, and the generation of the map.
+// ClusterFileContent is the cluster file: TF_CONFIG's cluster, every endpoint, and the generation of the map.
+// Task (TF_CONFIG's task) is in the files of attempts taken up from workers before shared files only; a task's
+// own place is in its environment (CLUSTERRUN_TASK_TYPE, CLUSTERRUN_TASK_INDEX).
 type ClusterFileContent struct {
 	Cluster    map[string][]string `json:"cluster"`
-	Task       map[string]any      `json:"task"`
+	Task       map[string]any      `json:"task,omitempty"`
 	Endpoints  []task.Endpoint     `json:"endpoints"`
 	Generation int                 `json:"generation"`
 }
 
-// writeClusterFile writes an attempt's cluster file (ClusterFileContent, compact) beside its control socket,
-// readable by the task's user.
+// clusterFileName is the shared cluster file's name in its run's folder.
+const clusterFileName = "cluster.json"
+
+// writeClusterFile gives an attempt the run's map m in its cluster file: the file its run's tasks on this host
+// share, unless the attempt was taken up from an older worker's record, whose file is its own (with its task).
 func (h *Host) writeClusterFile(e *entry, m workflows.ClusterMap) error {
-	if e.clusterFile == "" {
-		e.clusterFile = filepath.Join(h.socketFolder(e.key), "cluster.json")
-	}
 	v := views.of(m)
+	if e.clusterFile == "" {
+		e.clusterFile, e.sharedMap = filepath.Join(h.runFolder(e.ref), clusterFileName), true
+	}
+	if e.sharedMap {
+		return h.maps.write(e.clusterFile, v)
+	}
+	return writeReadable(e.clusterFile, clusterJSON(v, &e.task))
+}
+
+// clusterJSON is a cluster file's content (compact), with t's place when t is given.
+func clusterJSON(v *mapView, t *spec.Task) []byte {
 	b := make([]byte, 0, len(v.clusterJSON)+len(v.endpointsJSON)+128)
 	b = append(append(b, `{"cluster":`...), v.clusterJSON...)
-	b = append(appendTaskJSON(append(b, `,"task":`...), e.task), `,"endpoints":`...)
-	b = append(append(b, v.endpointsJSON...), `,"generation":`...)
-	b = append(strconv.AppendInt(b, int64(m.Generation), 10), "}\n"...)
-	tmp := e.clusterFile + ".tmp"
+	if t != nil {
+		b = appendTaskJSON(append(b, `,"task":`...), *t)
+	}
+	b = append(append(append(b, `,"endpoints":`...), v.endpointsJSON...), `,"generation":`...)
+	return append(strconv.AppendInt(b, int64(v.gen), 10), "}\n"...)
+}
+
+// writeReadable replaces path atomically with b, readable by every user (tasks may run as another).
+func writeReadable(path string, b []byte) error {
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err
 	}
 	if err := os.Chmod(tmp, 0o644); err != nil { // past the umask
 		return err
 	}
-	return os.Rename(tmp, e.clusterFile)
+	return os.Rename(tmp, path)
+}
+
+// sharedMaps remembers which map each shared cluster file holds, so that the tasks of a run that start
+// together write it once.
+type sharedMaps struct {
+	mu      sync.Mutex
+	written map[string]*mapView // path -> the map it holds
+}
+
+func (s *sharedMaps) write(path string, v *mapView) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written[path] == v {
+		return nil
+	}
+	// The folder lets the tasks' users through to the file, not list it.
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return err
+	}
+	if err := writeReadable(path, clusterJSON(v, nil)); err != nil {
+		return err
+	}
+	if s.written == nil {
+		s.written = map[string]*mapView{}
+	}
+	s.written[path] = v
+	return nil
+}
+
+// forget drops a run's folder once no task of the run is left on this host.
+func (s *sharedMaps) forget(folder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.written, filepath.Join(folder, clusterFileName))
+	_ = os.RemoveAll(folder)
 }
 
 // appendTaskJSON appends TF_CONFIG's "task" of t: {"index":I,"type":"T"}.
@@ -137,7 +193,7 @@ func (h *Host) UpdateMap(_ context.Context, in workflows.UpdateMapInput) error {
 			continue
 		}
 		e.setInfo(taskInfo(e.ref, h.Name, in.Cluster))
-		if err := h.writeClusterFile(e, in.Cluster); err != nil {
+		if err := h.writeClusterFile(e, in.Cluster); err != nil { // the run's shared file is written once
 			h.Logger.Warn("cannot write the cluster file", "task", e.ref.Task, "error", err)
 			continue
 		}

@@ -16,8 +16,9 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// The cluster file holds the map as documented (TF_CONFIG's cluster and this task, every endpoint, the
-// generation); tasks of the same map share one derived view, and a changed map gets a view of its own.
+// The cluster file holds the map as documented (TF_CONFIG's cluster, every endpoint, the generation), in one
+// file the run's tasks on a host share, written once per map; tasks of the same map share one derived view,
+// and a changed map gets a view of its own.
 func TestClusterFile_Content(t *testing.T) {
 	dir := t.TempDir()
 	h := &Host{Name: "b", SocketDir: dir}
@@ -27,12 +28,13 @@ func TestClusterFile_Content(t *testing.T) {
 		workflows.Endpoint{Task: "evaluator-0", Type: "evaluator", Host: "b", Addr: "10.0.0.2", Port: 1002},
 	)
 	m.Generation = 2
-	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker", Index: 0}, key: "k1"}
-	require.NoError(t, os.MkdirAll(h.socketFolder(e.key), 0o755))
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}
+	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker", Index: 0}, ref: ref, key: "k1"}
 	require.NoError(t, h.writeClusterFile(e, m))
-	b, err := os.ReadFile(filepath.Join(h.socketFolder(e.key), "cluster.json"))
+	assert.Equal(t, filepath.Join(h.runFolder(ref), "cluster.json"), e.clusterFile)
+	b, err := os.ReadFile(e.clusterFile)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"cluster": {"chief": ["10.0.0.1:1000"], "worker": ["10.0.0.2:1001"]}, "task": {"type": "worker", "index": 0},
+	assert.JSONEq(t, `{"cluster": {"chief": ["10.0.0.1:1000"], "worker": ["10.0.0.2:1001"]},
 		"endpoints": [{"task": "chief-0", "type": "chief", "host": "a", "addr": "10.0.0.1", "port": 1000},
 		              {"task": "worker-0", "type": "worker", "host": "b", "addr": "10.0.0.2", "port": 1001},
 		              {"task": "evaluator-0", "type": "evaluator", "host": "b", "addr": "10.0.0.2", "port": 1002}],
@@ -40,6 +42,29 @@ func TestClusterFile_Content(t *testing.T) {
 	got, err := readClusterEndpoints(e.clusterFile)
 	require.NoError(t, err)
 	assert.Equal(t, views.of(m).endpoints, got)
+
+	// Another task of the run on this host gets the same file, which the same map does not write again.
+	before, err := os.Stat(e.clusterFile)
+	require.NoError(t, err)
+	ref2 := ref
+	ref2.Task = "evaluator-0"
+	e2 := &entry{task: spec.Task{Name: "evaluator-0", Type: "evaluator"}, ref: ref2, key: "k2"}
+	require.NoError(t, h.writeClusterFile(e2, m))
+	assert.Equal(t, e.clusterFile, e2.clusterFile)
+	after, err := os.Stat(e.clusterFile)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "written once for the map")
+
+	// A task taken up from an older worker's record keeps its own file, with its task in it.
+	old := &entry{task: spec.Task{Name: "worker-0", Type: "worker", Index: 0}, ref: ref, key: "k3",
+		clusterFile: filepath.Join(dir, "old-cluster.json")}
+	require.NoError(t, h.writeClusterFile(old, m))
+	b, err = os.ReadFile(old.clusterFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"task":{"index":0,"type":"worker"}`)
+
+	h.maps.forget(h.runFolder(ref))
+	assert.NoDirExists(t, h.runFolder(ref), "the run's folder goes with its last task")
 
 	same := workflows.ClusterMap{Generation: 2, Endpoints: append([]workflows.Endpoint(nil), m.Endpoints...)}
 	assert.Same(t, views.of(m), views.of(same), "the same map, the same view")
@@ -57,7 +82,6 @@ func TestRecord_MapComesBackFromTheClusterFile(t *testing.T) {
 	m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001})
 	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}
 	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker"}, ref: ref, key: "k1"}
-	require.NoError(t, os.MkdirAll(h.socketFolder(e.key), 0o755))
 	require.NoError(t, os.MkdirAll(h.recordDir(e.key), 0o700))
 	e.setInfo(taskInfo(ref, h.Name, m))
 	require.NoError(t, h.writeClusterFile(e, m))

@@ -42,8 +42,10 @@ type entry struct {
 	// and its supervisor's socket.
 	controlSocket string
 	shimSocket    string
-	// clusterFile holds the run's current cluster map for the task (CLUSTERRUN_CLUSTER_FILE).
+	// clusterFile holds the run's current cluster map for the task (CLUSTERRUN_CLUSTER_FILE): the file the
+	// run's tasks on this host share (sharedMap), or, taken up from an older worker's record, its own.
 	clusterFile string
+	sharedMap   bool
 	release     chan workflows.ClusterMap
 	stopReq     chan struct{} // closed on the first stop request, started or not
 	ended       chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting

@@ -44,8 +44,8 @@ type Host struct {
 	LogCap int64
 	// StateDir holds this host's records of the attempts it supervises (--state-dir/<host>).
 	StateDir string
-	// SocketDir holds the tasks' control sockets and their supervisors' sockets. Optional: default
-	// <tmp>/clusterrun-<uid>.
+	// SocketDir holds the tasks' control sockets, their supervisors' sockets and the runs' cluster files.
+	// Optional: default RuntimeDir (a tmpfs when there is one).
 	SocketDir string
 	// Shim is the supervisor command (clusterrun-shim and any leading arguments).
 	Shim []string
@@ -83,6 +83,7 @@ type Host struct {
 	gate       arrivalGate
 	reg        registry
 	slots      slots
+	maps       sharedMaps
 	contact    contact
 	kick       chan struct{} // asks the reconciler to run now
 

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -125,5 +126,30 @@ func BenchmarkHostPolicy_Admit(b *testing.B) {
 		if _, err := p.Admit("h", []string{"sleep", "1"}, "/usr/local/bin:/usr/bin:/bin", os.TempDir()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Sockets and cluster files go to a tmpfs when the machine has one: $XDG_RUNTIME_DIR first, then /run, then
+// /dev/shm; a folder that is not a tmpfs is passed over, and with none the temp folder serves.
+func TestRuntimeDir_PrefersATmpfs(t *testing.T) {
+	own := fmt.Sprintf("clusterrun-%d", os.Getuid())
+	got := RuntimeDir("")
+	switch {
+	case onTmpfs("/run") && writable("/run"):
+		assert.Equal(t, filepath.Join("/run", own), got)
+	case onTmpfs("/dev/shm") && writable("/dev/shm"):
+		assert.Equal(t, filepath.Join("/dev/shm", own), got)
+	default:
+		assert.Equal(t, filepath.Join(os.TempDir(), own), got)
+	}
+	if !onTmpfs("/dev/shm") {
+		t.Skip("no /dev/shm tmpfs to stand in for $XDG_RUNTIME_DIR")
+	}
+	xdg, err := os.MkdirTemp("/dev/shm", "xdg")
+	require.NoError(t, err)
+	defer os.RemoveAll(xdg)
+	assert.Equal(t, filepath.Join(xdg, "clusterrun"), RuntimeDir(xdg))
+	if disk := t.TempDir(); !onTmpfs(disk) {
+		assert.Equal(t, got, RuntimeDir(disk), "an $XDG_RUNTIME_DIR on a disk is passed over")
 	}
 }

@@ -32,6 +32,8 @@ type taskRecord struct {
 	ControlSocket string `json:"controlSocket"`
 	ShimSocket    string `json:"shimSocket"`
 	ClusterFile   string `json:"clusterFile,omitempty"`
+	// SharedMap says ClusterFile is the one the run's tasks on this host share (not the attempt's own).
+	SharedMap bool `json:"sharedMap,omitempty"`
 }
 
 // legacyOrphanAfter: an attempt of a run started before leases dies soon after its worker, as it did when
@@ -44,11 +46,22 @@ func (h *Host) socketFolder(key string) string { return filepath.Join(SocketDir(
 
 func (h *Host) shimClient(e *entry) shim.Client { return shim.Client{Socket: e.shimSocket} }
 
+// runName names what an attempt's run has on this host: its supervisor's socket and log (run-<hash>.sock,
+// .log) and its folder of shared files (run-<hash>/).
+func (h *Host) runName(ref attemptRef) string {
+	sum := sha256.Sum256([]byte(h.Name + "\x00" + ref.WorkflowID + "\x00" + ref.RunID))
+	return "run-" + hex.EncodeToString(sum[:6])
+}
+
+// runFolder holds the files an attempt's run shares among its tasks on this host (the cluster file).
+func (h *Host) runFolder(ref attemptRef) string {
+	return filepath.Join(SocketDir(h.SocketDir), h.runName(ref))
+}
+
 // supervisorOf names the supervisor of an attempt's run on this host: one per run and host, like slurmstepd
 // per job step and node.
 func (h *Host) supervisorOf(ref attemptRef) shim.Supervisor {
-	sum := sha256.Sum256([]byte(h.Name + "\x00" + ref.WorkflowID + "\x00" + ref.RunID))
-	name := "run-" + hex.EncodeToString(sum[:6])
+	name := h.runName(ref)
 	return shim.Supervisor{
 		Command: h.Shim,
 		Socket:  filepath.Join(SocketDir(h.SocketDir), name+".sock"),
@@ -193,6 +206,9 @@ func (h *Host) retire(e *entry, reason string) {
 	_ = os.RemoveAll(filepath.Dir(e.shimSocket))
 	h.reg.remove(e)
 	h.unfollowIfIdle(e.ref.WorkflowID, e.ref.RunID)
+	if !h.reg.hasRun(e.ref.WorkflowID, e.ref.RunID) {
+		h.maps.forget(h.runFolder(e.ref))
+	}
 }
 
 // recover takes up every attempt this host's records name: live ones are watched again (with their control
@@ -219,7 +235,7 @@ func (h *Host) recover() {
 			}
 		}
 		e.setInfo(rec.Info)
-		e.controlSocket, e.shimSocket, e.clusterFile = rec.ControlSocket, rec.ShimSocket, rec.ClusterFile
+		e.controlSocket, e.shimSocket, e.clusterFile, e.sharedMap = rec.ControlSocket, rec.ShimSocket, rec.ClusterFile, rec.SharedMap
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
@@ -256,7 +272,7 @@ func (h *Host) saveRecord(e *entry) error {
 		info.Cluster = nil
 	}
 	return writeRecord(h.recordDir(e.key), taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: info,
-		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, ClusterFile: e.clusterFile})
+		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, ClusterFile: e.clusterFile, SharedMap: e.sharedMap})
 }
 
 func writeRecord(dir string, rec taskRecord) error {

@@ -212,12 +212,16 @@ def info():
 
 def cluster_map():
     """The run's current cluster map from CLUSTERRUN_CLUSTER_FILE, which the host rewrites when a task comes
-    back at a new address: {"cluster": {type: ["host:port", ...]}, "task": ..., "endpoints": [...]}."""
+    back at a new address: {"cluster": {type: ["host:port", ...]}, "task": ..., "endpoints": [...]}. The file
+    is shared by the run's tasks on a host; "task" (as in TF_CONFIG) is this task's, from its environment."""
     path = os.environ.get("CLUSTERRUN_CLUSTER_FILE")
     if not path:
         raise NotInTaskError("not inside a clusterrun task: CLUSTERRUN_CLUSTER_FILE is not set")
     with open(path) as f:
-        return json.load(f)
+        m = json.load(f)
+    if "task" not in m:
+        m["task"] = {"type": os.environ["CLUSTERRUN_TASK_TYPE"], "index": int(os.environ["CLUSTERRUN_TASK_INDEX"])}
+    return m
 
 
 # ---- Work items -------------------------------------------------------------------------------------------

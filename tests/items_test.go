@@ -178,6 +178,9 @@ func psRestart(t *testing.T, steal func(port int)) (seen struct {
 	LastAddr  string   `json:"last_addr"`
 	Signaled  bool     `json:"signaled"`
 	InfoAddr  string   `json:"info_addr"`
+	// MapTask and MapPS are what clusterrun.cluster_map() gave the chief at its end.
+	MapTask map[string]any `json:"map_task"`
+	MapPS   string         `json:"map_ps"`
 }, st workflows.RunStatus) {
 	pidDir := t.TempDir()
 	id := runID(t)
@@ -234,6 +237,8 @@ func TestE2E_MovedPSUpdatesItsPeers(t *testing.T) {
 	assert.NotEqual(t, seen.FirstAddr, seen.LastAddr, "a new port")
 	assert.Equal(t, seen.LastAddr, seen.InfoAddr, "task info shows the new map")
 	assert.True(t, seen.Signaled, "mapChangeSignal")
+	assert.Equal(t, seen.LastAddr, seen.MapPS, "cluster_map() reads the run's file, which holds the new map")
+	assert.Equal(t, map[string]any{"type": "chief", "index": float64(0)}, seen.MapTask, "and adds the task's own place")
 }
 
 // examples/ps-training: a chief schedules steps onto workers that pull and push parameters to a ps; the ps

@@ -56,4 +56,5 @@ while time.time() < deadline:
 info = [e for e in clusterrun.info()["cluster"] if e["task"] == "ps-0"][0]
 with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
     json.dump({"answers": answers, "first_addr": first_addr, "last_addr": addr, "signaled": bool(signaled),
-               "info_addr": "%s:%d" % (info["addr"], info["port"])}, f)
+               "info_addr": "%s:%d" % (info["addr"], info["port"]), "map_task": clusterrun.cluster_map()["task"],
+               "map_ps": clusterrun.cluster_map()["cluster"]["ps"][0]}, f)

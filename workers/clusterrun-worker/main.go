@@ -98,7 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
-	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' control sockets (default <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
+	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' sockets and cluster files (default: a runtime folder on tmpfs, the first of $XDG_RUNTIME_DIR/clusterrun, /run/clusterrun-<uid>, /dev/shm/clusterrun-<uid>; else <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
 	idleDefault, idleEnvErr := envDuration("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", shim.DefaultIdleAfter)
 	fs.DurationVar(&c.supervisorIdle, "supervisor-idle", idleDefault, "how long a run's task supervisor (clusterrun-shim) lives on once it has no task left here and no new one is starting [CLUSTERRUN_WORKER_SUPERVISOR_IDLE]")
@@ -355,7 +355,7 @@ func run(args []string) error {
 	go func() { defer close(reportsDone); reports.run(reportCtx) }()
 	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
 		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
-		"stateDir", host.StateDir, "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
+		"stateDir", host.StateDir, "socketDir", activities.SocketDir(host.SocketDir), "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
 		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
 	<-ctx.Done()
 
