@@ -82,7 +82,8 @@ func TestRecord_MapComesBackFromTheClusterFile(t *testing.T) {
 	m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001})
 	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}
 	e := &entry{task: spec.Task{Name: "worker-0", Type: "worker"}, ref: ref, key: "k1"}
-	require.NoError(t, os.MkdirAll(h.recordDir(e.key), 0o700))
+	e.record = h.recordDir(e.key)
+	require.NoError(t, os.MkdirAll(e.record, 0o700))
 	e.setInfo(taskInfo(ref, h.Name, m))
 	require.NoError(t, h.writeClusterFile(e, m))
 	require.NoError(t, h.saveRecord(e))
@@ -112,10 +113,8 @@ func BenchmarkClusterMapPerTask(b *testing.B) {
 	t := spec.Task{Name: "worker-3", Type: "worker", Index: 3, Rank: 3}
 	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: t.Name, Type: t.Type, Index: t.Index, Attempt: 1}
 	e := &entry{task: t, ref: ref, key: "k"}
-	if err := os.MkdirAll(h.socketFolder(e.key), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.MkdirAll(h.recordDir(e.key), 0o700); err != nil {
+	e.record = h.recordDir(e.key)
+	if err := os.MkdirAll(e.record, 0o700); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -157,4 +156,30 @@ func TestTaskEnv_TFConfigPastTheKernelLimitIsLeftOut(t *testing.T) {
 
 	small := TaskEnv(nil, TaskIdentity{Task: tk}, clusterOf(m.Endpoints[:100]...))
 	assert.Contains(t, strings.Join(small, "\n"), "TF_CONFIG=", "a smaller run keeps TF_CONFIG")
+}
+
+// Records live in the runtime folder now; a worker still takes up those an older worker left in its state
+// folder, where they stay.
+func TestRecord_OlderWorkersRecordsAreTakenUp(t *testing.T) {
+	dir := t.TempDir()
+	h := &Host{Name: "b", SocketDir: filepath.Join(dir, "sockets"), StateDir: filepath.Join(dir, "state"), Logger: quiet()}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}
+	old := &entry{task: spec.Task{Name: "worker-0", Type: "worker"}, ref: ref, key: "k1"}
+	old.record = filepath.Join(h.legacyRecordRoot(), old.key)
+	require.NoError(t, os.MkdirAll(old.record, 0o700))
+	require.NoError(t, h.saveRecord(old))
+	ref2 := ref
+	ref2.Task = "worker-1"
+	cur := &entry{task: spec.Task{Name: "worker-1", Type: "worker", Index: 1}, ref: ref2, key: "k2"}
+	cur.record = h.recordDir(cur.key)
+	require.NoError(t, os.MkdirAll(cur.record, 0o700))
+	require.NoError(t, h.saveRecord(cur))
+	assert.True(t, strings.HasPrefix(cur.record, h.SocketDir), "a new record is in the runtime folder")
+
+	h.recover()
+	got := h.reg.lookup("w", "r", "worker-0", 1)
+	require.NotNil(t, got)
+	assert.Equal(t, old.record, got.record)
+	require.NotNil(t, h.reg.lookup("w", "r", "worker-1", 1))
+	assert.Equal(t, cur.record, h.reg.lookup("w", "r", "worker-1", 1).record)
 }

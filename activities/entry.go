@@ -37,6 +37,7 @@ type entry struct {
 	task   spec.Task
 	legacy bool   // from a run started before leases: it lives and dies with its RunTask, as then
 	key    string // names its record folder and its socket folder
+	record string // its record folder (recordDir, or where an older worker kept it)
 	grace  time.Duration
 	// controlSocket and shimSocket are set once at launch (or from the record): the task's CLUSTERRUN_SOCKET,
 	// and its supervisor's socket.

@@ -99,27 +99,33 @@ func (b *heartbeater) loop() {
 	// No beat at once: the first is kept for a process start (the kick), so its pid shows at once; the ticker
 	// beats in time should the rendezvous be slow.
 	for {
+		refresh := false
 		select {
 		case <-tick.C:
+			refresh = true
 		case <-b.kick:
+			// A process started: its pid shows at once. The others' last lines wait for the next tick (in a
+			// batch, refreshing every member on every start would read each log once per start: quadratic).
+			refresh = !b.batch
 		case <-b.done:
 			return
 		}
 		// An RPC may take as long as the period: the next beat waits for it, so beats never pile up.
-		if v := b.beat(); v != 0 {
+		if v := b.beat(refresh); v != 0 {
 			b.say(v)
 			return
 		}
 	}
 }
 
-// details is what the next beat carries: one member's details, or the list of a batch's members.
-func (b *heartbeater) details() any {
+// details is what the next beat carries: one member's details, or the list of a batch's members; refresh
+// reads each member's last output line and progress first.
+func (b *heartbeater) details(refresh bool) any {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var list []workflows.HeartbeatDetails
 	for _, m := range b.beats {
-		if m.refresh != nil && !m.dropped {
+		if refresh && m.refresh != nil && !m.dropped {
 			m.refresh(&m.d)
 		}
 		if !m.dropped || !b.batch {
@@ -141,10 +147,10 @@ func (b *heartbeater) details() any {
 }
 
 // beat records one heartbeat and returns the server's verdict on the lease, or 0 while it holds.
-func (b *heartbeater) beat() verdict {
+func (b *heartbeater) beat(refresh bool) verdict {
 	ctx, cancel := context.WithTimeout(context.Background(), max(b.every, 2*time.Second))
 	defer cancel()
-	err := b.client.RecordActivityHeartbeat(ctx, b.token, b.details())
+	err := b.client.RecordActivityHeartbeat(ctx, b.token, b.details(refresh))
 	var canceled *temporal.CanceledError
 	var notFound *serviceerror.NotFound
 	switch {
@@ -172,7 +178,7 @@ func (b *heartbeater) ask() verdict {
 		call = &askCall{done: make(chan struct{})}
 		b.asking = call
 		b.mu.Unlock()
-		call.v = b.beat()
+		call.v = b.beat(false)
 		b.mu.Lock()
 		b.asking = nil
 		b.mu.Unlock()

@@ -117,7 +117,7 @@ func (h *Host) Start() error {
 		mode      os.FileMode
 	}{
 		{"--state-dir", h.StateDir, 0o700}, {"--state-dir", filepath.Join(h.StateDir, "tasks"), 0o700},
-		{"--log-dir", h.LogDir, 0o711}, {"--socket-dir", SocketDir(h.SocketDir), 0o711},
+		{"--log-dir", h.LogDir, 0o711}, {"--socket-dir", SocketDir(h.SocketDir), 0o711}, {"--socket-dir", h.recordRoot(), 0o700},
 	} {
 		if err := checkOwnDir(d.flag, d.dir, d.mode); err != nil {
 			return err

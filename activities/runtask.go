@@ -146,6 +146,7 @@ func (h *Host) register(in workflows.RunTaskInput, ref attemptRef, lease int) (*
 		return e, e.claim(lease), nil
 	}
 	e := newEntry(ref, in.Task, !in.Leased(), in.StopGracePeriod)
+	e.record = h.recordDir(e.key)
 	superseded, err := h.reg.add(e)
 	if err != nil {
 		return nil, nil, err

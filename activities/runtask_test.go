@@ -140,12 +140,16 @@ type harness struct {
 	state  string
 }
 
-// newHost makes a host with a state folder (a restarted worker reuses it) and starts it.
-func newHost(t *testing.T, state, logDir string, server *fakeServer) *Host {
+// newHost makes a host with a state folder and a socket folder (a restarted worker reuses both: sockets ""
+// makes a new one) and starts it.
+func newHost(t *testing.T, state, sockets, logDir string, server *fakeServer) *Host {
 	t.Helper()
 	h := NewHost("test-host", "127.0.0.1", logDir, server, quiet())
 	h.StateDir = state
-	h.SocketDir = shortTempDir(t)
+	h.SocketDir = sockets
+	if sockets == "" {
+		h.SocketDir = shortTempDir(t)
+	}
 	h.SupervisorIdle = 200 * time.Millisecond
 	h.Shim = []string{os.Args[0]}
 	h.ProbeEvery, h.ReconcileEvery = 50*time.Millisecond, 100*time.Millisecond
@@ -167,7 +171,7 @@ func newHarness(t *testing.T) *harness {
 	a := &harness{server: &fakeServer{}, state: t.TempDir()}
 	a.suite.SetLogger(quiet())
 	a.env = a.suite.NewTestActivityEnvironment()
-	a.host = newHost(t, a.state, t.TempDir(), a.server)
+	a.host = newHost(t, a.state, "", t.TempDir(), a.server)
 	a.env.RegisterActivity(a.host.RunTask)
 	a.env.RegisterActivity(a.host.RunTasks)
 	return a
@@ -328,7 +332,7 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	b := &harness{server: &fakeServer{}, state: a.state}
 	b.suite.SetLogger(quiet())
 	b.env = b.suite.NewTestActivityEnvironment()
-	b.host = newHost(t, a.state, logDir, b.server)
+	b.host = newHost(t, a.state, a.host.SocketDir, logDir, b.server)
 	b.env.RegisterActivity(b.host.RunTask)
 	require.Equal(t, 1, b.host.Running(), "the new worker found the running task")
 	in := leased(taskSpec())
@@ -357,7 +361,7 @@ func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	b := &harness{server: &fakeServer{}}
 	b.suite.SetLogger(quiet())
 	b.env = b.suite.NewTestActivityEnvironment()
-	b.host = newHost(t, a.state, a.host.LogDir, b.server)
+	b.host = newHost(t, a.state, a.host.SocketDir, a.host.LogDir, b.server)
 	b.env.RegisterActivity(b.host.RunTask)
 	in := leased(taskSpec())
 	in.Attach, in.Lease, in.Host = true, 2, "test-host"

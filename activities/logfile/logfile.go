@@ -47,41 +47,47 @@ type Mark struct {
 	At   int64 `json:"at"`
 }
 
-// Watcher samples one log file: it appends marks and enforces the cap.
+// Watcher samples one log file: it appends marks and enforces the cap. It holds no file open between samples
+// (a supervisor of a thousand tasks would hold thousands, and each task it starts later closes every one of
+// them in its exec), and the marks file is made by the first mark: a task that writes nothing has none.
 type Watcher struct {
 	path    string
 	cap     int64 // 0: no cap
-	f       *os.File
-	times   *os.File
 	size    int64
 	dropped int64
 }
 
 // NewWatcher watches the log file at path (it must exist), keeping at most capBytes of it (0: no cap).
 func NewWatcher(path string, capBytes int64) (*Watcher, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
+	if _, err := regularSize(path); err != nil {
 		return nil, err
 	}
-	times, err := os.OpenFile(path+TimesSuffix, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	w := &Watcher{path: path, cap: capBytes, f: f, times: times, dropped: Dropped(path)}
+	w := &Watcher{path: path, cap: capBytes, dropped: Dropped(path)}
 	if last, ok := lastMark(path); ok {
 		w.size = last.Size
 	}
 	return w, nil
 }
 
+// regularSize is the size of the regular file at path; a task that put something else there (a symlink) is
+// not followed.
+func regularSize(path string) (int64, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file", path)
+	}
+	return st.Size(), nil
+}
+
 // Sample records a mark if the file grew, and frees its oldest blocks once it holds more than the cap.
 func (w *Watcher) Sample(now time.Time) error {
-	st, err := w.f.Stat()
+	size, err := regularSize(w.path)
 	if err != nil {
 		return err
 	}
-	size := st.Size()
 	if size <= w.size {
 		return nil
 	}
@@ -89,10 +95,22 @@ func (w *Watcher) Sample(now time.Time) error {
 	var b [markSize]byte
 	binary.LittleEndian.PutUint64(b[:8], uint64(size))
 	binary.LittleEndian.PutUint64(b[8:], uint64(now.UnixNano()))
-	if _, err := w.times.Write(b[:]); err != nil {
+	if err := appendFile(w.path+TimesSuffix, b[:]); err != nil {
 		return fmt.Errorf("record the time of %s: %w", w.path, err)
 	}
 	return w.enforceCap(size)
+}
+
+func appendFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // enforceCap drops whole blocks from the front once the file holds more than the cap plus an eighth (so the
@@ -111,7 +129,12 @@ func (w *Watcher) enforceCap(size int64) error {
 		return fmt.Errorf("record the log cap of %s: %w", w.path, err)
 	}
 	from := w.dropped / blockSize * blockSize
-	if err := syscall.Fallocate(int(w.f.Fd()), punchHole, from, next-from); err != nil {
+	f, err := os.OpenFile(w.path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open %s for its log cap: %w", w.path, err)
+	}
+	defer f.Close()
+	if err := syscall.Fallocate(int(f.Fd()), punchHole, from, next-from); err != nil {
 		return fmt.Errorf("free the oldest %d bytes of %s for its log cap (does its file system support hole punching?): %w",
 			next-from, w.path, err)
 	}
@@ -119,13 +142,8 @@ func (w *Watcher) enforceCap(size int64) error {
 	return nil
 }
 
-// Close samples a last time and closes the files.
-func (w *Watcher) Close(now time.Time) error {
-	err := w.Sample(now)
-	w.f.Close()
-	w.times.Close()
-	return err
-}
+// Close samples a last time.
+func (w *Watcher) Close(now time.Time) error { return w.Sample(now) }
 
 // Dropped is the offset before which the cap has dropped the file's bytes (0: nothing dropped).
 func Dropped(path string) int64 {

@@ -47,6 +47,7 @@ type Supervisor struct {
 type Pending struct {
 	conn net.Conn
 	r    *bufio.Reader
+	log  string // the supervisor's log
 }
 
 // prepareLocks keeps two callers in this process from starting two supervisors on one socket at once.
@@ -91,7 +92,7 @@ func (s Supervisor) connect() (*Pending, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &Pending{conn: conn, r: r}, nil
+	return &Pending{conn: conn, r: r, log: s.Log}, nil
 }
 
 // spawn starts the supervisor, in a session of its own and with no Pdeathsig, so that it outlives the caller,
@@ -156,7 +157,7 @@ func (p *Pending) Start(cfg Config) (Started, error) {
 	m, err := readMessage(p.r)
 	switch {
 	case err != nil:
-		return Started{}, fmt.Errorf("the task supervisor did not answer (see %s): %w", filepath.Join(cfg.Record, LogFile), err)
+		return Started{}, fmt.Errorf("the task supervisor did not answer (see %s): %w", p.log, err)
 	case m.StartFailed:
 		return Started{}, &StartError{Msg: m.Error}
 	case m.Error != "":

@@ -166,7 +166,7 @@ func (s *server) start(cfg Config) message {
 	s.starting++
 	s.mu.Unlock()
 
-	t, err := startTask(cfg)
+	t, err := startTask(cfg, s.logger.Writer())
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -40,14 +40,14 @@ const (
 	ProcFile = "proc.json"
 	// ExitFile is written by the supervisor (or by Reap) once the task is gone.
 	ExitFile = "exit.json"
-	// LogFile holds the supervisor's log lines about the task.
-	LogFile = "shim.log"
 )
 
 // Config is one task for the supervisor to run.
 type Config struct {
-	// Record is the task's record folder (proc.json, exit.json, shim.log); it must exist.
-	Record string   `json:"record"`
+	// Record is the task's record folder (proc.json, exit.json); it must exist.
+	Record string `json:"record"`
+	// Name names the task in the supervisor's log ("worker-3 attempt 2"). Optional: default its record folder.
+	Name   string   `json:"name,omitempty"`
 	Argv   []string `json:"argv"`
 	// Path is the program to execute, as the host policy checked it. Optional: default argv[0] on Env's PATH.
 	Path string `json:"path,omitempty"`

@@ -21,7 +21,6 @@ import (
 type task struct {
 	cfg     Config
 	logger  *log.Logger
-	logFile *os.File
 	ln      net.Listener
 	p       *proc.Process
 	cgroup  *proc.Cgroup
@@ -39,23 +38,24 @@ type task struct {
 }
 
 // startTask starts the task cfg describes and serves its socket; the task is supervised from then on, and ended
-// closes once it is gone and its exit is recorded.
-func startTask(cfg Config) (*task, error) {
+// closes once it is gone and its exit is recorded. Its log lines go to out (the supervisor's log), each naming
+// the task: a file per task would hold a descriptor per task open, and every later task's exec closes all the
+// supervisor holds.
+func startTask(cfg Config, out io.Writer) (*task, error) {
 	if cfg.Record == "" || cfg.Socket == "" {
 		return nil, errors.New("the task's config names no record folder or no socket")
 	}
-	logFile, err := os.OpenFile(filepath.Join(cfg.Record, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
+	name := cfg.Name
+	if name == "" {
+		name = filepath.Base(cfg.Record)
 	}
-	t := &task{cfg: cfg, logFile: logFile, logger: log.New(logFile, "", log.LstdFlags|log.Lmicroseconds|log.LUTC), ended: make(chan struct{})}
+	t := &task{cfg: cfg, logger: log.New(out, name+": ", log.LstdFlags|log.Lmicroseconds|log.LUTC|log.Lmsgprefix), ended: make(chan struct{})}
+	var err error
 	if t.ln, err = listen(cfg.Socket); err != nil {
-		logFile.Close()
 		return nil, err
 	}
 	if err := t.start(); err != nil {
 		t.ln.Close()
-		logFile.Close()
 		return nil, err
 	}
 	t.logger.Printf("task started: pid %d, cgroup %q", t.started.PID, t.started.Cgroup)
@@ -162,7 +162,6 @@ func (t *task) finish() {
 	// Watchers already connected read the exit on their connections; later ones find exit.json.
 	t.ln.Close()
 	close(t.ended)
-	t.logFile.Close()
 }
 
 // stop ends the task: the diagnostic signal and its wait if asked for, then SIGTERM, grace, SIGKILL. A later
