@@ -47,8 +47,8 @@ type Config struct {
 	// Record is the task's record folder (proc.json, exit.json); it must exist.
 	Record string `json:"record"`
 	// Name names the task in the supervisor's log ("worker-3 attempt 2"). Optional: default its record folder.
-	Name   string   `json:"name,omitempty"`
-	Argv   []string `json:"argv"`
+	Name string   `json:"name,omitempty"`
+	Argv []string `json:"argv"`
 	// Path is the program to execute, as the host policy checked it. Optional: default argv[0] on Env's PATH.
 	Path string `json:"path,omitempty"`
 	// User is who the task runs as. Optional: default the supervisor's user.
