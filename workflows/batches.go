@@ -96,6 +96,7 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 	var batch workflow.Future
 	var cancel workflow.CancelFunc
 	if r.shards != nil {
+		in.ReportTo = RunRef{WorkflowID: r.shards.shardOf(ts[0]).id} // its current run
 		batch, cancel = r.shards.leaseBatch(g.ctx, ts[0].seq, opts, in)
 	} else {
 		var bctx workflow.Context

@@ -206,3 +206,37 @@ func leasesOfAll(h *harness) []string {
 func shardedRuns() bool {
 	return shardedIfAsked(spec.RunSpec{Tasks: map[string]spec.TaskSpec{"x": {Replicas: 1}}}).TasksPerShard == 1
 }
+
+// In a sharded run the tasks of a host share a lease per shard, their hosts report their ends to the shard,
+// and the shard passes them on: a member restarts while its batch runs, as in a run of one execution.
+func TestBatches_ShardsBatchTheirTasksAndPassTheirEndsOn(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-1" && attempt == 1 {
+			return exits(1)
+		}
+		return behavior{barriers: []barrierCall{{name: "sync"}}}
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: sharded
+command: [x]
+tasksPerShard: 2
+tasks:
+  worker: {replicas: 4, hosts: [host-a], restart: {policy: OnFailure, maxRestarts: 1, backoff: 1s}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.True(t, st.Sharded)
+	assert.Equal(t, 2, st.Task("worker-1").Attempt)
+	var launches []RunTasksInput
+	for _, b := range batchesOn(h) {
+		if len(b.Members) > 1 {
+			launches = append(launches, b)
+		}
+	}
+	require.Len(t, launches, 2, "a batch per shard")
+	for _, b := range launches {
+		assert.True(t, b.ReportExit)
+		assert.Contains(t, b.ReportTo.WorkflowID, "/shard-", "ends go to the shard")
+	}
+	assert.Equal(t, []string{"sync: ok"}, h.hosts.passed["worker-3"])
+}

@@ -143,7 +143,7 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 			}
 			end := TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true, Error: LeaseErrorOf(err)}
 			if in.ReportExit && !f.quietEnds {
-				f.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{end}})
+				f.report(in.ReportTo, end)
 			}
 			mu.Lock()
 			out.Ends = append(out.Ends, end)
@@ -158,6 +158,18 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// report signals a member's end where its lease says: the run, or the shard that holds the lease.
+func (f *fakeHosts) report(to RunRef, end TaskExitReport) {
+	x := TaskExits{Exits: []TaskExitReport{end}}
+	if strings.Contains(to.WorkflowID, "/shard-") {
+		if err := f.env.SignalWorkflowByID(to.WorkflowID, SignalTaskExits, x); err != nil {
+			panic(err)
+		}
+		return
+	}
+	f.env.SignalWorkflow(SignalTaskExits, x)
 }
 
 // running says whether every member of a batch got the map (a launch) or began serving (a re-attach).

@@ -36,7 +36,7 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 // nextLease records the start of one lease on t and returns what the lease's RunTask is given.
 func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, Run: r.ref,
-		ReportExit: r.reportsExit()}
+		ReportExit: r.reportsExit(t)}
 	t.attached = o.how == reattach
 	switch o.how {
 	case newAttempt:
@@ -79,9 +79,14 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 // flight, the run stays far below Temporal's 10,000 signals and leaves barriers most of BarrierSignalBudget.
 const ExitSignalBudget = 5000
 
-// reportsExit says whether a new lease of the run reports its process's end by signal.
-func (r *run) reportsExit() bool {
-	return !r.sharded && r.signals+len(r.tasks) < ExitSignalBudget
+// reportsExit says whether a new lease on t reports its process's end by signal: to the run, while its
+// signals leave room for one per task; in a sharded run with batched leases, to t's shard, which passes the
+// ends on together (mayReport).
+func (r *run) reportsExit(t *task) bool {
+	if r.sharded {
+		return r.batched && r.shards != nil && r.shards.mayReport(t)
+	}
+	return r.signals+len(r.tasks) < ExitSignalBudget
 }
 
 // onExits ends the current leases whose hosts reported that their processes ended on their own: the same end

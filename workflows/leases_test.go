@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -349,8 +348,8 @@ func TestLeases_ReattachBeforeTheStartRelaunches(t *testing.T) {
 }
 
 // A host that reports its task's end by signal (ReportExit) ends the lease then: the run does not wait for the
-// RunTask's completion, which here never comes. A report for another lease is ignored. Runs in shards do not
-// ask for reports, and end their leases by completion as before.
+// RunTask's completion, which here never comes. A report for another lease is ignored. Runs in shards ask for
+// reports too (to the shard, which passes them on).
 func TestLeases_ExitReportedBySignalEndsTheLease(t *testing.T) {
 	h := newHarness(t, func(task string, _, _ int) behavior {
 		if task == "worker-0" {
@@ -381,11 +380,7 @@ func TestLeases_ExitReportedBySignalEndsTheLease(t *testing.T) {
 	assert.Equal(t, 3, *w.ExitCode)
 	assert.Contains(t, w.Error, "worker-0 exited with code 3 on pooled-host (attempt 1): boom")
 	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
-	if os.Getenv("CLUSTERRUN_TEST_SHARDS") == "1" {
-		assert.False(t, reported, "a sharded run asks for no exit reports")
-		return
-	}
-	assert.True(t, reported, "an unsharded run asks for exit reports")
+	assert.True(t, reported, "the run asks for exit reports")
 	require.NotNil(t, w.Logs)
 	assert.Equal(t, LogSizes{Stderr: 5}, *w.Logs)
 }

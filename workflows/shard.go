@@ -80,7 +80,7 @@ const shardFlushEvery = 200 * time.Millisecond
 const maxBatchBytes = 480 << 10
 
 // ClusterShard holds leases for its ClusterRun (its parent): it starts those it is given, cancels those it is
-// told to, and reports how each ended. Canceled, it cancels every lease, reports the last ends, and returns.
+// told to, and reports how each ended, and passes on the ends its batches' hosts report to it. Canceled, it cancels every lease, reports the last ends, and returns.
 func ClusterShard(ctx workflow.Context, in ShardInput) error {
 	info := workflow.GetInfo(ctx)
 	if info.ParentWorkflowExecution == nil {
@@ -94,6 +94,12 @@ func ClusterShard(ctx workflow.Context, in ShardInput) error {
 		var ls []ShardLease
 		c.Receive(ctx, &ls)
 		s.start(ls)
+	})
+	// The ends of batch members, which their hosts report here: passed on to the run with the leases' ends.
+	s.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalTaskExits), func(c workflow.ReceiveChannel, _ bool) {
+		var x TaskExits
+		c.Receive(ctx, &x)
+		s.exits = append(s.exits, x.Exits...)
 	})
 	s.sel.AddReceive(workflow.GetSignalChannel(ctx, SignalShardCancel), func(c workflow.ReceiveChannel, _ bool) {
 		var ids []string
@@ -133,6 +139,7 @@ type shard struct {
 	sel       workflow.Selector
 	running   map[string]workflow.CancelFunc // lease ID -> cancels its RunTask
 	unsent    []LeaseEnd
+	exits     []TaskExitReport // members' ends their hosts reported, not yet passed on
 	lastFlush time.Time
 	timer     workflow.Future // the next flush, or nil
 }
@@ -174,7 +181,7 @@ func (s *shard) start(ls []ShardLease) {
 
 // schedule reports the unsent ends now, or sets a timer for when shardFlushEvery has passed since the last.
 func (s *shard) schedule() {
-	if len(s.unsent) == 0 || s.timer != nil {
+	if len(s.unsent)+len(s.exits) == 0 || s.timer != nil {
 		return
 	}
 	wait := s.lastFlush.Add(shardFlushEvery).Sub(workflow.Now(s.ctx))
@@ -194,6 +201,9 @@ func (s *shard) schedule() {
 // A run that has ended no longer needs them.
 func (s *shard) flush() {
 	var sent []workflow.Future
+	for _, batch := range batches(s.exits) {
+		sent = append(sent, workflow.SignalExternalWorkflow(s.dctx, s.parent.ID, s.parent.RunID, SignalTaskExits, TaskExits{Exits: batch}))
+	}
 	for _, batch := range batches(s.unsent) {
 		sent = append(sent, workflow.SignalExternalWorkflow(s.dctx, s.parent.ID, s.parent.RunID, SignalLeasesEnded,
 			LeasesEnded{Shard: s.id, Ends: batch}))
@@ -203,7 +213,7 @@ func (s *shard) flush() {
 			workflow.GetLogger(s.ctx).Warn("cannot report ended leases to the run", "run", s.parent.ID, "error", err)
 		}
 	}
-	s.unsent = nil
+	s.unsent, s.exits = nil, nil
 	s.lastFlush = workflow.Now(s.ctx)
 }
 

@@ -25,6 +25,7 @@ type shardSet struct {
 type shardRef struct {
 	index    int
 	id       string
+	reports  int  // members given to it whose ends their hosts report to it (against its signal budget)
 	started  bool // its execution has started: signals reach it
 	starting bool // its start is under way: its next leases wait until it runs
 	leases   []ShardLease
@@ -82,6 +83,17 @@ func (s *shardSet) leaseBatch(ctx workflow.Context, seq int, opts LeaseOptions, 
 }
 
 func (s *shardSet) shardOf(t *task) *shardRef { return s.shardAt(t.seq) }
+
+// mayReport says whether a new lease on t has its host report its end to t's shard (which passes it on):
+// while the members given to that shard stay under ExitSignalBudget, each sending at most one signal.
+func (s *shardSet) mayReport(t *task) bool {
+	sh := s.shardOf(t)
+	if sh.reports >= ExitSignalBudget {
+		return false
+	}
+	sh.reports++
+	return true
+}
 
 func (s *shardSet) shardAt(seq int) *shardRef {
 	i := seq / s.size
