@@ -183,3 +183,14 @@ func TestRecord_OlderWorkersRecordsAreTakenUp(t *testing.T) {
 	require.NotNil(t, h.reg.lookup("w", "r", "worker-1", 1))
 	assert.Equal(t, cur.record, h.reg.lookup("w", "r", "worker-1", 1).record)
 }
+
+// Two workers with the same host name but state folders of their own (two clusters on one machine) keep their
+// records apart in the machine's runtime folder.
+func TestRecord_RootIsTheWorkersOwn(t *testing.T) {
+	sockets := t.TempDir()
+	a := &Host{Name: "host-a", SocketDir: sockets, StateDir: "/state/one"}
+	b := &Host{Name: "host-a", SocketDir: sockets, StateDir: "/state/two"}
+	again := &Host{Name: "host-a", SocketDir: sockets, StateDir: "/state/one"}
+	assert.NotEqual(t, a.recordRoot(), b.recordRoot())
+	assert.Equal(t, a.recordRoot(), again.recordRoot(), "a restarted worker finds its records")
+}

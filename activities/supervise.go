@@ -45,9 +45,13 @@ const legacyOrphanAfter = time.Second
 // and removed in bulk (a folder and three files per attempt), they cost the host worker a millisecond of
 // CPU per task start on this machine's ext4 (its inode allocator scanning past recently deleted inodes:
 // 1,000-task start-ups got slower run after run), and nothing in memory.
+//
+// The folder is the worker's own by its host name and its state folder together: the runtime folder is the
+// machine's, shared by every worker there (the test suite runs several clusters whose hosts share names), and a
+// worker must take up only what its own earlier runs left.
 func (h *Host) recordRoot() string {
-	sum := sha256.Sum256([]byte(h.Name))
-	return filepath.Join(SocketDir(h.SocketDir), "records-"+hex.EncodeToString(sum[:4]))
+	sum := sha256.Sum256([]byte(h.Name + "\x00" + h.StateDir))
+	return filepath.Join(SocketDir(h.SocketDir), "records-"+hex.EncodeToString(sum[:6]))
 }
 
 // legacyRecordRoot is where workers before the runtime folder kept their records; a worker takes those up too.

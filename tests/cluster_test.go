@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/clusterrun/clusterrun/activities"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -43,6 +44,14 @@ type cluster struct {
 	mu      sync.Mutex
 	workers map[string]*owned
 	workDir string
+	// runtime is its workers' --socket-dir (sockets, cluster files, records): on the machine's tmpfs, as the
+	// default is, but the cluster's own, so that it goes with the cluster.
+	runtime string
+}
+
+// newRuntimeDir makes a cluster's runtime folder beside the machine's default one (a tmpfs where there is one).
+func newRuntimeDir() (string, error) {
+	return os.MkdirTemp(filepath.Dir(activities.RuntimeDir(os.Getenv("XDG_RUNTIME_DIR"))), "crt-")
 }
 
 var env *cluster
@@ -75,6 +84,10 @@ func runSuite(m *testing.M) (int, error) {
 	defer os.RemoveAll(work)
 	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
 		marker: randomHex(8), workers: map[string]*owned{}}
+	if c.runtime, err = newRuntimeDir(); err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(c.runtime)
 	for name, pkg := range map[string]string{"clusterrun": "./starter/clusterrun", "clusterrun-worker": "./workers/clusterrun-worker", "clusterrun-shim": "./workers/clusterrun-shim"} {
 		build := exec.Command("go", "build", "-ldflags=-s -w", "-o", filepath.Join(c.bin, name), pkg)
 		build.Dir = root
@@ -192,7 +205,7 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 		return err
 	}
 	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
-		"--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
+		"--socket-dir", c.runtime, "--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
 	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
 		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
 	}

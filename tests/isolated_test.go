@@ -192,6 +192,10 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 	}
 	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
 		workers: map[string]*owned{}, dev: newServer(env.root, dir, port)}
+	if c.runtime, err = newRuntimeDir(); err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
 	if configure != nil {
 		configure(c.dev)
 	}
@@ -218,6 +222,7 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 		}
 		c.client.Close()
 		c.dev.close()
+		os.RemoveAll(c.runtime)
 		if !t.Failed() {
 			os.RemoveAll(dir)
 		} else {
