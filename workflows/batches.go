@@ -123,20 +123,22 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 	workflow.Go(dctx, func(c workflow.Context) {
 		var res RunTasksResult
 		err := batch.Get(c, &res)
+		ends := map[TaskAttempt]TaskExitReport{}
+		for _, x := range res.Ends {
+			ends[TaskAttempt{Task: x.Result.Task, Attempt: x.Result.Attempt}] = x
+		}
 		for i, m := range in.Members {
-			members[i].Set(memberEnd(m, res, err))
+			members[i].Set(memberEnd(m, ends, err))
 		}
 	})
 }
 
-// memberEnd is how member m of a batch ended, from the batch's result, or the batch's error when it has none
+// memberEnd is how member m of a batch ended, from the batch's ends, or the batch's error when it has none
 // (the lease as a whole ended: it timed out, or its host gave it up).
-func memberEnd(m LeaseMember, res RunTasksResult, err error) (TaskResult, error) {
+func memberEnd(m LeaseMember, ends map[TaskAttempt]TaskExitReport, err error) (TaskResult, error) {
 	if err == nil {
-		for _, x := range res.Ends {
-			if x.Result.Task == m.Task.Name && x.Result.Attempt == m.Attempt && x.Lease == m.Lease {
-				return x.Result, x.outcome(m.Task)
-			}
+		if x, ok := ends[TaskAttempt{Task: m.Task.Name, Attempt: m.Attempt}]; ok && x.Lease == m.Lease {
+			return x.Result, x.outcome(m.Task)
 		}
 		err = fmt.Errorf("the lease of %s ended without saying how %s attempt %d ended", m.Task.Name, m.Task.Name, m.Attempt)
 	}
