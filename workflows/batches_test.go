@@ -240,3 +240,31 @@ tasks:
 	}
 	assert.Equal(t, []string{"sync: ok"}, h.hosts.passed["worker-3"])
 }
+
+// A workflow task sends its shards at most maxLeaseBytesPerTask of leases (its completion must stay under
+// gRPC's 4 MB); the rest go out in the next ones, which a short timer brings, and every task runs.
+func TestBatches_ShardLeasesSpreadOverWorkflowTasks(t *testing.T) {
+	saved := maxLeaseBytesPerTask
+	maxLeaseBytesPerTask = 1 // one shard's leases per workflow task
+	defer func() { maxLeaseBytesPerTask = saved }()
+	began := time.Now()
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	// No placement comes before every shard has its lease: only the timer can bring the workflow tasks that
+	// send the rest.
+	h.hosts.beforePlacing = func(RunTaskInput) {
+		for deadline := time.Now().Add(5 * time.Second); len(batchesOn(h)) < 4 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: spread
+command: [x]
+tasksPerShard: 2
+tasks:
+  worker: {replicas: 8, hosts: [host-a]}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Len(t, batchesOn(h), 4, "each shard got its lease")
+	assert.Less(t, time.Since(began), 5*time.Second, "before the placements that would have brought them")
+}

@@ -164,9 +164,8 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 func (f *fakeHosts) report(to RunRef, end TaskExitReport) {
 	x := TaskExits{Exits: []TaskExitReport{end}}
 	if strings.Contains(to.WorkflowID, "/shard-") {
-		if err := f.env.SignalWorkflowByID(to.WorkflowID, SignalTaskExits, x); err != nil {
-			panic(err)
-		}
+		// A shard that has ended needs no report (a host gets "not found", and stops sending).
+		_ = f.env.SignalWorkflowByID(to.WorkflowID, SignalTaskExits, x)
 		return
 	}
 	f.env.SignalWorkflow(SignalTaskExits, x)

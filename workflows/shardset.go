@@ -1,9 +1,12 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -13,10 +16,11 @@ import (
 // shardSet is a run's side of its shards in one generation: which shard holds which task, the leases and
 // cancellations not yet sent to each, and the futures the run waits on for each lease a shard holds.
 type shardSet struct {
-	size   int // tasks per shard
-	gen    int
-	run    string
-	shards map[int]*shardRef
+	size     int  // tasks per shard
+	resuming bool // a timer will bring a workflow task to send the leases left over
+	gen      int
+	run      string
+	shards   map[int]*shardRef
 	// waiting holds, per shard workflow and lease ID, the future the run reads that lease's end from.
 	waiting map[string]map[string]workflow.Settable
 }
@@ -152,24 +156,51 @@ func (s *shardSet) notTaken(sh *shardRef, ids []string, err error) {
 	}
 }
 
+// maxLeaseBytesPerTask bounds the leases one workflow task sends its shards (in shard inputs and signals):
+// its completion carries them all, and gRPC refuses a message over 4 MB (10 shards' first leases at once did).
+var maxLeaseBytesPerTask = 1536 << 10 // a variable only so tests can lower it
+
 // send starts the shards that have leases and are not running yet, and sends the others their new leases
-// and cancellations. It is called at the end of every act.
+// and cancellations, as far as maxLeaseBytesPerTask allows; what is left waits for the next workflow task.
+// A shard's start, or its tasks' placements, bring one soon; a short timer makes sure of it. It is called at
+// the end of every act.
 func (g *generation) sendToShards() {
 	s := g.r.shards
+	budget := maxLeaseBytesPerTask
+	if !g.r.batched {
+		budget = math.MaxInt // runs before batched leases sent everything at once, and replay so
+	}
 	for _, i := range sortedShards(s.shards) {
 		sh := s.shards[i]
 		switch {
 		case sh.started:
-			g.signalShard(sh)
-		case sh.leases != nil && !sh.starting:
-			g.startShard(sh)
+			g.signalShard(sh, &budget)
+		case sh.leases != nil && !sh.starting && budget > 0:
+			g.startShard(sh, &budget)
 		}
+	}
+	if budget <= 0 && !s.resuming && g.leasesLeft() {
+		s.resuming = true
+		timer := workflow.NewTimerWithOptions(g.ctx, time.Millisecond, workflow.TimerOptions{Summary: "send the shards the rest of their leases"})
+		g.sel.AddFuture(timer, func(workflow.Future) { s.resuming = false })
 	}
 }
 
+// leasesLeft says whether a shard that can take leases has some waiting.
+func (g *generation) leasesLeft() bool {
+	s := g.r.shards
+	for _, i := range sortedShards(s.shards) {
+		if sh := s.shards[i]; sh.leases != nil && (sh.started || !sh.starting) {
+			return true
+		}
+	}
+	return false
+}
+
 // startShard starts a shard's execution with the leases that fit its input; the rest follow once it runs.
-func (g *generation) startShard(sh *shardRef) {
+func (g *generation) startShard(sh *shardRef, budget *int) {
 	first := batches(sh.leases)[0]
+	*budget -= leaseBytes(first)
 	sh.leases = sh.leases[len(first):]
 	if len(sh.leases) == 0 {
 		sh.leases = nil
@@ -205,10 +236,16 @@ func (g *generation) startShard(sh *shardRef) {
 
 // signalShard sends a running shard its queued leases, then its queued cancellations. Leases a shard never got
 // (it had ended) end at once: no report of them will come, and a stop must not wait for one.
-func (g *generation) signalShard(sh *shardRef) {
+func (g *generation) signalShard(sh *shardRef, budget *int) {
 	set := g.r.shards
 	var sent []workflow.Future
+	var left []ShardLease
 	for _, batch := range batches(sh.leases) {
+		if *budget <= 0 {
+			left = append(left, batch...)
+			continue
+		}
+		*budget -= leaseBytes(batch)
 		f := workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardLeases, batch)
 		ids := make([]string, len(batch))
 		for i, l := range batch {
@@ -224,8 +261,20 @@ func (g *generation) signalShard(sh *shardRef) {
 	if len(sh.cancels) > 0 {
 		sent = append(sent, workflow.SignalExternalWorkflow(g.genCtx, sh.id, "", SignalShardCancel, sh.cancels))
 	}
-	sh.leases, sh.cancels = nil, nil
+	sh.leases, sh.cancels = left, nil
 	g.watch(sent)
+}
+
+// leaseBytes is the size of leases in JSON, as a signal or input carries them.
+func leaseBytes(ls []ShardLease) int {
+	n := 0
+	for _, l := range ls {
+		// Its output is a function of its input; workflowcheck sees the encoder cache's map.
+		//workflowcheck:ignore
+		b, _ := json.Marshal(l)
+		n += len(b)
+	}
+	return n
 }
 
 func sortedShards(m map[int]*shardRef) []int {
