@@ -28,8 +28,8 @@ CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh
 "${harness[@]}" -only f "$@"
 ./deployments/dev/down.sh >/dev/null
 
-# Start-up and stop of 64 and 1,000 tasks: four hosts with room for all of them.
-export CLUSTERRUN_WORKER_SLOTS=1024
+# Start-up and stop of 64 to 10,000 tasks: four hosts with room for all of them.
+export CLUSTERRUN_WORKER_SLOTS=3000
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
 "${harness[@]}" -only h "$@"
 ./deployments/dev/down.sh >/dev/null
