@@ -40,13 +40,15 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	entries := h.reg.find(in.WorkflowID, in.RunID, in.Tasks)
 	h.Logger.Info("stopping tasks", "run", in.WorkflowID, "tasks", len(entries), "reason", in.Reason)
 	ownEnd := map[*entry]bool{}
+	var stop []*entry
 	for _, e := range entries {
 		if e.exited() != nil {
 			ownEnd[e] = true // it ended before the stop: the lease that holds it reports that
 			continue
 		}
-		go h.stopEntry(e, stopByRun, in.Reason, in.GracePeriod)
+		stop = append(stop, e)
 	}
+	h.stopEntries(stop, stopByRun, in.Reason, in.GracePeriod)
 	newest := map[string]*entry{}
 	for _, e := range entries {
 		select {

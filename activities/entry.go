@@ -43,6 +43,9 @@ type entry struct {
 	// and its supervisor's socket.
 	controlSocket string
 	shimSocket    string
+	// supervisor is its run's supervisor's socket, where one request stops many of its tasks ("" in records
+	// of older workers: each is stopped through its own socket).
+	supervisor string
 	// clusterFile holds the run's current cluster map for the task (CLUSTERRUN_CLUSTER_FILE): the file the
 	// run's tasks on this host share (sharedMap), or, taken up from an older worker's record, its own.
 	clusterFile string
@@ -58,6 +61,8 @@ type entry struct {
 	exit       *shim.Exit    // set once it is gone
 	stopBy     string
 	stopReason string
+	stopGrace  time.Duration // the shortest grace a stop asked for
+	stopSent   bool          // its supervisor took a stop with that grace
 	info       task.Info
 	ctl        *controlServer
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
@@ -168,18 +173,38 @@ func (e *entry) exited() *shim.Exit {
 	return e.exit
 }
 
-// requestStop records the first stop request and reports whether it was the first.
-func (e *entry) requestStop(by, reason string) bool {
+// requestStop records a stop request: the first one's by and reason stand. It reports whether the supervisor
+// must be asked: unless it took a stop already with a grace no longer than this one's.
+func (e *entry) requestStop(by, reason string, grace time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	select {
 	case <-e.stopReq:
-		return false
+		if grace < e.stopGrace {
+			e.stopGrace, e.stopSent = grace, false
+		}
+		return !e.stopSent
 	default:
 	}
-	e.stopBy, e.stopReason = by, reason
+	e.stopBy, e.stopReason, e.stopGrace = by, reason, grace
 	close(e.stopReq)
 	return true
+}
+
+// stopTaken records that the supervisor took a stop with grace.
+func (e *entry) stopTaken(grace time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if grace <= e.stopGrace {
+		e.stopSent = true
+	}
+}
+
+// stopGraceAsked is the shortest grace a stop asked for.
+func (e *entry) stopGraceAsked() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopGrace
 }
 
 // stopCause says who asked the attempt to stop, and why ("" when nobody did).

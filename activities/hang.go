@@ -74,7 +74,7 @@ func (h *Host) stopHung(e *entry, idle time.Duration) {
 		idle.Round(time.Second), e.task.HangTimeout, sig)
 	h.Logger.Warn("task hung", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "idle", idle.Round(time.Second), "signal", sig)
 	h.Metrics.Counter(metricTasksHung).Inc(1)
-	e.requestStop(stopByHang, reason)
+	e.requestStop(stopByHang, reason, e.grace)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := h.shimClient(e).Stop(ctx, shim.Stop{Grace: e.grace, By: stopByHang, Reason: reason, First: num, FirstWait: HangDumpWait})

@@ -286,7 +286,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	}
 	// A stop asked for while the process was starting applies now.
 	if by, reason := e.stopCause(); by != "" {
-		h.stopEntry(e, by, reason, e.grace)
+		h.askSupervisor(e, by, reason, e.stopGraceAsked())
 	}
 	h.taskStarted(e.ref.Attempt)
 	h.audit(e, adm, st.PID)

@@ -31,6 +31,8 @@ type taskRecord struct {
 	// Sockets: the task knows its control socket by this path (CLUSTERRUN_SOCKET), so it is served again here.
 	ControlSocket string `json:"controlSocket"`
 	ShimSocket    string `json:"shimSocket"`
+	// Supervisor is the socket of the run's supervisor on this host (empty in records of older workers).
+	Supervisor string `json:"supervisor,omitempty"`
 	ClusterFile   string `json:"clusterFile,omitempty"`
 	// SharedMap says ClusterFile is the one the run's tasks on this host share (not the attempt's own).
 	SharedMap bool `json:"sharedMap,omitempty"`
@@ -127,6 +129,7 @@ func (h *Host) logCap(asked int64) int64 {
 func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, heartbeatTimeout time.Duration) (shim.Started, error) {
 	rec := e.record
 	e.shimSocket = filepath.Join(h.socketFolder(e.key), "shim.sock")
+	e.supervisor = h.supervisorOf(e.ref).Socket
 	err := h.saveRecord(e)
 	if err != nil {
 		h.abortShim(e, p)
@@ -188,17 +191,60 @@ func (h *Host) reap(e *entry, cause error) shim.Exit {
 }
 
 // stopEntry stops an attempt: before its process starts, the attempt ends there; after, its supervisor stops
-// the process (SIGTERM, grace, SIGKILL) and records by and reason with its exit.
+// the process (SIGTERM, grace, SIGKILL) and records by and reason with its exit. A stop under way with no
+// longer grace is not asked for again.
 func (h *Host) stopEntry(e *entry, by, reason string, grace time.Duration) {
-	e.requestStop(by, reason)
-	if e.process() == nil || e.exited() != nil {
+	if !e.requestStop(by, reason, grace) || e.process() == nil || e.exited() != nil {
 		return
 	}
+	h.askSupervisor(e, by, reason, grace)
+}
+
+// stopEntries stops attempts as stopEntry does, with one request to each supervisor for all its attempts.
+func (h *Host) stopEntries(entries []*entry, by, reason string, grace time.Duration) {
+	bySupervisor := map[string][]*entry{}
+	for _, e := range entries {
+		if !e.requestStop(by, reason, grace) || e.process() == nil || e.exited() != nil {
+			continue
+		}
+		bySupervisor[e.supervisor] = append(bySupervisor[e.supervisor], e)
+	}
+	for sup, es := range bySupervisor {
+		go func() {
+			if sup != "" {
+				records := make([]string, len(es))
+				for i, e := range es {
+					records[i] = e.record
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := shim.Supervisor{Socket: sup}.StopTasks(ctx, records, shim.Stop{Grace: grace, By: by, Reason: reason})
+				cancel()
+				if err == nil {
+					for _, e := range es {
+						e.stopTaken(grace)
+					}
+					return
+				}
+				h.Logger.Info("stopping tasks one by one: their supervisor took no stop for all", "tasks", len(es), "error", err)
+			}
+			for _, e := range es {
+				go h.askSupervisor(e, by, reason, grace)
+			}
+		}()
+	}
+}
+
+// askSupervisor asks an attempt's supervisor, through the attempt's own socket, to stop it.
+func (h *Host) askSupervisor(e *entry, by, reason string, grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.shimClient(e).Stop(ctx, shim.Stop{Grace: grace, By: by, Reason: reason}); err != nil && e.exited() == nil {
-		h.Logger.Warn("cannot reach the task's supervisor to stop it", "task", e.ref.Task, "error", err)
+	if err := h.shimClient(e).Stop(ctx, shim.Stop{Grace: grace, By: by, Reason: reason}); err != nil {
+		if e.exited() == nil {
+			h.Logger.Warn("cannot reach the task's supervisor to stop it", "task", e.ref.Task, "error", err)
+		}
+		return
 	}
+	e.stopTaken(grace)
 }
 
 // signalEntry sends a signal to an attempt's process group (and cgroup).
@@ -255,7 +301,8 @@ func (h *Host) recover() {
 			}
 		}
 		e.setInfo(rec.Info)
-		e.controlSocket, e.shimSocket, e.clusterFile, e.sharedMap = rec.ControlSocket, rec.ShimSocket, rec.ClusterFile, rec.SharedMap
+		e.controlSocket, e.shimSocket, e.supervisor = rec.ControlSocket, rec.ShimSocket, rec.Supervisor
+		e.clusterFile, e.sharedMap = rec.ClusterFile, rec.SharedMap
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
@@ -292,7 +339,7 @@ func (h *Host) saveRecord(e *entry) error {
 		info.Cluster = nil
 	}
 	return writeRecord(e.record, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: info,
-		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, ClusterFile: e.clusterFile, SharedMap: e.sharedMap})
+		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, Supervisor: e.supervisor, ClusterFile: e.clusterFile, SharedMap: e.sharedMap})
 }
 
 func writeRecord(dir string, rec taskRecord) error {

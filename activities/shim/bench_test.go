@@ -95,9 +95,9 @@ func build(b *testing.B, out string) {
 
 var execCommand = exec.Command
 
-// BenchmarkStop64 stops 64 sleeping tasks of one run at once, as a fail-fast does: from the stop requests to every
-// watcher holding its task's exit.
-func BenchmarkStop64(b *testing.B) { benchStop(b, "") }
+// BenchmarkStop64 stops 64 sleeping tasks of one run at once, as a fail-fast does, with one request to their
+// supervisor: from the request to every watcher holding its task's exit.
+func BenchmarkStop64(b *testing.B) { benchStop(b, "", true) }
 
 // BenchmarkStop64Cgroup is BenchmarkStop64 with a cgroup per task.
 func BenchmarkStop64Cgroup(b *testing.B) {
@@ -105,10 +105,14 @@ func BenchmarkStop64Cgroup(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	benchStop(b, parent)
+	benchStop(b, parent, true)
 }
 
-func benchStop(b *testing.B, cgroupParent string) {
+// BenchmarkStop64EachTask is BenchmarkStop64 with a stop request per task, on the task's own socket (as workers
+// before the supervisor's stop request did, and do for tasks of older supervisors).
+func BenchmarkStop64EachTask(b *testing.B) { benchStop(b, "", false) }
+
+func benchStop(b *testing.B, cgroupParent string, together bool) {
 	const n = 64
 	sup := benchSupervisor(b)
 	sockDir := filepath.Dir(sup.Socket)
@@ -116,6 +120,7 @@ func benchStop(b *testing.B, cgroupParent string) {
 		b.StopTimer()
 		var clients []Client
 		var watches []*Watch
+		var records []string
 		for k := range n {
 			dir := b.TempDir()
 			cfg := Config{Record: dir, Argv: []string{"sleep", "600"}, Env: os.Environ(), Stdout: filepath.Join(dir, "out"),
@@ -135,11 +140,17 @@ func benchStop(b *testing.B, cgroupParent string) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			clients, watches = append(clients, c), append(watches, w)
+			clients, watches, records = append(clients, c), append(watches, w), append(records, dir)
 		}
 		b.StartTimer()
-		for _, c := range clients {
-			go func() { _ = c.Stop(context.Background(), Stop{Grace: time.Second, By: "bench"}) }()
+		if together {
+			if err := sup.StopTasks(context.Background(), records, Stop{Grace: time.Second, By: "bench"}); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			for _, c := range clients {
+				go func() { _ = c.Stop(context.Background(), Stop{Grace: time.Second, By: "bench"}) }()
+			}
 		}
 		for _, w := range watches {
 			<-w.Ended()

@@ -142,6 +142,30 @@ func (s Supervisor) spawn() error {
 	return nil
 }
 
+// StopTasks asks the supervisor to stop the tasks whose record folders are named (as Client.Stop asks one
+// task), in one request. A supervisor from before this request answers with an error.
+func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) error {
+	p, err := s.connect()
+	if err != nil {
+		return err
+	}
+	defer p.conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = p.conn.SetDeadline(d)
+	}
+	if err := send(p.conn, request{Op: "stop", Records: records, Stop: stop}); err != nil {
+		return err
+	}
+	m, err := readMessage(p.r)
+	switch {
+	case err != nil:
+		return err
+	case !m.OK:
+		return fmt.Errorf("task supervisor: %s", m.Error)
+	}
+	return nil
+}
+
 // Start hands the supervisor a task and returns once it runs (or with a *StartError saying why it could not
 // start). The Pending is used up either way.
 func (p *Pending) Start(cfg Config) (Started, error) {

@@ -123,7 +123,7 @@ func (s *server) accept() {
 }
 
 // serve answers one worker connection: a greeting at once (the connection now keeps the supervisor from ending
-// idle), then at most one start request.
+// idle), then at most one request: start a task, or stop some of its tasks.
 func (s *server) serve(conn net.Conn) {
 	defer conn.Close()
 	s.mu.Lock()
@@ -149,11 +149,36 @@ func (s *server) serve(conn net.Conn) {
 		return // the worker gave the start up
 	}
 	var req request
-	if err := json.Unmarshal(line, &req); err != nil || req.Op != "start" || req.Config == nil {
-		writeMessage(conn, message{Error: fmt.Sprintf("malformed request %.100q: the supervisor's socket takes one start request", line)})
-		return
+	err = json.Unmarshal(line, &req)
+	switch {
+	case err == nil && req.Op == "start" && req.Config != nil:
+		writeMessage(conn, s.start(*req.Config))
+	case err == nil && req.Op == "stop":
+		writeMessage(conn, s.stop(req.Records, req.Stop))
+	default:
+		writeMessage(conn, message{Error: fmt.Sprintf("malformed request %.100q: the supervisor's socket takes one start or stop request", line)})
 	}
-	writeMessage(conn, s.start(*req.Config))
+}
+
+// stop asks the tasks whose records are named to stop, all in one request: a stop of a thousand tasks sent over
+// their own sockets was a thousand connections, served one at a time.
+func (s *server) stop(records []string, req Stop) message {
+	want := make(map[string]bool, len(records))
+	for _, r := range records {
+		want[r] = true
+	}
+	s.mu.Lock()
+	var tasks []*task
+	for t := range s.tasks {
+		if want[t.cfg.Record] {
+			tasks = append(tasks, t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range tasks {
+		t.stop(req)
+	}
+	return message{OK: true}
 }
 
 // start starts one task and answers with its Started, or with why it could not start.

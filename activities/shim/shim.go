@@ -210,6 +210,8 @@ type request struct {
 	Config *Config `json:"config,omitempty"`
 	Stop   Stop    `json:"stop"`
 	Signal int     `json:"signal,omitempty"`
+	// Records names the tasks a supervisor's "stop" is for, by their record folders (Config.Record).
+	Records []string `json:"records,omitempty"`
 }
 
 // message is one line the supervisor answers with.

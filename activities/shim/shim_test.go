@@ -519,3 +519,26 @@ func TestShim_EndingSupervisorIsReplaced(t *testing.T) {
 	x, _, _ := ReadExit(dir)
 	assert.Equal(t, "SIGKILL", x.Signal, "its task ignored SIGTERM for the grace")
 }
+
+// One request to the supervisor stops the tasks it names, with the stop's grace, by and reason, and no other.
+func TestShim_SupervisorStopsTheTasksItIsAskedTo(t *testing.T) {
+	var dirs []string
+	var watches []*Watch
+	for range 3 {
+		dir, cfg := record(t, `trap 'exit 0' TERM; echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+		launch(t, dir, cfg)
+		waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+		dirs, watches = append(dirs, dir), append(watches, watch(t, cfg))
+	}
+	err := supervisorOf(t).StopTasks(context.Background(), dirs[:2], Stop{Grace: time.Second, By: "run", Reason: "fail-fast"})
+	require.NoError(t, err)
+	for _, w := range watches[:2] {
+		x := ended(t, w)
+		assert.True(t, x.Stopped)
+		assert.Equal(t, "run", x.By)
+		assert.Equal(t, "fail-fast", x.Reason)
+	}
+	time.Sleep(200 * time.Millisecond)
+	_, ok, _ := ReadExit(dirs[2])
+	assert.False(t, ok, "a task it was not asked to stop runs on")
+}
