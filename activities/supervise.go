@@ -32,8 +32,8 @@ type taskRecord struct {
 	ControlSocket string `json:"controlSocket"`
 	ShimSocket    string `json:"shimSocket"`
 	// Supervisor is the socket of the run's supervisor on this host (empty in records of older workers).
-	Supervisor string `json:"supervisor,omitempty"`
-	ClusterFile   string `json:"clusterFile,omitempty"`
+	Supervisor  string `json:"supervisor,omitempty"`
+	ClusterFile string `json:"clusterFile,omitempty"`
 	// SharedMap says ClusterFile is the one the run's tasks on this host share (not the attempt's own).
 	SharedMap bool `json:"sharedMap,omitempty"`
 }
