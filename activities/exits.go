@@ -18,7 +18,7 @@ import (
 
 // exitHoldBack is how long a lease whose end went by signal waits before it asks whether its run still needs
 // the completion.
-const exitHoldBack = time.Second
+var exitHoldBack = time.Second // a variable only so tests can lengthen it
 
 // maxExitReport bounds an end that goes by signal: a larger one (a big result file) goes by the lease's
 // completion alone, and maxExitBatch bounds one signal, far below Temporal's 2 MB payload limit.

@@ -47,10 +47,21 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 	if hb.verdictNow() == leaseGone {
 		return workflows.RunTasksResult{}, activity.ErrResultPending // the server no longer knows the lease
 	}
-	if in.ReportExit && allTrue(delivered) && h.runEnded(hb) {
+	if in.ReportExit && ctx.Err() == nil && allTrue(delivered) && processesEnded(ends) && h.runEnded(hb) {
 		return workflows.RunTasksResult{}, activity.ErrResultPending
 	}
 	return workflows.RunTasksResult{Ends: ends}, nil
+}
+
+// processesEnded says every member ended with its process (not let go of: a worker shutting down, a lease
+// taken over), so that the run may be ending on their reports and a completion may not be needed.
+func processesEnded(ends []workflows.TaskExitReport) bool {
+	for _, x := range ends {
+		if x.Error != nil && x.Error.Type == workflows.ErrTaskDetached {
+			return false
+		}
+	}
+	return true
 }
 
 // serveMember serves one member of a batch, after a free slot for an unpinned task.

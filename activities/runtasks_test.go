@@ -188,3 +188,23 @@ func TestRunTasks_AReportThatFailsIsSentAgain(t *testing.T) {
 	_, err = wait()
 	require.NoError(t, err)
 }
+
+// A batch whose worker shuts down completes at once with its members let go of (their processes run on for
+// the next worker): the hold-back for runs that may be ending is not for it.
+func TestRunTasks_ShutdownCompletesWithoutHoldingBack(t *testing.T) {
+	saved := exitHoldBack
+	exitHoldBack = time.Hour
+	defer func() { exitHoldBack = saved }()
+	a := newHarness(t)
+	wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300"), named("worker-1", "sleep", "300")))
+	waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
+	a.host.Shutdown(false, time.Second, 10*time.Second)
+	res, err := wait()
+	require.NoError(t, err, "it completed, within the wait's 30 s")
+	for _, task := range []string{"worker-0", "worker-1"} {
+		e := endOf(t, res, task)
+		require.NotNil(t, e.Error, task)
+		assert.Equal(t, workflows.ErrTaskDetached, e.Error.Type)
+	}
+	assert.Equal(t, 2, a.host.Running(), "the processes run on")
+}
