@@ -191,6 +191,16 @@ func (e *entry) requestStop(by, reason string, grace time.Duration) bool {
 	return true
 }
 
+// stopRequested says whether anybody asked the attempt to stop.
+func (e *entry) stopRequested() bool {
+	select {
+	case <-e.stopReq:
+		return true
+	default:
+		return false
+	}
+}
+
 // stopTaken records that the supervisor took a stop with grace.
 func (e *entry) stopTaken(grace time.Duration) {
 	e.mu.Lock()

@@ -26,7 +26,7 @@ func (h *Host) hangLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			for _, e := range h.reg.all() {
+			for _, e := range h.reg.unordered() {
 				if idle, hung := h.idleFor(e, now); hung {
 					go h.stopHung(e, idle)
 				}

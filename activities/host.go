@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -84,6 +85,7 @@ type Host struct {
 	reg        registry
 	slots      slots
 	maps       sharedMaps
+	running    atomic.Int64 // attempts whose process runs, for the gauge
 	contact    contact
 	kick       chan struct{} // asks the reconciler to run now
 
@@ -195,7 +197,7 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 
 // busy reports whether a RunTask still holds an entry (or, when stopping, a process still runs).
 func (h *Host) busy(stopping bool) bool {
-	for _, e := range h.reg.all() {
+	for _, e := range h.reg.unordered() {
 		if held, _ := e.held(); held {
 			return true
 		}
@@ -209,7 +211,7 @@ func (h *Host) busy(stopping bool) bool {
 // Running counts the task attempts on this host whose process runs.
 func (h *Host) Running() int {
 	n := 0
-	for _, e := range h.reg.all() {
+	for _, e := range h.reg.unordered() {
 		if e.process() != nil && e.exited() == nil {
 			n++
 		}
@@ -220,7 +222,7 @@ func (h *Host) Running() int {
 // Load counts the task attempts this host holds (a lease or a running process), and those among them that take
 // one of its slots (every task its spec does not pin to a host): what the host registry shows and places by.
 func (h *Host) Load() (held, unpinned int) {
-	for _, e := range h.reg.all() {
+	for _, e := range h.reg.unordered() {
 		isHeld, _ := e.held()
 		if isHeld || e.process() != nil && e.exited() == nil {
 			held++

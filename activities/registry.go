@@ -108,13 +108,19 @@ func (g *registry) find(workflowID, runID string, tasks []string) []*entry {
 
 // all returns every entry, ordered by run, task and attempt.
 func (g *registry) all() []*entry {
+	out := g.unordered()
+	sortEntries(out)
+	return out
+}
+
+// unordered returns every entry, in no order: for counting.
+func (g *registry) unordered() []*entry {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	out := make([]*entry, 0, len(g.entries))
 	for _, e := range g.entries {
 		out = append(out, e)
 	}
-	g.mu.Unlock()
-	sortEntries(out)
 	return out
 }
 

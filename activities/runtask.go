@@ -372,8 +372,11 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 		v := hb.verdictNow()
 		if v == leaseCanceled || e.legacy {
 			// The run is stopping and StopTasks did not reach this host first (or, before leases, the server gave
-			// the attempt up). Either way the process must not outlive this lease.
-			h.stopEntry(e, stopByRun, "canceled", e.grace)
+			// the attempt up). Either way the process must not outlive this lease. A batch stops all its members
+			// with one request (RunTasks); a lone lease stops its own.
+			if ml.alone || !e.stopRequested() {
+				h.stopEntry(e, stopByRun, "canceled", e.grace)
+			}
 			<-e.ended
 			return h.reportLease(in, e, v)
 		}

@@ -326,6 +326,7 @@ func (h *Host) recover() {
 		h.Logger.Info("taking up a running task again", "run", rec.Ref.WorkflowID, "task", rec.Ref.Task, "attempt", rec.Ref.Attempt,
 			"pid", e.process().PID)
 		h.Metrics.Counter(metricTaskReattaches).Inc(1)
+		h.runningChanged(1)
 		go h.supervise(e)
 	}
 }

@@ -207,7 +207,7 @@ func (s *server) start(cfg Config) message {
 		go t.stop(Stop{Grace: cfg.Grace, By: BySignal, Reason: "clusterrun-shim was stopping when the task started"})
 	}
 	go func() {
-		<-t.ended
+		<-t.cleaned // not only ended: a supervisor ends only when nothing of its tasks is left
 		s.mu.Lock()
 		delete(s.tasks, t)
 		s.settle()

@@ -26,6 +26,7 @@ type task struct {
 	cgroup  *proc.Cgroup
 	started Started
 	ended   chan struct{} // closed once exit is recorded
+	cleaned chan struct{} // closed once its cgroup is removed too
 	logs    *logSampler
 	exit    Exit
 
@@ -49,7 +50,8 @@ func startTask(cfg Config, out io.Writer) (*task, error) {
 	if name == "" {
 		name = filepath.Base(cfg.Record)
 	}
-	t := &task{cfg: cfg, logger: log.New(out, name+": ", log.LstdFlags|log.Lmicroseconds|log.LUTC|log.Lmsgprefix), ended: make(chan struct{})}
+	t := &task{cfg: cfg, logger: log.New(out, name+": ", log.LstdFlags|log.Lmicroseconds|log.LUTC|log.Lmsgprefix),
+		ended: make(chan struct{}), cleaned: make(chan struct{})}
 	var err error
 	if t.ln, err = listen(cfg.Socket); err != nil {
 		return nil, err
@@ -154,14 +156,18 @@ func (t *task) finish() {
 		t.logger.Printf("cannot record the task's exit: %v", err)
 	}
 	t.logger.Printf("task ended: %s (stopped: %v %s)", x, t.exit.Stopped, t.exit.Reason)
+	// Watchers already connected read the exit on their connections; later ones find exit.json.
+	t.ln.Close()
+	close(t.ended)
+	// The cgroup is empty: removing it is cleanup, after the watchers know. Each rmdir takes the kernel's one
+	// cgroup mutex, so a host's thousands of removals run one at a time; announced after them, the exits of a
+	// 10,000-task stop waited seconds for each other.
 	if t.cgroup != nil {
 		if err := t.cgroup.Remove(2 * time.Second); err != nil {
 			t.logger.Printf("%v", err)
 		}
 	}
-	// Watchers already connected read the exit on their connections; later ones find exit.json.
-	t.ln.Close()
-	close(t.ended)
+	close(t.cleaned)
 }
 
 // stop ends the task: the diagnostic signal and its wait if asked for, then SIGTERM, grace, SIGKILL. A later
