@@ -1,24 +1,28 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
 )
 
-// batchWindow is how long a host waits for more placements of the same run before it signals. Tasks of a run
-// land on a host within a few milliseconds of each other; one signal for all of them keeps them from queueing on
-// the workflow's history, where signals are applied one at a time.
+// batchWindow is how long a host's gathering of one run's items must go quiet before it signals. Tasks of a run
+// land on (or end on) a host within a few milliseconds of each other; one signal for all of them keeps them
+// from queueing on the workflow's history, where signals are applied one at a time, each in a workflow task.
 const batchWindow = 3 * time.Millisecond
 
-// maxBatchWindow bounds the window as it grows: while placements keep coming (a run of thousands of tasks
-// reaches a host over seconds), each window doubles, so that a host sends tens of signals rather than one per
-// handful of tasks (the run's signals are limited, and each is applied alone).
+// maxBatchWindow bounds a gathering: items that keep coming (a run of thousands of tasks reaches a host over
+// seconds) go out at least this often. Each later round of the same gathering waits for twice the quiet of the
+// one before, so that a host sends tens of signals rather than one per handful of tasks (the run's signals are
+// limited).
 const maxBatchWindow = 100 * time.Millisecond
 
 // batcher gathers items per workflow run and sends each gathering with one call of send.
 type batcher[T any] struct {
 	send func(ctx context.Context, workflowID, runID string, items []T) error
+	// window and maxWindow override batchWindow and maxBatchWindow (tests).
+	window, maxWindow time.Duration
 
 	mu   sync.Mutex
 	runs map[string]*batch[T]
@@ -28,6 +32,7 @@ type batch[T any] struct {
 	workflowID, runID string
 	items             []T
 	waiters           []chan error
+	last              time.Time // when the newest item came
 }
 
 // add queues item for the run and returns once the batch holding it was sent (or failed).
@@ -46,6 +51,7 @@ func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) 
 	}
 	bt.items = append(bt.items, item)
 	bt.waiters = append(bt.waiters, done)
+	bt.last = time.Now()
 	b.mu.Unlock()
 	select {
 	case err := <-done:
@@ -55,10 +61,11 @@ func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) 
 	}
 }
 
-// flush sends what gathered for one run until nothing is left.
+// flush sends what gathered for one run, each time it has gone quiet, until nothing is left.
 func (b *batcher[T]) flush(k string, bt *batch[T]) {
-	for window := batchWindow; ; window = min(2*window, maxBatchWindow) {
-		time.Sleep(window)
+	first, most := cmp.Or(b.window, batchWindow), cmp.Or(b.maxWindow, maxBatchWindow)
+	for quiet := first; ; quiet = min(2*quiet, most) {
+		b.settle(bt, quiet, most)
 		b.mu.Lock()
 		items, waiters := bt.items, bt.waiters
 		bt.items, bt.waiters = nil, nil
@@ -74,5 +81,19 @@ func (b *batcher[T]) flush(k string, bt *batch[T]) {
 		for _, w := range waiters {
 			w <- err
 		}
+	}
+}
+
+// settle waits until no item has come for quiet, or for most at the longest.
+func (b *batcher[T]) settle(bt *batch[T], quiet, most time.Duration) {
+	deadline := time.Now().Add(most)
+	for {
+		b.mu.Lock()
+		wait := min(time.Until(bt.last.Add(quiet)), time.Until(deadline))
+		b.mu.Unlock()
+		if wait <= 0 {
+			return
+		}
+		time.Sleep(wait)
 	}
 }

@@ -1,0 +1,83 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sends records each gathering a batcher sends.
+type sends struct {
+	mu   sync.Mutex
+	sent [][]int
+}
+
+func (s *sends) send(_ context.Context, _, _ string, items []int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, items)
+	return nil
+}
+
+func (s *sends) all() [][]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]int(nil), s.sent...)
+}
+
+// addEvery adds n items to one run's gathering, one every gap, and waits until each was sent.
+func addEvery(t *testing.T, b *batcher[int], n int, gap time.Duration) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, b.add(context.Background(), "run", "r1", i))
+		}()
+		time.Sleep(gap)
+	}
+	wg.Wait()
+}
+
+// Items that keep coming closer together than the window go out in one signal, however long they take, up to
+// the longest window.
+func TestBatcher_OneSignalWhileItemsKeepComing(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: 100 * time.Millisecond, maxWindow: 10 * time.Second}
+	addEvery(t, b, 20, 10*time.Millisecond) // 190 ms of items, none 100 ms after the one before
+	sent := s.all()
+	require.Len(t, sent, 1, "one quiet gathering, one signal: %v", sent)
+	assert.Len(t, sent[0], 20)
+}
+
+// A stream that never goes quiet still goes out every maxWindow, and nothing is lost or sent twice.
+func TestBatcher_AStreamGoesOutAtTheLongestWindow(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: 100 * time.Millisecond, maxWindow: 150 * time.Millisecond}
+	addEvery(t, b, 40, 20*time.Millisecond) // 800 ms of items, never 100 ms apart
+	sent := s.all()
+	assert.GreaterOrEqual(t, len(sent), 3, "a gathering waits at most maxWindow: %v", sent)
+	var got []int
+	for _, g := range sent {
+		got = append(got, g...)
+	}
+	want := make([]int, 40)
+	for i := range want {
+		want[i] = i
+	}
+	assert.ElementsMatch(t, want, got)
+}
+
+// Items far apart go out one by one, each after the window.
+func TestBatcher_ItemsFarApartGoOutAlone(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: 5 * time.Millisecond, maxWindow: 50 * time.Millisecond}
+	for i := range 3 {
+		require.NoError(t, b.add(context.Background(), "run", "r1", i))
+	}
+	assert.Equal(t, [][]int{{0}, {1}, {2}}, s.all())
+}
