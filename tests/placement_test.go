@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -71,7 +73,9 @@ func TestE2E_PlacementAndHosts(t *testing.T) {
 }
 
 // A task placed on a host that died right before (still live in the registry for 30s) waits there, not started,
-// until startTimeout fails it, naming the host: the limit docs/operations.md describes.
+// until startTimeout fails it, naming the host: the limit docs/operations.md describes. The host killed is the
+// one that ran the registry's last workflow task, so the run's read of the registry first waits for a worker
+// that is gone (it must still place, not fall back to the pool's queue).
 func TestE2E_PlacedOnADeadHost(t *testing.T) {
 	t.Parallel()
 	c := isolated(t, "host-a", "host-b")
@@ -80,7 +84,11 @@ func TestE2E_PlacedOnADeadHost(t *testing.T) {
 		r := c.cli(t, "hosts", "-o", "json")
 		return json.Unmarshal([]byte(r.stdout), &hosts) == nil && len(hosts) == 2
 	})
-	c.stopWorker("host-b", syscall.SIGKILL) // no last report: the registry still holds it live
+	dead, alive := c.registryHolder(t), "host-a"
+	if dead == "host-a" {
+		alive = "host-b"
+	}
+	c.stopWorker(dead, syscall.SIGKILL) // no last report: the registry still holds it live
 	id := runID(t)
 	spec := writeSpec(t, `{name: dead, startTimeout: 3s, command: [sh, -c, 'sleep 1'], tasks: {worker: {replicas: 2}}}`)
 	r := c.cli(t, "run", spec, "--id", id)
@@ -90,10 +98,38 @@ func TestE2E_PlacedOnADeadHost(t *testing.T) {
 	for _, task := range st.Tasks {
 		if task.State == workflows.TaskFailed {
 			lost++
-			assert.Contains(t, task.Error, "within startTimeout 3s: is a clusterrun-worker running for host host-b, where the run placed it from pool default")
+			assert.Contains(t, task.Error, "within startTimeout 3s: is a clusterrun-worker running for host "+dead+", where the run placed it from pool default")
+		} else {
+			assert.Equal(t, alive, task.Host)
 		}
 	}
-	assert.Equal(t, 1, lost, "one of the two tasks was placed on host-b")
+	assert.Equal(t, 1, lost, "one of the two tasks was placed on %s", dead)
+}
+
+// registryHolder names the host whose worker completed the host registry's last workflow task: the worker its
+// workflow tasks and queries go to first (a worker's identity ends in its pid).
+func (c *cluster) registryHolder(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var identity string
+	it := c.client.GetWorkflowHistory(ctx, workflows.HostRegistryID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetWorkflowTaskCompletedEventAttributes(); a != nil {
+			identity = a.GetIdentity()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for host, w := range c.workers {
+		if strings.HasSuffix(identity, fmt.Sprintf("(pid %d)", w.cmd.Process.Pid)) {
+			return host
+		}
+	}
+	t.Fatalf("no worker of this cluster has identity %q", identity)
+	return ""
 }
 
 // A run that needs more unpinned tasks at once than its pool has slots says so while its tasks wait, and when
