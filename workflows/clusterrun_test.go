@@ -133,11 +133,17 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 	if fails != nil {
 		mctx = context.WithoutCancel(ctx) // the processes outlive the lease, and report nothing
 	}
-	for _, m := range in.Members {
+	// A host takes up every member at once: the fakes record them all before any is served.
+	taken := make([]lease, len(in.Members))
+	for i, m := range in.Members {
+		taken[i] = f.take(ctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+	}
+	for i := range in.Members {
+		m := in.Members[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := f.serve(mctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+			res, err := f.serveTaken(mctx, in.MemberInput(m), taken[i])
 			if fails != nil {
 				return
 			}
@@ -184,17 +190,32 @@ func (f *fakeHosts) running(in RunTasksInput) bool {
 	return true
 }
 
+// lease is what the fakes hold for one task attempt's lease: where its cluster map and its stop arrive.
+type lease struct {
+	rel  chan ClusterMap
+	stop chan struct{}
+}
+
 // serve runs one task attempt's lease; id names it (its RunTask's activity ID, or what it would be).
 func (f *fakeHosts) serve(ctx context.Context, in RunTaskInput, id string) (TaskResult, error) {
-	info := activity.GetInfo(ctx)
-	rel, stop := make(chan ClusterMap, 1), make(chan struct{})
+	return f.serveTaken(ctx, in, f.take(ctx, in, id))
+}
+
+// take records that a task attempt's lease began, on the activity's queue.
+func (f *fakeHosts) take(ctx context.Context, in RunTaskInput, id string) lease {
+	l := lease{rel: make(chan ClusterMap, 1), stop: make(chan struct{})}
 	f.mu.Lock()
-	f.released[in.Task.Name], f.stop[in.Task.Name] = rel, stop
-	f.queues[in.Task.Name] = info.TaskQueue
+	defer f.mu.Unlock()
+	f.released[in.Task.Name], f.stop[in.Task.Name] = l.rel, l.stop
+	f.queues[in.Task.Name] = activity.GetInfo(ctx).TaskQueue
 	f.ids = append(f.ids, id)
 	f.inputs = append(f.inputs, in)
-	f.mu.Unlock()
+	return l
+}
 
+// serveTaken runs a taken lease as its behaviour says, until it ends, is stopped or is canceled.
+func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (TaskResult, error) {
+	rel, stop := l.rel, l.stop
 	host := in.Task.Host
 	if host == "" {
 		host = "pooled-host"
