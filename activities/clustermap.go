@@ -72,10 +72,39 @@ func writeReadable(path string, b []byte) error {
 }
 
 // sharedMaps remembers which map each shared cluster file holds, so that the tasks of a run that start
-// together write it once.
+// together write it once, and the newest map each run sent here (UpdateMap), so that a task starting with an
+// older one (its lease carried the map, and a peer moved since) gets the newest.
 type sharedMaps struct {
 	mu      sync.Mutex
 	written map[string]*mapView // path -> the map it holds
+	newest  map[string]newestMap
+}
+
+// newestMap is a run's newest map here, and the signal its UpdateMap asked the run's tasks to get.
+type newestMap struct {
+	m      workflows.ClusterMap
+	signal string
+}
+
+// note keeps m as its run's newest map here (the run's folder names it) unless a newer one is kept already.
+func (s *sharedMaps) note(folder string, m workflows.ClusterMap, signal string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.newest[folder]; ok && !m.Newer(n.m) {
+		return
+	}
+	if s.newest == nil {
+		s.newest = map[string]newestMap{}
+	}
+	s.newest[folder] = newestMap{m, signal}
+}
+
+// newer returns the run's newest map here when it is newer than m.
+func (s *sharedMaps) newer(folder string, m workflows.ClusterMap) (newestMap, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.newest[folder]
+	return n, ok && n.m.Newer(m)
 }
 
 func (s *sharedMaps) write(path string, v *mapView) error {
@@ -103,6 +132,7 @@ func (s *sharedMaps) forget(folder string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.written, filepath.Join(folder, clusterFileName))
+	delete(s.newest, folder)
 	_ = os.RemoveAll(folder)
 }
 
@@ -184,27 +214,42 @@ func newMapView(m workflows.ClusterMap) *mapView {
 
 // UpdateMap gives this host's tasks of a run the run's new cluster map: task info answers with it, the cluster
 // file holds it, and, when the spec asks, the tasks that did not move get its mapChangeSignal.
+// A task still starting here takes the new map up when it starts (giveNewerMap).
 func (h *Host) UpdateMap(_ context.Context, in workflows.UpdateMapInput) error {
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("new cluster map", "run", in.WorkflowID, "moved", in.Moved, "tasks", len(entries))
-	num := spec.SignalNumber(in.Signal)
+	h.maps.note(h.runFolder(attemptRef{WorkflowID: in.WorkflowID, RunID: in.RunID}), in.Cluster, in.Signal)
 	for _, e := range entries {
 		if e.process() == nil || e.exited() != nil {
 			continue
 		}
-		e.setInfo(taskInfo(e.ref, h.Name, in.Cluster))
-		if err := h.writeClusterFile(e, in.Cluster); err != nil { // the run's shared file is written once
-			h.Logger.Warn("cannot write the cluster file", "task", e.ref.Task, "error", err)
-			continue
-		}
-		if err := h.saveRecord(e); err != nil {
-			h.Logger.Warn("cannot save the task's record", "task", e.ref.Task, "error", err)
-		}
-		if num != 0 && !slices.Contains(in.Moved, e.ref.Task) {
-			if err := h.signalEntry(e, syscall.Signal(num)); err != nil {
-				h.Logger.Warn("map change signal failed", "task", e.ref.Task, "error", err)
-			}
-		}
+		h.giveMap(e, in.Cluster, in.Signal, slices.Contains(in.Moved, e.ref.Task))
 	}
 	return nil
+}
+
+// giveMap gives a running task map m: its task info and its cluster file (the run's shared file is written
+// once), and signal unless the task itself moved.
+func (h *Host) giveMap(e *entry, m workflows.ClusterMap, signal string, moved bool) {
+	e.setInfo(taskInfo(e.ref, h.Name, m))
+	if err := h.writeClusterFile(e, m); err != nil {
+		h.Logger.Warn("cannot write the cluster file", "task", e.ref.Task, "error", err)
+		return
+	}
+	if err := h.saveRecord(e); err != nil {
+		h.Logger.Warn("cannot save the task's record", "task", e.ref.Task, "error", err)
+	}
+	if num := spec.SignalNumber(signal); num != 0 && !moved {
+		if err := h.signalEntry(e, syscall.Signal(num)); err != nil {
+			h.Logger.Warn("map change signal failed", "task", e.ref.Task, "error", err)
+		}
+	}
+}
+
+// giveNewerMap gives a task that just started with map m its run's newer map, if one came meanwhile: an
+// UpdateMap that found the task not yet running left the map for it.
+func (h *Host) giveNewerMap(e *entry, m workflows.ClusterMap) {
+	if n, ok := h.maps.newer(h.runFolder(e.ref), m); ok {
+		h.giveMap(e, n.m, n.signal, false)
+	}
 }

@@ -169,6 +169,13 @@ func (h *Host) refused(in workflows.RunTaskInput, res workflows.TaskResult, err 
 // holds the port until the process starts, so nothing else on this host takes it meanwhile.
 func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *entry, holder chan struct{}, res workflows.TaskResult,
 	ml memberLease) (workflows.ClusterMap, net.Listener, *ending) {
+	if in.Cluster != nil {
+		if ln, err := listenOn(in.Port); err == nil {
+			h.reportStarted(ctx, in, e)
+			return *in.Cluster, ln, nil
+		}
+		h.Logger.Info("the port the run chose is taken; placing the task as usual", "task", e.ref.Task, "port", in.Port)
+	}
 	ln, err := reservePort(in.Port)
 	if err != nil {
 		h.forget(e)
@@ -214,11 +221,26 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 // its address; when that port is taken (or there was none), on any free port.
 func reservePort(want int) (net.Listener, error) {
 	if want > 0 {
-		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", want)); err == nil {
+		if ln, err := listenOn(want); err == nil {
 			return ln, nil
 		}
 	}
 	return net.Listen("tcp", ":0")
+}
+
+func listenOn(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf(":%d", port)) }
+
+// reportStarted tells the run that a pre-placed attempt starts here as the run chose (batched with this host's
+// other placements). The process starts meanwhile: should the signal fail, the task only shows as placed, not
+// running, until it ends.
+func (h *Host) reportStarted(ctx context.Context, in workflows.RunTaskInput, e *entry) {
+	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
+		Host: h.Name, Addr: h.Addr, Port: in.Port, Started: true}
+	go func() {
+		if err := h.placements.add(ctx, e.ref.WorkflowID, e.ref.RunID, placed); err != nil && ctx.Err() == nil {
+			h.Logger.Warn("cannot tell the run that a task started", "task", e.ref.Task, "error", err)
+		}
+	}()
 }
 
 // forget drops an attempt that ends before its process started.
@@ -256,6 +278,9 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		h.forget(e)
 		return &ending{res, err}
 	}
+	if n, ok := h.maps.newer(h.runFolder(e.ref), cluster); ok {
+		cluster = n.m // a peer moved since the lease carried the map
+	}
 	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	if err := h.prepareLogs(dir); err != nil {
 		return fail(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err))
@@ -288,6 +313,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	if by, reason := e.stopCause(); by != "" {
 		h.askSupervisor(e, by, reason, e.stopGraceAsked())
 	}
+	h.giveNewerMap(e, cluster)
 	h.taskStarted(e.ref.Attempt)
 	h.audit(e, adm, st.PID)
 	return nil

@@ -160,11 +160,12 @@ var lowPorts struct {
 	given map[int]bool
 }
 
-// lowFreePort is a free port below 32768 that no other test was given. Below 32768, the kernel never hands it
-// out as an ephemeral port, so a server's own outgoing connections cannot take it between the check and the
+// lowFreePort is a free port in 30000-31999 that no other test was given. Below 32768, the kernel never hands
+// it out as an ephemeral port, so a server's own outgoing connections cannot take it between the check and the
 // server's bind (this raced in CI: "bind: address already in use" for a port chosen by ":0"); and the
 // PostgreSQL schema keeps membership ports in a smallint (a port above it stops the server with "value out
-// of range for type smallint").
+// of range for type smallint"). Above 29999, the host workers' default --ports, from which runs choose their
+// tasks' ports.
 func lowFreePort() int {
 	lowPorts.Lock()
 	defer lowPorts.Unlock()
@@ -172,7 +173,7 @@ func lowFreePort() int {
 		lowPorts.given = map[int]bool{}
 	}
 	for {
-		port := 20000 + mrand.IntN(12000)
+		port := 30000 + mrand.IntN(2000)
 		if lowPorts.given[port] {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +59,10 @@ type fakeHosts struct {
 	released map[string]chan ClusterMap // task -> waiting attempt
 	stop     map[string]chan struct{}
 	queues   map[string]string // task -> task queue it ran on
+	// registry is what the host registry lists; taken are ports in use on every host, which a pre-placed task
+	// cannot have.
+	registry []HostEntry
+	taken    map[int]bool
 	ids      []string          // activity IDs seen
 	releases []ReleaseInput
 	stops    []StopTasksInput
@@ -99,7 +104,13 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.runTasks, activity.RegisterOptions{Name: ActivityRunTasks})
 	env.RegisterActivityWithOptions(f.release, activity.RegisterOptions{Name: ActivityRelease})
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
-	readRegistry = false // no host registry: unpinned tasks go to their pool's queue, as the fakes' scripts expect
+	// The registry lists no host unless a test says: unpinned tasks go to their pool's queue, as the fakes'
+	// scripts expect.
+	testRegistry = func() []HostEntry {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Clone(f.registry)
+	}
 	// Host workers follow the run's memo for barrier outcomes; so do the fakes.
 	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
 		if o, ok := args.Get(0).(map[string]interface{})[MemoBarrier].(BarrierOutcome); ok {
@@ -190,6 +201,14 @@ func (f *fakeHosts) running(in RunTasksInput) bool {
 	return true
 }
 
+func addrOf(t spec.Task) string { return "10.0.0." + fmt.Sprint(t.Index+1) }
+
+func (f *fakeHosts) isTaken(port int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.taken[port]
+}
+
 // lease is what the fakes hold for one task attempt's lease: where its cluster map and its stop arrive.
 type lease struct {
 	rel  chan ClusterMap
@@ -225,16 +244,25 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 	}
 	attempt := in.Attempt
 	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: attempt}
-	if !in.Attach {
+	if in.Cluster != nil && !in.Attach && !f.isTaken(in.Port) {
+		f.mu.Lock()
+		f.maps[in.Task.Name] = *in.Cluster
+		f.mu.Unlock()
+		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+			Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: in.Port, Started: true}}})
+	} else if !in.Attach {
 		port := 2000 + in.Task.Rank
 		if f.portFor != nil {
 			port = f.portFor(in)
+		}
+		if in.Cluster != nil {
+			port = 30000 + in.Task.Rank // its chosen port was taken
 		}
 		if f.beforePlacing != nil {
 			f.beforePlacing(in)
 		}
 		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-			Attempt: attempt, Lease: in.Lease, Host: host, Addr: "10.0.0." + fmt.Sprint(in.Task.Index+1), Port: port}}})
+			Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: port}}})
 		select {
 		case m := <-rel:
 			f.mu.Lock()

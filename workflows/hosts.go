@@ -49,6 +49,15 @@ type HostReport struct {
 	Version  string `json:"version,omitempty"`
 	// Stopping says the worker is shutting down.
 	Stopping bool `json:"stopping,omitempty"`
+	// Ports is the range a run may choose its tasks' ports on this host from, in advance (--ports); nil: the
+	// host chooses each port itself, and the run waits for its placements.
+	Ports *PortRange `json:"ports,omitempty"`
+}
+
+// PortRange is a host's ports From to To, both included.
+type PortRange struct {
+	From int `json:"from"`
+	To   int `json:"to"`
 }
 
 // HostEntry is a host as the registry knows it: its last report and when it came.
@@ -219,18 +228,19 @@ func inPool(pools []string, pool string) bool {
 	return false
 }
 
-// readRegistry is off only in the workflow tests with fake hosts, which script leases to the mocked clock: a
-// local activity there runs on the wall clock beside them. Placement itself is tested by placeTasks' tests and
-// end to end.
-var readRegistry = true
+// testRegistry stands in for the host registry in the workflow tests with fake hosts, which script leases to
+// the mocked clock: a local activity there runs on the wall clock beside them. Placement itself is tested by
+// placeTasks' tests and end to end. Nil outside those tests.
+var testRegistry func() []HostEntry
 
 // place picks hosts for the unpinned tasks about to start a process, from the host registry (runs that
-// place; older ones leave every unpinned task to its pool's queue). A registry that cannot be read leaves them
-// to their pools too.
-func (r *run) place(ctx workflow.Context, orders []launchOrder) {
+// place; older ones leave every unpinned task to its pool's queue), and pre-places the launch when it can. A
+// registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous.
+func (r *run) place(ctx workflow.Context, info *workflow.Info, orders []launchOrder) {
 	if !r.leased {
 		return
 	}
+	prePlace := r.mayPrePlace(ctx, orders)
 	var tasks []*task
 	var reqs []placeRequest
 	for _, o := range orders {
@@ -250,15 +260,11 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		}
 		reqs = append(reqs, req)
 	}
-	if len(tasks) == 0 || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion || !readRegistry {
+	if len(tasks) == 0 && !prePlace || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 5 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	var hosts []HostEntry
-	if err := workflow.ExecuteLocalActivity(lctx, ActivityListHosts).Get(ctx, &hosts); err != nil {
+	hosts, err := listHosts(ctx)
+	if err != nil {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
 		return
 	}
@@ -277,6 +283,23 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 				"%d free, for more tasks than that", t.placedHost, t.Pool, f.slots, f.free)
 		}
 	}
+	if prePlace {
+		r.prePlace(ctx, info, orders, hosts)
+	}
+}
+
+// listHosts reads the host registry, with a local activity.
+func listHosts(ctx workflow.Context) ([]HostEntry, error) {
+	if testRegistry != nil {
+		return testRegistry(), nil
+	}
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 5 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var hosts []HostEntry
+	err := workflow.ExecuteLocalActivity(lctx, ActivityListHosts).Get(ctx, &hosts)
+	return hosts, err
 }
 
 // poolSlots counts a pool's slots on its live, undrained hosts, how many are free, and which host has how many.

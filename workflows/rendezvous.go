@@ -26,6 +26,9 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 			}
 			continue
 		}
+		if r.leased && t.preplaced && p.Attempt == t.attempt && p.Lease == t.lease && r.onPrePlaced(t, p) {
+			continue
+		}
 		if r.leased && (p.Attempt != t.attempt || p.Lease != t.lease || t.placed) {
 			continue // an earlier lease, or a placement seen already
 		}
@@ -33,6 +36,7 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		st := &t.status
 		if r.leased && r.released && st.Port != 0 && (st.Host != p.Host || st.Addr != p.Addr || st.Port != p.Port) {
 			r.todo.moved = append(r.todo.moved, t.Name)
+			r.mapRevision++
 		}
 		if t.ports == nil {
 			t.ports = map[string]int{}
@@ -145,7 +149,7 @@ func (r *run) updateMaps(ctx workflow.Context, info *workflow.Info, moved []stri
 
 // clusterMap is every task's endpoint as of now, in plan order.
 func (r *run) clusterMap() ClusterMap {
-	m := ClusterMap{Generation: r.generation}
+	m := ClusterMap{Generation: r.generation, Revision: r.mapRevision}
 	for _, t := range r.tasks {
 		m.Endpoints = append(m.Endpoints, Endpoint{Task: t.Name, Type: t.Type, Host: t.status.Host, Addr: t.status.Addr, Port: t.status.Port})
 	}

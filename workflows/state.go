@@ -35,6 +35,9 @@ type task struct {
 	lease    int  // the current lease on that attempt
 	attached bool // the current lease re-attaches (it started no process)
 	released bool // the current attempt got the cluster map, so its process may have started
+	// preplaced: the current lease carries the map and the task's chosen port; its host has not said yet
+	// whether it started the task there.
+	preplaced bool
 	mapSent  bool // a Release carried the map toward the current attempt: its process may have started unconfirmed
 	// lostHost: the last attempt was lost with its host (silent, or without a record of it): a restart avoids
 	// that host rather than going back to it.
@@ -67,7 +70,9 @@ type run struct {
 	byName       map[string]*task
 	generation   int
 	restartCount int
-	released     bool // the current generation's rendezvous is complete
+	released     bool // the current generation's rendezvous is complete (or its launch was pre-placed)
+	mapRevision  int  // the cluster map's changes in this generation (ClusterMap.Revision)
+	prePlaced    *prePlacement
 	status       string
 	reason       string
 	startTime    time.Time
@@ -406,12 +411,13 @@ func failureText(st TaskStatus) string {
 func (r *run) resetForGeneration() {
 	r.generation++
 	r.restartCount++
-	r.released = false
+	r.released, r.mapRevision = false, 0
 	r.decision = nil
 	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
 		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff = false, false, false, nil, nil
+		t.preplaced = false
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt}
 	}
 }

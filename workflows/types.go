@@ -38,6 +38,10 @@ type RunTaskInput struct {
 	// ReportExit asks the host to report the process's own end by signal (SignalTaskExits) before the
 	// lease's completion, which then waits a moment and is skipped if the run has ended by then.
 	ReportExit bool `json:"reportExit,omitempty"`
+	// Cluster is the run's map, sent with a pre-placed launch (the run chose every task's host and Port in
+	// advance): the host starts the process at once on Port, with this map, and reports it started
+	// (Placement.Started). When Port is taken there, the host places the task as usual. Nil otherwise.
+	Cluster *ClusterMap `json:"cluster,omitempty"`
 }
 
 // TaskExits reports attempts whose processes ended on their own (SignalTaskExits). A host batches the ends of
@@ -78,6 +82,8 @@ type RunTasksInput struct {
 	ReportTo   RunRef        `json:"reportTo"`
 	ReportExit bool          `json:"reportExit,omitempty"`
 	Members    []LeaseMember `json:"members"`
+	// Cluster is the run's map for pre-placed members, as in RunTaskInput.
+	Cluster *ClusterMap `json:"cluster,omitempty"`
 }
 
 // LeaseMember is one task attempt of a RunTasks lease.
@@ -93,7 +99,8 @@ type LeaseMember struct {
 func (in RunTasksInput) MemberInput(m LeaseMember) RunTaskInput {
 	run := in.Run
 	return RunTaskInput{Task: m.Task, Generation: in.Generation, StopGracePeriod: in.StopGracePeriod, Attempt: m.Attempt,
-		Lease: m.Lease, Attach: in.Attach, Host: in.Host, Port: m.Port, Run: &run, ReportExit: in.ReportExit}
+		Lease: m.Lease, Attach: in.Attach, Host: in.Host, Port: m.Port, Run: &run, ReportExit: in.ReportExit,
+		Cluster: in.Cluster}
 }
 
 // RunTasksResult is how every member of a RunTasks lease ended, whether or not its end also went by signal.
@@ -130,6 +137,8 @@ type Placement struct {
 	Port  int    `json:"port"`
 	// Reattached says the lease took up the attempt's running process again (it is no new placement).
 	Reattached bool `json:"reattached,omitempty"`
+	// Started says the host started a pre-placed attempt on the port and with the map its lease carried.
+	Started bool `json:"started,omitempty"`
 }
 
 // Endpoint is where one task listens.
@@ -146,6 +155,14 @@ type Endpoint struct {
 type ClusterMap struct {
 	Generation int        `json:"generation"`
 	Endpoints  []Endpoint `json:"endpoints"`
+	// Revision counts the changes of the map within its generation (a task that came back at a new address):
+	// a host keeps the newest map of a run, whichever way it came.
+	Revision int `json:"revision,omitempty"`
+}
+
+// Newer says whether m is a later map of its run than o.
+func (m ClusterMap) Newer(o ClusterMap) bool {
+	return m.Generation > o.Generation || m.Generation == o.Generation && m.Revision > o.Revision
 }
 
 // TaskAttempt names one attempt of a task.

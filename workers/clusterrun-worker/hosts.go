@@ -63,7 +63,8 @@ func (r *reporter) run(ctx context.Context) {
 func (r *reporter) report(ctx context.Context, stopping bool) error {
 	held, unpinned := r.host.Load()
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
-		Unpinned: unpinned, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping}
+		Unpinned: unpinned, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
+		Ports: r.c.ports}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := r.cl.SignalWithStartWorkflow(ctx, workflows.HostRegistryID, workflows.SignalHostReport, rep,

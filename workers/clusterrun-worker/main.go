@@ -48,6 +48,7 @@ type config struct {
 	codecKeyFile        string
 	pools               []string
 	slots               int
+	ports               *workflows.PortRange
 	logCap              int64
 	shutdownGrace       time.Duration
 	stopTasksOnExit     bool
@@ -95,6 +96,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.addr, "addr", env("CLUSTERRUN_WORKER_ADDR", ""), "address other tasks dial to reach tasks here (default: this machine's first non-loopback IPv4) [CLUSTERRUN_WORKER_ADDR]")
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
 	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots()), "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
+	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO runs may choose their tasks' ports here from, in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip); off: this host picks each port itself [CLUSTERRUN_WORKER_PORTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
@@ -166,6 +168,9 @@ func parseFlags(args []string) (config, error) {
 	if c.slots < 1 {
 		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
 	}
+	if c.ports, err = parsePorts(*ports); err != nil {
+		return c, err
+	}
 	if c.cgroup != "auto" && c.cgroup != "off" {
 		return c, fmt.Errorf("--cgroup %q: use auto or off", c.cgroup)
 	}
@@ -178,6 +183,34 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.shim = shimPath
 	return c, nil
+}
+
+// defaultPorts lies below Linux's default range of ephemeral ports (32768-60999), which outgoing connections
+// take from.
+const defaultPorts = "20000-29999"
+
+// parsePorts reads --ports: FROM-TO, or off.
+func parsePorts(s string) (*workflows.PortRange, error) {
+	if s == "off" {
+		return nil, nil
+	}
+	from, to, ok := strings.Cut(s, "-")
+	a, errA := strconv.Atoi(strings.TrimSpace(from))
+	b, errB := strconv.Atoi(strings.TrimSpace(to))
+	switch {
+	case !ok || errA != nil || errB != nil:
+		return nil, fmt.Errorf("--ports %q: give a range FROM-TO, e.g. %s, or off", s, defaultPorts)
+	case a < 1024 || b > 65535 || a > b:
+		return nil, fmt.Errorf("--ports %q: the range must lie within 1024-65535 and FROM must not exceed TO, e.g. %s", s, defaultPorts)
+	}
+	return &workflows.PortRange{From: a, To: b}, nil
+}
+
+func portsText(r *workflows.PortRange) string {
+	if r == nil {
+		return "off"
+	}
+	return fmt.Sprintf("%d-%d", r.From, r.To)
 }
 
 // taskUser resolves --run-as. A worker running as root must name the user: root only when said so.
@@ -356,7 +389,7 @@ func run(args []string) error {
 	reportsDone := make(chan struct{})
 	go func() { defer close(reportsDone); reports.run(reportCtx) }()
 	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
-		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "logDir", c.logDir,
+		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "ports", portsText(c.ports), "logDir", c.logDir,
 		"stateDir", host.StateDir, "socketDir", activities.SocketDir(host.SocketDir), "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
 		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
 	<-ctx.Done()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // shimBeside makes a fake clusterrun-shim for --shim, so parseFlags finds one. It also names the test's own
@@ -84,4 +86,25 @@ func TestParseFlags_HostPolicy(t *testing.T) {
 		_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--run-as", "root"})
 		assert.ErrorContains(t, err, "only a worker running as root can run tasks as another user")
 	}
+}
+
+func TestParseFlags_Ports(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	assert.Equal(t, &workflows.PortRange{From: 20000, To: 29999}, c.ports, "the default")
+
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim, "--ports", "41000-41099"})
+	require.NoError(t, err)
+	assert.Equal(t, &workflows.PortRange{From: 41000, To: 41099}, c.ports)
+
+	t.Setenv("CLUSTERRUN_WORKER_PORTS", "off")
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	assert.Nil(t, c.ports, "off: the host picks each port itself")
+
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--ports", "41000"})
+	assert.EqualError(t, err, `--ports "41000": give a range FROM-TO, e.g. 20000-29999, or off`)
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--ports", "500-600"})
+	assert.EqualError(t, err, `--ports "500-600": the range must lie within 1024-65535 and FROM must not exceed TO, e.g. 20000-29999`)
 }
