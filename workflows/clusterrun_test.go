@@ -63,7 +63,7 @@ type fakeHosts struct {
 	// cannot have.
 	registry []HostEntry
 	taken    map[int]bool
-	ids      []string          // activity IDs seen
+	ids      []string // activity IDs seen
 	releases []ReleaseInput
 	stops    []StopTasksInput
 	maps     map[string]ClusterMap  // task -> map it was released with

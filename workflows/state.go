@@ -38,7 +38,7 @@ type task struct {
 	// preplaced: the current lease carries the map and the task's chosen port; its host has not said yet
 	// whether it started the task there.
 	preplaced bool
-	mapSent  bool // a Release carried the map toward the current attempt: its process may have started unconfirmed
+	mapSent   bool // a Release carried the map toward the current attempt: its process may have started unconfirmed
 	// lostHost: the last attempt was lost with its host (silent, or without a record of it): a restart avoids
 	// that host rather than going back to it.
 	lostHost bool
