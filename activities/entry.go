@@ -43,6 +43,8 @@ type entry struct {
 	// and its supervisor's socket.
 	controlSocket string
 	shimSocket    string
+	// port is the port the attempt was given here, set at launch (0 for attempts taken up from a record).
+	port int
 	// supervisor is its run's supervisor's socket, where one request stops many of its tasks ("" in records
 	// of older workers: each is stopped through its own socket).
 	supervisor string

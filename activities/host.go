@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,6 +218,19 @@ func (h *Host) Running() int {
 		}
 	}
 	return n
+}
+
+// PortsIn lists the ports of rng (at most max) that this host's running tasks were given: the registry hands
+// them to no other task while they run (workflows/ports.go).
+func (h *Host) PortsIn(rng workflows.PortRange, max int) []int {
+	var out []int
+	for _, e := range h.reg.unordered() {
+		if len(out) < max && e.process() != nil && e.exited() == nil && e.port >= rng.From && e.port <= rng.To {
+			out = append(out, e.port) // set before its process was: read after
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Load counts the task attempts this host holds (a lease or a running process), and those among them that take

@@ -297,6 +297,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path, ClusterFile: e.clusterFile}, cluster)
 
+	e.port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	launched = true
 	st, err := h.launch(e, pending, adm, env, activity.GetInfo(ctx).HeartbeatTimeout)

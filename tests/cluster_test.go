@@ -47,6 +47,25 @@ type cluster struct {
 	// runtime is its workers' --socket-dir (sockets, cluster files, records): on the machine's tmpfs, as the
 	// default is, but the cluster's own, so that it goes with the cluster.
 	runtime string
+	// ports is its workers' --ports: a block of the default range of its own, so that the suite's clusters,
+	// each with its own registry handing ports out, never give two tasks of one machine the same port.
+	ports string
+}
+
+// portBlocks hands each cluster of the suite its block of ports (cluster.ports).
+var portBlocks struct {
+	sync.Mutex
+	next int
+}
+
+const portBlock = 250
+
+func nextPortBlock() string {
+	portBlocks.Lock()
+	defer portBlocks.Unlock()
+	from := 20000 + portBlocks.next*portBlock
+	portBlocks.next = (portBlocks.next + 1) % (10000 / portBlock)
+	return fmt.Sprintf("%d-%d", from, from+portBlock-1)
 }
 
 // newRuntimeDir makes a cluster's runtime folder beside the machine's default one (a tmpfs where there is one).
@@ -83,7 +102,7 @@ func runSuite(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(work)
 	c := &cluster{root: root, bin: filepath.Join(work, "bin"), logDir: filepath.Join(work, "logs"), workDir: work,
-		marker: randomHex(8), workers: map[string]*owned{}}
+		marker: randomHex(8), workers: map[string]*owned{}, ports: nextPortBlock()}
 	if c.runtime, err = newRuntimeDir(); err != nil {
 		return 1, err
 	}
@@ -209,6 +228,9 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 		"--socket-dir", c.runtime, "--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
 	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
 		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
+	}
+	if !slices.Contains(extra, "--ports") {
+		args = append(args, "--ports", c.ports)
 	}
 	if !slices.Contains(extra, "--slots") {
 		args = append(args, "--slots", "16") // the default is the machine's cores: too few for the suite's runs on 2

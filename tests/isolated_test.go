@@ -190,7 +190,7 @@ func isolatedWith(t *testing.T, configure func(*devServer), hosts ...string) *cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8),
+	c := &cluster{root: env.root, bin: env.bin, logDir: filepath.Join(dir, "logs"), workDir: dir, marker: randomHex(8), ports: nextPortBlock(),
 		workers: map[string]*owned{}, dev: newServer(env.root, dir, port)}
 	if c.runtime, err = newRuntimeDir(); err != nil {
 		os.RemoveAll(dir)

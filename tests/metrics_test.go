@@ -57,7 +57,7 @@ tasks:
 		`clusterrun_barrier_waits_total\{[^}]*outcome="released"[^}]*\} 2`,
 		`clusterrun_barrier_wait_latency_seconds_count\{[^}]*outcome="released"[^}]*\} 2`,
 		`clusterrun_tasks_running\{[^}]*\} 0`,
-		`temporal_activity_execution_latency`, // the SDK's own
+		`temporal_activity_schedule_to_start_latency`, // the SDK's own
 	} {
 		assert.Regexp(t, want, body)
 	}

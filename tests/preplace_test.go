@@ -84,9 +84,9 @@ func freePortRun(t *testing.T, n int) int {
 func TestE2E_PrePlacedLaunch(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
-	base := freePortRun(t, 4)
-	require.NoError(t, c.startWorker("host-a", "--ports", fmt.Sprintf("%d-%d", base, base+1)))
-	require.NoError(t, c.startWorker("host-b", "--ports", fmt.Sprintf("%d-%d", base+2, base+3)))
+	base := freePortRun(t, 8)
+	require.NoError(t, c.startWorker("host-a", "--ports", fmt.Sprintf("%d-%d", base, base+3)))
+	require.NoError(t, c.startWorker("host-b", "--ports", fmt.Sprintf("%d-%d", base+4, base+7)))
 	waitUntil(t, "both hosts to announce their ports", time.Minute, func() bool {
 		var hosts []workflows.HostEntry
 		r := c.cli(t, "hosts", "-o", "json")
@@ -102,18 +102,20 @@ tasks:
   ps: {replicas: 2, hosts: [host-b]}
 `, script))
 
-	// Every chosen port free: four tasks started with the map, and no Release.
+	// Every chosen port free: four tasks started with the map, and no Release. The registry hands each host's
+	// ports out in turn: the first two of each range.
 	free := runID(t)
 	r := c.cli(t, "run", spec, "--id", free)
 	require.Equal(t, 0, r.code, r.String())
 	st, err := c.outcome(t, free)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []int{base, base + 1}, []int{st.Task("worker-0").Port, st.Task("worker-1").Port})
-	assert.ElementsMatch(t, []int{base + 2, base + 3}, []int{st.Task("ps-0").Port, st.Task("ps-1").Port})
+	assert.ElementsMatch(t, []int{base + 4, base + 5}, []int{st.Task("ps-0").Port, st.Task("ps-1").Port})
 	assert.Equal(t, map[string]int{workflows.ActivityRunTasks: 2}, c.activitiesOf(t, free))
 
-	// One of host-a's ports held by another program: the task the run gave it starts elsewhere, alone released.
-	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", base))
+	// The next two of host-a's range go to the next run; another program holds the first of them. The task given
+	// it starts at another port, and is alone released.
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", base+2))
 	require.NoError(t, err)
 	defer ln.Close()
 	taken := runID(t)
@@ -122,8 +124,8 @@ tasks:
 	st, err = c.outcome(t, taken)
 	require.NoError(t, err)
 	ports := []int{st.Task("worker-0").Port, st.Task("worker-1").Port}
-	assert.Contains(t, ports, base+1)
-	assert.NotContains(t, ports, base, "no task at the taken port")
+	assert.Contains(t, ports, base+3)
+	assert.NotContains(t, ports, base+2, "no task at the taken port")
 	assert.Equal(t, map[string]int{workflows.ActivityRunTasks: 2, workflows.ActivityRelease: 1, workflows.ActivityUpdateMap: 2},
 		c.activitiesOf(t, taken), "the moved task's Release, and the new map for both hosts")
 	log, _ := os.ReadFile(filepath.Join(c.workDir, "worker-host-a.log"))

@@ -106,6 +106,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
 	// The registry lists no host unless a test says: unpinned tasks go to their pool's queue, as the fakes'
 	// scripts expect.
+	testNextPort = map[string]int{}
 	testRegistry = func() []HostEntry {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -245,6 +246,12 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 	attempt := in.Attempt
 	res := TaskResult{Task: in.Task.Name, Host: host, Attempt: attempt}
 	if in.Cluster != nil && !in.Attach && !f.isTaken(in.Port) {
+		for _, ep := range in.Cluster.Endpoints {
+			if ep.Task == in.Task.Name {
+				host = ep.Host // where the run placed it
+			}
+		}
+		res.Host = host
 		f.mu.Lock()
 		f.maps[in.Task.Name] = *in.Cluster
 		f.mu.Unlock()

@@ -149,7 +149,7 @@ func (g *generation) act() {
 	for _, t := range todo.terminate {
 		g.watch(r.terminate(g.genCtx, g.info, t))
 	}
-	r.place(g.genCtx, g.info, todo.launch)
+	r.place(g.genCtx, todo.launch)
 	var launch []launchOrder
 	for _, o := range todo.launch {
 		if r.decision == nil || o.t.future == nil {

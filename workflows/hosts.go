@@ -52,7 +52,13 @@ type HostReport struct {
 	// Ports is the range a run may choose its tasks' ports on this host from, in advance (--ports); nil: the
 	// host chooses each port itself, and the run waits for its placements.
 	Ports *PortRange `json:"ports,omitempty"`
+	// PortsInUse are the ports of that range this host's running tasks hold (at most MaxPortsInUse): the
+	// registry hands them to no other task.
+	PortsInUse []int `json:"portsInUse,omitempty"`
 }
+
+// MaxPortsInUse bounds a host report's PortsInUse.
+const MaxPortsInUse = 4096
 
 // PortRange is a host's ports From to To, both included.
 type PortRange struct {
@@ -71,6 +77,9 @@ type HostEntry struct {
 // HostRegistryState carries the registry over continue-as-new.
 type HostRegistryState struct {
 	Hosts map[string]HostEntry `json:"hosts,omitempty"`
+	// NextPort is, per port space (an address and a range: portSpace), the next port to hand out there
+	// (UpdateAllocatePorts).
+	NextPort map[string]int `json:"nextPort,omitempty"`
 }
 
 // HostRegistry keeps every host's last report. It never ends; it continues as new when the server suggests.
@@ -81,6 +90,12 @@ func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 	err := workflow.SetQueryHandler(ctx, QueryHosts, func() ([]HostEntry, error) {
 		return hostList(st.Hosts, workflow.Now(ctx)), nil
 	})
+	if err != nil {
+		return err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateAllocatePorts,
+		func(_ workflow.Context, req PortRequest) (PortGrant, error) { return st.allocatePorts(req) },
+		workflow.UpdateHandlerOptions{Validator: func(req PortRequest) error { return st.checkPorts(req) }})
 	if err != nil {
 		return err
 	}
@@ -99,6 +114,9 @@ func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 		}
 		for reports.ReceiveAsync(&r) {
 			record(r)
+		}
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return err
 		}
 		now := workflow.Now(ctx)
 		for _, h := range hostNames(st.Hosts) {
@@ -236,7 +254,7 @@ var testRegistry func() []HostEntry
 // place picks hosts for the unpinned tasks about to start a process, from the host registry (runs that
 // place; older ones leave every unpinned task to its pool's queue), and pre-places the launch when it can. A
 // registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous.
-func (r *run) place(ctx workflow.Context, info *workflow.Info, orders []launchOrder) {
+func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 	if !r.leased {
 		return
 	}
@@ -284,7 +302,7 @@ func (r *run) place(ctx workflow.Context, info *workflow.Info, orders []launchOr
 		}
 	}
 	if prePlace {
-		r.prePlace(ctx, info, orders, hosts)
+		r.prePlace(ctx, orders, hosts)
 	}
 }
 

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"hash/fnv"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -10,8 +9,9 @@ import (
 // Pre-placed launches. A launch used to take two trips through the run's history before a process started:
 // each host reported where its tasks landed (their ports), and once every task had, the run sent the cluster
 // map back (Release). When the run knows every task's host already (pinned, or placed from the registry) and
-// each of those hosts announces a port range (HostReport.Ports), the run chooses the ports itself and sends
-// the map with the leases: each host starts its tasks at once and reports them started (Placement.Started).
+// each of those hosts announces a port range (HostReport.Ports), the registry allocates the ports (ports.go)
+// and the run sends the map with the leases: each host starts its tasks at once and reports them started
+// (Placement.Started).
 // A host that finds a chosen port taken places that task as usual: the run releases it at its new port and
 // sends the new map to the other hosts, as for a task that comes back at a new address after a restart.
 
@@ -21,7 +21,6 @@ const ChangePrePlaced = "clusterrun-preplaced"
 // prePlacement is the launch being pre-placed, while its leases are made: the map they carry.
 type prePlacement struct {
 	cluster ClusterMap
-	at      time.Time
 }
 
 // mayPrePlace says whether this launch is one the run can pre-place: the first launch of a generation of an
@@ -45,79 +44,58 @@ func (r *run) mayPrePlace(ctx workflow.Context, orders []launchOrder) bool {
 	return workflow.GetVersion(ctx, ChangePrePlaced, workflow.DefaultVersion, 1) == 1
 }
 
-// prePlace chooses every launching task's port on its host, from the ranges in hosts (the registry), and
+// prePlace has the registry allocate every launching task a port on its host (from the host's range), and
 // records them as the tasks' places: the leases made next carry the map. It does nothing unless every task has
-// a live host that announces a range with room for them.
-func (r *run) prePlace(ctx workflow.Context, info *workflow.Info, orders []launchOrder, hosts []HostEntry) {
+// a live host that announces a range, and the registry's reports leave a free slot for every unpinned one: a
+// gang larger than its pool's free slots keeps waiting at its rendezvous, not running.
+func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostEntry) {
 	known := map[string]HostEntry{}
 	for _, h := range hosts {
-		if h.Live && !h.Stopping && h.Addr != "" && h.Ports != nil && h.Ports.To >= h.Ports.From {
+		if h.Live && !h.Stopping && h.Addr != "" && h.Ports != nil {
 			known[h.Host] = h
 		}
 	}
-	perHost := map[string][]*task{}
-	var hostOrder []string
+	var req PortRequest
+	count := map[string]int{}
 	for _, o := range orders {
 		h := leaseHost(o)
 		if _, ok := known[h]; !ok {
 			return // a host that chooses its own ports, or one not known yet
 		}
-		if perHost[h] == nil {
-			hostOrder = append(hostOrder, h)
+		if o.t.waitNote != "" {
+			return // a task may wait for a slot: the others wait for it at the rendezvous, not running
 		}
-		perHost[h] = append(perHost[h], o.t)
+		if count[h] == 0 {
+			req.Hosts = append(req.Hosts, PortCount{Host: h})
+		}
+		count[h]++
 	}
-	chosen := map[*task]int{}
-	for _, h := range hostOrder {
-		ports, ok := choosePorts(*known[h].Ports, info.WorkflowExecution.ID, h, perHost[h])
-		if !ok {
+	for i := range req.Hosts {
+		req.Hosts[i].Count = count[req.Hosts[i].Host]
+	}
+	grant, err := allocatePorts(ctx, req)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("the host registry gave no ports; the launch waits for its placements", "error", err)
+		return
+	}
+	for _, c := range req.Hosts {
+		if len(grant.Ports[c.Host]) != c.Count {
 			return
-		}
-		for i, t := range perHost[h] {
-			chosen[t] = ports[i]
 		}
 	}
 	for _, o := range orders {
 		t, h := o.t, leaseHost(o)
+		port := grant.Ports[h][0]
+		grant.Ports[h] = grant.Ports[h][1:]
 		if t.ports == nil {
 			t.ports = map[string]int{}
 		}
-		t.ports[h] = chosen[t]
+		t.ports[h] = port
 		t.preplaced = true
-		t.status.Host, t.status.Addr, t.status.Port = h, known[h].Addr, chosen[t]
+		t.status.Host, t.status.Addr, t.status.Port = h, known[h].Addr, port
 	}
 	r.released = true // the map goes with the leases
-	r.prePlaced = &prePlacement{cluster: r.clusterMap(), at: workflow.Now(ctx)}
-}
-
-// choosePorts gives each of ts a distinct port of rng: the one it had on this host earlier when that is in the
-// range, else the next free one from a place the run's ID and the host's name pick, so that runs started
-// together on one host (and hosts that share a machine, and a range) seldom choose the same ports. False when the range holds fewer ports than ts.
-func choosePorts(rng PortRange, runID, host string, ts []*task) ([]int, bool) {
-	size := rng.To - rng.From + 1
-	if size < len(ts) {
-		return nil, false
-	}
-	used := map[int]bool{}
-	out := make([]int, len(ts))
-	for i, t := range ts {
-		if p := t.ports[host]; p >= rng.From && p <= rng.To && !used[p] {
-			out[i], used[p] = p, true
-		}
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(runID + "\x00" + host))
-	next := int(h.Sum32() % uint32(size))
-	for i := range ts {
-		if out[i] != 0 {
-			continue
-		}
-		for used[rng.From+next] {
-			next = (next + 1) % size
-		}
-		out[i], used[rng.From+next] = rng.From+next, true
-	}
-	return out, true
+	r.prePlaced = &prePlacement{cluster: r.clusterMap()}
 }
 
 // startPrePlaced marks a pre-placed task's new lease as carrying the map: it counts as placed on its chosen
@@ -129,14 +107,13 @@ func (r *run) startPrePlaced(t *task, in *RunTaskInput) {
 	c := r.prePlaced.cluster
 	in.Cluster = &c
 	t.placed, t.mapSent = true, true
-	at := r.prePlaced.at
-	t.status.State, t.status.StartTime = TaskPlaced, &at
+	t.status.State = TaskPlaced
 }
 
 // onPrePlaced takes a pre-placed task's placement: true when its host started it as the run chose, so nothing
 // more is to be done; false when the host placed it elsewhere (its port was taken), to be released as a task
 // that moved.
-func (r *run) onPrePlaced(t *task, p Placement) bool {
+func (r *run) onPrePlaced(t *task, p Placement, now time.Time) bool {
 	t.preplaced = false
 	st := &t.status
 	if !p.Started || p.Host != st.Host || p.Port != st.Port {
@@ -145,7 +122,7 @@ func (r *run) onPrePlaced(t *task, p Placement) bool {
 	}
 	t.released = true
 	if st.State == TaskPlaced {
-		st.State = TaskRunning
+		st.State, st.StartTime = TaskRunning, &now
 	}
 	if t.terminated {
 		r.todo.terminate = append(r.todo.terminate, t) // its stop may have reached the host before the lease did

@@ -70,13 +70,8 @@ func TestPrePlaced_ATakenPortMovesTheTask(t *testing.T) {
 	}
 	h := newHarness(t, chiefEnds)
 	h.hosts.registry = registryOf(true)
-	// Take worker-1's port: the one the same run picks (its ID is the test environment's) in a run beforehand.
-	probe := newHarness(t, chiefEnds)
-	probe.hosts.registry = registryOf(true)
-	_, err := probe.run(t, mustSpec(t, batchSpec))
-	require.NoError(t, err)
-	port := probe.hosts.maps["chief-0"].Endpoints[2].Port // worker-1, in plan order
-	h.hosts.taken = map[int]bool{port: true}
+	// The registry hands host-a's ports out in turn: chief-0 20000, worker-0 20001, worker-1 20002.
+	h.hosts.taken = map[int]bool{20002: true}
 
 	st, err := h.run(t, mustSpec(t, batchSpec))
 	require.NoError(t, err)
@@ -107,22 +102,76 @@ func TestPrePlaced_NotWithoutPortRanges(t *testing.T) {
 	}
 }
 
-func TestChoosePorts(t *testing.T) {
-	ts := []*task{{}, {ports: map[string]int{"h": 105}}, {ports: map[string]int{"h": 999}}}
-	got, ok := choosePorts(PortRange{From: 100, To: 105}, "run", "h", ts)
-	require.True(t, ok)
-	assert.Equal(t, 105, got[1], "a task keeps its earlier port on the host")
-	seen := map[int]bool{}
-	for _, p := range got {
-		assert.True(t, p >= 100 && p <= 105, p)
-		assert.False(t, seen[p], "distinct")
-		seen[p] = true
+// The registry hands each host's ports out in turn, going round at the end of its range, and refuses what it
+// cannot grant.
+func TestAllocatePorts(t *testing.T) {
+	st := HostRegistryState{Hosts: map[string]HostEntry{}}
+	for _, h := range registryOf(true) {
+		h.Ports = &PortRange{From: 100, To: 104}
+		st.Hosts[h.Host] = h
 	}
-	again, _ := choosePorts(PortRange{From: 100, To: 105}, "run", "h", ts)
-	assert.Equal(t, got, again, "the same run chooses the same ports")
-	other, _ := choosePorts(PortRange{From: 100, To: 105}, "another-run", "h", []*task{{}})
-	first, _ := choosePorts(PortRange{From: 100, To: 105}, "run", "h", []*task{{}})
-	assert.NotEqual(t, first, other, "runs start from different places")
-	_, ok = choosePorts(PortRange{From: 100, To: 101}, "run", "h", ts)
-	assert.False(t, ok, "three tasks do not fit in two ports")
+	st.Hosts["old"] = HostEntry{HostReport: HostReport{Host: "old"}}
+	g, err := st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 3}, {"host-b", 1}}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]int{"host-a": {100, 101, 102}, "host-b": {100}}, g.Ports)
+	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 3}}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{103, 104, 100}, g.Ports["host-a"], "the next run gets the next ports, round the range")
+
+	st.Hosts["host-a"] = HostEntry{HostReport: HostReport{Host: "host-a", Ports: &PortRange{From: 200, To: 209}}}
+	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 1}}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{200}, g.Ports["host-a"], "a new range starts at its beginning")
+
+	// Workers of one machine share its ports: one cursor, and no port another holds.
+	st.Hosts["host-a"] = HostEntry{HostReport: HostReport{Host: "host-a", Addr: "10.9.9.9", Ports: &PortRange{From: 300, To: 305},
+		PortsInUse: []int{301}}}
+	st.Hosts["host-c"] = HostEntry{HostReport: HostReport{Host: "host-c", Addr: "10.9.9.9", Ports: &PortRange{From: 300, To: 305},
+		PortsInUse: []int{303}}}
+	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 2}, {"host-c", 2}}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]int{"host-a": {300, 302}, "host-c": {304, 305}}, g.Ports)
+	_, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 5}}})
+	assert.EqualError(t, err, "5 ports asked of host host-a, whose range 300-305 has 4 free")
+
+	for req, want := range map[PortCount]string{
+		{"host-z", 1}: "host host-z has never reported",
+		{"old", 1}:    "host old announces no port range (--ports off)",
+		{"host-b", 6}: "6 ports asked of host host-b, whose range 100-104 holds 5",
+	} {
+		_, err := st.allocatePorts(PortRequest{Hosts: []PortCount{req}})
+		assert.EqualError(t, err, want)
+	}
+}
+
+// Unpinned tasks are pre-placed where the registry leaves each a free slot; a launch larger than the free
+// slots waits at its rendezvous as before, so that no task runs while others wait for a slot.
+func TestPrePlaced_UnpinnedOnlyWhenEveryTaskHasASlot(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	const pooled = `
+name: pooled
+command: [x]
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 3}
+`
+	for _, c := range []struct {
+		slots     int
+		preplaced bool
+	}{{4, true}, {1, false}} {
+		h := newHarness(t, chiefEnds)
+		h.hosts.registry = registryOf(true)
+		for i := range h.hosts.registry {
+			h.hosts.registry[i].Slots = c.slots
+		}
+		st, err := h.run(t, mustSpec(t, pooled))
+		require.NoError(t, err)
+		assert.Equal(t, StatusSucceeded, st.Status)
+		assert.Equal(t, c.preplaced, len(h.hosts.releases) == 0, "slots %d", c.slots)
+		for _, in := range h.hosts.inputs {
+			assert.Equal(t, c.preplaced, in.Cluster != nil, "slots %d: %s", c.slots, in.Task.Name)
+		}
+	}
 }

@@ -26,7 +26,7 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 			}
 			continue
 		}
-		if r.leased && t.preplaced && p.Attempt == t.attempt && p.Lease == t.lease && r.onPrePlaced(t, p) {
+		if r.leased && t.preplaced && p.Attempt == t.attempt && p.Lease == t.lease && r.onPrePlaced(t, p, workflow.Now(ctx)) {
 			continue
 		}
 		if r.leased && (p.Attempt != t.attempt || p.Lease != t.lease || t.placed) {

@@ -38,7 +38,7 @@ type task struct {
 	// preplaced: the current lease carries the map and the task's chosen port; its host has not said yet
 	// whether it started the task there.
 	preplaced bool
-	mapSent   bool // a Release carried the map toward the current attempt: its process may have started unconfirmed
+	mapSent   bool // a Release (or a pre-placed lease) carried the map toward the current attempt: it may have started unconfirmed
 	// lostHost: the last attempt was lost with its host (silent, or without a record of it): a restart avoids
 	// that host rather than going back to it.
 	lostHost bool
@@ -219,6 +219,10 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 	t.done = true
 	st := &t.status
 	st.EndTime = &now
+	if st.StartTime == nil && res.PID > 0 && !res.StartTime.IsZero() {
+		start := res.StartTime // a pre-placed task that ended before its host's report that it started came
+		st.StartTime = &start
+	}
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
 	timeout, timedOut := timeoutOf(err)

@@ -65,6 +65,9 @@ func (r *reporter) report(ctx context.Context, stopping bool) error {
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
 		Unpinned: unpinned, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
 		Ports: r.c.ports}
+	if r.c.ports != nil {
+		rep.PortsInUse = r.host.PortsIn(*r.c.ports, workflows.MaxPortsInUse)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := r.cl.SignalWithStartWorkflow(ctx, workflows.HostRegistryID, workflows.SignalHostReport, rep,
@@ -87,6 +90,20 @@ func listHosts(cl client.Client) func(context.Context) ([]workflows.HostEntry, e
 		}
 		var hosts []workflows.HostEntry
 		return hosts, v.Get(&hosts)
+	}
+}
+
+// allocatePorts is the local activity runs get their pre-placed launches' ports with: an update of the
+// registry, which hands them out (workflows/ports.go).
+func allocatePorts(cl client.Client) func(context.Context, workflows.PortRequest) (workflows.PortGrant, error) {
+	return func(ctx context.Context, req workflows.PortRequest) (workflows.PortGrant, error) {
+		var grant workflows.PortGrant
+		h, err := cl.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.HostRegistryID,
+			UpdateName: workflows.UpdateAllocatePorts, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err == nil {
+			err = h.Get(ctx, &grant)
+		}
+		return grant, err
 	}
 }
 

@@ -361,6 +361,7 @@ func run(args []string) error {
 		w.RegisterWorkflowWithOptions(workflows.ClusterItems, workflow.RegisterOptions{Name: workflows.ItemsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ClusterShard, workflow.RegisterOptions{Name: workflows.ShardWorkflowType})
 		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
+		w.RegisterActivityWithOptions(allocatePorts(cl), activity.RegisterOptions{Name: workflows.ActivityAllocatePorts})
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
 	// polling while the host is drained.
