@@ -83,8 +83,8 @@ start_workers() {
 	if [ "$(id -u)" = 0 ]; then
 		runas=(--run-as "${CLUSTERRUN_WORKER_RUN_AS:-root}")
 	fi
-	# The hosts share this machine's ports: each gets its own part of the default range (--ports) to choose
-	# ports from in advance, so that runs never pick a port another host's task holds.
+	# The hosts share this machine's ports: each gets its own part of the default range (--ports) for the
+	# registry to hand out, unless CLUSTERRUN_WORKER_PORTS says otherwise (off, say).
 	local h pidf i=0
 	for h in $hosts; do
 		local ports=$((20000 + i * 1000))-$((20000 + i * 1000 + 999))
@@ -95,7 +95,8 @@ start_workers() {
 			wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
 		fi
 		: >"$state/worker-$h.log"
-		setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --ports "$ports" --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}" \
+		CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} \
+			setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}" \
 			>>"$state/worker-$h.log" 2>&1 </dev/null &
 		echo $! >"$pidf"
 		echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"
