@@ -106,7 +106,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.stopTasks, activity.RegisterOptions{Name: ActivityStopTasks})
 	// The registry lists no host unless a test says: unpinned tasks go to their pool's queue, as the fakes'
 	// scripts expect.
-	testNextPort = map[string]int{}
+	testPorts = PortAllocatorState{}
 	testRegistry = func() []HostEntry {
 		f.mu.Lock()
 		defer f.mu.Unlock()

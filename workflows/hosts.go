@@ -77,9 +77,6 @@ type HostEntry struct {
 // HostRegistryState carries the registry over continue-as-new.
 type HostRegistryState struct {
 	Hosts map[string]HostEntry `json:"hosts,omitempty"`
-	// NextPort is, per port space (an address and a range: portSpace), the next port to hand out there
-	// (UpdateAllocatePorts).
-	NextPort map[string]int `json:"nextPort,omitempty"`
 }
 
 // HostRegistry keeps every host's last report. It never ends; it continues as new when the server suggests.
@@ -90,12 +87,6 @@ func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 	err := workflow.SetQueryHandler(ctx, QueryHosts, func() ([]HostEntry, error) {
 		return hostList(st.Hosts, workflow.Now(ctx)), nil
 	})
-	if err != nil {
-		return err
-	}
-	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateAllocatePorts,
-		func(_ workflow.Context, req PortRequest) (PortGrant, error) { return st.allocatePorts(req) },
-		workflow.UpdateHandlerOptions{Validator: func(req PortRequest) error { return st.checkPorts(req) }})
 	if err != nil {
 		return err
 	}
@@ -114,9 +105,6 @@ func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 		}
 		for reports.ReceiveAsync(&r) {
 			record(r)
-		}
-		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-			return err
 		}
 		now := workflow.Now(ctx)
 		for _, h := range hostNames(st.Hosts) {

@@ -8,27 +8,38 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Port allocation for pre-placed launches. Each host announces a range (--ports); the host registry hands its
-// ports out in turn, from a cursor per address and range that its history keeps (as Slurm takes the ports of
-// its PMI servers from MpiParams=ports), skipping the ports the hosts' last reports say running tasks hold. So
-// two tasks of clusterrun are not given one port of a machine at once; a port another program holds is the only
-// one a task can find taken.
+// Port allocation for pre-placed launches. Each host announces a range (--ports) and the ports of it that its
+// running tasks hold, in its registry reports. A run sends the ranges of its launch's hosts to one long-running
+// PortAllocator workflow (ID PortAllocatorID), which hands their ports out in turn from a cursor per address and
+// range that its history keeps, skipping the held ones, as Slurm takes the ports of its PMI servers from
+// MpiParams=ports. So two tasks of clusterrun are not given one port of a machine at once; a port another
+// program holds is the only one a task can find taken. The allocator is a workflow of its own, not part of the
+// host registry, so that host workers of the version before, which cannot replay its updates, still read the
+// registry during a rolling upgrade.
 const (
-	// UpdateAllocatePorts asks the registry for ports (PortRequest → PortGrant).
+	PortAllocatorWorkflowType = "PortAllocator"
+	PortAllocatorID           = "clusterrun-ports"
+	// UpdateAllocatePorts asks the allocator for ports (PortRequest → PortGrant).
 	UpdateAllocatePorts = "allocate-ports"
-	// ActivityAllocatePorts is the local activity a run sends that update with.
+	// ActivityAllocatePorts is the local activity a run sends that update with (starting the allocator first
+	// when there is none).
 	ActivityAllocatePorts = "AllocatePorts"
 )
 
-// PortRequest asks for Count ports on each host named.
+// PortRequest asks for ports on the hosts of a launch.
 type PortRequest struct {
 	Hosts []PortCount `json:"hosts"`
 }
 
-// PortCount is how many ports a launch needs on one host.
+// PortCount is how many ports a launch needs on one host, with what the registry says of the host's ports:
+// its address, its range, and the ports of that range held by running tasks (of every host on that address
+// with that range).
 type PortCount struct {
-	Host  string `json:"host"`
-	Count int    `json:"count"`
+	Host  string    `json:"host"`
+	Count int       `json:"count"`
+	Addr  string    `json:"addr"`
+	Range PortRange `json:"range"`
+	Held  []int     `json:"held,omitempty"`
 }
 
 // PortGrant is the ports given, host by host, in the order asked.
@@ -36,53 +47,62 @@ type PortGrant struct {
 	Ports map[string][]int `json:"ports"`
 }
 
-// checkPorts refuses a request the registry cannot grant: a host it does not know, one without a range, or
-// more ports than its range holds.
-func (st *HostRegistryState) checkPorts(req PortRequest) error {
+// PortAllocatorState carries the cursors over continue-as-new: per port space (portSpace), the next port.
+type PortAllocatorState struct {
+	Next map[string]int `json:"next,omitempty"`
+}
+
+// PortAllocator answers UpdateAllocatePorts. It never ends; it continues as new when the server suggests.
+func PortAllocator(ctx workflow.Context, st PortAllocatorState) error {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAllocatePorts,
+		func(_ workflow.Context, req PortRequest) (PortGrant, error) { return st.allocate(req) },
+		workflow.UpdateHandlerOptions{Validator: checkPorts})
+	if err != nil {
+		return err
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.GetInfo(ctx).GetContinueAsNewSuggested() }); err != nil {
+		return err
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, PortAllocatorWorkflowType, st)
+}
+
+// checkPorts refuses a request that cannot be granted: a range that is none, or more ports than it holds.
+func checkPorts(req PortRequest) error {
 	for _, c := range req.Hosts {
-		h, ok := st.Hosts[c.Host]
+		size := c.Range.To - c.Range.From + 1
 		switch {
-		case !ok:
-			return fmt.Errorf("host %s has never reported", c.Host)
-		case h.Ports == nil:
-			return fmt.Errorf("host %s announces no port range (--ports off)", c.Host)
-		case c.Count < 1 || c.Count > h.Ports.To-h.Ports.From+1:
-			return fmt.Errorf("%d ports asked of host %s, whose range %d-%d holds %d", c.Count, c.Host, h.Ports.From, h.Ports.To,
-				h.Ports.To-h.Ports.From+1)
+		case c.Range.From < 1 || c.Range.To > 65535 || size < 1:
+			return fmt.Errorf("host %s announces no valid port range (%d-%d)", c.Host, c.Range.From, c.Range.To)
+		case c.Count < 1 || c.Count > size:
+			return fmt.Errorf("%d ports asked of host %s, whose range %d-%d holds %d", c.Count, c.Host, c.Range.From, c.Range.To, size)
 		}
 	}
 	return nil
 }
 
-// allocatePorts gives each host the next free ports of its range, going round at its end. Hosts that share an
-// address and a range (workers of one machine) share one cursor, and no port a host reported held by a running
-// task is given.
-func (st *HostRegistryState) allocatePorts(req PortRequest) (PortGrant, error) {
-	if err := st.checkPorts(req); err != nil {
+// allocate gives each host the next ports of its range that are not held, going round at its end. Hosts that
+// share an address and a range (workers of one machine) share one cursor.
+func (st *PortAllocatorState) allocate(req PortRequest) (PortGrant, error) {
+	if err := checkPorts(req); err != nil {
 		return PortGrant{}, err
 	}
-	if st.NextPort == nil {
-		st.NextPort = map[string]int{}
+	if st.Next == nil {
+		st.Next = map[string]int{}
 	}
-	held := map[string]map[int]bool{} // port space -> ports held there
-	for _, name := range hostNames(st.Hosts) {
-		if h := st.Hosts[name]; h.Ports != nil {
-			for _, p := range h.PortsInUse {
-				if held[portSpace(h)] == nil {
-					held[portSpace(h)] = map[int]bool{}
-				}
-				held[portSpace(h)][p] = true
-			}
-		}
-	}
+	given := map[string]map[int]bool{} // port space -> ports given or held
 	out := PortGrant{Ports: map[string][]int{}}
 	for _, c := range req.Hosts {
-		h := st.Hosts[c.Host]
-		rng, space := *h.Ports, portSpace(h)
-		if held[space] == nil {
-			held[space] = map[int]bool{}
+		rng, space := c.Range, portSpace(c.Addr, c.Range)
+		if given[space] == nil {
+			given[space] = map[int]bool{}
 		}
-		next := st.NextPort[space]
+		for _, p := range c.Held {
+			given[space][p] = true
+		}
+		next := st.Next[space]
 		if next < rng.From || next > rng.To {
 			next = rng.From // a new host, or a new range
 		}
@@ -91,32 +111,50 @@ func (st *HostRegistryState) allocatePorts(req PortRequest) (PortGrant, error) {
 				return PortGrant{}, fmt.Errorf("%d ports asked of host %s, whose range %d-%d has %d free", c.Count, c.Host,
 					rng.From, rng.To, len(out.Ports[c.Host]))
 			}
-			if !held[space][next] {
+			if !given[space][next] {
 				out.Ports[c.Host] = append(out.Ports[c.Host], next)
-				held[space][next] = true
+				given[space][next] = true
 			}
 			if next++; next > rng.To {
 				next = rng.From
 			}
 		}
-		st.NextPort[space] = next
+		st.Next[space] = next
 	}
 	return out, nil
 }
 
-// portSpace names the ports a host's range covers: its address and the range.
-func portSpace(h HostEntry) string {
-	return fmt.Sprintf("%s %d-%d", h.Addr, h.Ports.From, h.Ports.To)
+// portSpace names the ports a range covers on an address.
+func portSpace(addr string, rng PortRange) string {
+	return fmt.Sprintf("%s %d-%d", addr, rng.From, rng.To)
 }
 
-// allocatePorts asks the registry for a launch's ports, with a local activity.
+// portRequest is what a launch asks of the allocator: count ports on each host, in the order given, with what
+// the registry (hosts) says of their ports.
+func portRequest(order []string, count map[string]int, hosts []HostEntry) PortRequest {
+	held := map[string][]int{}
+	for _, h := range hosts {
+		if h.Ports != nil {
+			held[portSpace(h.Addr, *h.Ports)] = append(held[portSpace(h.Addr, *h.Ports)], h.PortsInUse...)
+		}
+	}
+	byName := map[string]HostEntry{}
+	for _, h := range hosts {
+		byName[h.Host] = h
+	}
+	var req PortRequest
+	for _, name := range order {
+		h := byName[name]
+		req.Hosts = append(req.Hosts, PortCount{Host: name, Count: count[name], Addr: h.Addr, Range: *h.Ports,
+			Held: held[portSpace(h.Addr, *h.Ports)]})
+	}
+	return req
+}
+
+// allocatePorts asks the allocator for a launch's ports, with a local activity.
 func allocatePorts(ctx workflow.Context, req PortRequest) (PortGrant, error) {
 	if testRegistry != nil {
-		st := HostRegistryState{Hosts: map[string]HostEntry{}, NextPort: testNextPort}
-		for _, h := range testRegistry() {
-			st.Hosts[h.Host] = h
-		}
-		return st.allocatePorts(req)
+		return testPorts.allocate(req)
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 5 * time.Second,
@@ -127,5 +165,5 @@ func allocatePorts(ctx workflow.Context, req PortRequest) (PortGrant, error) {
 	return grant, err
 }
 
-// testNextPort is the registry's cursors in the workflow tests (see testRegistry).
-var testNextPort = map[string]int{}
+// testPorts is the allocator in the workflow tests (see testRegistry).
+var testPorts PortAllocatorState

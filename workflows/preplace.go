@@ -9,7 +9,7 @@ import (
 // Pre-placed launches. A launch used to take two trips through the run's history before a process started:
 // each host reported where its tasks landed (their ports), and once every task had, the run sent the cluster
 // map back (Release). When the run knows every task's host already (pinned, or placed from the registry) and
-// each of those hosts announces a port range (HostReport.Ports), the registry allocates the ports (ports.go)
+// each of those hosts announces a port range (HostReport.Ports), the port allocator gives the ports (ports.go)
 // and the run sends the map with the leases: each host starts its tasks at once and reports them started
 // (Placement.Started).
 // A host that finds a chosen port taken places that task as usual: the run releases it at its new port and
@@ -44,7 +44,7 @@ func (r *run) mayPrePlace(ctx workflow.Context, orders []launchOrder) bool {
 	return workflow.GetVersion(ctx, ChangePrePlaced, workflow.DefaultVersion, 1) == 1
 }
 
-// prePlace has the registry allocate every launching task a port on its host (from the host's range), and
+// prePlace has the port allocator give every launching task a port on its host (from the host's range), and
 // records them as the tasks' places: the leases made next carry the map. It does nothing unless every task has
 // a live host that announces a range, and the registry's reports leave a free slot for every unpinned one: a
 // gang larger than its pool's free slots keeps waiting at its rendezvous, not running.
@@ -55,7 +55,7 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 			known[h.Host] = h
 		}
 	}
-	var req PortRequest
+	var order []string
 	count := map[string]int{}
 	for _, o := range orders {
 		h := leaseHost(o)
@@ -66,20 +66,18 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 			return // a task may wait for a slot: the others wait for it at the rendezvous, not running
 		}
 		if count[h] == 0 {
-			req.Hosts = append(req.Hosts, PortCount{Host: h})
+			order = append(order, h)
 		}
 		count[h]++
 	}
-	for i := range req.Hosts {
-		req.Hosts[i].Count = count[req.Hosts[i].Host]
-	}
+	req := portRequest(order, count, hosts)
 	grant, err := allocatePorts(ctx, req)
 	if err != nil {
-		workflow.GetLogger(ctx).Warn("the host registry gave no ports; the launch waits for its placements", "error", err)
+		workflow.GetLogger(ctx).Warn("no ports from the port allocator; the launch waits for its placements", "error", err)
 		return
 	}
-	for _, c := range req.Hosts {
-		if len(grant.Ports[c.Host]) != c.Count {
+	for _, h := range order {
+		if len(grant.Ports[h]) != count[h] {
 			return
 		}
 	}

@@ -3,9 +3,12 @@ package workflows
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 )
 
 // registryOf lists host-a and host-b as live, each announcing ports 20000-20009 unless ports is false.
@@ -102,46 +105,66 @@ func TestPrePlaced_NotWithoutPortRanges(t *testing.T) {
 	}
 }
 
-// The registry hands each host's ports out in turn, going round at the end of its range, and refuses what it
-// cannot grant.
+// The allocator hands each host's ports out in turn, going round at the end of its range, skips the ports
+// running tasks hold, and refuses what it cannot grant.
 func TestAllocatePorts(t *testing.T) {
-	st := HostRegistryState{Hosts: map[string]HostEntry{}}
-	for _, h := range registryOf(true) {
-		h.Ports = &PortRange{From: 100, To: 104}
-		st.Hosts[h.Host] = h
+	var st PortAllocatorState
+	rng := PortRange{From: 100, To: 104}
+	ask := func(cs ...PortCount) (map[string][]int, error) {
+		g, err := st.allocate(PortRequest{Hosts: cs})
+		return g.Ports, err
 	}
-	st.Hosts["old"] = HostEntry{HostReport: HostReport{Host: "old"}}
-	g, err := st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 3}, {"host-b", 1}}})
+	got, err := ask(PortCount{Host: "host-a", Addr: "10.0.0.1", Range: rng, Count: 3}, PortCount{Host: "host-b", Addr: "10.0.0.2", Range: rng, Count: 1})
 	require.NoError(t, err)
-	assert.Equal(t, map[string][]int{"host-a": {100, 101, 102}, "host-b": {100}}, g.Ports)
-	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 3}}})
+	assert.Equal(t, map[string][]int{"host-a": {100, 101, 102}, "host-b": {100}}, got)
+	got, err = ask(PortCount{Host: "host-a", Addr: "10.0.0.1", Range: rng, Count: 3})
 	require.NoError(t, err)
-	assert.Equal(t, []int{103, 104, 100}, g.Ports["host-a"], "the next run gets the next ports, round the range")
+	assert.Equal(t, []int{103, 104, 100}, got["host-a"], "the next launch gets the next ports, round the range")
+	got, err = ask(PortCount{Host: "host-a", Addr: "10.0.0.1", Range: PortRange{From: 200, To: 209}, Count: 1})
+	require.NoError(t, err)
+	assert.Equal(t, []int{200}, got["host-a"], "a new range starts at its beginning")
 
-	st.Hosts["host-a"] = HostEntry{HostReport: HostReport{Host: "host-a", Ports: &PortRange{From: 200, To: 209}}}
-	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 1}}})
+	// Workers of one machine share its ports: one cursor, and no port a running task holds.
+	same := PortRange{From: 300, To: 305}
+	got, err = ask(PortCount{Host: "host-a", Addr: "10.9.9.9", Range: same, Count: 2, Held: []int{301, 303}},
+		PortCount{Host: "host-c", Addr: "10.9.9.9", Range: same, Count: 2, Held: []int{301, 303}})
 	require.NoError(t, err)
-	assert.Equal(t, []int{200}, g.Ports["host-a"], "a new range starts at its beginning")
-
-	// Workers of one machine share its ports: one cursor, and no port another holds.
-	st.Hosts["host-a"] = HostEntry{HostReport: HostReport{Host: "host-a", Addr: "10.9.9.9", Ports: &PortRange{From: 300, To: 305},
-		PortsInUse: []int{301}}}
-	st.Hosts["host-c"] = HostEntry{HostReport: HostReport{Host: "host-c", Addr: "10.9.9.9", Ports: &PortRange{From: 300, To: 305},
-		PortsInUse: []int{303}}}
-	g, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 2}, {"host-c", 2}}})
-	require.NoError(t, err)
-	assert.Equal(t, map[string][]int{"host-a": {300, 302}, "host-c": {304, 305}}, g.Ports)
-	_, err = st.allocatePorts(PortRequest{Hosts: []PortCount{{"host-a", 5}}})
+	assert.Equal(t, map[string][]int{"host-a": {300, 302}, "host-c": {304, 305}}, got)
+	_, err = ask(PortCount{Host: "host-a", Addr: "10.9.9.9", Range: same, Count: 5, Held: []int{301, 303}})
 	assert.EqualError(t, err, "5 ports asked of host host-a, whose range 300-305 has 4 free")
 
-	for req, want := range map[PortCount]string{
-		{"host-z", 1}: "host host-z has never reported",
-		{"old", 1}:    "host old announces no port range (--ports off)",
-		{"host-b", 6}: "6 ports asked of host host-b, whose range 100-104 holds 5",
-	} {
-		_, err := st.allocatePorts(PortRequest{Hosts: []PortCount{req}})
-		assert.EqualError(t, err, want)
+	_, err = ask(PortCount{Host: "host-b", Addr: "10.0.0.2", Range: rng, Count: 6})
+	assert.EqualError(t, err, "6 ports asked of host host-b, whose range 100-104 holds 5")
+	_, err = ask(PortCount{Host: "host-z", Range: PortRange{From: 10, To: 9}, Count: 1})
+	assert.EqualError(t, err, "host host-z announces no valid port range (10-9)")
+}
+
+// The allocator workflow answers its update and keeps its cursors.
+func TestPortAllocator_Workflow(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(PortAllocator, workflow.RegisterOptions{Name: PortAllocatorWorkflowType})
+	req := PortRequest{Hosts: []PortCount{{Host: "host-a", Addr: "10.0.0.1", Range: PortRange{From: 100, To: 199}, Count: 2}}}
+	var grants []PortGrant
+	var refused error
+	for i, r := range []PortRequest{req, req, {Hosts: []PortCount{{Host: "host-a", Range: PortRange{From: 100, To: 100}, Count: 2}}}} {
+		env.RegisterDelayedCallback(func() {
+			env.UpdateWorkflow(UpdateAllocatePorts, fmt.Sprint(i), &testsuite.TestUpdateCallback{
+				OnAccept: func() {},
+				OnReject: func(err error) { refused = err },
+				OnComplete: func(v any, err error) {
+					require.NoError(t, err)
+					grants = append(grants, v.(PortGrant))
+				},
+			}, r)
+		}, time.Duration(i+1)*time.Second)
 	}
+	env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Second)
+	env.ExecuteWorkflow(PortAllocatorWorkflowType, PortAllocatorState{})
+	require.Len(t, grants, 2)
+	assert.Equal(t, []int{100, 101}, grants[0].Ports["host-a"])
+	assert.Equal(t, []int{102, 103}, grants[1].Ports["host-a"])
+	assert.EqualError(t, refused, "2 ports asked of host host-a, whose range 100-100 holds 1")
 }
 
 // Unpinned tasks are pre-placed where the registry leaves each a free slot; a launch larger than the free

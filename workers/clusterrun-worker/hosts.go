@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -93,17 +94,28 @@ func listHosts(cl client.Client) func(context.Context) ([]workflows.HostEntry, e
 	}
 }
 
-// allocatePorts is the local activity runs get their pre-placed launches' ports with: an update of the
-// registry, which hands them out (workflows/ports.go).
+// allocatePorts is the local activity runs get their pre-placed launches' ports with: an update of the port
+// allocator (workflows/ports.go), started first when there is none yet.
 func allocatePorts(cl client.Client) func(context.Context, workflows.PortRequest) (workflows.PortGrant, error) {
 	return func(ctx context.Context, req workflows.PortRequest) (workflows.PortGrant, error) {
-		var grant workflows.PortGrant
-		h, err := cl.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.HostRegistryID,
-			UpdateName: workflows.UpdateAllocatePorts, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err == nil {
-			err = h.Get(ctx, &grant)
+		for try := 0; ; try++ {
+			var grant workflows.PortGrant
+			h, err := cl.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.PortAllocatorID,
+				UpdateName: workflows.UpdateAllocatePorts, Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = h.Get(ctx, &grant)
+			}
+			var nf *serviceerror.NotFound
+			if try > 0 || !errors.As(err, &nf) {
+				return grant, err
+			}
+			_, err = cl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.PortAllocatorID, TaskQueue: workflows.TaskQueue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, StaticSummary: "clusterrun port allocator"},
+				workflows.PortAllocatorWorkflowType, workflows.PortAllocatorState{})
+			if err != nil {
+				return grant, err
+			}
 		}
-		return grant, err
 	}
 }
 

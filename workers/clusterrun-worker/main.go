@@ -358,6 +358,7 @@ func run(args []string) error {
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.HostRegistry, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowType})
+		w.RegisterWorkflowWithOptions(workflows.PortAllocator, workflow.RegisterOptions{Name: workflows.PortAllocatorWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ClusterItems, workflow.RegisterOptions{Name: workflows.ItemsWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ClusterShard, workflow.RegisterOptions{Name: workflows.ShardWorkflowType})
 		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
