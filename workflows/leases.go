@@ -57,7 +57,7 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		t.placed, t.released, t.mapSent = false, false, false
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
 		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime, st.Logs = nil, "", nil, nil, nil, nil
-		r.startPrePlaced(t, &in)
+		r.startPrePlaced(t)
 	case sameAttempt:
 		t.lease++
 		t.placed, t.released, t.mapSent, t.preplaced = false, false, false, false

@@ -97,15 +97,23 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 }
 
 // startPrePlaced marks a pre-placed task's new lease as carrying the map: it counts as placed on its chosen
-// host, and may start as soon as the host has the lease.
-func (r *run) startPrePlaced(t *task, in *RunTaskInput) {
+// host, and may start as soon as the host has the lease. (The map goes on the batch, launchBatch: on each
+// task's lease it would be encoded once per task whenever leases are measured.)
+func (r *run) startPrePlaced(t *task) {
 	if !t.preplaced || r.prePlaced == nil {
 		return
 	}
-	c := r.prePlaced.cluster
-	in.Cluster = &c
 	t.placed, t.mapSent = true, true
 	t.status.State = TaskPlaced
+}
+
+// launchMap is the map a batch of ts carries: the pre-placed launch's, or none.
+func (r *run) launchMap(ts []*task) *ClusterMap {
+	if r.prePlaced == nil || !ts[0].preplaced {
+		return nil
+	}
+	c := r.prePlaced.cluster
+	return &c
 }
 
 // onPrePlaced takes a pre-placed task's placement: true when its host started it as the run chose, so nothing

@@ -92,16 +92,21 @@ func TestPrePlaced_ATakenPortMovesTheTask(t *testing.T) {
 	assert.Equal(t, 30000+2, st.Task("worker-1").Port)
 }
 
-// Without port ranges (hosts from before, or --ports off) the launch waits for its placements as before.
-func TestPrePlaced_NotWithoutPortRanges(t *testing.T) {
-	h := newHarness(t, chiefEnds)
-	h.hosts.registry = registryOf(false)
-	st, err := h.run(t, mustSpec(t, batchSpec))
-	require.NoError(t, err)
-	assert.Equal(t, StatusSucceeded, st.Status)
-	assert.NotEmpty(t, h.hosts.releases)
-	for _, in := range h.hosts.inputs {
-		assert.Nil(t, in.Cluster, in.Task.Name)
+// Without port ranges (hosts from before, or --ports off), or when the allocator gives no ports (here: a range
+// too small for the launch), the launch waits for its placements as before.
+func TestPrePlaced_NotWithoutPorts(t *testing.T) {
+	tooSmall := registryOf(true)
+	tooSmall[0].Ports = &PortRange{From: 20000, To: 20001} // host-a runs three tasks
+	for name, reg := range map[string][]HostEntry{"no ranges": registryOf(false), "no ports given": tooSmall} {
+		h := newHarness(t, chiefEnds)
+		h.hosts.registry = reg
+		st, err := h.run(t, mustSpec(t, batchSpec))
+		require.NoError(t, err)
+		assert.Equal(t, StatusSucceeded, st.Status, name)
+		assert.NotEmpty(t, h.hosts.releases, name)
+		for _, in := range h.hosts.inputs {
+			assert.Nil(t, in.Cluster, "%s: %s", name, in.Task.Name)
+		}
 	}
 }
 
@@ -197,4 +202,28 @@ tasks:
 			assert.Equal(t, c.preplaced, in.Cluster != nil, "slots %d: %s", c.slots, in.Task.Name)
 		}
 	}
+}
+
+// A launch of 1,000 tasks carries its map once per batch: on each task's lease it was encoded again for every
+// member whenever the leases were measured, and the first workflow task ran past the deadlock detector's 1 s.
+func TestPrePlaced_AThousandTasks(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	h := newHarness(t, chiefEnds)
+	h.hosts.registry = registryOf(true)
+	for i := range h.hosts.registry {
+		h.hosts.registry[i].Ports = &PortRange{From: 20000, To: 29999}
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: big
+command: [x]
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 999, hosts: [host-a, host-b]}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Empty(t, h.hosts.releases)
+	assert.Len(t, h.hosts.maps, 1000)
 }
