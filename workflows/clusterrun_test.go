@@ -63,11 +63,13 @@ type fakeHosts struct {
 	// cannot have.
 	registry []HostEntry
 	taken    map[int]bool
-	ids      []string // activity IDs seen
-	releases []ReleaseInput
-	stops    []StopTasksInput
-	maps     map[string]ClusterMap  // task -> map it was released with
-	barrier  map[string]chan string // task/barrier -> "" or the error
+	// silentStart: the host of a pre-placed task dies before it reports the start.
+	silentStart func(RunTaskInput) bool
+	ids         []string // activity IDs seen
+	releases    []ReleaseInput
+	stops       []StopTasksInput
+	maps        map[string]ClusterMap  // task -> map it was released with
+	barrier     map[string]chan string // task/barrier -> "" or the error
 	// waiterAttempt is the attempt waiting at each task/barrier: outcomes are for attempts, not names.
 	waiterAttempt map[string]int
 	passed        map[string][]string // task -> "barrier: ok" or "barrier: error"
@@ -255,8 +257,10 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 		f.mu.Lock()
 		f.maps[in.Task.Name] = *in.Cluster
 		f.mu.Unlock()
-		f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-			Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: in.Port, Started: true}}})
+		if f.silentStart == nil || !f.silentStart(in) {
+			f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+				Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: in.Port, Started: true}}})
+		}
 	} else if !in.Attach {
 		port := 2000 + in.Task.Rank
 		if f.portFor != nil {

@@ -1,12 +1,15 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 )
@@ -226,4 +229,34 @@ tasks:
 	assert.Equal(t, StatusSucceeded, st.Status)
 	assert.Empty(t, h.hosts.releases)
 	assert.Len(t, h.hosts.maps, 1000)
+}
+
+// A host that took a pre-placed lease and went silent before it said the task started: the map went with the
+// lease, so the process may run. The run asks the host to take it up again, and when the host stays away the
+// attempt is lost and restarted as a new one, never launched again as if it had not started.
+func TestPrePlaced_SilentBeforeTheStartReportIsLostNotRelaunched(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	h.hosts.registry = registryOf(true)
+	h.hosts.silentStart = func(in RunTaskInput) bool { return in.Attempt == 1 }
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Attempt == 1 && !in.Attach:
+			return res, heartbeatTimeout(), true
+		case in.Attach:
+			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil), true
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: lost
+command: [x]
+chiefExit: wait
+hostLossGrace: 30s
+tasks: {worker: {replicas: 1, hosts: [host-a], restart: {policy: OnFailure, maxRestarts: 1, backoff: 10ms}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a", "a2.l1 launch"}, leasesOf(h, "worker-0"))
+	assert.Equal(t, 2, st.Task("worker-0").Attempt)
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+	assert.NotNil(t, h.hosts.inputs[0].Cluster, "the first lease was pre-placed")
 }
