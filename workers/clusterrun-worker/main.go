@@ -22,7 +22,11 @@ import (
 	"syscall"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -345,14 +349,15 @@ func run(args []string) error {
 	}
 
 	var control []worker.Worker
-	add := func(queue string, o worker.Options, reg func(worker.Worker)) {
+	add := func(queue string, o worker.Options, reg func(worker.Worker)) worker.Worker {
 		w := worker.New(cl, queue, o)
 		reg(w)
 		control = append(control, w)
+		return w
 	}
 	workflowOpts := base
 	workflowOpts.StickyScheduleToStartTimeout = stickyTimeout
-	add(workflows.TaskQueue, workflowOpts, func(w worker.Worker) {
+	workflowWorker := add(workflows.TaskQueue, workflowOpts, func(w worker.Worker) {
 		w.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
 		w.RegisterWorkflowWithOptions(workflows.LogSession, workflow.RegisterOptions{Name: workflows.LogSessionWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
@@ -408,16 +413,44 @@ func run(args []string) error {
 		defer wg.Done()
 		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
 	}()
+	// The workflow worker stops before the registry hears that this host stops: it took the workflow task of
+	// that report while stopping and dropped it, and the registry (every read of it, so every launch) waited
+	// for the workflow task timeout, 10 s.
+	workflowWorker.Stop()
+	releaseSticky(cl, logger)
 	stopReports()
 	<-reportsDone
 	pollers.stop(&wg)
 	for _, w := range control {
+		if w == workflowWorker {
+			continue
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Stop() }()
 	}
 	wg.Wait()
 	logger.Info("clusterrun-worker stopped")
 	return nil
+}
+
+// releaseSticky tells the server to stop sending the host registry's and the port allocator's tasks to this
+// worker's sticky queue, which nobody polls from now on: their next tasks (this host's last report, say) go
+// to a live worker at once, not after the sticky timeout.
+func releaseSticky(cl client.Client, logger log.Logger) {
+	opts, err := conn.Options()
+	if err != nil {
+		return // it dialed with them; they cannot fail now
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, id := range []string{workflows.HostRegistryID, workflows.PortAllocatorID} {
+		_, err := cl.WorkflowService().ResetStickyTaskQueue(ctx, &workflowservice.ResetStickyTaskQueueRequest{
+			Namespace: opts.Namespace, Execution: &commonpb.WorkflowExecution{WorkflowId: id}})
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) {
+			logger.Warn("cannot release the sticky queue", "workflow", id, "error", err)
+		}
+	}
 }
 
 // warnPolicy says at start what any namespace user may do on this host, when the policy leaves it open.
