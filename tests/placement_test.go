@@ -190,14 +190,30 @@ func TestE2E_RestartedWorkerLeavesTheRegistryReadable(t *testing.T) {
 		return n == len(hosts)
 	}
 	waitUntil(t, "every host in the registry", time.Minute, live)
-	// As make up restarts them: one at a time, each when the one before is back.
+	// One at a time, each once the registry has the restarted worker's first report. (A workflow task the
+	// server hands to a worker's poll as the worker stops is still lost: stops that overlap other workers'
+	// reports can cost the registry a 10 s timeout on this server, whose polls do not end on ShutdownWorker.)
+	reported := func(h string, since time.Time) bool {
+		var entries []workflows.HostEntry
+		r := c.cli(t, "hosts", "-o", "json")
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &entries) != nil {
+			return false
+		}
+		for _, e := range entries {
+			if e.Host == h && e.Live && e.LastSeen.After(since) {
+				return true
+			}
+		}
+		return false
+	}
 	for range 2 {
 		for _, h := range hosts {
 			c.stopWorker(h, syscall.SIGTERM)
+			since := time.Now()
 			require.NoError(t, c.startWorker(h))
+			waitUntil(t, h+"'s first report", time.Minute, func() bool { return reported(h, since) })
 		}
 	}
-	waitUntil(t, "the registry to answer with every host live", time.Minute, live)
 	timedOut := 0
 	it := c.client.GetWorkflowHistory(context.Background(), workflows.HostRegistryID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
