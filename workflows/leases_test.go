@@ -53,19 +53,30 @@ func TestLeases_LostContactReattachesOnTheSameHost(t *testing.T) {
 		return blocks
 	})
 	var during RunStatus
+	var queryErr error
 	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
 		switch {
 		case in.Task.Name == "chief-0" && in.Lease == 1:
 			return res, heartbeatTimeout(), true // the host went silent
 		case in.Task.Name == "chief-0" && in.Attach:
-			v, err := h.env.QueryWorkflow(QueryStatus)
-			require.NoError(t, err)
-			require.NoError(t, v.Get(&during))
+			// The query runs in the environment's own loop: from this goroutine it raced the workflow's
+			// ("getState: illegal access from outside of workflow context", about one run in 100).
+			asked := make(chan struct{})
+			h.env.RegisterDelayedCallback(func() {
+				defer close(asked)
+				v, err := h.env.QueryWorkflow(QueryStatus)
+				if err == nil {
+					err = v.Get(&during)
+				}
+				queryErr = err
+			}, 0)
+			<-asked
 		}
 		return res, nil, false
 	}
 	st, err := h.run(t, mustSpec(t, leaseSpec))
 	require.NoError(t, err)
+	require.NoError(t, queryErr)
 	assert.Equal(t, StatusSucceeded, st.Status)
 	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a"}, leasesOf(h, "chief-0"))
 	assert.Equal(t, ControlQueue("host-a"), h.hosts.queues["chief-0"], "the re-attach goes to the host that holds the process")
