@@ -64,6 +64,7 @@ type fakeServer struct {
 	status       *workflows.RunStatus
 	signals      []any
 	lastBeat     any // the details of the last heartbeat
+	beats        int // how many heartbeats came
 	failExits    int // this many task-exits signals fail, as while the server is down
 }
 
@@ -95,6 +96,7 @@ func (c *fakeServer) RecordActivityHeartbeat(_ context.Context, _ []byte, detail
 	if len(details) > 0 {
 		c.lastBeat = details[0]
 	}
+	c.beats++
 	return c.heartbeatErr
 }
 

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -113,6 +114,67 @@ func TestRunTasks_OneHeartbeatListsEveryMember(t *testing.T) {
 	res, err := wait()
 	require.NoError(t, err)
 	assert.True(t, endOf(t, res, "worker-0").Result.Stopped)
+}
+
+// A batch's members start in a burst, and their pids go out in one heartbeat once the burst settles, not in
+// one heartbeat per start (each a write of the run's mutable state with every member's details).
+func TestRunTasks_StartsInABurstShareOneHeartbeat(t *testing.T) {
+	a := newHarness(t)
+	var tasks []spec.Task
+	for i := range 20 {
+		tasks = append(tasks, named(fmt.Sprintf("worker-%d", i), "sleep", "300"))
+	}
+	wait := a.runBatch(leaseOn(tasks...))
+	waitFor(t, "a heartbeat with every member running", func() bool {
+		a.server.mu.Lock()
+		defer a.server.mu.Unlock()
+		beat, _ := a.server.lastBeat.([]workflows.HeartbeatDetails)
+		for _, d := range beat {
+			if d.PID == 0 {
+				return false
+			}
+		}
+		return len(beat) == len(tasks)
+	})
+	a.server.mu.Lock()
+	beats := a.server.beats
+	a.server.mu.Unlock()
+	// The 20 starts take well under startsAtMost here: one beat, or two should the machine stall mid-burst.
+	assert.LessOrEqual(t, beats, 2, "heartbeats for 20 starts")
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = wait()
+	require.NoError(t, err)
+}
+
+// A burst that goes on past atMost still beats every atMost, and once it pauses for quiet.
+func TestBurst_BeatsWhenQuietAndAtMostEveryAtMost(t *testing.T) {
+	s := newBurst(40*time.Millisecond, 200*time.Millisecond)
+	defer s.stop()
+	start := time.Now()
+	var settled []time.Duration
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(start) < 500*time.Millisecond {
+		select {
+		case <-tick.C:
+			s.add()
+		case <-s.settled():
+			settled = append(settled, time.Since(start))
+			s.beaten()
+		}
+	}
+	// Events every 10 ms never leave 40 ms of quiet: the beats come from atMost, about 200 ms apart.
+	require.NotEmpty(t, settled)
+	assert.LessOrEqual(t, len(settled), 3, "beats in 500 ms of events: %v", settled)
+	assert.GreaterOrEqual(t, settled[0], 190*time.Millisecond, "the first beat waited for atMost: %v", settled)
+	tick.Stop()
+	s.add()
+	select {
+	case <-s.settled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no beat after the events stopped")
+	}
 }
 
 // A canceled batch stops every member, and reports nothing by signal: its completion says how each ended.
