@@ -30,6 +30,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -94,6 +95,7 @@ type Host struct {
 	followers map[string]context.CancelFunc // runs whose history this host follows
 	drained   bool
 	stopLoops context.CancelFunc
+	spares    *shim.Spares // a supervisor started ahead of the next run's first task here
 }
 
 // NewHost returns a Host with an empty registry.
@@ -132,6 +134,10 @@ func (h *Host) Start() error {
 	h.loadDrain()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopLoops = cancel
+	if len(h.Shim) > 0 {
+		h.spares = &shim.Spares{Command: h.Shim, Env: supervisorEnv(), LogDir: h.supervisorLogs()}
+		h.spares.Fill()
+	}
 	go h.probeLoop(ctx)
 	go h.reconcileLoop(ctx)
 	go h.hangLoop(ctx)
@@ -172,6 +178,9 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 	h.reg.close()
 	if h.stopLoops != nil {
 		h.stopLoops()
+	}
+	if h.spares != nil {
+		h.spares.Close()
 	}
 	reason := "host worker " + h.Name + " shut down"
 	for _, e := range h.reg.all() {

@@ -83,14 +83,21 @@ func (h *Host) runFolder(ref attemptRef) string {
 func (h *Host) supervisorOf(ref attemptRef) shim.Supervisor {
 	name := h.runName(ref)
 	return shim.Supervisor{
-		Command: h.Shim,
-		Socket:  filepath.Join(SocketDir(h.SocketDir), name+".sock"),
-		Log:     filepath.Join(h.StateDir, "supervisors", name+".log"),
-		// One processor is plenty for a supervisor, and its runtime starts with fewer threads.
-		Env:       append(os.Environ(), "GOMAXPROCS=1"),
+		Command:   h.Shim,
+		Socket:    filepath.Join(SocketDir(h.SocketDir), name+".sock"),
+		Log:       filepath.Join(h.supervisorLogs(), name+".log"),
+		Env:       supervisorEnv(),
 		IdleAfter: h.SupervisorIdle,
+		Spares:    h.spares,
 	}
 }
+
+// supervisorLogs is the folder of this host's supervisor logs.
+func (h *Host) supervisorLogs() string { return filepath.Join(h.StateDir, "supervisors") }
+
+// supervisorEnv is a supervisor's environment: the worker's, on one processor (plenty for a supervisor, and
+// its runtime starts with fewer threads).
+func supervisorEnv() []string { return append(os.Environ(), "GOMAXPROCS=1") }
 
 // spawnShim readies an attempt's start while the attempt waits for the rendezvous: its record folder, and a
 // connection to its run's supervisor (started if need be), so that at the release only the task's own fork is

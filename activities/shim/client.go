@@ -39,6 +39,8 @@ type Supervisor struct {
 	// IdleAfter is how long the supervisor lives on with no task and no worker connection. Optional: default
 	// DefaultIdleAfter.
 	IdleAfter time.Duration
+	// Spares, when set, has a spare started ahead of need serve as the supervisor, rather than a new process.
+	Spares *Spares
 }
 
 // Pending is a connection to a supervisor that is ready to start one task: it was made (and the supervisor
@@ -65,7 +67,7 @@ func (s Supervisor) Prepare() (*Pending, error) {
 			return p, nil
 		}
 		last = err
-		if err := s.spawn(); err != nil {
+		if err := s.start(); err != nil {
 			return nil, err
 		}
 	}
@@ -93,6 +95,17 @@ func (s Supervisor) connect() (*Pending, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return &Pending{conn: conn, r: r, log: s.Log}, nil
+}
+
+// start starts the supervisor: a spare takes up the run when one is ready, else a new process starts.
+func (s Supervisor) start() error {
+	if err := os.MkdirAll(filepath.Dir(s.Log), 0o700); err != nil {
+		return err
+	}
+	if s.Spares != nil && s.Spares.adopt(s) == nil {
+		return nil
+	}
+	return s.spawn()
 }
 
 // spawn starts the supervisor, in a session of its own and with no Pdeathsig, so that it outlives the caller,

@@ -24,24 +24,40 @@ const DefaultIdleAfter = 15 * time.Second
 // Main is the clusterrun-shim command; it returns the process's exit code.
 //
 //	clusterrun-shim --ready-fd N [--idle D] [--log PATH] SOCKET
+//	clusterrun-shim --spare-fd N --log-dir DIR
 //
 // The host worker that starts it reads "listening" (or why not) on file descriptor N. PATH is the supervisor's
-// own log (its stdout and stderr), removed when it ends idle.
+// own log (its stdout and stderr), removed when it ends idle. A spare (Spares) first reads on N which run it
+// serves (its socket, idle time and log, in DIR), and exits if N ends first.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("clusterrun-shim", flag.ContinueOnError)
 	readyFD := fs.Int("ready-fd", -1, "file descriptor to report on once the supervisor listens")
 	idle := fs.Duration("idle", DefaultIdleAfter, "end after this long with no task and no worker connection")
 	logPath := fs.String("log", "", "the supervisor's own log file, removed when it ends idle")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: clusterrun-shim --ready-fd N [--idle D] [--log PATH] SOCKET (started by clusterrun-worker, not by hand)")
+	spareFD := fs.Int("spare-fd", -1, "start as a spare: read which run to serve on this file descriptor, and report on it")
+	logDir := fs.String("log-dir", "", "a spare's folder of supervisor logs")
+	if err := fs.Parse(args); err != nil || (*spareFD < 0) != (fs.NArg() == 1) || (*spareFD >= 0 && *logDir == "") {
+		fmt.Fprintln(os.Stderr, "usage: clusterrun-shim --ready-fd N [--idle D] [--log PATH] SOCKET, or --spare-fd N --log-dir DIR (started by clusterrun-worker, not by hand)")
 		return 2
 	}
+	socket := fs.Arg(0)
 	var ready io.WriteCloser
 	if *readyFD >= 0 {
 		ready = os.NewFile(uintptr(*readyFD), "ready")
 	}
+	if *spareFD >= 0 {
+		link := os.NewFile(uintptr(*spareFD), "spare-link")
+		a, ok, err := awaitAdoption(link, *logDir)
+		switch {
+		case !ok:
+			return 0 // the worker is gone before it needed this spare
+		case err != nil:
+			return tellExit(link, err)
+		}
+		socket, *idle, *logPath, ready = a.Socket, a.Idle, a.Log, link
+	}
 	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
-	idleEnd, err := Serve(fs.Arg(0), ready, *idle, logger)
+	idleEnd, err := Serve(socket, ready, *idle, logger)
 	if err != nil {
 		logger.Printf("clusterrun-shim: %v", err)
 		return 1
@@ -50,6 +66,13 @@ func Main(args []string) int {
 		_ = os.Remove(*logPath)
 	}
 	return 0
+}
+
+// tellExit says err on ready, and is the exit code of a supervisor that could not start.
+func tellExit(ready io.WriteCloser, err error) int {
+	_ = tell(ready, message{Error: err.Error()}, err)
+	fmt.Fprintf(os.Stderr, "clusterrun-shim: %v\n", err)
+	return 1
 }
 
 // server is a supervisor's state: its socket, its tasks and the workers connected to it.

@@ -30,8 +30,9 @@ for pidf in "$state"/worker-*.pid; do
 	name=$(basename "$pidf" .pid)
 	stop "$pidf" "${name/worker-/host worker }"
 done
-# Each run's task supervisor (clusterrun-shim) logs under the state folder: that is how down finds this setup's.
-shims() { pgrep -f "clusterrun-shim --ready-fd 3 --idle [^ ]* --log $state/state/" || true; }
+# Each run's task supervisor (clusterrun-shim) logs under the state folder: that is how down finds this setup's,
+# those started for a run (--log) and those a worker started ahead as spares (--log-dir).
+shims() { pgrep -f "clusterrun-shim (--ready-fd 3 --idle [^ ]* --log|--spare-fd 3 --log-dir) $state/state/" || true; }
 if [ -n "$(shims)" ]; then
 	n=$(shims | wc -l)
 	echo "down: stopping the tasks left running by the host workers ($n task supervisor(s))"
