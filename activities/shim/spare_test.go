@@ -64,7 +64,9 @@ func TestSpares_TheSpareBecomesTheRunsSupervisor(t *testing.T) {
 	_, cfg2 := record(t, "sleep 30", nil)
 	st2, err := start(sup, cfg2)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = Client{Socket: cfg2.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"}) })
+	t.Cleanup(func() {
+		_ = Client{Socket: cfg2.Socket}.Stop(context.Background(), Stop{By: "test", Reason: "test over"})
+	})
 	assert.Equal(t, spare, st2.ShimPID)
 	assert.Equal(t, next, readySpare(t, s))
 }
