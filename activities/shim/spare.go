@@ -29,6 +29,8 @@ type Spares struct {
 	// LogDir is the folder of the supervisors' logs: an adoption's log must be in it. It also names the
 	// spare's host on its command line, where `make down` looks for this host's supervisors.
 	LogDir string
+	// RefillAfter is how long after an adoption the next spare starts. Optional: default refillAfter.
+	RefillAfter time.Duration
 
 	mu      sync.Mutex
 	ready   *spare
@@ -69,6 +71,13 @@ func (s *Spares) Fill() {
 	}()
 }
 
+// isReady says a spare is ready.
+func (s *Spares) isReady() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready != nil
+}
+
 // Close lets the spare go: it reads the end of its link and exits. Later adoptions find none.
 func (s *Spares) Close() {
 	s.mu.Lock()
@@ -101,6 +110,9 @@ func (s *Spares) start() (*spare, error) {
 	return &spare{proc: cmd.Process, link: ours}, nil
 }
 
+// refillAfter is how long after an adoption the next spare starts by default.
+const refillAfter = time.Second
+
 // errNoSpare says no spare was ready.
 var errNoSpare = errors.New("no spare supervisor is ready")
 
@@ -114,11 +126,16 @@ func (s *Spares) adopt(sup Supervisor) error {
 	sp := s.ready
 	s.ready = nil
 	s.mu.Unlock()
+	// The next spare starts once this launch is likely over: started now, it would take the processor from
+	// the launch's own starts.
+	refill := s.RefillAfter
+	if refill <= 0 {
+		refill = refillAfter
+	}
+	defer time.AfterFunc(refill, s.Fill)
 	if sp == nil {
-		s.Fill()
 		return errNoSpare
 	}
-	defer s.Fill()
 	conn, err := net.FileConn(sp.link)
 	sp.link.Close()
 	if err != nil {
