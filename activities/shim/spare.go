@@ -16,8 +16,8 @@ import (
 
 // Spares keeps one supervisor started ahead of need on a host: a spare, which waits on a socket it inherited
 // for the run it is to serve (an adoption), then serves that run as a supervisor started for it would. A run's
-// first task on a host then waits for one message, not for a program to start: 15 ms on an idle machine, and
-// 30–90 ms in a 64-task launch on 2 cores, where each of 4 hosts starts one at the same moment.
+// first task on a host then waits for one message (1.7 ms, BenchmarkSupervisorAdopt), not for a program to
+// start (9–11 ms at rest, BenchmarkSupervisorStart; 30–90 ms in a 64-task launch of 4 hosts on 2 cores).
 //
 // A spare lives as long as its worker's end of the link: when the worker ends, however it ends, the kernel
 // closes that end, and the spare reads the end of it and exits. Only the worker holds that end (it is
