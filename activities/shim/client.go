@@ -108,18 +108,14 @@ func (s Supervisor) start() error {
 	return s.spawn()
 }
 
-// spawn starts the supervisor, in a session of its own and with no Pdeathsig, so that it outlives the caller,
-// and returns once it listens. The caller reaps it if it ends first.
+// spawn starts the supervisor (its log's folder made), in a session of its own and with no Pdeathsig, so that it
+// outlives the caller, and returns once it listens. The caller reaps it if it ends first.
 func (s Supervisor) spawn() error {
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer readyR.Close()
-	if err := os.MkdirAll(filepath.Dir(s.Log), 0o700); err != nil {
-		readyW.Close()
-		return err
-	}
 	logFile, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		readyW.Close()
