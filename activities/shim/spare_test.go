@@ -103,6 +103,7 @@ func TestSpares_ADeadSpareIsPassedOver(t *testing.T) {
 	})
 	assert.NotEqual(t, spare, st.ShimPID)
 	assert.True(t, alive(st.ShimPID))
+	assert.NotEqual(t, spare, readySpare(t, s), "a new spare follows")
 }
 
 // A spare takes up only a log in its own folder: an adoption that names another is refused, and the run's
