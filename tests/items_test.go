@@ -22,11 +22,12 @@ import (
 )
 
 // itemsSpec runs tests/testdata/items_check.py: a chief scheduling n items and 4 workers on 2 hosts serving
-// them; a worker that has served killAfter items writes its pid to pidDir.
+// them; a worker that has served killAfter items writes its pid to pidDir, and worker-1 then holds that item
+// until it is killed.
 func itemsSpec(t *testing.T, n, killAfter int, pidDir string) string {
 	return writeSpec(t, `
 name: items
-env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "`+strconv.Itoa(n)+`", KILL_AFTER: "`+strconv.Itoa(killAfter)+`", PID_DIR: `+pidDir+`}
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "`+strconv.Itoa(n)+`", KILL_AFTER: "`+strconv.Itoa(killAfter)+`", KILL_TASK: worker-1, PID_DIR: `+pidDir+`}
 command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_check.py")+`]
 items: {lease: 30s}
 stopGracePeriod: 2s

@@ -1,6 +1,7 @@
 """Work items end to end: the chief schedules N items, the workers serve them; one worker may be SIGKILLed.
 
-Env: ITEMS (how many), PID_DIR (workers write <task>.pid there once they have served KILL_AFTER items).
+Env: ITEMS (how many), PID_DIR (a worker's first attempt writes <task>.pid there once it has served KILL_AFTER
+items; KILL_TASK's then holds that item until it is killed).
 The chief's result: how many results it got, how many were wrong, and the error join raised for a bad item.
 """
 import json
@@ -18,10 +19,15 @@ if role == "worker":
 
     def square(i):
         served[0] += 1
-        if served[0] == int(os.environ.get("KILL_AFTER", "0")) and os.environ.get("PID_DIR"):
+        first = os.environ.get("CLUSTERRUN_ATTEMPT") == "1"
+        if first and served[0] == int(os.environ.get("KILL_AFTER", "0")) and os.environ.get("PID_DIR"):
             with open(os.path.join(os.environ["PID_DIR"], task + ".pid.tmp"), "w") as f:
                 f.write(str(os.getpid()))
             os.rename(os.path.join(os.environ["PID_DIR"], task + ".pid.tmp"), os.path.join(os.environ["PID_DIR"], task + ".pid"))
+            if task == os.environ.get("KILL_TASK"):
+                # Hold this item until the test's SIGKILL: the kill then always finds items in flight, however
+                # late it comes (the others may have served every other item by then).
+                time.sleep(120)
         time.sleep(0.002)
         return i * i
 
