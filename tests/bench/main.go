@@ -48,6 +48,7 @@ var (
 	srunMax    = flag.Int("srun-max", 1000, "the largest N scenario h asks srun -n N for: on this one node, srun -n 4000 does not start (slurmstepd runs out of open files)")
 	perShard   = flag.Int("tasks-per-shard", 0, "the specs' tasksPerShard in scenario h (0: the default, 1000)")
 	scaleRuns  = flag.Int("scale-runs", 3, "repetitions of each size in scenario h")
+	smallRuns  = flag.Int("scale-runs-small", 7, "repetitions of sizes up to 1,000 tasks in scenario h (at 3, one noisy run moved a 64-task median by 15%)")
 	largeRuns  = flag.Int("scale-runs-large", 1, "repetitions of sizes of 10,000 tasks and more in scenario h (each takes minutes)")
 	backend    = flag.String("backend", "dev server", "the Temporal server's backend, named in the report")
 	logDir     = flag.String("log-dir", ".clusterrun-bench/logs", "the host workers' --log-dir, where the barrier scenarios' tasks leave their timestamps")
@@ -144,15 +145,26 @@ func timeRuns(f func() error) []time.Duration {
 }
 
 func runQuiet(name string, args ...string) error {
+	_, err := runQuietCPU(name, args...)
+	return err
+}
+
+// runQuietCPU is runQuiet that also says how much CPU the command spent.
+func runQuietCPU(name string, args ...string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail(out.String()))
+	err := cmd.Run()
+	var cpu time.Duration
+	if cmd.ProcessState != nil {
+		cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
-	return nil
+	if err != nil {
+		return cpu, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail(out.String()))
+	}
+	return cpu, nil
 }
 
 func expectFail(err error) error {

@@ -23,20 +23,28 @@ func startStop(dir string, sizes []int, haveSrun bool) {
 	}
 	fmt.Printf("| h. N sleeping tasks (Temporal on the %s%s) | clusterrun start-up | clusterrun stop | srun start-up | srun stop | start-up ratio | stop ratio |\n", *backend, layout)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
+	var cpuRows []string
 	for _, n := range sizes {
 		var up, down, sup, sdown []time.Duration
+		ours, theirs := &cpuTotals{groups: clusterrunGroups}, &cpuTotals{groups: srunGroups}
 		runs := *scaleRuns
-		if n >= 10000 {
+		switch {
+		case n >= 10000:
 			runs = *largeRuns
+		case n <= 1000:
+			runs = max(runs, *smallRuns)
 		}
 		for i := 0; i < runs; i++ {
-			u, d := clusterrunStartStop(dir, n, i)
+			u, d, cpu := clusterrunStartStop(dir, n, i)
 			up, down = append(up, u), append(down, d)
+			ours.add(cpu)
 			if haveSrun && n <= *srunMax {
-				u, d := srunStartStop(dir, n, i)
+				u, d, cpu := srunStartStop(dir, n, i)
 				sup, sdown = append(sup, u), append(sdown, d)
+				theirs.add(cpu)
 			}
 		}
+		cpuRows = append(cpuRows, cpuRow(n, ours, theirs))
 		ratio := func(a, b []time.Duration) string {
 			if len(b) == 0 {
 				return "–"
@@ -52,9 +60,24 @@ func startStop(dir string, sizes []int, haveSrun bool) {
 		}
 		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, stat(up), stat(down), srunUp, srunDown, ratio(up, sup), ratio(down, sdown))
 	}
+	fmt.Printf("\n| h. control-plane CPU per start-up (Temporal on the %s) | clusterrun | srun | clusterrun / srun |\n", *backend)
+	fmt.Println("| --- | --- | --- | --- |")
+	for _, r := range cpuRows {
+		fmt.Println(r)
+	}
 }
 
-func clusterrunStartStop(dir string, n, i int) (up, down time.Duration) {
+// cpuRow is one size's control-plane CPU during start-up, both sides' medians.
+func cpuRow(n int, ours, theirs *cpuTotals) string {
+	ratio := "–"
+	if len(theirs.runs) > 0 && median(theirs.totals()) > 0 {
+		ratio = fmt.Sprintf("%.1f×", float64(median(ours.totals()))/float64(median(theirs.totals())))
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s |", n, ours, theirs, ratio)
+}
+
+// clusterrunStartStop times one run's start-up and stop, and counts the control plane's CPU during the start-up.
+func clusterrunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string]time.Duration) {
 	pids := filepath.Join(dir, fmt.Sprintf("scale-%d-%d", n, i))
 	check(os.MkdirAll(pids, 0o755))
 	spec := write(dir, fmt.Sprintf("scale-%d.yaml", n), fmt.Sprintf(`
@@ -67,10 +90,13 @@ command: [sh, -c, 'echo $$ > %s/$CLUSTERRUN_TASK; exec sleep 600']
 tasks: {worker: {replicas: %d}}
 `, *perShard, pids, n))
 	id := fmt.Sprintf("bench-scale-%d-%d-%d", n, i, time.Now().UnixNano())
+	before := snapshotCPU()
 	start := time.Now()
-	check(runQuiet(*clusterrun, "run", spec, "--id", id, "--detach"))
+	cli, err := runQuietCPU(*clusterrun, "run", spec, "--id", id, "--detach")
+	check(err)
 	waitFiles(pids, n, 10*time.Minute)
 	up = time.Since(start)
+	cpu = cpuSpent(before, snapshotCPU(), clusterrunGroups, map[string]time.Duration{"CLI": cli})
 	all := readPids(pids)
 	start = time.Now()
 	canceled := make(chan error, 1)
@@ -78,17 +104,19 @@ tasks: {worker: {replicas: %d}}
 	waitGone(all, 10*time.Minute)
 	down = time.Since(start)
 	check(<-canceled)
-	return up, down
+	return up, down, cpu
 }
 
-func srunStartStop(dir string, n, i int) (up, down time.Duration) {
+func srunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string]time.Duration) {
 	pids := filepath.Join(dir, fmt.Sprintf("srun-%d-%d", n, i))
 	check(os.MkdirAll(pids, 0o755))
+	before := snapshotCPU()
 	start := time.Now()
 	cmd := exec.Command("srun", "-n", strconv.Itoa(n), "--overcommit", "sh", "-c", fmt.Sprintf(`echo $$ > %s/$SLURM_PROCID; exec sleep 600`, pids))
 	check(cmd.Start())
 	waitFiles(pids, n, 10*time.Minute)
 	up = time.Since(start)
+	cpu = cpuSpent(before, snapshotCPU(), srunGroups, nil)
 	all := readPids(pids)
 	start = time.Now()
 	_ = cmd.Process.Signal(os.Interrupt)
@@ -97,7 +125,7 @@ func srunStartStop(dir string, n, i int) (up, down time.Duration) {
 	waitGone(all, 10*time.Minute)
 	down = time.Since(start)
 	_ = cmd.Wait()
-	return up, down
+	return up, down, cpu
 }
 
 // waitFiles waits until dir holds n files that are not empty (a task writes its pid at start). It counts the
