@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Control-plane CPU: what the processes that start the tasks spend while they do, as a figure the machine's
-// noise does not blur the way it blurs wall time. On this 2-core machine a start-up's wall time is mostly the
+// Control-plane CPU: what the processes that start the tasks spend while they do. Unlike wall time, it leaves
+// out the time a process waited for the processor. On this 2-core machine a start-up's wall time is mostly the
 // processor: the Temporal server, the host workers and the supervisors share it with the tasks they start, as
 // slurmctld, slurmd, slurmstepd and srun do on the other side.
 
