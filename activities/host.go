@@ -229,17 +229,23 @@ func (h *Host) Running() int {
 	return n
 }
 
-// PortsIn lists the ports of rng (at most max) that this host's running tasks were given: the registry hands
-// them to no other task while they run (workflows/ports.go).
+// PortsIn lists the ports of rng (at most max) that are not free on this host: those its running tasks were
+// given, and those any other socket of the machine holds (another program's server, say). The registry hands
+// them to no task (workflows/ports.go), so a task the run places here ahead of time finds its port free, unless
+// it was taken since this host's last report.
 func (h *Host) PortsIn(rng workflows.PortRange, max int) []int {
-	var out []int
+	used := proc.TCPPortsInUse(rng.From, rng.To)
 	for _, e := range h.reg.unordered() {
-		if len(out) < max && e.process() != nil && e.exited() == nil && e.port >= rng.From && e.port <= rng.To {
-			out = append(out, e.port) // set before its process was: read after
+		if e.process() != nil && e.exited() == nil && e.port >= rng.From && e.port <= rng.To {
+			used[e.port] = true // set before its process was: read after
 		}
 	}
+	out := make([]int, 0, len(used))
+	for p := range used {
+		out = append(out, p)
+	}
 	slices.Sort(out)
-	return out
+	return out[:min(len(out), max)]
 }
 
 // Load counts the task attempts this host holds (a lease or a running process), and those among them that take

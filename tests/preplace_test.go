@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,18 +81,19 @@ func freePortRun(t *testing.T, n int) int {
 }
 
 // A launch whose hosts announce port ranges (--ports) starts every task at once, at the address the run chose
-// and with the whole map: no task waits for a Release. When a chosen port is taken on its host, that task starts
-// at another port, and its peers' cluster files follow: every task reaches every other by its cluster file.
+// and with the whole map: no task waits for a Release. A port another program listens on is in its host's
+// report, and no task is given it. A port taken where the report cannot see it (a socket bound but not
+// listening) or since the last report moves its task: it starts at another port, and its peers' cluster files
+// follow, so every task reaches every other by its cluster file.
 func TestE2E_PrePlacedLaunch(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
-	base := freePortRun(t, 8)
-	require.NoError(t, c.startWorker("host-a", "--ports", fmt.Sprintf("%d-%d", base, base+3)))
-	require.NoError(t, c.startWorker("host-b", "--ports", fmt.Sprintf("%d-%d", base+4, base+7)))
+	base := freePortRun(t, 10)
+	require.NoError(t, c.startWorker("host-a", "--ports", fmt.Sprintf("%d-%d", base, base+5)))
+	require.NoError(t, c.startWorker("host-b", "--ports", fmt.Sprintf("%d-%d", base+6, base+9)))
 	waitUntil(t, "both hosts to announce their ports", time.Minute, func() bool {
-		var hosts []workflows.HostEntry
-		r := c.cli(t, "hosts", "-o", "json")
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &hosts) == nil && len(hosts) == 2 && hosts[0].Ports != nil && hosts[1].Ports != nil
+		hosts := c.hostEntries(t)
+		return len(hosts) == 2 && hosts[0].Ports != nil && hosts[1].Ports != nil
 	})
 	script := filepath.Join(t.TempDir(), "mesh.py")
 	require.NoError(t, os.WriteFile(script, []byte(meshTask), 0o644))
@@ -101,35 +104,78 @@ tasks:
   worker: {replicas: 2, hosts: [host-a]}
   ps: {replicas: 2, hosts: [host-b]}
 `, script))
+	hostAPorts := func(id string) []int {
+		st, err := c.outcome(t, id)
+		require.NoError(t, err)
+		return []int{st.Task("worker-0").Port, st.Task("worker-1").Port}
+	}
+	preplacedOnly := map[string]int{workflows.ActivityRunTasks: 2}
 
-	// Every chosen port free: four tasks started with the map, and no Release. The registry hands each host's
+	// Every chosen port free: four tasks started with the map, and no Release. The allocator hands each host's
 	// ports out in turn: the first two of each range.
 	free := runID(t)
 	r := c.cli(t, "run", spec, "--id", free)
 	require.Equal(t, 0, r.code, r.String())
+	assert.ElementsMatch(t, []int{base, base + 1}, hostAPorts(free))
 	st, err := c.outcome(t, free)
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []int{base, base + 1}, []int{st.Task("worker-0").Port, st.Task("worker-1").Port})
-	assert.ElementsMatch(t, []int{base + 4, base + 5}, []int{st.Task("ps-0").Port, st.Task("ps-1").Port})
-	assert.Equal(t, map[string]int{workflows.ActivityRunTasks: 2}, c.activitiesOf(t, free))
+	assert.ElementsMatch(t, []int{base + 6, base + 7}, []int{st.Task("ps-0").Port, st.Task("ps-1").Port})
+	assert.Equal(t, preplacedOnly, c.activitiesOf(t, free))
 
-	// The next two of host-a's range go to the next run; another program holds the first of them. The task given
-	// it starts at another port, and is alone released.
-	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", base+2))
+	// Another program listens on the next port of host-a's range. Once host-a has reported it, the allocator
+	// skips it: the tasks get the two after it, and nothing moves.
+	listener, err := net.Listen("tcp", fmt.Sprintf(":%d", base+2))
 	require.NoError(t, err)
-	defer ln.Close()
+	defer listener.Close()
+	waitUntil(t, "host-a to report the port another program listens on", time.Minute, func() bool {
+		for _, h := range c.hostEntries(t) {
+			if h.Host == "host-a" && slices.Contains(h.PortsInUse, base+2) {
+				return true
+			}
+		}
+		return false
+	})
+	skipped := runID(t)
+	r = c.cli(t, "run", spec, "--id", skipped)
+	require.Equal(t, 0, r.code, r.String())
+	assert.ElementsMatch(t, []int{base + 3, base + 4}, hostAPorts(skipped))
+	assert.Equal(t, preplacedOnly, c.activitiesOf(t, skipped), "no task moved")
+
+	// The next port is held by a socket that is bound and does not listen, which the report cannot see: the task
+	// given it starts at another port, and is alone released.
+	bound := bindOnly(t, base+5)
+	defer syscall.Close(bound)
 	taken := runID(t)
 	r = c.cli(t, "run", spec, "--id", taken)
 	require.Equal(t, 0, r.code, r.String())
-	st, err = c.outcome(t, taken)
-	require.NoError(t, err)
-	ports := []int{st.Task("worker-0").Port, st.Task("worker-1").Port}
-	assert.Contains(t, ports, base+3)
-	assert.NotContains(t, ports, base+2, "no task at the taken port")
+	ports := hostAPorts(taken)
+	assert.Contains(t, ports, base, "the range wraps round, past the ports still held")
+	assert.NotContains(t, ports, base+5, "no task at the taken port")
 	assert.Equal(t, map[string]int{workflows.ActivityRunTasks: 2, workflows.ActivityRelease: 1, workflows.ActivityUpdateMap: 2},
 		c.activitiesOf(t, taken), "the moved task's Release, and the new map for both hosts")
 	log, _ := os.ReadFile(filepath.Join(c.workDir, "worker-host-a.log"))
 	assert.Contains(t, string(log), "the port the run chose is taken; placing the task as usual")
+}
+
+// hostEntries is the host registry as `clusterrun hosts -o json` shows it (none while it cannot be read).
+func (c *cluster) hostEntries(t *testing.T) []workflows.HostEntry {
+	t.Helper()
+	var hosts []workflows.HostEntry
+	r := c.cli(t, "hosts", "-o", "json")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &hosts) != nil {
+		return nil
+	}
+	return hosts
+}
+
+// bindOnly holds a TCP port as a program that has bound it and not yet listened does: /proc/net/tcp does not
+// list such a socket, and a bind there fails.
+func bindOnly(t *testing.T, port int) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Port: port}))
+	return fd
 }
 
 // activitiesOf counts the activities a run scheduled, by type.

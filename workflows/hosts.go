@@ -52,8 +52,8 @@ type HostReport struct {
 	// Ports is the range a run may choose its tasks' ports on this host from, in advance (--ports); nil: the
 	// host chooses each port itself, and the run waits for its placements.
 	Ports *PortRange `json:"ports,omitempty"`
-	// PortsInUse are the ports of that range this host's running tasks hold (at most MaxPortsInUse): the
-	// registry hands them to no other task.
+	// PortsInUse are the ports of that range that are not free here (at most MaxPortsInUse): held by this
+	// host's running tasks, or by any other socket of the machine. The allocator gives them to no task.
 	PortsInUse []int `json:"portsInUse,omitempty"`
 }
 
