@@ -153,20 +153,24 @@ func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, hea
 	if h.CgroupParent != "" {
 		cfg.Cgroup = filepath.Join(h.CgroupParent, h.Name+"."+e.key)
 	}
-	st, err := p.Start(cfg)
+	st, w, err := p.StartWatched(cfg)
 	if err != nil {
 		_ = os.RemoveAll(rec)
 		return st, err
 	}
 	e.markStarted(st)
-	go h.supervise(e)
+	go h.supervise(e, w)
 	return st, nil
 }
 
 // supervise holds this worker's claim on an attempt's supervisor and records how the attempt ends: from the
-// supervisor, or, if the supervisor dies first, by reaping what it left.
-func (h *Host) supervise(e *entry) {
-	w, err := h.shimClient(e).Watch(context.Background())
+// supervisor, or, if the supervisor dies first, by reaping what it left. w is the claim the start left, if
+// the supervisor gave one; without it, supervise claims the attempt on its socket.
+func (h *Host) supervise(e *entry, w *shim.Watch) {
+	var err error
+	if w == nil {
+		w, err = h.shimClient(e).Watch(context.Background())
+	}
 	var x shim.Exit
 	switch {
 	case err != nil:
@@ -334,7 +338,7 @@ func (h *Host) recover() {
 			"pid", e.process().PID)
 		h.Metrics.Counter(metricTaskReattaches).Inc(1)
 		h.runningChanged(1)
-		go h.supervise(e)
+		go h.supervise(e, nil)
 	}
 }
 

@@ -178,27 +178,46 @@ func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) 
 // Start hands the supervisor a task and returns once it runs (or with a *StartError saying why it could not
 // start). The Pending is used up either way.
 func (p *Pending) Start(cfg Config) (Started, error) {
-	defer p.conn.Close()
+	st, _, err := p.start(cfg, false)
+	return st, err
+}
+
+// StartWatched starts the task as Start does, and keeps the connection as the task's watch, as Client.Watch
+// would return it: a task costs its worker one connection, not two. A supervisor from before this answers
+// without a watch; then the Watch is nil, and the caller watches the task with Client.Watch.
+func (p *Pending) StartWatched(cfg Config) (Started, *Watch, error) {
+	return p.start(cfg, true)
+}
+
+func (p *Pending) start(cfg Config, watch bool) (st Started, w *Watch, err error) {
+	defer func() {
+		if w == nil {
+			p.conn.Close()
+		}
+	}()
 	// A rendezvous releases all of a host's tasks at once: thousands of starts at the same moment would each
 	// wait on all the others, and the last would pass StartTimeout while the supervisor is only busy.
 	startSlots <- struct{}{}
 	defer func() { <-startSlots }()
 	_ = p.conn.SetDeadline(time.Now().Add(TaskStartTimeout))
-	if err := send(p.conn, request{Op: "start", Config: &cfg}); err != nil {
-		return Started{}, fmt.Errorf("hand the task supervisor its task: %w", err)
+	if err := send(p.conn, request{Op: "start", Config: &cfg, Watch: watch}); err != nil {
+		return Started{}, nil, fmt.Errorf("hand the task supervisor its task: %w", err)
 	}
 	m, err := readMessage(p.r)
 	switch {
 	case err != nil:
-		return Started{}, fmt.Errorf("the task supervisor did not answer (see %s): %w", p.log, err)
+		return Started{}, nil, fmt.Errorf("the task supervisor did not answer (see %s): %w", p.log, err)
 	case m.StartFailed:
-		return Started{}, &StartError{Msg: m.Error}
+		return Started{}, nil, &StartError{Msg: m.Error}
 	case m.Error != "":
-		return Started{}, fmt.Errorf("task supervisor: %s", m.Error)
+		return Started{}, nil, fmt.Errorf("task supervisor: %s", m.Error)
 	case m.Started == nil:
-		return Started{}, errors.New("the task supervisor answered without a pid")
+		return Started{}, nil, errors.New("the task supervisor answered without a pid")
+	case watch && m.Watching:
+		_ = p.conn.SetDeadline(time.Time{})
+		return *m.Started, watchOn(p.conn, p.r, *m.Started), nil
 	}
-	return *m.Started, nil
+	return *m.Started, nil, nil
 }
 
 // startSlots bounds the starts one process hands its supervisors at once; each start's StartTimeout runs from
@@ -237,7 +256,6 @@ func (c Client) Watch(ctx context.Context) (*Watch, error) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: %v", ErrGone, err)
 	}
-	w := &Watch{conn: conn, ended: make(chan End, 1)}
 	r := bufio.NewReader(conn)
 	first, err := readMessage(r)
 	if err != nil {
@@ -245,13 +263,21 @@ func (c Client) Watch(ctx context.Context) (*Watch, error) {
 		return nil, fmt.Errorf("%w: %v", ErrGone, err)
 	}
 	if first.Exit != nil {
-		w.ended <- End{Exit: *first.Exit}
 		conn.Close()
+		w := &Watch{conn: conn, ended: make(chan End, 1)}
+		w.ended <- End{Exit: *first.Exit}
 		return w, nil
 	}
+	var started Started
 	if first.Started != nil {
-		w.Started = *first.Started
+		started = *first.Started
 	}
+	return watchOn(conn, r, started), nil
+}
+
+// watchOn is the watch a connection holds once the task's Started has been read from it: its Exit comes next.
+func watchOn(conn net.Conn, r *bufio.Reader, started Started) *Watch {
+	w := &Watch{Started: started, conn: conn, ended: make(chan End, 1)}
 	go func() {
 		m, err := readMessage(r)
 		switch {
@@ -264,7 +290,7 @@ func (c Client) Watch(ctx context.Context) (*Watch, error) {
 		}
 		conn.Close()
 	}()
-	return w, nil
+	return w
 }
 
 // Watch is a held claim on one task.

@@ -175,7 +175,14 @@ func (s *server) serve(conn net.Conn) {
 	err = json.Unmarshal(line, &req)
 	switch {
 	case err == nil && req.Op == "start" && req.Config != nil:
-		writeMessage(conn, s.start(*req.Config))
+		t, m := s.start(*req.Config)
+		if t == nil || !req.Watch {
+			writeMessage(conn, m)
+			return
+		}
+		// The worker's connection goes on as the task's watch; the task already counts it (startTask).
+		m.Watching = true
+		t.hold(conn, bufio.NewReader(conn), &m)
 	case err == nil && req.Op == "stop":
 		writeMessage(conn, s.stop(req.Records, req.Stop))
 	default:
@@ -204,12 +211,13 @@ func (s *server) stop(records []string, req Stop) message {
 	return message{OK: true}
 }
 
-// start starts one task and answers with its Started, or with why it could not start.
-func (s *server) start(cfg Config) message {
+// start starts one task and answers with its Started, or with why it could not start (and no task). The
+// task counts one watcher from its start: the connection that asked for it holds it.
+func (s *server) start(cfg Config) (*task, message) {
 	s.mu.Lock()
 	if s.ending {
 		s.mu.Unlock()
-		return message{Ending: true, Error: "the supervisor is stopping its tasks and takes no new one"}
+		return nil, message{Ending: true, Error: "the supervisor is stopping its tasks and takes no new one"}
 	}
 	s.starting++
 	s.mu.Unlock()
@@ -222,7 +230,7 @@ func (s *server) start(cfg Config) message {
 	if err != nil {
 		s.settle()
 		var se *proc.StartError
-		return message{Error: err.Error(), StartFailed: errors.As(err, &se)}
+		return nil, message{Error: err.Error(), StartFailed: errors.As(err, &se)}
 	}
 	s.tasks[t] = struct{}{}
 	if s.ending {
@@ -237,7 +245,7 @@ func (s *server) start(cfg Config) message {
 		s.mu.Unlock()
 	}()
 	s.settle()
-	return message{Started: &t.started}
+	return t, message{Started: &t.started}
 }
 
 // settle, called with mu held after every change, ends the supervisor once it is ending and has no task left,

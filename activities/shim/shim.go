@@ -212,6 +212,9 @@ type request struct {
 	Signal int     `json:"signal,omitempty"`
 	// Records names the tasks a supervisor's "stop" is for, by their record folders (Config.Record).
 	Records []string `json:"records,omitempty"`
+	// Watch, in a "start", asks that the connection go on as the task's watch (Client.Watch) once it runs: one
+	// connection per task, not two. A supervisor from before ignores it, and answers without Watching.
+	Watch bool `json:"watch,omitempty"`
 }
 
 // message is one line the supervisor answers with.
@@ -224,4 +227,6 @@ type message struct {
 	StartFailed bool `json:"startFailed,omitempty"`
 	// Ending, in the greeting, says the supervisor is ending and takes no new task: start another.
 	Ending bool `json:"ending,omitempty"`
+	// Watching, with Started, says the connection is now the task's watch: its Exit comes on it.
+	Watching bool `json:"watching,omitempty"`
 }

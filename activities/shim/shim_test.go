@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -541,4 +542,77 @@ func TestShim_SupervisorStopsTheTasksItIsAskedTo(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	_, ok, _ := ReadExit(dirs[2])
 	assert.False(t, ok, "a task it was not asked to stop runs on")
+}
+
+// A task started with StartWatched is watched on the connection that started it: its exit comes on it, even for
+// a task that ends at once, and while it is held the task is not an orphan; closing it is letting go.
+func TestShim_StartWatchedHoldsTheClaim(t *testing.T) {
+	dir, cfg := record(t, `while [ ! -e "$DIR/go" ]; do sleep 0.02; done; exit 7`, func(c *Config) { c.OrphanAfter = 300 * time.Millisecond })
+	p, err := supervisorOf(t).Prepare()
+	require.NoError(t, err)
+	st, w, err := p.StartWatched(cfg)
+	require.NoError(t, err)
+	require.NotNil(t, w, "this supervisor keeps the start's connection as the watch")
+	assert.Equal(t, st.PID, w.Started.PID)
+	time.Sleep(600 * time.Millisecond)
+	assert.True(t, alive(st.PID), "the start's connection is the worker's claim: no orphan timer runs")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	assert.Equal(t, 7, ended(t, w).Code)
+
+	quick, qcfg := record(t, `exit 3`, nil)
+	p, err = supervisorOf(t).Prepare()
+	require.NoError(t, err)
+	st, w, err = p.StartWatched(qcfg)
+	require.NoError(t, err)
+	assert.NotZero(t, st.PID, "the start is answered before the exit")
+	assert.Equal(t, 3, ended(t, w).Code)
+	_, ok, _ := ReadExit(quick)
+	assert.True(t, ok)
+
+	orphan, ocfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = 300 * time.Millisecond; c.Grace = 100 * time.Millisecond })
+	p, err = supervisorOf(t).Prepare()
+	require.NoError(t, err)
+	_, w, err = p.StartWatched(ocfg)
+	require.NoError(t, err)
+	w.Close()
+	waitFor(t, "the let-go task to be stopped as an orphan", func() bool { _, ok, _ := ReadExit(orphan); return ok })
+	x, _, _ := ReadExit(orphan)
+	assert.Equal(t, ByOrphan, x.By)
+}
+
+// A supervisor from before StartWatched answers a start without keeping the connection: the caller gets no
+// watch, and claims the task on its socket as before. The stand-in speaks that supervisor's side of the
+// protocol: a greeting, one start, its Started, and the connection closed.
+func TestShim_StartWatchedWithAnOlderSupervisor(t *testing.T) {
+	sockDir, err := os.MkdirTemp("", "shim")
+	require.NoError(t, err)
+	defer os.RemoveAll(sockDir)
+	old := Supervisor{Socket: filepath.Join(sockDir, "old.sock"), Log: filepath.Join(sockDir, "old.log")}
+	ln, err := net.Listen("unix", old.Socket)
+	require.NoError(t, err)
+	defer ln.Close()
+	asked := make(chan request, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		writeMessage(conn, message{OK: true})
+		line, _ := bufio.NewReader(conn).ReadBytes('\n')
+		var req struct {
+			Op     string  `json:"op"`
+			Config *Config `json:"config"`
+		} // what the older supervisor decoded: no watch field
+		_ = json.Unmarshal(line, &req)
+		asked <- request{Op: req.Op, Config: req.Config}
+		writeMessage(conn, message{Started: &Started{PID: 4242}})
+	}()
+	p, err := old.Prepare()
+	require.NoError(t, err)
+	st, w, err := p.StartWatched(Config{Record: "r", Socket: "s"})
+	require.NoError(t, err)
+	assert.Equal(t, 4242, st.PID)
+	assert.Nil(t, w, "no watch from a supervisor that does not keep the connection")
+	assert.Equal(t, "start", (<-asked).Op)
 }

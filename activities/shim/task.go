@@ -275,6 +275,21 @@ func (t *task) watch(conn net.Conn, r *bufio.Reader) {
 			return
 		}
 	}
+	t.awaitEnd(conn, r)
+}
+
+// hold holds the connection a worker started the task on as its watch: started (the start's answer) at once,
+// whether or not the task has ended since, then its Exit.
+func (t *task) hold(conn net.Conn, r *bufio.Reader, started *message) {
+	t.watchersChanged(1)
+	defer t.watchersChanged(-1)
+	if writeMessage(conn, *started) {
+		t.awaitEnd(conn, r)
+	}
+}
+
+// awaitEnd writes the task's Exit on a watcher's connection once it ends, unless the worker closes it first.
+func (t *task) awaitEnd(conn net.Conn, r *bufio.Reader) {
 	gone := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, r) // returns when the worker closes the connection (or dies)
