@@ -157,10 +157,13 @@ func (p *Process) run(cfg Config, started chan<- error) {
 		return
 	}
 	p.pid = cmd.Process.Pid
+	// The process is reaped by pid below, not through os.Process: that would hold a pidfd for its whole life,
+	// and every later task's exec in this process walks every descriptor held here (close-on-exec), so a
+	// supervisor of many tasks paid for each one at each start. Signals go to the group by pid anyway.
+	_ = cmd.Process.Release()
 	started <- nil
 
-	err = cmd.Wait()
-	p.exit = exitOf(cmd.ProcessState, err)
+	p.exit = reap(p.pid)
 	// The leader is gone; helpers it left in its group (or its cgroup) must not outlive the task.
 	p.kill()
 	p.waitGone(StragglerWait)
@@ -204,14 +207,26 @@ func lookPath(name string, env []string) (string, error) {
 	return exec.LookPath(name)
 }
 
-func exitOf(state *os.ProcessState, err error) Exit {
-	if state == nil {
-		return Exit{Code: -1, Signal: ""}
+// reap waits for the process to end and says how it did.
+func reap(pid int) Exit {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return Exit{Code: -1}
+		}
+		return exitOf(ws)
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+}
+
+func exitOf(ws syscall.WaitStatus) Exit {
+	if ws.Signaled() {
 		return Exit{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
 	}
-	return Exit{Code: state.ExitCode()}
+	return Exit{Code: ws.ExitStatus()}
 }
 
 // Pid is the process (and process group) ID.

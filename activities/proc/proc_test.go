@@ -265,3 +265,27 @@ func TestProcess_Cgroup_LeaderExitKillsEscapedDescendants(t *testing.T) {
 	assert.Equal(t, Exit{Code: 0}, p.Exit())
 	assert.False(t, alive(escaped), "a descendant outside the process group outlived its task")
 }
+
+// A running task holds no descriptor in the process that started it: each later task's exec walks all of
+// them (close-on-exec), so a supervisor of many tasks would pay for every one at every start.
+func TestProcess_Start_HoldsNoDescriptorPerProcess(t *testing.T) {
+	count := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(entries)
+	}
+	before := count()
+	var ps []*Process
+	for range 8 {
+		p, err := Start(Config{Argv: []string{"sleep", "300"}, Env: os.Environ()})
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	assert.LessOrEqual(t, count(), before+1, "8 running processes, no descriptor each (one may be the runtime's)")
+	for _, p := range ps {
+		p.Kill()
+		x := p.Exit()
+		assert.Equal(t, "SIGKILL", x.Signal)
+		assert.Equal(t, 137, x.Code)
+	}
+}
