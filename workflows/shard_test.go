@@ -56,6 +56,33 @@ func TestShard_LeaseErrorsReadTheSameInTheRun(t *testing.T) {
 	assert.NoError(t, (*LeaseError)(nil).Err())
 }
 
+// Only an attempt that ran has an exit code: one stopped before it started (at its rendezvous, or waiting for a
+// slot) comes back from its host as exit 0 with no pid, and shows none.
+func TestRun_ExitCodeOnlyForAProcessThatRan(t *testing.T) {
+	r := &run{plan: &spec.Plan{StartTimeout: time.Minute, HeartbeatTimeout: time.Second}}
+	now := time.Unix(0, 0)
+	cases := map[string]struct {
+		res  TaskResult
+		want *int
+	}{
+		"stopped before it started": {TaskResult{Task: "worker-0", Host: "h1", Attempt: 1, Stopped: true}, nil},
+		"ran and exited 0":          {TaskResult{Task: "worker-0", Host: "h1", Attempt: 1, PID: 42}, ptr(0)},
+		"stopped while it ran":      {TaskResult{Task: "worker-0", Host: "h1", Attempt: 1, PID: 42, ExitCode: 143, Signal: "SIGTERM", Stopped: true}, ptr(143)},
+		"could not start":           {TaskResult{Task: "worker-0", Host: "h1", Attempt: 1, ExitCode: 127}, ptr(127)},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			tk := &task{Task: spec.Task{Name: "worker-0"}}
+			before := 9
+			tk.status.ExitCode = &before // an earlier attempt's
+			r.settle(tk, c.res, nil, now)
+			assert.Equal(t, c.want, tk.status.ExitCode)
+		})
+	}
+}
+
+func ptr(i int) *int { return &i }
+
 func TestShard_BatchesStayUnderThePayloadLimit(t *testing.T) {
 	big := make([]LeaseEnd, 12)
 	for i := range big {

@@ -292,8 +292,13 @@ func (r *run) record(t *task, res TaskResult) {
 	if res.Attempt > 0 {
 		st.Attempt = res.Attempt
 	}
-	code := res.ExitCode
-	st.ExitCode = &code
+	st.ExitCode = nil
+	if res.PID > 0 || res.ExitCode != 0 || res.Signal != "" {
+		// Only a process that ran has an exit code: an attempt stopped before it started (at its rendezvous,
+		// or waiting for a slot) comes back as 0 from its host.
+		code := res.ExitCode
+		st.ExitCode = &code
+	}
 	st.Signal = res.Signal
 	st.Result = res.Result
 	st.Logs = res.Logs
