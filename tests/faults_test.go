@@ -280,6 +280,49 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 2, backo
 	assert.JSONEq(t, `{"attempt": 2, "host": "direct"}`, string(st.Task("worker-0").Result))
 }
 
+// A run that stops while one of its hosts is cut off from the server waits for that host to come back and
+// confirm the stop (up to hostLossGrace), and says so meanwhile: the run ends with that host's task stopped and
+// confirmed, and its process gone when the run's result is in.
+func TestFault_StopWaitsForACutOffHost(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor")
+	px := newProxy(t, c.address)
+	require.NoError(t, c.startWorkerVia("cut", px.addr()))
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: stopcut
+heartbeatTimeout: 2s
+hostLossGrace: 90s
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/go ]; do sleep 0.1; done']
+tasks:
+  chief: {replicas: 1, hosts: [anchor]}
+  worker: {replicas: 1, hosts: [cut], command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; exec sleep 300']}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	chief := int(readInt(t, filepath.Join(dir, "chief-0.pid"), time.Minute))
+	worker := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
+
+	px.setCut(true)
+	touch(t, filepath.Join(dir, "go"))
+	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(chief) })
+	waitUntil(t, "status to say the run waits for host cut", time.Minute, func() bool {
+		return strings.Contains(c.cli(t, "status", id).stdout, "stop not confirmed yet: host cut has not answered")
+	})
+	assert.True(t, alive(worker), "the cut-off host's task runs on while its host cannot be reached")
+
+	px.setCut(false)
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, workflows.TaskStopped, w.State)
+	assert.Empty(t, w.Error, "the stop is confirmed")
+	assert.Equal(t, "SIGTERM", w.Signal)
+	assert.False(t, alive(worker), "the run ended while the cut-off host's task still ran")
+}
+
 // Without stopAfterDisconnect a cut-off host keeps its copy: two copies run while the partition lasts. The old
 // one cannot act for the new attempt (its stop request is ignored, and it cannot pass a barrier for it), and
 // the host kills it once it can reach the server again.

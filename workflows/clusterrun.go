@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -110,105 +109,6 @@ type channels struct {
 	deadline                      workflow.Future // maxRunTime, or nil
 	warning                       workflow.Future // the deadline warning, or nil
 	warned                        bool
-}
-
-// stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
-// RunTask only on its next heartbeat, so StopTasks on each host's downlink does the fast stop; the cancellation
-// keeps Temporal from retrying and covers a host worker that is gone.
-func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workflow.CancelFunc, d decision) {
-	prev := r.status
-	r.status = StatusStopping
-	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	cancelGen()
-
-	var hosts []string
-	byHost := map[string][]string{}
-	for _, t := range r.tasks {
-		if t.done || !t.placed {
-			continue
-		}
-		h := t.status.Host
-		if _, ok := byHost[h]; !ok {
-			hosts = append(hosts, h)
-		}
-		byHost[h] = append(byHost[h], t.Name)
-	}
-	reason := d.reason
-	if d.restart {
-		reason = "gang restart after: " + d.reason
-	}
-	grace := r.plan.StopGracePeriod
-	if d.kill {
-		// The stop request's grace period is over: what still runs is a straggler and is killed at once.
-		grace = 0
-		var stragglers []string
-		for _, t := range r.tasks {
-			if !t.done && t.status.State == TaskRunning {
-				t.status.Straggler = true
-				stragglers = append(stragglers, t.Name)
-			}
-		}
-		if len(stragglers) > 0 {
-			msg := fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, strings.Join(stragglers, ", "))
-			r.decision.reason += msg
-			if r.plan.Stragglers == spec.StragglersFail {
-				r.decision.status = StatusFailed // tf.train.Coordinator's join without ignore_live_threads
-			}
-		}
-	}
-	var stops []workflow.Future
-	for _, h := range hosts {
-		stops = append(stops, workflow.ExecuteActivity(
-			stopOptions(dctx, r.plan, h, fmt.Sprintf("stop %d task(s) on %s", len(byHost[h]), h)),
-			ActivityStopTasks,
-			StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Tasks: byHost[h],
-				GracePeriod: grace, Reason: reason}))
-	}
-	// A task whose stop a host confirmed is over: its process group is gone. The run need not wait for that
-	// RunTask's own completion, which only repeats it (and queues behind all the others on the history).
-	for i, f := range stops {
-		var res StopTasksResult
-		if err := f.Get(dctx, &res); err != nil {
-			workflow.GetLogger(ctx).Warn("StopTasks failed; its tasks end by cancellation or heartbeat timeout", "host", hosts[i], "error", err)
-			continue
-		}
-		now := workflow.Now(dctx)
-		for _, name := range res.Stopped {
-			t := r.byName[name]
-			if t == nil || t.done {
-				continue
-			}
-			t.done = true
-			t.status.State, t.status.EndTime = TaskStopped, &now
-			for _, x := range res.Exits {
-				if x.Task == name {
-					code := x.ExitCode
-					t.status.ExitCode, t.status.Signal, t.status.Logs = &code, x.Signal, x.Logs
-				}
-			}
-		}
-	}
-	for _, t := range r.tasks {
-		switch {
-		case t.done:
-		case t.between():
-			// Waiting to restart: nothing runs.
-			now := workflow.Now(dctx)
-			t.done, t.backoff = true, nil
-			t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "", &now
-		default:
-			unreachable := t.status.State == TaskUnreachable
-			r.endOf(dctx, t, workflow.Now(dctx))
-			if t.status.State == TaskFailed && t.status.Error == "" {
-				t.status.State = TaskStopped
-			}
-			if unreachable && t.status.State == TaskStopped {
-				t.status.Error = fmt.Sprintf("not confirmed: host %s was unreachable; it stops the task when it reconnects, "+
-					"and the task's supervisor stops it after %s without its host worker", t.status.Host, t.HostLossGrace+r.plan.HeartbeatTimeout)
-			}
-		}
-	}
-	r.status = prev
 }
 
 // wait sleeps through a gang-restart backoff unless the run is canceled or times out meanwhile.

@@ -96,6 +96,10 @@ type fakeHosts struct {
 	// portFor, when set, picks the port a lease reports (default 2000 + rank).
 	portFor  func(in RunTaskInput) int
 	mapMoves []UpdateMapInput
+	// stopFails, when it returns an error for a StopTasks on a task queue, fails that call, as when its host
+	// does not take it up in time; stopQueues lists the queue of every StopTasks call.
+	stopFails  func(queue string, in StopTasksInput) error
+	stopQueues []string
 }
 
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
@@ -381,9 +385,16 @@ func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, 
 	return out, nil
 }
 
-func (f *fakeHosts) stopTasks(_ context.Context, in StopTasksInput) (StopTasksResult, error) {
+func (f *fakeHosts) stopTasks(ctx context.Context, in StopTasksInput) (StopTasksResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	queue := activity.GetInfo(ctx).TaskQueue
+	f.stopQueues = append(f.stopQueues, queue)
+	if f.stopFails != nil {
+		if err := f.stopFails(queue, in); err != nil {
+			return StopTasksResult{}, err
+		}
+	}
 	f.stops = append(f.stops, in)
 	var out StopTasksResult
 	for _, t := range in.Tasks {

@@ -1,0 +1,192 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
+)
+
+// ChangeStopAwaitsHosts marks runs whose stop waits up to hostLossGrace for a host that did not take its
+// StopTasks up in time, rather than ending its tasks unconfirmed at once.
+const ChangeStopAwaitsHosts = "clusterrun-stop-awaits-hosts"
+
+// stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
+// RunTask only on its next heartbeat, so StopTasks on each host's downlink does the fast stop; the cancellation
+// keeps Temporal from retrying and covers a host worker that is gone.
+func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workflow.CancelFunc, d decision) {
+	prev := r.status
+	r.status = StatusStopping
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	cancelGen()
+
+	hosts, byHost := r.runningByHost()
+	in := StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
+		GracePeriod: r.plan.StopGracePeriod, Reason: d.reason}
+	if d.restart {
+		in.Reason = "gang restart after: " + d.reason
+	}
+	if d.kill {
+		// The stop request's grace period is over: what still runs is a straggler and is killed at once.
+		in.GracePeriod = 0
+		r.markStragglers()
+	}
+	silent := r.stopOnHosts(dctx, hosts, byHost, in, func(h string, n int) workflow.Context {
+		return stopOptions(dctx, r.plan, h, fmt.Sprintf("stop %d task(s) on %s", n, h))
+	})
+	if len(silent) > 0 && workflow.GetVersion(ctx, ChangeStopAwaitsHosts, workflow.DefaultVersion, 1) == 1 {
+		silent = r.awaitSilentHosts(dctx, silent, byHost, in)
+	}
+	r.endTheRest(dctx, silent)
+	r.status = prev
+}
+
+// runningByHost groups the tasks that may have a process by host, hosts in the order they first appear.
+func (r *run) runningByHost() (hosts []string, byHost map[string][]string) {
+	byHost = map[string][]string{}
+	for _, t := range r.tasks {
+		if t.done || !t.placed {
+			continue
+		}
+		h := t.status.Host
+		if _, ok := byHost[h]; !ok {
+			hosts = append(hosts, h)
+		}
+		byHost[h] = append(byHost[h], t.Name)
+	}
+	return hosts, byHost
+}
+
+// markStragglers marks the tasks still running when a stop request's grace period ran out, and says so in
+// the run's reason (and fails the run, with stragglers: fail).
+func (r *run) markStragglers() {
+	var stragglers []string
+	for _, t := range r.tasks {
+		if !t.done && t.status.State == TaskRunning {
+			t.status.Straggler = true
+			stragglers = append(stragglers, t.Name)
+		}
+	}
+	if len(stragglers) == 0 {
+		return
+	}
+	r.decision.reason += fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, strings.Join(stragglers, ", "))
+	if r.plan.Stragglers == spec.StragglersFail {
+		r.decision.status = StatusFailed // tf.train.Coordinator's join without ignore_live_threads
+	}
+}
+
+// endTheRest ends every task no host confirmed stopped: one waiting out a restart backoff has nothing running;
+// any other ends with its RunTask (which ends when its process is gone, or its host is lost). A task of a host
+// that stayed silent, or that was unreachable, is stopped but not confirmed, and says so.
+func (r *run) endTheRest(ctx workflow.Context, silent []string) {
+	unanswered := map[string]bool{}
+	for _, h := range silent {
+		unanswered[h] = true
+	}
+	for _, t := range r.tasks {
+		switch {
+		case t.done:
+		case t.between():
+			now := workflow.Now(ctx)
+			t.done, t.backoff = true, nil
+			t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "", &now
+		default:
+			unconfirmed := t.status.State == TaskUnreachable || unanswered[t.status.Host]
+			res, err := leaseResult(ctx, t.future)
+			r.settle(t, res, err, workflow.Now(ctx))
+			if t.status.State == TaskFailed && t.status.Error == "" {
+				t.status.State = TaskStopped
+			}
+			if unconfirmed && !hostSawTheEnd(err) {
+				t.status.State, t.status.ExitCode, t.status.Signal = TaskStopped, nil, ""
+				t.status.Error = fmt.Sprintf("not confirmed: host %s was unreachable; it stops the task when it reconnects, "+
+					"and the task's supervisor stops it after %s without its host worker", t.status.Host, t.HostLossGrace+r.plan.HeartbeatTimeout)
+			}
+		}
+	}
+}
+
+// stopOnHosts runs StopTasks on each host's downlink at once and records every end the hosts confirm. It
+// returns the hosts whose StopTasks did not complete: not taken up in time, or failed.
+func (r *run) stopOnHosts(ctx workflow.Context, hosts []string, byHost map[string][]string, in StopTasksInput,
+	opts func(host string, n int) workflow.Context) (silent []string) {
+	stops := make([]workflow.Future, len(hosts))
+	for i, h := range hosts {
+		in.Tasks = byHost[h]
+		stops[i] = workflow.ExecuteActivity(opts(h, len(in.Tasks)), ActivityStopTasks, in)
+	}
+	// A task whose stop a host confirmed is over: its process group is gone. The run need not wait for that
+	// RunTask's own completion, which only repeats it (and queues behind all the others on the history).
+	for i, f := range stops {
+		var res StopTasksResult
+		if err := f.Get(ctx, &res); err != nil {
+			workflow.GetLogger(ctx).Warn("StopTasks failed", "host", hosts[i], "error", err)
+			silent = append(silent, hosts[i])
+			continue
+		}
+		r.confirmStopped(ctx, res)
+	}
+	return silent
+}
+
+// confirmStopped records the tasks a host confirmed gone, with how each ended.
+func (r *run) confirmStopped(ctx workflow.Context, res StopTasksResult) {
+	now := workflow.Now(ctx)
+	for _, name := range res.Stopped {
+		t := r.byName[name]
+		if t == nil || t.done {
+			continue
+		}
+		t.done = true
+		t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "", &now
+		for _, x := range res.Exits {
+			if x.Task == name {
+				code := x.ExitCode
+				t.status.ExitCode, t.status.Signal, t.status.Logs = &code, x.Signal, x.Logs
+			}
+		}
+	}
+}
+
+// awaitSilentHosts gives each host that did not take its StopTasks up in time (it is restarting, or
+// reconnecting after a server outage, or gone) up to its tasks' hostLossGrace to come back and confirm the
+// stop: the same time it has to take a lease up again. The status says what the run waits for meanwhile. It
+// returns the hosts that stayed silent.
+func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map[string][]string, in StopTasksInput) []string {
+	first := max(10*time.Second, r.plan.HeartbeatTimeout)
+	graces := map[string]time.Duration{}
+	for _, h := range silent {
+		for _, name := range byHost[h] {
+			t := r.byName[name]
+			graces[h] = max(graces[h], t.HostLossGrace)
+			if !t.done {
+				t.status.Error = fmt.Sprintf("stop not confirmed yet: host %s has not answered for %s; waiting up to hostLossGrace %s for it",
+					h, first, t.HostLossGrace)
+			}
+		}
+	}
+	return r.stopOnHosts(ctx, silent, byHost, in, func(h string, n int) workflow.Context {
+		return controlOptionsWithin(ctx, h, graces[h], r.plan.StopGracePeriod+30*time.Second,
+			fmt.Sprintf("stop %d task(s) on %s, which did not answer: waiting up to %s", n, h, graces[h]))
+	})
+}
+
+// hostSawTheEnd says whether a lease's end came from the host that held the process (it ran, it was stopped,
+// it failed), not from the server giving the lease up: a heartbeat timeout, a detach, or a cancellation of a
+// lease no host had taken.
+func hostSawTheEnd(err error) bool {
+	var canceled *temporal.CanceledError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &canceled):
+		return canceled.HasDetails()
+	}
+	return leaseEndOf(err, true) == leaseSettled
+}

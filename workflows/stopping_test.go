@@ -1,0 +1,76 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+)
+
+// A host that does not take its StopTasks up in time (it is still reconnecting after a server outage) gets
+// hostLossGrace to come back and confirm the stop; the run waits for it, and its task ends confirmed.
+func TestStop_WaitsForAHostThatAnswersLate(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	late := ControlQueue("host-b")
+	calls := 0
+	h.hosts.stopFails = func(queue string, _ StopTasksInput) error {
+		if queue != late {
+			return nil
+		}
+		if calls++; calls == 1 {
+			return temporal.NewNonRetryableApplicationError("not taken up in time", "Timeout", nil)
+		}
+		return nil
+	}
+	st, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 2, calls, "StopTasks to host-b is asked again")
+	ps := st.Task("ps-0")
+	assert.Equal(t, TaskStopped, ps.State)
+	assert.Empty(t, ps.Error, "the stop was confirmed")
+	assert.Equal(t, "SIGTERM", ps.Signal)
+}
+
+// A host that stays silent through hostLossGrace, and whose lease the server gave up meanwhile (a heartbeat
+// timeout), leaves its task stopped but not confirmed: not failed, with no exit code, and the reason.
+func TestStop_AHostThatStaysSilentLeavesItsTaskUnconfirmed(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	silent := ControlQueue("host-b")
+	calls := 0
+	h.hosts.stopFails = func(queue string, _ StopTasksInput) error {
+		if queue != silent {
+			return nil
+		}
+		calls++
+		return temporal.NewNonRetryableApplicationError("not taken up in time", "Timeout", nil)
+	}
+	h.hosts.lease = func(ctx context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name != "ps-0" {
+			return res, nil, false
+		}
+		<-ctx.Done() // the run's cancellation, which the host never hears: the server times the lease out
+		return res, heartbeatTimeout(), true
+	}
+	st, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 2, calls, "StopTasks to host-b is asked again before the run gives up on it")
+	ps := st.Task("ps-0")
+	assert.Equal(t, TaskStopped, ps.State)
+	assert.Nil(t, ps.ExitCode)
+	assert.Contains(t, ps.Error, "not confirmed: host host-b was unreachable")
+	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}
