@@ -112,6 +112,9 @@ func Options() (client.Options, error) {
 	if opts.DataConverter, err = DataConverter(); err != nil {
 		return client.Options{}, err
 	}
+	if opts.ConnectionOptions.GrpcCompression, err = compression(); err != nil {
+		return client.Options{}, err
+	}
 	if opts.HostPort == "" {
 		opts.HostPort = client.DefaultHostPort
 	}
@@ -119,6 +122,20 @@ func Options() (client.Options, error) {
 		opts.Namespace = client.DefaultNamespace
 	}
 	return opts, nil
+}
+
+// compression is the gRPC compression of requests to the server (CLUSTERRUN_GRPC_COMPRESSION): none by
+// default, where the SDK's default is gzip. clusterrun's requests are small and frequent (polls, heartbeats,
+// signals), and gzip made every one of them cost CPU on both ends (design.md, "Backends").
+func compression() (client.GrpcCompression, error) {
+	switch v := os.Getenv("CLUSTERRUN_GRPC_COMPRESSION"); v {
+	case "", "none":
+		return &client.GrpcCompressionNone{}, nil
+	case "gzip":
+		return &client.GrpcCompressionGzip{}, nil
+	default:
+		return nil, fmt.Errorf("CLUSTERRUN_GRPC_COMPRESSION=%q: want none (the default) or gzip", v)
+	}
 }
 
 // Dial connects to the Temporal server and checks that it answers. metrics may be nil.
