@@ -139,8 +139,11 @@ func controlOptions(ctx workflow.Context, host string, startToClose time.Duratio
 // of the stop, one heartbeat each (85 s in all); a host that is really gone is given up on no later than its
 // leases are.
 func stopOptions(ctx workflow.Context, p *spec.Plan, host, summary string) workflow.Context {
-	return controlOptionsWithin(ctx, host, max(10*time.Second, p.HeartbeatTimeout), p.StopGracePeriod+30*time.Second, summary)
+	return controlOptionsWithin(ctx, host, stopPickup(p), p.StopGracePeriod+30*time.Second, summary)
 }
+
+// stopPickup is how long a host has to take a StopTasks up; the run's stop then asks it again (stopping.go).
+func stopPickup(p *spec.Plan) time.Duration { return max(10*time.Second, p.HeartbeatTimeout) }
 
 func controlOptionsWithin(ctx workflow.Context, host string, scheduleToStart, startToClose time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

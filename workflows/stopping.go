@@ -159,7 +159,7 @@ func (r *run) confirmStopped(ctx workflow.Context, res StopTasksResult) {
 // stop: the same time it has to take a lease up again. The status says what the run waits for meanwhile. It
 // returns the hosts that stayed silent.
 func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map[string][]string, in StopTasksInput) []string {
-	first := max(10*time.Second, r.plan.HeartbeatTimeout)
+	first := stopPickup(r.plan)
 	graces := map[string]time.Duration{}
 	for _, h := range silent {
 		for _, name := range byHost[h] {
