@@ -166,6 +166,7 @@ func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map
 			t := r.byName[name]
 			graces[h] = max(graces[h], t.HostLossGrace)
 			if !t.done {
+				t.status.State = TaskUnreachable
 				t.status.Error = fmt.Sprintf("stop not confirmed yet: host %s has not answered for %s; waiting up to hostLossGrace %s for it",
 					h, first, t.HostLossGrace)
 			}

@@ -20,6 +20,7 @@ func TestStop_WaitsForAHostThatAnswersLate(t *testing.T) {
 	})
 	late := ControlQueue("host-b")
 	calls := 0
+	var during RunStatus
 	h.hosts.stopFails = func(queue string, _ StopTasksInput) error {
 		if queue != late {
 			return nil
@@ -27,12 +28,24 @@ func TestStop_WaitsForAHostThatAnswersLate(t *testing.T) {
 		if calls++; calls == 1 {
 			return temporal.NewNonRetryableApplicationError("not taken up in time", "Timeout", nil)
 		}
+		// What the status says while the run waits for host-b. The query runs in the environment's own loop.
+		asked := make(chan struct{})
+		h.env.RegisterDelayedCallback(func() {
+			defer close(asked)
+			if v, err := h.env.QueryWorkflow(QueryStatus); err == nil {
+				_ = v.Get(&during)
+			}
+		}, 0)
+		<-asked
 		return nil
 	}
 	st, err := h.run(t, mustSpec(t, demo))
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
 	assert.Equal(t, 2, calls, "StopTasks to host-b is asked again")
+	assert.Equal(t, StatusStopping, during.Status)
+	assert.Equal(t, TaskUnreachable, during.Task("ps-0").State)
+	assert.Contains(t, during.Task("ps-0").Error, "stop not confirmed yet: host host-b has not answered for 10s; waiting up to hostLossGrace 2m0s")
 	ps := st.Task("ps-0")
 	assert.Equal(t, TaskStopped, ps.State)
 	assert.Empty(t, ps.Error, "the stop was confirmed")
