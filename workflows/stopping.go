@@ -159,7 +159,6 @@ func (r *run) confirmStopped(ctx workflow.Context, res StopTasksResult) {
 // stop: the same time it has to take a lease up again. The status says what the run waits for meanwhile. It
 // returns the hosts that stayed silent.
 func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map[string][]string, in StopTasksInput) []string {
-	first := stopPickup(r.plan)
 	graces := map[string]time.Duration{}
 	for _, h := range silent {
 		for _, name := range byHost[h] {
@@ -167,8 +166,7 @@ func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map
 			graces[h] = max(graces[h], t.HostLossGrace)
 			if !t.done {
 				t.status.State = TaskUnreachable
-				t.status.Error = fmt.Sprintf("stop not confirmed yet: host %s has not answered for %s; waiting up to hostLossGrace %s for it",
-					h, first, t.HostLossGrace)
+				t.status.Error = fmt.Sprintf("%s has not confirmed the stop; waiting up to %s (hostLossGrace)", h, t.HostLossGrace)
 			}
 		}
 	}

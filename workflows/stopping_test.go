@@ -45,7 +45,7 @@ func TestStop_WaitsForAHostThatAnswersLate(t *testing.T) {
 	assert.Equal(t, 2, calls, "StopTasks to host-b is asked again")
 	assert.Equal(t, StatusStopping, during.Status)
 	assert.Equal(t, TaskUnreachable, during.Task("ps-0").State)
-	assert.Contains(t, during.Task("ps-0").Error, "stop not confirmed yet: host host-b has not answered for 10s; waiting up to hostLossGrace 2m0s")
+	assert.Contains(t, during.Task("ps-0").Error, "host-b has not confirmed the stop; waiting up to 2m0s (hostLossGrace)")
 	ps := st.Task("ps-0")
 	assert.Equal(t, TaskStopped, ps.State)
 	assert.Empty(t, ps.Error, "the stop was confirmed")
