@@ -96,6 +96,7 @@ type Host struct {
 	drained   bool
 	stopLoops context.CancelFunc
 	spares    *shim.Spares // a supervisor started ahead of the next run's first task here
+	lock      *os.File     // held from Start to the end of Shutdown: one worker per host and state folder
 }
 
 // NewHost returns a Host with an empty registry.
@@ -128,6 +129,11 @@ func (h *Host) Start() error {
 			return err
 		}
 	}
+	lock, err := lockHost(h.StateDir, h.Name)
+	if err != nil {
+		return err
+	}
+	h.lock = lock
 	h.slots.max = h.Slots
 	h.recover()
 	h.sweep()
@@ -202,6 +208,15 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 	}
 	for _, e := range h.reg.all() {
 		h.closeControl(e)
+	}
+}
+
+// Close lets the host's lock go, for the next worker of this host and state folder: a worker's last step,
+// after Shutdown and after its pollers and its last registry report stopped. (Exiting lets it go too.)
+func (h *Host) Close() {
+	if h.lock != nil {
+		h.lock.Close()
+		h.lock = nil
 	}
 }
 

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/clusterrun/clusterrun/spec"
@@ -57,4 +60,37 @@ func checkOwnDir(flag, dir string, mode os.FileMode) error {
 		return os.Chmod(dir, want)
 	}
 	return nil
+}
+
+// lockHost takes this host's lock, a file in its state folder that one worker at a time holds (flock). Two
+// workers with the same --host and --state-dir would take up the same records, stop each other's tasks as left
+// over and report one host twice. The kernel lets the lock go when the worker exits, SIGKILL included, so a
+// worker restarted after a crash takes it at once; the supervisors never hold it (Go opens files close-on-exec).
+func lockHost(stateDir, host string) (*os.File, error) {
+	path := filepath.Join(stateDir, "worker.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--state-dir: cannot open the host's lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another clusterrun-worker (pid %s) already runs as host %s with this state folder (%s): "+
+				"stop it first, or give this one another --host or --state-dir", pidText(holder), host, stateDir)
+		}
+		return nil, fmt.Errorf("--state-dir: cannot lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// pidText is the pid a lock file holds, or "unknown".
+func pidText(b []byte) string {
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+		return strconv.Itoa(pid)
+	}
+	return "unknown"
 }

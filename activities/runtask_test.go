@@ -321,6 +321,7 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	pid := a.host.reg.all()[0].process().PID
 
 	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.host.Close()
 	_, err := wait()
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskDetached, e.Type())
@@ -355,6 +356,7 @@ func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	wait := a.run(leased(taskSpec("sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done; exit 3`)))
 	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
 	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.host.Close()
 	_, _ = wait()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 	rec := a.host.recordDir(a.host.reg.all()[0].key)

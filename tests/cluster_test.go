@@ -224,23 +224,7 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
-		"--socket-dir", c.runtime, "--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
-	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
-		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
-	}
-	if !slices.Contains(extra, "--ports") {
-		args = append(args, "--ports", c.ports)
-	}
-	if !slices.Contains(extra, "--slots") {
-		args = append(args, "--slots", "16") // the default is the machine's cores: too few for the suite's runs on 2
-	}
-	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
-	cmd.Dir = c.root
-	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
-	// settings and its own configuration.
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
-		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
+	cmd := c.workerCommand(host, address, extra...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
 	before, _ := os.ReadFile(logPath)
@@ -264,6 +248,35 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	}
 	b, _ := os.ReadFile(logPath)
 	return fmt.Errorf("worker %s did not become ready:\n%s", host, b)
+}
+
+// workerCommand is the command of a clusterrun-worker for host that reaches the server at address.
+func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd {
+	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
+		"--socket-dir", c.runtime, "--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
+	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
+		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
+	}
+	if !slices.Contains(extra, "--ports") {
+		args = append(args, "--ports", c.ports)
+	}
+	if !slices.Contains(extra, "--slots") {
+		args = append(args, "--slots", "16") // the default is the machine's cores: too few for the suite's runs on 2
+	}
+	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
+	cmd.Dir = c.root
+	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
+	// settings and its own configuration.
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
+		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
+	return cmd
+}
+
+// workerPID is the pid of host's worker.
+func (c *cluster) workerPID(host string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.workers[host].cmd.Process.Pid
 }
 
 // stopWorker sends sig to one worker and waits for it to exit.

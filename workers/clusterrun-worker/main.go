@@ -429,6 +429,7 @@ func run(args []string) error {
 		go func() { defer wg.Done(); w.Stop() }()
 	}
 	wg.Wait()
+	host.Close()
 	logger.Info("clusterrun-worker stopped")
 	return nil
 }
