@@ -54,7 +54,23 @@ type (
 	// SearchAttributesMissingError is a warning Start returns beside a started run: the namespace does not
 	// have clusterrun's search attributes, so `clusterrun list` cannot show the run's final state.
 	SearchAttributesMissingError struct{}
+	// UnreadableError: the server could not be reached, or no worker answered the run's status query (in the
+	// seconds after the worker that held the run's state stopped, say). The run goes on; reading it again
+	// later may succeed.
+	UnreadableError struct {
+		ID  string
+		Op  string // "describe" or "query"
+		Err error
+	}
 )
+
+func (e *UnreadableError) Error() string {
+	if e.Op == "query" {
+		return fmt.Sprintf("query run %s (is a clusterrun-worker running?): %v", e.ID, e.Err)
+	}
+	return fmt.Sprintf("%s run %s: %v", e.Op, e.ID, e.Err)
+}
+func (e *UnreadableError) Unwrap() error { return e.Err }
 
 func (e *NoRunError) Error() string {
 	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", e.ID, e.Namespace)
@@ -187,7 +203,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if errors.As(err, &nf) {
 			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
 		}
-		return st, fmt.Errorf("describe run %s: %w", r.ID, err)
+		return st, &UnreadableError{ID: r.ID, Op: "describe", Err: err}
 	}
 	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
 		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)
@@ -195,7 +211,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
 		if err != nil {
-			return st, fmt.Errorf("query run %s (is a clusterrun-worker running?): %w", r.ID, err)
+			return st, &UnreadableError{ID: r.ID, Op: "query", Err: err}
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)

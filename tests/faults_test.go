@@ -167,6 +167,18 @@ tasks:
 	require.NoError(t, follow.Start())
 	waitUntil(t, "logs --follow to show output", time.Minute, func() bool { return strings.Contains(out.String(), "tick 3\n") })
 
+	// A second worker for the same host and state folder is refused while the first runs, and touches nothing.
+	var twinOut syncBuffer
+	twin := env.workerCommand(host, env.address)
+	twin.Stdout, twin.Stderr = &twinOut, &twinOut
+	tw, err := startOwned(twin)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = twin.Process.Kill(); <-tw.done })
+	waitUntil(t, "the second worker to exit", 30*time.Second, tw.exited)
+	assert.NotZero(t, twin.ProcessState.ExitCode(), "a second worker for %s ran:\n%s", host, twinOut.String())
+	assert.Contains(t, twinOut.String(), "another clusterrun-worker (pid "+strconv.Itoa(env.workerPID(host))+") already runs as host "+host)
+	assert.True(t, alive(pid), "the refused worker touched the task")
+
 	env.stopWorker(host, sig)
 	assert.True(t, alive(pid), "the task died with its worker (%s)", sig)
 	require.NoError(t, env.startWorker(host))
@@ -551,4 +563,57 @@ tasks:
 		}
 	}
 	assert.Greater(t, leases, 4, "the outage did not reach the rendezvous")
+}
+
+// `logs --follow` and `status --watch` ride out a time nobody can answer for the run: its only host worker is
+// SIGKILLed, so its status queries fail, and a new worker comes up. Both say so on stderr, read on once the run
+// answers again, and end with the run; the log shows every line once.
+func TestFault_FollowersRideOutAWorkerRestart(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "solo")
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: follow-through
+heartbeatTimeout: 2s
+tasks:
+  chief: {replicas: 1, command: [sh, -c, 'i=0; while [ ! -e %s/go ]; do i=$((i+1)); echo "tick $i"; sleep 0.1; done']}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	follower := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+		cmd := exec.Command(filepath.Join(c.bin, "clusterrun"), args...)
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+		var out, errs syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errs
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		return cmd, &out, &errs
+	}
+	waitUntil(t, "the chief to print", time.Minute, func() bool {
+		return strings.Contains(c.cli(t, "logs", id, "chief-0").stdout, "tick 3\n")
+	})
+	logs, logsOut, logsErr := follower("logs", id, "chief-0", "--follow")
+	watch, _, watchErr := follower("status", id, "--watch", "500ms")
+	waitUntil(t, "logs --follow to show output", time.Minute, func() bool { return strings.Contains(logsOut.String(), "tick 3\n") })
+
+	c.stopWorker("solo", syscall.SIGKILL)
+	waitUntil(t, "both followers to say they cannot read the run", 2*time.Minute, func() bool {
+		return strings.Contains(logsErr.String(), "cannot read run "+id+" for now") &&
+			strings.Contains(watchErr.String(), "cannot read run "+id+" for now")
+	})
+	require.NoError(t, c.startWorker("solo"))
+	waitUntil(t, "both followers to read the run again", 2*time.Minute, func() bool {
+		return strings.Contains(logsErr.String(), "read run "+id+" again") && strings.Contains(watchErr.String(), "read run "+id+" again")
+	})
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	require.NoError(t, logs.Wait(), logsErr.String())
+	require.NoError(t, watch.Wait(), watchErr.String())
+	ticks := regexp.MustCompile(`(?m)^tick (\d+)$`).FindAllStringSubmatch(logsOut.String(), -1)
+	require.NotEmpty(t, ticks)
+	for i, m := range ticks {
+		require.Equal(t, strconv.Itoa(i+1), m[1], "logs --follow lost or repeated a line:\n%s", logsOut.String())
+	}
 }

@@ -71,6 +71,39 @@ func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, d
 	return st, st.Ended, st.Outcome, nil
 }
 
+// followPatience is how long a command that follows a run (status --watch, logs --follow) keeps trying to read
+// it: longer than a server restart or an outage the host workers ride out.
+const followPatience = 5 * time.Minute
+
+// followStatus is fetchStatus for commands that follow a run. A read the server or the workers cannot answer
+// for now (an outage; for about 10 s after the worker that held the run's state stopped, when queries wait on
+// its queue) does not end the command: it is said once on notes and tried again each second, for up to
+// followPatience.
+func followStatus(ctx context.Context, c client.Client, id string, notes io.Writer) (live, bool, error) {
+	var failing time.Time
+	for {
+		st, done, _, err := fetchStatus(ctx, c, id)
+		var unreadable *starter.UnreadableError
+		switch {
+		case err == nil && !failing.IsZero():
+			fmt.Fprintf(notes, "clusterrun: read run %s again after %s\n", id, time.Since(failing).Round(time.Second))
+			return st, done, nil
+		case err == nil || !errors.As(err, &unreadable) || ctx.Err() != nil:
+			return st, done, err
+		case failing.IsZero():
+			failing = time.Now()
+			fmt.Fprintf(notes, "clusterrun: cannot read run %s for now (%v); trying again for up to %s\n", id, err, followPatience)
+		case time.Since(failing) > followPatience:
+			return st, done, fmt.Errorf("%w (tried for %s)", err, followPatience)
+		}
+		select {
+		case <-ctx.Done():
+			return st, done, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // result waits for a run's end and returns its status and outcome (nil on success).
 func result(ctx context.Context, c client.Client, runID string) (workflows.RunStatus, error) {
 	st, err := runOf(c, runID).Wait(ctx)

@@ -48,29 +48,38 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	for {
-		ended, err := printStatus(ctx, c, pos[0], *asJSON, *watch > 0 && isTerminal(os.Stdout), stdout)
-		if err != nil || ended || *watch == 0 {
+		st, ended, err := readStatus(ctx, c, pos[0], *watch > 0, stderr)
+		if err != nil {
+			return err
+		}
+		if err := printStatus(pos[0], st, ended, *asJSON, *watch > 0 && isTerminal(os.Stdout), stdout); err != nil || ended || *watch == 0 {
 			return err
 		}
 		time.Sleep(*watch)
 	}
 }
 
-// printStatus prints a run's status once; clear redraws the terminal first. It reports whether the run ended.
-func printStatus(ctx context.Context, c client.Client, id string, asJSON, clear bool, stdout io.Writer) (bool, error) {
+// readStatus reads a run's status for `status`: once, within a minute, or (watching) riding out a time the run
+// cannot be read.
+func readStatus(ctx context.Context, c client.Client, id string, watching bool, stderr io.Writer) (live, bool, error) {
+	if watching {
+		return followStatus(ctx, c, id, stderr)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	st, ended, _, err := fetchStatus(ctx, c, id)
-	if err != nil {
-		return false, err
-	}
+	return st, ended, err
+}
+
+// printStatus prints a run's status; clear redraws the terminal first.
+func printStatus(id string, st live, ended, asJSON, clear bool, stdout io.Writer) error {
 	if clear {
 		fmt.Fprint(stdout, "\033[H\033[2J")
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return ended, enc.Encode(st.RunStatus)
+		return enc.Encode(st.RunStatus)
 	}
 	var hb map[string]heartbeat
 	if !ended {
@@ -93,7 +102,7 @@ func printStatus(ctx context.Context, c client.Client, id string, asJSON, clear 
 	printTable(stdout, st.RunStatus, hb)
 	printBarriers(stdout, st.RunStatus)
 	printItemCounts(stdout, st.Items)
-	return ended, nil
+	return nil
 }
 
 const cancelUsage = `Cancel a run: stop every task (SIGTERM, stopGracePeriod, SIGKILL) and end the run as canceled.

@@ -114,7 +114,7 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ta
 			time.Sleep(500 * time.Millisecond)
 		}
 		checked = time.Now()
-		latest, done, _, err := fetchStatus(ctx, c, id)
+		latest, done, err := followStatus(ctx, c, id, f.notes)
 		if err != nil {
 			return err
 		}
