@@ -580,14 +580,21 @@ tasks:
   chief: {replicas: 1, command: [sh, -c, 'i=0; while [ ! -e %s/go ]; do i=$((i+1)); echo "tick $i"; sleep 0.1; done']}
 `, dir))
 	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
-	follower := func(args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	follower := func(args ...string) (*owned, *syncBuffer, *syncBuffer) {
 		cmd := exec.Command(filepath.Join(c.bin, "clusterrun"), args...)
 		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
 		var out, errs syncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &errs
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		return cmd, &out, &errs
+		o, err := startOwned(cmd)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-o.done
+			if t.Failed() {
+				t.Logf("%s: stderr:\n%s\nstdout (end):\n%s", args[0], errs.String(), tail(out.String(), 400))
+			}
+		})
+		return o, &out, &errs
 	}
 	waitUntil(t, "the chief to print", time.Minute, func() bool {
 		return strings.Contains(c.cli(t, "logs", id, "chief-0").stdout, "tick 3\n")
@@ -597,23 +604,29 @@ tasks:
 	waitUntil(t, "logs --follow to show output", time.Minute, func() bool { return strings.Contains(logsOut.String(), "tick 3\n") })
 
 	c.stopWorker("solo", syscall.SIGKILL)
-	waitUntil(t, "both followers to say they cannot read the run", 2*time.Minute, func() bool {
-		return strings.Contains(logsErr.String(), "cannot read run "+id+" for now") &&
-			strings.Contains(watchErr.String(), "cannot read run "+id+" for now")
-	})
+	both := func(note string) func() bool {
+		return func() bool {
+			return logs.exited() || watch.exited() || strings.Contains(logsErr.String(), note) && strings.Contains(watchErr.String(), note)
+		}
+	}
+	waitUntil(t, "both followers to say they cannot read the run", 2*time.Minute, both("cannot read run "+id+" for now"))
+	require.False(t, logs.exited() || watch.exited(), "a follower ended while the run could not be read")
 	require.NoError(t, c.startWorker("solo"))
-	waitUntil(t, "both followers to read the run again", 2*time.Minute, func() bool {
-		return strings.Contains(logsErr.String(), "read run "+id+" again") && strings.Contains(watchErr.String(), "read run "+id+" again")
-	})
+	waitUntil(t, "both followers to read the run again", 2*time.Minute, both("read run "+id+" again"))
+	require.False(t, logs.exited() || watch.exited(), "a follower ended before the run")
 	touch(t, filepath.Join(dir, "go"))
 	st, err := c.outcome(t, id)
 	require.NoError(t, err)
 	assert.Equal(t, workflows.StatusSucceeded, st.Status)
-	require.NoError(t, logs.Wait(), logsErr.String())
-	require.NoError(t, watch.Wait(), watchErr.String())
+	waitUntil(t, "both followers to end with the run", time.Minute, func() bool { return logs.exited() && watch.exited() })
+	assert.Zero(t, logs.cmd.ProcessState.ExitCode(), logsErr.String())
+	assert.Zero(t, watch.cmd.ProcessState.ExitCode(), watchErr.String())
 	ticks := regexp.MustCompile(`(?m)^tick (\d+)$`).FindAllStringSubmatch(logsOut.String(), -1)
 	require.NotEmpty(t, ticks)
 	for i, m := range ticks {
 		require.Equal(t, strconv.Itoa(i+1), m[1], "logs --follow lost or repeated a line:\n%s", logsOut.String())
 	}
 }
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
