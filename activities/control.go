@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/activity"
 
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -42,13 +45,17 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	ownEnd := map[*entry]bool{}
 	var stop []*entry
 	for _, e := range entries {
-		if e.exited() != nil {
-			ownEnd[e] = true // it ended before the stop: the lease that holds it reports that
+		if x := e.exited(); x != nil {
+			// It ended before this stop. If the run's stop ended it (an earlier StopTasks whose answer was lost:
+			// its attempt timed out while the worker hung), this one reports it; if it ended on its own, the
+			// lease that holds it does.
+			ownEnd[e] = !x.Stopped || x.By != stopByRun
 			continue
 		}
 		stop = append(stop, e)
 	}
 	h.stopEntries(stop, stopByRun, in.Reason, in.GracePeriod)
+	defer h.beatWhileStopping(ctx)()
 	newest := map[string]*entry{}
 	for _, e := range entries {
 		select {
@@ -74,6 +81,33 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	}
 	sort.Strings(out.Stopped)
 	return out, nil
+}
+
+// beatWhileStopping heartbeats a StopTasks every third of its heartbeat timeout until the returned func is
+// called. A worker that took the StopTasks up and then hung (SIGSTOP, a frozen VM: its open polls still take
+// tasks) is noticed within that timeout, and the run asks again and says it waits, rather than after the whole
+// start-to-close. It beats through the client, as leases do: a slow RPC is only slow.
+func (h *Host) beatWhileStopping(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) || activity.GetInfo(ctx).HeartbeatTimeout <= 0 {
+		return func() {}
+	}
+	info := activity.GetInfo(ctx)
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(info.HeartbeatTimeout / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_ = h.Client.RecordActivityHeartbeat(ctx, info.TaskToken)
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // NotifyStop tells this host's tasks of a run that the run should stop (their should-stop turns true).

@@ -308,6 +308,13 @@ func TestRunTask_StopTasksStopsIt(t *testing.T) {
 	assert.Equal(t, []string{"worker-0"}, stopped.Stopped)
 	assert.Equal(t, "SIGTERM", stopped.Exits[0].Signal)
 	assert.True(t, res.Stopped)
+
+	// The run asks again (the first answer was lost: its attempt timed out while the worker hung): the task its
+	// first stop ended is reported again, not left to a lease that may be gone.
+	again, err := a.host.StopTasks(context.Background(), workflows.StopTasksInput{
+		WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test"})
+	require.NoError(t, err)
+	assert.Equal(t, stopped, again)
 }
 
 // A worker that shuts down (an upgrade, a restart) gives its leases up; the processes run on, and a new worker

@@ -630,3 +630,50 @@ tasks:
 
 // tail is the last n bytes of s.
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+// A host worker that hangs (SIGSTOP) as its run stops: the StopTasks it took up stops heartbeating, so the run
+// notices within the heartbeat timeout, says that it waits for the host, and once the worker resumes, ends
+// with the host's task confirmed stopped.
+func TestFault_StopWaitsForAHungHost(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor")
+	require.NoError(t, c.startWorker("hung"))
+	hung := c.workerPID("hung")
+	t.Cleanup(func() { _ = syscall.Kill(hung, syscall.SIGCONT) })
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: stophung
+heartbeatTimeout: 2s
+hostLossGrace: 3m
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/go ]; do sleep 0.1; done']
+tasks:
+  chief: {replicas: 1, hosts: [anchor]}
+  worker: {replicas: 1, hosts: [hung], command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; exec sleep 300']}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	chief := int(readInt(t, filepath.Join(dir, "chief-0.pid"), time.Minute))
+	worker := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
+
+	require.NoError(t, syscall.Kill(hung, syscall.SIGSTOP))
+	touch(t, filepath.Join(dir, "go"))
+	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(chief) })
+	// The hung worker's open polls take the run's next workflow tasks (10 s each to time out), then three
+	// StopTasks attempts of at most 10 s each (max(10s, heartbeatTimeout)) pass before the run says it waits:
+	// about 50 s. Without the heartbeat each attempt waited for its start-to-close, 31 s: 90-115 s.
+	waitUntil(t, "status to say the run waits for host hung", 75*time.Second, func() bool {
+		return strings.Contains(c.cli(t, "status", id).stdout, "hung has not confirmed the stop; waiting up to 3m0s (hostLossGrace)")
+	})
+	assert.True(t, alive(worker), "the hung host's task runs on")
+
+	require.NoError(t, syscall.Kill(hung, syscall.SIGCONT))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, workflows.TaskStopped, w.State)
+	assert.Empty(t, w.Error, "the stop is confirmed")
+	assert.Equal(t, "SIGTERM", w.Signal)
+	assert.False(t, alive(worker), "the run ended while the hung host's task still ran")
+}

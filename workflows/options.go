@@ -139,7 +139,17 @@ func controlOptions(ctx workflow.Context, host string, startToClose time.Duratio
 // of the stop, one heartbeat each (85 s in all); a host that is really gone is given up on no later than its
 // leases are.
 func stopOptions(ctx workflow.Context, p *spec.Plan, host, summary string) workflow.Context {
-	return controlOptionsWithin(ctx, host, stopPickup(p), p.StopGracePeriod+30*time.Second, summary)
+	return stopOptionsWithin(ctx, p, host, stopPickup(p), summary)
+}
+
+// stopOptionsWithin: StopTasks that a host has scheduleToStart to take up. It heartbeats while it waits for
+// the processes to end: a host worker that took it up and then hung (SIGSTOP; its open polls still take tasks)
+// times it out within stopPickup, as a lease would, not after its start-to-close.
+func stopOptionsWithin(ctx workflow.Context, p *spec.Plan, host string, scheduleToStart time.Duration, summary string) workflow.Context {
+	ctx = controlOptionsWithin(ctx, host, scheduleToStart, p.StopGracePeriod+30*time.Second, summary)
+	o := workflow.GetActivityOptions(ctx)
+	o.HeartbeatTimeout = stopPickup(p)
+	return workflow.WithActivityOptions(ctx, o)
 }
 
 // stopPickup is how long a host has to take a StopTasks up; the run's stop then asks it again (stopping.go).

@@ -171,8 +171,14 @@ func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map
 		}
 	}
 	return r.stopOnHosts(ctx, silent, byHost, in, func(h string, n int) workflow.Context {
-		return controlOptionsWithin(ctx, h, graces[h], r.plan.StopGracePeriod+30*time.Second,
+		// Asked until the grace is over, however many attempts that takes: a hung worker's open polls can take
+		// (and time out) one attempt after another before it resumes.
+		ctx := stopOptionsWithin(ctx, r.plan, h, graces[h],
 			fmt.Sprintf("stop %d task(s) on %s, which did not answer: waiting up to %s", n, h, graces[h]))
+		o := workflow.GetActivityOptions(ctx)
+		o.ScheduleToCloseTimeout = graces[h] + o.StartToCloseTimeout
+		o.RetryPolicy = &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second}
+		return workflow.WithActivityOptions(ctx, o)
 	})
 }
 
