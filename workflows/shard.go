@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -209,7 +210,8 @@ func (s *shard) flush() {
 			LeasesEnded{Shard: s.id, Ends: batch}))
 	}
 	for _, f := range sent {
-		if err := f.Get(s.dctx, nil); err != nil {
+		var ended *temporal.UnknownExternalWorkflowExecutionError
+		if err := f.Get(s.dctx, nil); err != nil && !errors.As(err, &ended) { // an ended run: nothing to report to
 			workflow.GetLogger(s.ctx).Warn("cannot report ended leases to the run", "run", s.parent.ID, "error", err)
 		}
 	}
