@@ -344,6 +344,7 @@ func check(err error) {
 // was released (time.time_ns), in marks.json beside its logs (a result would be too large at scale).
 const barrierScript = `
 import json, os, sys, time
+started = time.time_ns()
 sys.path.insert(0, os.environ["BENCH_CLIENT_DIR"])
 import clusterrun
 marks = []
@@ -352,13 +353,13 @@ for i in range(int(os.environ["BARRIERS"])):
     clusterrun.barrier("b%d" % i)
     marks.append([t0, time.time_ns()])
 with open(os.path.join(os.path.dirname(os.environ["CLUSTERRUN_RESULT_FILE"]), "marks.json"), "w") as f:
-    json.dump(marks, f)
+    json.dump({"started": started, "barriers": marks}, f)
 `
 
 // barrierRun is what one barrier run measured.
 type barrierRun struct {
 	lat        []time.Duration // per barrier: last arrival → last release
-	rendezvous time.Duration   // workflow start → the last Release of the rendezvous completed
+	rendezvous time.Duration   // workflow start → the last task's script running (it has the cluster map)
 	history    int             // events
 	signals    int
 }
@@ -411,14 +412,20 @@ func runBarriersRaw(dir string, n, k int) (lat []time.Duration, history, signals
 		return nil, 0, 0, 0, fmt.Errorf("barrier run %s: %s: %s", id, st.Status, st.Reason)
 	}
 	marks := make([][][2]int64, len(st.Tasks))
+	var lastStart int64
 	for i, t := range st.Tasks {
 		b, err := os.ReadFile(filepath.Join(*logDir, id, "attempt_1", t.Name, "marks.json"))
 		if err != nil {
 			return nil, 0, 0, 0, err
 		}
-		if err := json.Unmarshal(b, &marks[i]); err != nil {
+		var m struct {
+			Started  int64      `json:"started"`
+			Barriers [][2]int64 `json:"barriers"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, 0, 0, 0, err
 		}
+		marks[i], lastStart = m.Barriers, max(lastStart, m.Started)
 	}
 	for b := 0; b < k; b++ {
 		var lastIn, lastOut int64
@@ -432,32 +439,21 @@ func runBarriersRaw(dir string, n, k int) (lat []time.Duration, history, signals
 	if err == nil {
 		var h struct {
 			Events []struct {
-				EventID   string    `json:"eventId"`
 				EventTime time.Time `json:"eventTime"`
 				EventType string    `json:"eventType"`
-				Scheduled *struct {
-					ActivityType struct{ Name string } `json:"activityType"`
-				} `json:"activityTaskScheduledEventAttributes"`
-				Completed *struct {
-					ScheduledEventID string `json:"scheduledEventId"`
-				} `json:"activityTaskCompletedEventAttributes"`
 			} `json:"events"`
 		}
 		if json.Unmarshal(show, &h) == nil && len(h.Events) > 0 {
 			history = len(h.Events)
-			release := map[string]bool{}
-			var lastRelease time.Time
 			for _, e := range h.Events {
-				switch {
-				case e.EventType == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED":
+				if e.EventType == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED" {
 					signals++
-				case e.Scheduled != nil && e.Scheduled.ActivityType.Name == "Release":
-					release[e.EventID] = true
-				case e.Completed != nil && release[e.Completed.ScheduledEventID]:
-					lastRelease = e.EventTime
 				}
 			}
-			rendezvous = lastRelease.Sub(h.Events[0].EventTime)
+			// A task's process starts once it has the cluster map (pre-placed launches send the map with the
+			// lease; there is no Release step to time any more): the rendezvous ends when the last task's
+			// script runs.
+			rendezvous = time.Unix(0, lastStart).Sub(h.Events[0].EventTime)
 		}
 	}
 	return lat, history, signals, rendezvous, nil
@@ -481,7 +477,7 @@ func barrierLatency(dir string) {
 		rendezvous = append(rendezvous, fmt.Sprintf("| %d tasks | %.0f ms | %.2f× |", n, ms(r.rendezvous), float64(r.rendezvous)/float64(floor.rendezvous)))
 	}
 	fmt.Println()
-	fmt.Println("| start-up rendezvous: run start → every task released with the cluster map | time | / floor |")
+	fmt.Println("| start-up rendezvous: run start → every task's script running (started with the cluster map) | time | / floor |")
 	fmt.Println("| --- | --- | --- |")
 	for _, line := range rendezvous {
 		fmt.Println(line)
