@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -55,7 +56,7 @@ func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) 
 			s.id = "" // it ended after its idle time (this reader was paused, say): start another
 			continue
 		}
-		return nil, readError(err)
+		return nil, s.readError(err)
 	}
 }
 
@@ -69,6 +70,9 @@ func (s *LogReader) start(ctx context.Context) error {
 		// session that no worker runs.
 		WorkflowRunTimeout: 24 * time.Hour,
 	}, workflows.LogSessionWorkflowType, workflows.LogSessionInput{RunID: s.runID})
+	if err != nil && !refused(err) {
+		return &UnreadableError{ID: s.runID, Msg: "start reading logs", Err: err}
+	}
 	if err != nil {
 		return fmt.Errorf("start reading logs: %w", err)
 	}
@@ -100,12 +104,24 @@ func TooLarge(err error) bool {
 	return strings.Contains(s, "size limit") || strings.Contains(s, "too large") || strings.Contains(s, "larger than max")
 }
 
-func readError(err error) error {
-	if TooLarge(err) {
+func (s *LogReader) readError(err error) error {
+	switch {
+	case TooLarge(err):
 		return fmt.Errorf("read logs: the hosts' answer was too large for the Temporal server's payload limit: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return &UnreadableError{ID: s.runID, Msg: fmt.Sprintf("read logs: no answer within a minute (is a clusterrun-worker polling the %s task queue?)", workflows.TaskQueue), Err: err}
+	case refused(err):
+		return fmt.Errorf("read logs: %w", err)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("read logs: no answer within a minute (is a clusterrun-worker polling the %s task queue?): %w", workflows.TaskQueue, err)
-	}
-	return fmt.Errorf("read logs: %w", err)
+	return &UnreadableError{ID: s.runID, Msg: "read logs", Err: err}
+}
+
+// refused says the server or the log session answered and said no (a bad request, no permission), as
+// opposed to not answering for now (an outage, no worker polling).
+func refused(err error) bool {
+	var app *temporal.ApplicationError
+	var invalid *serviceerror.InvalidArgument
+	var denied *serviceerror.PermissionDenied
+	var nf *serviceerror.NotFound
+	return errors.As(err, &app) || errors.As(err, &invalid) || errors.As(err, &denied) || errors.As(err, &nf)
 }

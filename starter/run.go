@@ -54,22 +54,17 @@ type (
 	// SearchAttributesMissingError is a warning Start returns beside a started run: the namespace does not
 	// have clusterrun's search attributes, so `clusterrun list` cannot show the run's final state.
 	SearchAttributesMissingError struct{}
-	// UnreadableError: the server could not be reached, or no worker answered the run's status query (in the
-	// seconds after the worker that held the run's state stopped, say). The run goes on; reading it again
-	// later may succeed.
+	// UnreadableError: the server could not be reached, or no worker answered the run's status query or log
+	// read (in the seconds after the worker that held the run's state stopped, say). The run goes on; reading
+	// it again later may succeed.
 	UnreadableError struct {
-		ID  string
-		Op  string // "describe" or "query"
+		ID  string // the run
+		Msg string // what could not be read, with a hint
 		Err error
 	}
 )
 
-func (e *UnreadableError) Error() string {
-	if e.Op == "query" {
-		return fmt.Sprintf("query run %s (is a clusterrun-worker running?): %v", e.ID, e.Err)
-	}
-	return fmt.Sprintf("%s run %s: %v", e.Op, e.ID, e.Err)
-}
+func (e *UnreadableError) Error() string { return fmt.Sprintf("%s: %v", e.Msg, e.Err) }
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
 func (e *NoRunError) Error() string {
@@ -203,7 +198,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if errors.As(err, &nf) {
 			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
 		}
-		return st, &UnreadableError{ID: r.ID, Op: "describe", Err: err}
+		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err}
 	}
 	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
 		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)
@@ -211,7 +206,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
 		if err != nil {
-			return st, &UnreadableError{ID: r.ID, Op: "query", Err: err}
+			return st, &UnreadableError{ID: r.ID, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", r.ID), Err: err}
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)

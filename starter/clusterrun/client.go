@@ -75,30 +75,47 @@ func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, d
 // it: longer than a server restart or an outage the host workers ride out.
 const followPatience = 5 * time.Minute
 
-// followStatus is fetchStatus for commands that follow a run. A read the server or the workers cannot answer
-// for now (an outage; for about 10 s after the worker that held the run's state stopped, when queries wait on
-// its queue) does not end the command: it is said once on notes and tried again each second, for up to
-// followPatience.
-func followStatus(ctx context.Context, c client.Client, id string, notes io.Writer) (live, bool, error) {
-	var failing time.Time
+// followStatus is fetchStatus for commands that follow a run: a read the server or the workers cannot answer
+// for now does not end the command (patience).
+func followStatus(ctx context.Context, c client.Client, id string, notes io.Writer) (st live, done bool, err error) {
+	p := patience{id: id, notes: notes}
+	err = p.try(ctx, func() (err error) {
+		st, done, _, err = fetchStatus(ctx, c, id)
+		return err
+	})
+	return st, done, err
+}
+
+// patience keeps a command that follows a run going through a time nobody can answer for the run: an outage,
+// or the ~10 s after the worker that held the run's state stopped, when its queries and log reads wait on
+// that worker's queue. Such a read (starter.UnreadableError) is said once on notes and tried again each
+// second, for up to followPatience; the first read that succeeds again says so.
+type patience struct {
+	id      string
+	notes   io.Writer
+	failing time.Time // when reads began to fail; zero while they succeed
+}
+
+func (p *patience) try(ctx context.Context, read func() error) error {
 	for {
-		st, done, _, err := fetchStatus(ctx, c, id)
+		err := read()
 		var unreadable *starter.UnreadableError
 		switch {
-		case err == nil && !failing.IsZero():
-			fmt.Fprintf(notes, "clusterrun: read run %s again after %s\n", id, time.Since(failing).Round(time.Second))
-			return st, done, nil
+		case err == nil && !p.failing.IsZero():
+			fmt.Fprintf(p.notes, "clusterrun: read run %s again after %s\n", p.id, time.Since(p.failing).Round(time.Second))
+			p.failing = time.Time{}
+			return nil
 		case err == nil || !errors.As(err, &unreadable) || ctx.Err() != nil:
-			return st, done, err
-		case failing.IsZero():
-			failing = time.Now()
-			fmt.Fprintf(notes, "clusterrun: cannot read run %s for now (%v); trying again for up to %s\n", id, err, followPatience)
-		case time.Since(failing) > followPatience:
-			return st, done, fmt.Errorf("%w (tried for %s)", err, followPatience)
+			return err
+		case p.failing.IsZero():
+			p.failing = time.Now()
+			fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%v); trying again for up to %s\n", p.id, err, followPatience)
+		case time.Since(p.failing) > followPatience:
+			return fmt.Errorf("%w (tried for %s)", err, followPatience)
 		}
 		select {
 		case <-ctx.Done():
-			return st, done, ctx.Err()
+			return ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}

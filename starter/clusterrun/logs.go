@@ -102,8 +102,13 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ta
 		return f.drain(ctx)
 	}
 	checked := time.Now()
+	p := patience{id: id, notes: f.notes}
 	for {
-		got, err := f.poll(ctx)
+		var got bool
+		err := p.try(ctx, func() (err error) {
+			got, err = f.poll(ctx)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -114,7 +119,12 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ta
 			time.Sleep(500 * time.Millisecond)
 		}
 		checked = time.Now()
-		latest, done, err := followStatus(ctx, c, id, f.notes)
+		var latest live
+		var done bool
+		err = p.try(ctx, func() (err error) {
+			latest, done, _, err = fetchStatus(ctx, c, id)
+			return err
+		})
 		if err != nil {
 			return err
 		}
