@@ -46,10 +46,10 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	var stop []*entry
 	for _, e := range entries {
 		if x := e.exited(); x != nil {
-			// It ended before this stop. If the run's stop ended it (an earlier StopTasks whose answer was lost:
-			// its attempt timed out while the worker hung), this one reports it; if it ended on its own, the
-			// lease that holds it does.
-			ownEnd[e] = !x.Stopped || x.By != stopByRun
+			// It ended before this stop. If an earlier stop of the run ended the task's current attempt (a
+			// StopTasks whose answer was lost: it timed out while the worker hung), this one reports it; one
+			// that ended on its own is its lease's to report, and an earlier attempt is not the task's now.
+			ownEnd[e] = !x.Stopped || x.By != stopByRun || e.ref.Attempt == 0 || in.Attempts[e.ref.Task] != e.ref.Attempt
 			continue
 		}
 		stop = append(stop, e)

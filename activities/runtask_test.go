@@ -309,12 +309,17 @@ func TestRunTask_StopTasksStopsIt(t *testing.T) {
 	assert.Equal(t, "SIGTERM", stopped.Exits[0].Signal)
 	assert.True(t, res.Stopped)
 
-	// The run asks again (the first answer was lost: its attempt timed out while the worker hung): the task its
-	// first stop ended is reported again, not left to a lease that may be gone.
+	// The run asks again (the first answer was lost: its attempt timed out while the worker hung): the task's
+	// current attempt, which its first stop ended, is reported again, not left to a lease that may be gone.
 	again, err := a.host.StopTasks(context.Background(), workflows.StopTasksInput{
-		WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test"})
+		WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test", Attempts: map[string]int{"worker-0": 1}})
 	require.NoError(t, err)
 	assert.Equal(t, stopped, again)
+	// Once the task has moved on to attempt 2 (elsewhere, or not started here yet), attempt 1's end is not its.
+	later, err := a.host.StopTasks(context.Background(), workflows.StopTasksInput{
+		WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test", Attempts: map[string]int{"worker-0": 2}})
+	require.NoError(t, err)
+	assert.Empty(t, later.Stopped)
 }
 
 // A worker that shuts down (an upgrade, a restart) gives its leases up; the processes run on, and a new worker

@@ -118,7 +118,10 @@ func (r *run) stopOnHosts(ctx workflow.Context, hosts []string, byHost map[strin
 	opts func(host string, n int) workflow.Context) (silent []string) {
 	stops := make([]workflow.Future, len(hosts))
 	for i, h := range hosts {
-		in.Tasks = byHost[h]
+		in.Tasks, in.Attempts = byHost[h], map[string]int{}
+		for _, name := range in.Tasks {
+			in.Attempts[name] = r.byName[name].attempt
+		}
 		stops[i] = workflow.ExecuteActivity(opts(h, len(in.Tasks)), ActivityStopTasks, in)
 	}
 	// A task whose stop a host confirmed is over: its process group is gone. The run need not wait for that

@@ -186,11 +186,14 @@ type ReleaseResult struct {
 
 // StopTasksInput stops the named tasks of a run on one host (all of the run's tasks there when Tasks is empty).
 type StopTasksInput struct {
-	WorkflowID  string        `json:"workflowId"`
-	RunID       string        `json:"runId"`
-	Tasks       []string      `json:"tasks,omitempty"`
-	GracePeriod time.Duration `json:"gracePeriod"`
-	Reason      string        `json:"reason"`
+	WorkflowID string   `json:"workflowId"`
+	RunID      string   `json:"runId"`
+	Tasks      []string `json:"tasks,omitempty"`
+	// Attempts is each task's current attempt. An attempt that an earlier stop of the run already ended (its
+	// answer was lost) is reported stopped when it is that one. Runs from before send none.
+	Attempts    map[string]int `json:"attempts,omitempty"`
+	GracePeriod time.Duration  `json:"gracePeriod"`
+	Reason      string         `json:"reason"`
 }
 
 // StopTasksResult names the tasks whose processes were stopped and confirmed gone, and how each ended. A task
