@@ -227,8 +227,16 @@ tasks:
 `))
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
+	// Every lease carried its map, so no task waited for a Release. (The fakes' goroutines may still be
+	// recording that a stopped worker got its map: what the run sent is read under the fakes' lock.)
+	h.hosts.mu.Lock()
+	defer h.hosts.mu.Unlock()
 	assert.Empty(t, h.hosts.releases)
-	assert.Len(t, h.hosts.maps, 1000)
+	require.Len(t, h.hosts.inputs, 1000)
+	for _, in := range h.hosts.inputs {
+		require.NotNil(t, in.Cluster, "%s was leased without its map", in.Task.Name)
+		assert.Len(t, in.Cluster.Endpoints, 1000)
+	}
 }
 
 // A host that took a pre-placed lease and went silent before it said the task started: the map went with the
