@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -209,6 +210,27 @@ func (f *fakeHosts) running(in RunTasksInput) bool {
 }
 
 func addrOf(t spec.Task) string { return "10.0.0." + fmt.Sprint(t.Index+1) }
+
+// mapsNow is the map each task got so far, read under the fakes' lock: a lease's goroutines may outlive the run
+// (a member stopped by the run may still be recording that it got its map).
+func (f *fakeHosts) mapsNow() map[string]ClusterMap {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.maps)
+}
+
+// leasedMaps is the map each task's leases carried (pre-placed launches), read under the fakes' lock.
+func (f *fakeHosts) leasedMaps() map[string]ClusterMap {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]ClusterMap{}
+	for _, in := range f.inputs {
+		if in.Cluster != nil {
+			out[in.Task.Name] = *in.Cluster
+		}
+	}
+	return out
+}
 
 func (f *fakeHosts) isTaken(port int) bool {
 	f.mu.Lock()
@@ -573,12 +595,13 @@ func TestClusterRun_PlacementAndRendezvous(t *testing.T) {
 
 	// One rendezvous: every task released with the same, complete map, one Release per host.
 	require.Len(t, h.hosts.releases, 2)
-	want := h.hosts.maps["chief-0"]
+	got := h.hosts.mapsNow()
+	want := got["chief-0"]
 	require.Len(t, want.Endpoints, 4)
 	for _, e := range want.Endpoints {
 		assert.NotZero(t, e.Port, e.Task)
 	}
-	for task, m := range h.hosts.maps {
+	for task, m := range got {
 		assert.Equal(t, want, m, task)
 	}
 	assert.ElementsMatch(t, []string{"chief-0", "worker-0", "worker-1", "ps-0"}, h.hosts.ids, "activity IDs are the task names")

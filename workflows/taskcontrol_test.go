@@ -56,7 +56,7 @@ func TestTaskControl_StartNewIndex(t *testing.T) {
 	w2 := st.Task("worker-2")
 	require.NotNil(t, w2)
 	assert.Equal(t, TaskSucceeded, w2.State)
-	assert.Len(t, h.hosts.maps["worker-2"].Endpoints, 3, "released with the current map, itself included")
+	assert.Len(t, h.hosts.mapsNow()["worker-2"].Endpoints, 3, "released with the current map, itself included")
 	assert.Equal(t, 1, countID(h.hosts.ids, "worker-0"), "the running task was not started twice")
 }
 
