@@ -158,7 +158,17 @@ func (pg *pgCluster) newDatabases(root string) (string, error) {
 	return name, nil
 }
 
+// stop shuts PostgreSQL down (its fast shutdown, SIGINT), so that it removes its shared memory: a killed
+// postmaster leaves a System V segment and its /dev/shm segments behind, which only a later start of the same
+// data folder would remove. After 30 s it is killed.
 func (pg *pgCluster) stop() {
+	if pg.proc != nil {
+		_ = pg.proc.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-pg.proc.done:
+		case <-time.After(30 * time.Second):
+		}
+	}
 	pg.kill()
 	os.RemoveAll(pg.data)
 }
