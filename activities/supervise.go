@@ -292,6 +292,13 @@ func (h *Host) recover() {
 	dirs, _ := filepath.Glob(filepath.Join(h.recordRoot(), "*"))
 	legacy, _ := filepath.Glob(filepath.Join(h.legacyRecordRoot(), "*"))
 	maps := clusterFiles{}
+	ended := 0
+	defer func() {
+		if ended > 0 {
+			// Most are ends the runs already had, from tasks whose worker stopped before it forgot them.
+			h.Logger.Info("found the recorded ends of tasks; each is kept until its run no longer needs it", "tasks", ended)
+		}
+	}()
 	for _, dir := range append(dirs, legacy...) {
 		var rec taskRecord
 		if err := readRecord(dir, &rec); err != nil {
@@ -321,7 +328,8 @@ func (h *Host) recover() {
 		h.reg.put(e)
 		if x, ok, _ := shim.ReadExit(dir); ok {
 			e.markEnded(x)
-			h.Logger.Info("found a task that ended while no worker watched it", "run", rec.Ref.WorkflowID, "task", rec.Ref.Task,
+			ended++
+			h.Logger.Debug("found a task's recorded end", "run", rec.Ref.WorkflowID, "task", rec.Ref.Task,
 				"attempt", rec.Ref.Attempt, "exit", x.Code)
 			continue
 		}
