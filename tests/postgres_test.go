@@ -294,7 +294,10 @@ func TestPostgres_UpFromNothing(t *testing.T) {
 	state, err := os.MkdirTemp("", "clusterrun-pgup-")
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(state, 0o755)) // PostgreSQL runs as the postgres user when we are root
-	vars := []string{"CLUSTERRUN_STATE=" + state, "CLUSTERRUN_DEV_HOSTS=host-a host-b"}
+	// The workers' runtime folder is the test's, not the machine's: their records and sockets go with it.
+	runtime, err := newRuntimeDir()
+	require.NoError(t, err)
+	vars := []string{"CLUSTERRUN_STATE=" + state, "CLUSTERRUN_DEV_HOSTS=host-a host-b", "CLUSTERRUN_WORKER_SOCKET_DIR=" + runtime}
 	port := lowFreePort()
 	vars = append(vars, fmt.Sprintf("TEMPORAL_PORT=%d", port), fmt.Sprintf("TEMPORAL_ADDRESS=127.0.0.1:%d", port))
 	for _, name := range []string{"TEMPORAL_UI_PORT", "POSTGRES_PORT", "TEMPORAL_HTTP_PORT", "TEMPORAL_HISTORY_PORT", "TEMPORAL_MATCHING_PORT", "TEMPORAL_WORKER_PORT"} {
@@ -328,6 +331,7 @@ func TestPostgres_UpFromNothing(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("down.sh: %v\n%s", err, out)
 		}
+		os.RemoveAll(runtime)
 		if !t.Failed() {
 			os.RemoveAll(state)
 		} else {
