@@ -144,7 +144,8 @@ func TestE2E_PlacementBeyondSlots(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: full, startTimeout: 4s, command: [sleep, "30"], stopGracePeriod: 1s, tasks: {worker: {replicas: 2}}}`)
 	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
-	const why = "the live hosts of pool default reported 1 slots in all (--slots), 1 free, for more tasks than that"
+	const why = "this launch's 2 tasks of pool default start together, and the pool's live hosts have 1 slot in all (--slots): " +
+		"add hosts to the pool, raise their --slots, or run fewer replicas"
 	waitUntil(t, "the waiting task to say why", time.Minute, func() bool {
 		st, ok := c.query(t, id)
 		for _, task := range st.Tasks {

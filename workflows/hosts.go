@@ -283,15 +283,41 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 	// Every task on a host given more of this launch than the slots its report left free may wait there (which
 	// of them waits is the host's pick): say so, so that a run larger than its pool does not look like a
 	// missing host.
+	need := map[string]int{}
+	for _, t := range tasks {
+		need[t.Pool]++
+	}
 	for _, t := range tasks {
 		if f := free[t.Pool]; t.placedHost != "" && f != nil && placed[t.placedHost] > f.hostFree[t.placedHost] {
-			t.waitNote = fmt.Sprintf("waiting for a free slot on %s: the live hosts of pool %s reported %d slots in all (--slots), "+
-				"%d free, for more tasks than that", t.placedHost, t.Pool, f.slots, f.free)
+			t.waitNote = slotNote(t.placedHost, t.Pool, need[t.Pool], f)
 		}
 	}
 	if prePlace {
 		r.prePlace(ctx, orders, hosts)
 	}
+}
+
+// slotNote says why a task placed on host may wait there for a slot: the launch's need tasks of pool start
+// together (they meet at the rendezvous), and the pool's live hosts have too few slots, or too few free.
+func slotNote(host, pool string, need int, f *poolSlots) string {
+	head := fmt.Sprintf("waiting for a free slot on %s: ", host)
+	if need > f.slots {
+		return head + fmt.Sprintf("this launch's %d tasks of pool %s start together, and the pool's live hosts have %s in all "+
+			"(--slots): add hosts to the pool, raise their --slots, or run fewer replicas", need, pool, slotCount(f.slots))
+	}
+	if need == 1 {
+		return head + fmt.Sprintf("the live hosts of pool %s have %d of their %s free (--slots): it starts as other tasks end",
+			pool, f.free, slotCount(f.slots))
+	}
+	return head + fmt.Sprintf("this launch's %d tasks of pool %s start together, and the pool's live hosts have %d of their %s "+
+		"free (--slots): they start as other tasks end", need, pool, f.free, slotCount(f.slots))
+}
+
+func slotCount(n int) string {
+	if n == 1 {
+		return "1 slot"
+	}
+	return fmt.Sprintf("%d slots", n)
 }
 
 // listHosts reads the host registry, with a local activity.

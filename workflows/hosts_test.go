@@ -92,3 +92,18 @@ func TestPlaceTasks_StaleReportsNeverOverfillAHost(t *testing.T) {
 	full := hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 2}}, HostEntry{HostReport: HostReport{Host: "b", Slots: 2}})
 	assert.Equal(t, map[string]int{"a": 3, "b": 3}, count(placeTasks(requests(6, "default"), full, false)), "beyond the pool: evenly, waiting")
 }
+
+// A task that may wait for a slot says which of two things holds: the launch, whose tasks start together,
+// can never fit on the pool's live hosts (and what to change), or it fits once other tasks end.
+func TestSlotNote_NeverFitsOrWaitsForOthers(t *testing.T) {
+	pool := freeSlots(hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 16, Unpinned: 10}},
+		HostEntry{HostReport: HostReport{Host: "b", Slots: 16}}))["default"]
+	assert.Equal(t, "waiting for a free slot on a: this launch's 40 tasks of pool default start together, and the pool's live "+
+		"hosts have 32 slots in all (--slots): add hosts to the pool, raise their --slots, or run fewer replicas",
+		slotNote("a", "default", 40, pool))
+	assert.Equal(t, "waiting for a free slot on a: this launch's 24 tasks of pool default start together, and the pool's live "+
+		"hosts have 22 of their 32 slots free (--slots): they start as other tasks end", slotNote("a", "default", 24, pool))
+	one := freeSlots(hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 1, Unpinned: 1}}))["default"]
+	assert.Equal(t, "waiting for a free slot on a: the live hosts of pool default have 0 of their 1 slot free (--slots): "+
+		"it starts as other tasks end", slotNote("a", "default", 1, one))
+}
