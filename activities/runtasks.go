@@ -107,6 +107,9 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 		}
 		why := fmt.Sprintf("host %s had no free slot for it: its %d slots of pool %s (--slots) were taken by other tasks",
 			h.Name, h.slots.max, in.Task.Pool)
+		if h.slots.max == 1 {
+			why = fmt.Sprintf("host %s had no free slot for it: its one slot of pool %s (--slots) was taken by another task", h.Name, in.Task.Pool)
+		}
 		return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, temporal.NewApplicationError(why, workflows.ErrTaskFailed))
 	}
 	ml.slot = release

@@ -242,7 +242,7 @@ func TestRunTasks_UnpinnedMembersWaitForASlot(t *testing.T) {
 	require.NotNil(t, x.Error)
 	assert.Equal(t, "timeout", x.Error.Kind)
 	assert.Equal(t, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, x.Error.Timeout)
-	assert.Contains(t, x.Error.Cause.Message, "host test-host had no free slot for it: its 1 slots of pool  (--slots) were taken")
+	assert.Contains(t, x.Error.Cause.Message, "host test-host had no free slot for it: its one slot of pool  (--slots) was taken by another task")
 	assert.Contains(t, a.server.reported(), "worker-3", "reported as it came")
 	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
 	require.NoError(t, err)

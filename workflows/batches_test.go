@@ -179,14 +179,14 @@ func TestBatches_NoFreeSlotOnTheHostIsSaid(t *testing.T) {
 	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
 	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
 		if in.Task.Name == "worker-1" {
-			why := temporal.NewApplicationError("host host-a had no free slot for it: its 1 slots of pool default (--slots) were taken by other tasks", ErrTaskFailed)
+			why := temporal.NewApplicationError("host host-a had no free slot for it: its one slot of pool default (--slots) was taken by another task", ErrTaskFailed)
 			return res, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, why), true
 		}
 		return res, nil, false
 	}
 	st, err := h.run(t, mustSpec(t, `{name: slot, command: [x], startTimeout: 30s, tasks: {worker: {replicas: 2, hosts: [host-a]}}}`))
 	require.Error(t, err)
-	assert.Equal(t, "worker-1 found no free slot within startTimeout 30s: host host-a had no free slot for it: its 1 slots of pool default (--slots) were taken by other tasks",
+	assert.Equal(t, "worker-1 found no free slot within startTimeout 30s: host host-a had no free slot for it: its one slot of pool default (--slots) was taken by another task",
 		st.Task("worker-1").Error)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr))
