@@ -68,7 +68,7 @@ func (e *UnreadableError) Error() string { return fmt.Sprintf("%s: %v", e.Msg, e
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
 func (e *NoRunError) Error() string {
-	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `temporal workflow list --query \"WorkflowType='ClusterRun'\"`", e.ID, e.Namespace)
+	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `clusterrun list` (or `temporal workflow list --query \"WorkflowType='ClusterRun'\"`)", e.ID, e.Namespace)
 }
 func (e *RunIDTakenError) Error() string {
 	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)

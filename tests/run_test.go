@@ -370,6 +370,7 @@ func TestE2E_BadInput(t *testing.T) {
 		r := cli(t, "status", "no-such-run")
 		assert.Equal(t, 1, r.code)
 		assert.Contains(t, r.stderr, `no run with ID "no-such-run"`)
+		assert.Contains(t, r.stderr, "list runs with `clusterrun list`")
 	})
 	t.Run("unreachable server", func(t *testing.T) {
 		spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)
