@@ -242,6 +242,30 @@ stopGracePeriod: 3s
 	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
 }
 
+// The end of a run of more than 40 tasks lists the task that failed and counts the others, rather than a row each.
+func TestE2E_LargeRunsEndListsWhatFailed(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: failfast-large
+command: [sleep, "301"]
+tasks:
+  worker: {replicas: 44, hosts: [host-a, host-b]}
+  bad: {replicas: 1, command: [sh, -c, 'sleep 1; echo "bad shard 7" >&2; exit 3'], hosts: [host-b]}
+stopGracePeriod: 3s
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 3, r.code, r.String())
+	end := r.stdout[strings.LastIndex(r.stdout, "TASK "):]
+	assert.Contains(t, end, "bad-0 exited with code 3 on host-b (attempt 1): bad shard 7")
+	assert.Contains(t, end, "45 tasks: 44 Stopped, 1 Failed. Listed: the 1 that did not succeed or stop")
+	assert.Contains(t, end, "`clusterrun status "+id+"` lists each")
+	assert.NotContains(t, end, "worker-0 ", "stopped tasks are counted, not listed")
+	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
+
+	status := cli(t, "status", id)
+	assert.Contains(t, status.stdout, "worker-43 ", "status lists every task")
+}
+
 func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 	id := runID(t)
 	specJSON := filepath.Join(t.TempDir(), "spec.json")

@@ -227,7 +227,7 @@ func report(st workflows.RunStatus, err error, id string, stdout, jsonOut io.Wri
 		}
 	} else {
 		fmt.Fprintln(stdout)
-		printTable(stdout, st, nil)
+		printEnd(stdout, id, st)
 		printItemCounts(stdout, st.Items)
 		fmt.Fprintf(stdout, "\nrun %s %s: %s\n", id, st.Status, st.Reason)
 	}
