@@ -260,6 +260,8 @@ stopGracePeriod: 3s
 	assert.Contains(t, end, "45 tasks: 44 Stopped, 1 Failed. Listed: the 1 that did not succeed or stop")
 	assert.Contains(t, end, "`clusterrun status "+id+"` lists each")
 	assert.NotContains(t, end, "worker-0 ", "stopped tasks are counted, not listed")
+	assert.Less(t, strings.Count(r.stdout, "── stopped"), 10, "tasks stopped together share a line:\n%s", r.stdout)
+	assert.Contains(t, r.stdout, "tasks]")
 	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
 
 	status := cli(t, "status", id)

@@ -29,8 +29,8 @@ type follower struct {
 	opened  map[string]int    // task -> the newest attempt whose streams are open
 	shown   map[string]bool   // task/state/attempt lines printed
 	states  map[string]string // task -> last printed state/attempt
-	// ends holds end-of-task notices until the task's last output is printed.
-	ends []string
+	// ends holds the tasks that ended until their last output is printed.
+	ends []workflows.TaskStatus
 	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
 	// printed as plain lines.
 	block     *liveBlock
@@ -146,6 +146,8 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.say("clusterrun", state)
 		}
 	}
+	var news []workflows.TaskStatus
+	defer func() { f.tell(news) }()
 	for _, t := range st.Tasks {
 		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
 		// output is read too, from the hosts they ran on, and why they restarted is said if it was not yet.
@@ -167,9 +169,9 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.states[t.Name] = key
 			f.shown[t.Name+"/"+key] = true
 			if ended {
-				f.ends = append(f.ends, t.Name, describeState(t))
+				f.ends = append(f.ends, t)
 			} else {
-				f.say(t.Name, describeState(t))
+				news = append(news, t)
 			}
 		}
 		for _, s := range f.streams {
@@ -240,12 +242,7 @@ const minShare = 16 << 10
 // poll reads new output of the open streams, a fair share of one read each, and prints it, then the notices of
 // tasks that ended. It reports whether any output came.
 func (f *follower) poll(ctx context.Context) (bool, error) {
-	defer func() {
-		for i := 0; i+1 < len(f.ends); i += 2 {
-			f.say(f.ends[i], f.ends[i+1])
-		}
-		f.ends = nil
-	}()
+	defer f.tellEnds()
 	var open []string
 	for _, k := range f.order {
 		if !f.streams[k].closed {
@@ -348,8 +345,16 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	return moved || c.Dropped > 0
 }
 
-// drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent.
+// tellEnds says which tasks ended, once their last output is printed.
+func (f *follower) tellEnds() {
+	f.tell(f.ends)
+	f.ends = nil
+}
+
+// drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,
+// and says which tasks ended: tasks that wrote nothing leave no stream to read.
 func (f *follower) drain(ctx context.Context) error {
+	defer f.tellEnds()
 	for idle := 0; f.pending() && idle < 10; {
 		got, err := f.poll(ctx)
 		if err != nil {

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// A few tasks' changes are said a line each; a burst of alike changes shares a line, and a change of its own
+// (a failure with its error) keeps its line.
+func TestFollower_TellsABurstOnce(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	tasks := func(n int, state string) []workflows.TaskStatus {
+		ts := make([]workflows.TaskStatus, n)
+		for i := range ts {
+			ts[i] = workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: state, Host: fmt.Sprintf("host-%c", 'a'+i%2), Attempt: 1}
+		}
+		return ts
+	}
+
+	f.update(workflows.RunStatus{Tasks: tasks(newsBurst, workflows.TaskRunning)})
+	assert.Equal(t, newsBurst, strings.Count(out.String(), "\n"))
+	assert.Contains(t, out.String(), "[worker-15] ── running on host-b (attempt 1)")
+
+	out.Reset()
+	f = newFollower(nil, "run", &out)
+	f.update(workflows.RunStatus{Tasks: tasks(1000, workflows.TaskRunning)})
+	assert.Equal(t, "[1000 tasks] ── running on host-a, host-b (attempt 1): worker-0 … worker-999\n", out.String())
+
+	out.Reset()
+	ended := tasks(1000, workflows.TaskStopped)
+	for i := range ended {
+		ended[i].Signal = "SIGTERM"
+	}
+	ended[7].State, ended[7].Error = workflows.TaskFailed, "worker-7 exited with code 3 on host-b (attempt 1): boom"
+	f.update(workflows.RunStatus{Tasks: ended})
+	f.tell(f.ends)
+	assert.Equal(t, "[999 tasks]  ── stopped (SIGTERM): worker-0 … worker-999\n"+
+		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String())
+}
+
+// A task that ended having written nothing leaves no stream to read at the end, and its end is still said.
+func TestFollower_DrainSaysTheEnds(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1}}})
+	out.Reset()
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1,
+		StartTime: &started, Logs: &workflows.LogSizes{}}}})
+	require.NoError(t, f.drain(context.Background()))
+	assert.Equal(t, "[worker-0] ── exited 0\n", out.String())
+}
