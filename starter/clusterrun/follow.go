@@ -31,6 +31,7 @@ type follower struct {
 	states  map[string]string // task -> last printed state/attempt
 	// ends holds the tasks that ended until their last output is printed.
 	ends []workflows.TaskStatus
+	size int // the run's tasks
 	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
 	// printed as plain lines.
 	block     *liveBlock
@@ -130,6 +131,7 @@ func (f *follower) update(st workflows.RunStatus) {
 	for _, t := range st.Tasks {
 		f.width = max(f.width, len(t.Name))
 	}
+	f.size = len(st.Tasks)
 	if f.barriers == nil {
 		f.barriers = map[string]string{}
 	}
@@ -242,7 +244,7 @@ const minShare = 16 << 10
 // poll reads new output of the open streams, a fair share of one read each, and prints it, then the notices of
 // tasks that ended. It reports whether any output came.
 func (f *follower) poll(ctx context.Context) (bool, error) {
-	defer f.tellEnds()
+	defer f.tellEnds(false)
 	var open []string
 	for _, k := range f.order {
 		if !f.streams[k].closed {
@@ -345,16 +347,33 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	return moved || c.Dropped > 0
 }
 
-// tellEnds says which tasks ended, once their last output is printed.
-func (f *follower) tellEnds() {
-	f.tell(f.ends)
-	f.ends = nil
+// tellEnds says which tasks ended, those whose output has been read to its end (all: every one; the follow
+// is over).
+func (f *follower) tellEnds(all bool) {
+	reading := map[string]bool{}
+	if !all {
+		for _, s := range f.streams {
+			if !s.closed {
+				reading[s.task] = true
+			}
+		}
+	}
+	var ready, later []workflows.TaskStatus
+	for _, t := range f.ends {
+		if reading[t.Name] {
+			later = append(later, t)
+		} else {
+			ready = append(ready, t)
+		}
+	}
+	f.tell(ready)
+	f.ends = later
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,
 // and says which tasks ended: tasks that wrote nothing leave no stream to read.
 func (f *follower) drain(ctx context.Context) error {
-	defer f.tellEnds()
+	defer f.tellEnds(true)
 	for idle := 0; f.pending() && idle < 10; {
 		got, err := f.poll(ctx)
 		if err != nil {

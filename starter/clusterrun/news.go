@@ -8,15 +8,15 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// newsBurst is how many tasks' state changes from one look at a run are said a line each. Past it, the tasks
-// that changed alike (running on the same attempt, stopped by the same signal) share one line: the start or
-// the stop of a thousand tasks is news once, not a thousand times. A change of its own (a failure with its
-// error) keeps its own line.
+// newsBurst is the most tasks a run may have for each of their state changes to be said in a line of its own.
+// In a larger run, the tasks that changed alike in one look at the run (running on the same attempt, stopped
+// by the same signal) share one line: the start or the stop of a thousand tasks is news once, not a thousand
+// times. A change of its own (a failure, with its error) keeps its own line.
 const newsBurst = 16
 
 // tell says the state changes of tasks seen in one look at the run.
 func (f *follower) tell(changed []workflows.TaskStatus) {
-	if len(changed) <= newsBurst {
+	if f.size <= newsBurst {
 		for _, t := range changed {
 			f.say(t.Name, describeState(t))
 		}
@@ -47,10 +47,25 @@ func (f *follower) tell(changed []workflows.TaskStatus) {
 			f.say(g.tasks[0].Name, describeState(g.tasks[0]))
 			continue
 		}
-		first, last := g.tasks[0].Name, g.tasks[len(g.tasks)-1].Name
 		fmt.Fprintf(f.notes, "%-*s %s\n", f.width+2, fmt.Sprintf("[%d tasks]", len(g.tasks)),
-			"── "+sharedState(g.tasks[0], g.hosts)+": "+first+" … "+last)
+			"── "+sharedState(g.tasks[0], g.hosts)+": "+someNames(g.tasks))
 	}
+}
+
+// someNames names a group's tasks: all of up to 4, else the first 3 and how many more.
+func someNames(tasks []workflows.TaskStatus) string {
+	n := len(tasks)
+	if n > 4 {
+		n = 3
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = tasks[i].Name
+	}
+	if n == len(tasks) {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names, ", "), len(tasks)-n)
 }
 
 // alike keys the changes that can share a line: the same description, the host aside for running and placed

@@ -14,8 +14,8 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// A few tasks' changes are said a line each; a burst of alike changes shares a line, and a change of its own
-// (a failure with its error) keeps its line.
+// A small run's changes are said a line each; in a large one, alike changes seen together share a line, and a
+// change of its own (a failure with its error) keeps its line.
 func TestFollower_TellsABurstOnce(t *testing.T) {
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out)
@@ -34,7 +34,7 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	out.Reset()
 	f = newFollower(nil, "run", &out)
 	f.update(workflows.RunStatus{Tasks: tasks(1000, workflows.TaskRunning)})
-	assert.Equal(t, "[1000 tasks] ── running on host-a, host-b (attempt 1): worker-0 … worker-999\n", out.String())
+	assert.Equal(t, "[1000 tasks] ── running on host-a, host-b (attempt 1): worker-0, worker-1, worker-2 and 997 more\n", out.String())
 
 	out.Reset()
 	ended := tasks(1000, workflows.TaskStopped)
@@ -44,8 +44,12 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	ended[7].State, ended[7].Error = workflows.TaskFailed, "worker-7 exited with code 3 on host-b (attempt 1): boom"
 	f.update(workflows.RunStatus{Tasks: ended})
 	f.tell(f.ends)
-	assert.Equal(t, "[999 tasks]  ── stopped (SIGTERM): worker-0 … worker-999\n"+
+	assert.Equal(t, "[999 tasks]  ── stopped (SIGTERM): worker-0, worker-1, worker-2 and 996 more\n"+
 		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String())
+
+	out.Reset()
+	f.tell([]workflows.TaskStatus{ended[63], ended[96], ended[108]})
+	assert.Equal(t, "[3 tasks]    ── stopped (SIGTERM): worker-63, worker-96, worker-108\n", out.String(), "a large run's few changes")
 }
 
 // A task that ended having written nothing leaves no stream to read at the end, and its end is still said.
