@@ -257,7 +257,7 @@ stopGracePeriod: 3s
 	assert.Equal(t, 3, r.code, r.String())
 	end := r.stdout[strings.LastIndex(r.stdout, "TASK "):]
 	assert.Contains(t, end, "bad-0 exited with code 3 on host-b (attempt 1): bad shard 7")
-	assert.Contains(t, end, "45 tasks: 44 Stopped, 1 Failed. Listed: the 1 that did not succeed or stop")
+	assert.Contains(t, end, "45 tasks: 44 Stopped, 1 Failed. Listed: the 1 that did not end cleanly")
 	assert.Contains(t, end, "`clusterrun status "+id+"` lists each")
 	assert.NotContains(t, end, "worker-0 ", "stopped tasks are counted, not listed")
 	assert.Less(t, strings.Count(r.stdout, "── stopped"), 10, "tasks stopped together share a line:\n%s", r.stdout)

@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -86,4 +88,15 @@ func TestStop_AHostThatStaysSilentLeavesItsTaskUnconfirmed(t *testing.T) {
 	assert.Nil(t, ps.ExitCode)
 	assert.Contains(t, ps.Error, "not confirmed: host host-b was unreachable")
 	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}
+
+// A run's reason names its first stragglers and counts the rest.
+func TestFirstNames_NamesTenAndCountsTheRest(t *testing.T) {
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("worker-%d", i)
+	}
+	assert.Equal(t, "worker-0, worker-1", firstNames(names[:2]))
+	assert.Equal(t, strings.Join(names[:10], ", "), firstNames(names[:10]))
+	assert.Equal(t, strings.Join(names[:10], ", ")+" and 990 more (the run's status marks each)", firstNames(names))
 }

@@ -33,18 +33,18 @@ func printEnd(w io.Writer, id string, st workflows.RunStatus) {
 	fmt.Fprintf(w, "%d tasks: %s. ", len(st.Tasks), stateCounts(st.Tasks))
 	switch {
 	case len(notable) == 0:
-		fmt.Fprintf(w, "None failed or left a result or an error; `clusterrun status %s` lists each.\n", id)
+		fmt.Fprintf(w, "Each ended cleanly, with no result or error; `clusterrun status %s` lists each.\n", id)
 	case len(listed) < len(notable):
-		fmt.Fprintf(w, "Listed: the first %d of the %d that did not succeed or stop, or left a result or an error; "+
+		fmt.Fprintf(w, "Listed: the first %d of the %d that did not end cleanly, or left a result or an error; "+
 			"`clusterrun status %s` lists each.\n", len(listed), len(notable), id)
 	default:
-		fmt.Fprintf(w, "Listed: the %d that did not succeed or stop, or left a result or an error; `clusterrun status %s` "+
+		fmt.Fprintf(w, "Listed: the %d that did not end cleanly, or left a result or an error; `clusterrun status %s` "+
 			"lists each.\n", len(notable), id)
 	}
 }
 
-// worthALook says a task's row tells more than its state's count: it did not succeed or stop, it was killed
-// after its grace period, or it left a result or an error.
+// worthALook says a task's row tells more than its state's count: it did not end cleanly (it did not succeed
+// or stop, or it was killed after its grace period), or it left a result or an error.
 func worthALook(t workflows.TaskStatus) bool {
 	if t.State != workflows.TaskSucceeded && t.State != workflows.TaskStopped {
 		return true

@@ -34,7 +34,7 @@ func TestPrintEnd_ListsWhatIsWorthALook(t *testing.T) {
 	assert.Equal(t, endRows+1, strings.Count(small, "\n"), "a header and a row per task")
 
 	quiet := end(tasksOf(1000, workflows.TaskStopped))
-	assert.Equal(t, "1000 tasks: 1000 Stopped. None failed or left a result or an error; `clusterrun status r1` lists each.\n", quiet)
+	assert.Equal(t, "1000 tasks: 1000 Stopped. Each ended cleanly, with no result or error; `clusterrun status r1` lists each.\n", quiet)
 
 	tasks := tasksOf(1000, workflows.TaskStopped)
 	tasks[0].State, tasks[0].Result = workflows.TaskSucceeded, json.RawMessage(`{"loss":0.2}`)
@@ -47,11 +47,11 @@ func TestPrintEnd_ListsWhatIsWorthALook(t *testing.T) {
 	assert.Contains(t, lines[2], "worker-7")
 	assert.Contains(t, lines[2], "boom")
 	assert.Contains(t, lines[3], "worker-9")
-	assert.Contains(t, out, "1000 tasks: 998 Stopped, 1 Succeeded, 1 Failed. Listed: the 3 that did not succeed or stop, or left a result or an error")
+	assert.Contains(t, out, "1000 tasks: 998 Stopped, 1 Succeeded, 1 Failed. Listed: the 3 that did not end cleanly, or left a result or an error")
 
 	many := tasksOf(1000, workflows.TaskFailed)
 	out = end(many)
 	assert.Equal(t, 1+endRows+2, strings.Count(out, "\n"))
-	assert.Contains(t, out, "1000 tasks: 1000 Failed. Listed: the first 40 of the 1000 that did not succeed or stop")
+	assert.Contains(t, out, "1000 tasks: 1000 Failed. Listed: the first 40 of the 1000 that did not end cleanly")
 	assert.NotContains(t, out, "worker-40 ")
 }
