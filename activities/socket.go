@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -242,7 +241,7 @@ func (c *controlServer) missing(name string) string {
 	}
 	for _, b := range st.Barriers {
 		if b.Name == name && len(b.Waiting) > 0 {
-			return "; still waiting for " + strings.Join(b.Waiting, ", ")
+			return "; still waiting for " + workflows.FirstNames(b.Waiting)
 		}
 	}
 	return ""

@@ -75,7 +75,7 @@ func (r *run) markStragglers() {
 	if len(stragglers) == 0 {
 		return
 	}
-	r.decision.reason += fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, firstNames(stragglers))
+	r.decision.reason += fmt.Sprintf("; killed %d straggler(s) still running after %s: %s", len(stragglers), r.plan.StopGracePeriod, FirstNames(stragglers))
 	if r.plan.Stragglers == spec.StragglersFail {
 		r.decision.status = StatusFailed // tf.train.Coordinator's join without ignore_live_threads
 	}
@@ -199,14 +199,14 @@ func hostSawTheEnd(err error) bool {
 	return leaseEndOf(err, true) == leaseSettled
 }
 
-// namedInReason is how many tasks a run's reason names; the status names every one.
+// namedInReason is how many tasks a message names; a run's status names every one.
 const namedInReason = 10
 
-// firstNames names up to namedInReason tasks, and says how many more there are: a reason that named each of a
+// FirstNames names up to 10 tasks, and says how many more there are: a run's reason that named each of a
 // thousand stragglers ran to 12 KB, in the CLI's last line and the Web UI.
-func firstNames(names []string) string {
+func FirstNames(names []string) string {
 	if len(names) <= namedInReason {
 		return strings.Join(names, ", ")
 	}
-	return fmt.Sprintf("%s and %d more (the run's status marks each)", strings.Join(names[:namedInReason], ", "), len(names)-namedInReason)
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:namedInReason], ", "), len(names)-namedInReason)
 }

@@ -96,7 +96,7 @@ func TestFirstNames_NamesTenAndCountsTheRest(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("worker-%d", i)
 	}
-	assert.Equal(t, "worker-0, worker-1", firstNames(names[:2]))
-	assert.Equal(t, strings.Join(names[:10], ", "), firstNames(names[:10]))
-	assert.Equal(t, strings.Join(names[:10], ", ")+" and 990 more (the run's status marks each)", firstNames(names))
+	assert.Equal(t, "worker-0, worker-1", FirstNames(names[:2]))
+	assert.Equal(t, strings.Join(names[:10], ", "), FirstNames(names[:10]))
+	assert.Equal(t, strings.Join(names[:10], ", ")+" and 990 more", FirstNames(names))
 }
