@@ -350,17 +350,21 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 // tellEnds says which tasks ended, those whose output has been read to its end (all: every one; the follow
 // is over).
 func (f *follower) tellEnds(all bool) {
-	reading := map[string]bool{}
+	type attempt struct {
+		task string
+		n    int
+	}
+	reading := map[attempt]bool{}
 	if !all {
 		for _, s := range f.streams {
 			if !s.closed {
-				reading[s.task] = true
+				reading[attempt{s.task, s.attempt}] = true
 			}
 		}
 	}
 	var ready, later []workflows.TaskStatus
 	for _, t := range f.ends {
-		if reading[t.Name] {
+		if reading[attempt{t.Name, t.Attempt}] {
 			later = append(later, t)
 		} else {
 			ready = append(ready, t)

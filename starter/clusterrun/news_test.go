@@ -64,3 +64,21 @@ func TestFollower_DrainSaysTheEnds(t *testing.T) {
 	require.NoError(t, f.drain(context.Background()))
 	assert.Equal(t, "[worker-0] ── exited 0\n", out.String())
 }
+
+// A task's end waits for the output of its own attempt, not for a later attempt's.
+func TestFollower_EndWaitsForItsOwnAttempt(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 1, true) // attempt 1: read to its end
+	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 2, false)
+	f.ends = []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskStopped, Attempt: 1}}
+	f.tellEnds(false)
+	assert.Empty(t, out.String(), "attempt 1 still has output to read")
+	for _, s := range f.streams {
+		if s.attempt == 1 {
+			s.closed = true
+		}
+	}
+	f.tellEnds(false)
+	assert.Equal(t, "[worker-0] ── stopped\n", out.String(), "said once attempt 1 is read, while attempt 2 runs")
+}
