@@ -13,7 +13,9 @@ import (
 
 // startStop is scenario h: for each size, start-up (submit → every task process running) and stop (the stop
 // decision → every task process gone), for clusterrun (clusterrun run --detach, then clusterrun cancel) and
-// for srun (srun -n N, then SIGINT twice, srun's abort). Each task writes its pid to a file and sleeps. The
+// for srun (srun -n N, then scancel of its job: SIGTERM, as clusterrun cancel sends; -srun-stop abort times
+// srun's own abort instead, two SIGINTs 100 ms apart, which earlier tables used and whose 100 ms counted against
+// srun). Each task writes its pid to a file and sleeps. The
 // runs take a heartbeatTimeout of 1m: at the default 10s, 4,000 running tasks heartbeat 1,600 times a second,
 // which a dev server on 2 cores cannot carry while it starts more.
 func startStop(dir string, sizes []int, haveSrun bool) {
@@ -112,16 +114,27 @@ func srunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string
 	check(os.MkdirAll(pids, 0o755))
 	before := snapshotCPU()
 	start := time.Now()
-	cmd := exec.Command("srun", "-n", strconv.Itoa(n), "--overcommit", "sh", "-c", fmt.Sprintf(`echo $$ > %s/$SLURM_PROCID; exec sleep 600`, pids))
+	name := fmt.Sprintf("bench-scale-%d-%d-%d", n, i, time.Now().UnixNano())
+	cmd := exec.Command("srun", "-J", name, "-n", strconv.Itoa(n), "--overcommit", "sh", "-c", fmt.Sprintf(`echo $$ > %s/$SLURM_PROCID; exec sleep 600`, pids))
 	check(cmd.Start())
 	waitFiles(pids, n, 10*time.Minute)
 	up = time.Since(start)
 	cpu = cpuSpent(before, snapshotCPU(), srunGroups, nil)
 	all := readPids(pids)
+	job := ""
+	if *srunStop == "scancel" {
+		out, err := exec.Command("squeue", "-h", "-o", "%i", "-n", name).Output()
+		check(err)
+		job = strings.TrimSpace(string(out))
+	}
 	start = time.Now()
-	_ = cmd.Process.Signal(os.Interrupt)
-	time.Sleep(100 * time.Millisecond) // srun aborts on a second SIGINT within a second
-	_ = cmd.Process.Signal(os.Interrupt)
+	if job != "" {
+		check(runQuiet("scancel", job))
+	} else {
+		_ = cmd.Process.Signal(os.Interrupt)
+		time.Sleep(100 * time.Millisecond) // srun aborts on a second SIGINT within a second
+		_ = cmd.Process.Signal(os.Interrupt)
+	}
 	waitGone(all, 10*time.Minute)
 	down = time.Since(start)
 	_ = cmd.Wait()
