@@ -59,6 +59,10 @@ func want(scenario string) bool { return *only == "" || strings.Contains(*only, 
 
 func main() {
 	flag.Parse()
+	if *srunStop != "scancel" && *srunStop != "abort" {
+		fmt.Fprintf(os.Stderr, "bench: -srun-stop %q: want scancel or abort\n", *srunStop)
+		os.Exit(2)
+	}
 	dir, err := os.MkdirTemp("", "clusterrun-bench-")
 	check(err)
 	defer os.RemoveAll(dir)

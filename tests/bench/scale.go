@@ -23,7 +23,7 @@ func startStop(dir string, sizes []int, haveSrun bool) {
 	if *perShard > 0 {
 		layout = fmt.Sprintf(", tasksPerShard %d", *perShard)
 	}
-	fmt.Printf("| h. N sleeping tasks (Temporal on the %s%s) | clusterrun start-up | clusterrun stop | srun start-up | srun stop | start-up ratio | stop ratio |\n", *backend, layout)
+	fmt.Printf("| h. N sleeping tasks (Temporal on the %s%s) | clusterrun start-up | clusterrun stop (cancel) | srun start-up | srun stop (%s) | start-up ratio | stop ratio |\n", *backend, layout, *srunStop)
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	var cpuRows []string
 	for _, n := range sizes {
