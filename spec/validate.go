@@ -190,7 +190,8 @@ func (s *RunSpec) Validate() []Problem {
 		if over {
 			count = "more than " + fmt.Sprint(MaxTasks)
 		}
-		v.add("tasks", "%s tasks in all; at most %d per run (Temporal's pending-activity limit)", count, MaxTasks)
+		v.add("tasks", "%s tasks in all; at most %d per run (what one run's signals and status are built and tested for): "+
+			"lower the replicas, or split the job into several runs", count, MaxTasks)
 	}
 	if planBytes > MaxPlanBytes {
 		v.add("tasks", "the tasks carry %d MiB of command, env and workingDir in all; at most %d MiB (each task's share travels in "+
