@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -92,11 +91,12 @@ command: [sh, -c, 'echo $$ > %s/$CLUSTERRUN_TASK; exec sleep 600']
 tasks: {worker: {replicas: %d}}
 `, *perShard, pids, n))
 	id := fmt.Sprintf("bench-scale-%d-%d-%d", n, i, time.Now().UnixNano())
+	started := watchFiles(pids)
 	before := snapshotCPU()
 	start := time.Now()
 	cli, err := runQuietCPU(*clusterrun, "run", spec, "--id", id, "--detach")
 	check(err)
-	waitFiles(pids, n, 10*time.Minute)
+	started.wait(n, 10*time.Minute)
 	up = time.Since(start)
 	cpu = cpuSpent(before, snapshotCPU(), clusterrunGroups, map[string]time.Duration{"CLI": cli})
 	all := readPids(pids)
@@ -112,12 +112,13 @@ tasks: {worker: {replicas: %d}}
 func srunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string]time.Duration) {
 	pids := filepath.Join(dir, fmt.Sprintf("srun-%d-%d", n, i))
 	check(os.MkdirAll(pids, 0o755))
+	started := watchFiles(pids)
 	before := snapshotCPU()
 	start := time.Now()
 	name := fmt.Sprintf("bench-scale-%d-%d-%d", n, i, time.Now().UnixNano())
 	cmd := exec.Command("srun", "-J", name, "-n", strconv.Itoa(n), "--overcommit", "sh", "-c", fmt.Sprintf(`echo $$ > %s/$SLURM_PROCID; exec sleep 600`, pids))
 	check(cmd.Start())
-	waitFiles(pids, n, 10*time.Minute)
+	started.wait(n, 10*time.Minute)
 	up = time.Since(start)
 	cpu = cpuSpent(before, snapshotCPU(), srunGroups, nil)
 	all := readPids(pids)
@@ -141,19 +142,6 @@ func srunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string
 	return up, down, cpu
 }
 
-// waitFiles waits until dir holds n files that are not empty (a task writes its pid at start). It counts the
-// folder's names while they are fewer (reading 10,000 files every 20 ms would take the CPU it measures).
-func waitFiles(dir string, n int, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if names, _ := os.ReadDir(dir); len(names) >= n && len(readPids(dir)) >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	check(fmt.Errorf("%s: fewer than %d tasks started within %s", dir, n, limit))
-}
-
 func readPids(dir string) []int {
 	entries, _ := os.ReadDir(dir)
 	var out []int
@@ -167,31 +155,4 @@ func readPids(dir string) []int {
 		}
 	}
 	return out
-}
-
-// waitGone waits until none of pids is a live process (a zombie counts as gone: it no longer runs).
-func waitGone(pids []int, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		live := 0
-		for _, p := range pids {
-			if syscall.Kill(p, 0) == nil && !zombie(p) {
-				live++
-			}
-		}
-		if live == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	check(fmt.Errorf("task processes still running %s after the stop", limit))
-}
-
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
