@@ -59,6 +59,10 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 	require.Len(t, blocks, 4, "the README's sh blocks: two commands, a session, in-task commands, the temporal CLI")
 	state, err := os.MkdirTemp("", "clusterrun-readme-")
 	require.NoError(t, err)
+	// The workers' runtime folder is the test's too: the records and sockets they leave at make down go with it,
+	// where in the machine's own they would wait for a worker of this state folder that never comes.
+	runtime, err := newRuntimeDir()
+	require.NoError(t, err)
 	port, err := freeTCPPort()
 	require.NoError(t, err)
 	uiPort, err := freeTCPPort()
@@ -69,7 +73,7 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 			path = append(path, dir)
 		}
 	}
-	shellEnv := append(os.Environ(), "PATH="+strings.Join(path, ":"), "CLUSTERRUN_STATE="+state,
+	shellEnv := append(os.Environ(), "PATH="+strings.Join(path, ":"), "CLUSTERRUN_STATE="+state, "CLUSTERRUN_WORKER_SOCKET_DIR="+runtime,
 		fmt.Sprintf("TEMPORAL_PORT=%d", port), fmt.Sprintf("TEMPORAL_UI_PORT=%d", uiPort),
 		fmt.Sprintf("TEMPORAL_ADDRESS=127.0.0.1:%d", port))
 	sh := func(what, script string, wantCode int) string {
@@ -96,6 +100,7 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("down.sh: %v\n%s", err, out)
 		}
+		os.RemoveAll(runtime)
 		if !t.Failed() {
 			os.RemoveAll(state)
 		} else {
