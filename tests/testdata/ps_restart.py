@@ -45,6 +45,8 @@ while time.time() < deadline:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=2) as c:
             line = c.makefile().readline().strip()
+        if not line:  # the ps died between taking the connection and answering
+            raise OSError("the ps closed the connection without an answer")
         if not answers or answers[-1] != line:
             answers.append(line)
         if line == "ps attempt 2":
