@@ -24,6 +24,11 @@ import (
 func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workflows.RunTasksResult, error) {
 	hb := h.startHeartbeats(ctx, true)
 	defer hb.stop()
+	if activity.GetInfo(ctx).WorkflowExecution.ID == in.Run.WorkflowID {
+		// The run holds its leases itself (it is not sharded), so its history is small enough for every host
+		// to read: its stops reach this host from there first (follow.go).
+		h.followRun(in.Run.WorkflowID, in.Run.RunID)
+	}
 	var deadline time.Time
 	if in.StartTimeout > 0 {
 		deadline = activity.GetInfo(ctx).ScheduledTime.Add(in.StartTimeout)

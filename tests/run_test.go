@@ -323,6 +323,42 @@ func TestE2E_ClusterrunCancel(t *testing.T) {
 	assert.Contains(t, again.stderr, "has already ended")
 }
 
+// A cancel reaches each host from the run's history, where every host reads it at once: the hosts start
+// stopping their tasks before the run's StopTasks are handed out to them (docs/design.md, "Stopping"), and
+// the run still ends with each task's stop confirmed by its host.
+func TestE2E_HostsStopACanceledRunFromItsHistory(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: cancel-from-history
+command: [sleep, "301"]
+stopGracePeriod: 5s
+tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [host-b]}}
+`)
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "both tasks running", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("chief-0").State == workflows.TaskRunning && st.Task("worker-0").State == workflows.TaskRunning
+	})
+	c := cli(t, "cancel", id)
+	require.Equal(t, 0, c.code, c.String())
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusCanceled, st.Status)
+	for _, task := range []string{"chief-0", "worker-0"} {
+		ts := st.Task(task)
+		assert.Equal(t, workflows.TaskStopped, ts.State, task)
+		assert.Equal(t, "SIGTERM", ts.Signal, "%s: its host confirmed the stop, and it took SIGTERM", task)
+	}
+	for _, host := range []string{"host-a", "host-b"} {
+		log, err := os.ReadFile(filepath.Join(env.workDir, "worker-"+host+".log"))
+		require.NoError(t, err)
+		assert.Regexp(t, `stopping tasks, as the run's history says.*"run": "`+regexp.QuoteMeta(id)+`".*"reason": "run canceled"`, string(log),
+			"%s stopped its task from the run's history", host)
+	}
+	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
+}
+
 func TestE2E_MaxRunTime(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: slow, command: [sleep, "300"], maxRunTime: 2s, stopGracePeriod: 1s, tasks: {chief: {replicas: 1}}}`)

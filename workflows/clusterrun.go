@@ -119,7 +119,7 @@ func (r *run) wait(ctx workflow.Context, d time.Duration, deadline workflow.Futu
 	sel := workflow.NewSelector(ctx)
 	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "restart backoff"}), func(workflow.Future) {})
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
-		end = &decision{status: StatusCanceled, reason: "run canceled"}
+		end = &decision{status: StatusCanceled, reason: ReasonCanceled}
 	})
 	if deadline != nil {
 		sel.AddFuture(deadline, func(workflow.Future) {

@@ -136,7 +136,7 @@ func (g *generation) listen() {
 		})
 	}
 	g.sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
-		r.decide(decision{status: StatusCanceled, reason: "run canceled"})
+		r.decide(decision{status: StatusCanceled, reason: ReasonCanceled})
 	})
 }
 

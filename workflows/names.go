@@ -161,3 +161,7 @@ const MemoBarrier = "clusterrun.barrier"
 
 // ErrBarrier is the error type a barrier waiter gets when its barrier is broken or times out.
 const ErrBarrier = "BarrierError"
+
+// ReasonCanceled is the reason a canceled run gives for its end and for each task it stops. Host workers read a
+// cancel request in a run's history and start stopping its tasks with it before the run's StopTasks come.
+const ReasonCanceled = "run canceled"
