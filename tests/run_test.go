@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/activities"
@@ -305,7 +306,8 @@ func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 
 func TestE2E_ClusterrunCancel(t *testing.T) {
 	id := runID(t)
-	spec := writeSpec(t, `{name: cancel-me, command: [sleep, "300"], tasks: {worker: {replicas: 2}}, stopGracePeriod: 2s}`)
+	// Sharded, so that one of its shards can be mistaken for a run below.
+	spec := writeSpec(t, `{name: cancel-me, command: [sleep, "300"], tasks: {worker: {replicas: 2}}, tasksPerShard: 1, stopGracePeriod: 2s}`)
 	r := cli(t, "run", spec, "--id", id, "--detach")
 	require.Equal(t, 0, r.code, r.String())
 	assert.Equal(t, id+"\n", r.stdout)
@@ -313,6 +315,17 @@ func TestE2E_ClusterrunCancel(t *testing.T) {
 		st, ok := query(t, id)
 		return ok && st.Task("worker-1").State == workflows.TaskRunning
 	})
+	// A running workflow of another type is not a run to cancel (nor to stop): it is left running.
+	shard := workflows.ShardWorkflowID(id, 0, 0)
+	for _, verb := range []string{"cancel", "stop"} {
+		wrong := cli(t, verb, shard)
+		assert.Equal(t, 1, wrong.code, wrong.String())
+		assert.Contains(t, wrong.stderr, shard+" is a ClusterShard workflow, not a clusterrun run")
+	}
+	d, err := env.client.DescribeWorkflowExecution(context.Background(), shard, "")
+	require.NoError(t, err)
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus())
+
 	c := cli(t, "cancel", id)
 	assert.Equal(t, 0, c.code, c.String())
 	assert.Contains(t, c.stdout, "Canceled")

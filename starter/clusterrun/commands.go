@@ -161,12 +161,14 @@ func actOnRunning(ctx context.Context, id, verb string, act func(context.Context
 		return nil, err
 	}
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	info := desc.GetWorkflowExecutionInfo()
+	// A workflow of another type (a shard, the port allocator, a program's own) is not for these commands to end.
+	if err != nil || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || info.GetType().GetName() != workflows.WorkflowType {
 		_, why := running(ctx, c, id, verb)
 		if why == nil && err != nil {
 			why = fmt.Errorf("%s run %s: %w", verb, id, err)
 		} else if why == nil {
-			why = &exitError{code: 1, msg: fmt.Sprintf("run %s is not running (%s); nothing to %s", id, desc.GetWorkflowExecutionInfo().GetStatus(), verb)}
+			why = &exitError{code: 1, msg: fmt.Sprintf("run %s is not running (%s); nothing to %s", id, info.GetStatus(), verb)}
 		}
 		c.Close()
 		return nil, why
