@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -117,6 +118,20 @@ func (c *fakeServer) DescribeWorkflowExecution(context.Context, string, string) 
 		st = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
+}
+
+// GetWorkflowHistory is a history with nothing new in it: a long poll that answers only when it is called off.
+func (c *fakeServer) GetWorkflowHistory(ctx context.Context, _, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	return quietHistory{ctx}
+}
+
+type quietHistory struct{ ctx context.Context }
+
+func (h quietHistory) HasNext() bool { return true }
+
+func (h quietHistory) Next() (*historypb.HistoryEvent, error) {
+	<-h.ctx.Done()
+	return nil, h.ctx.Err()
 }
 
 func (c *fakeServer) QueryWorkflow(context.Context, string, string, string, ...interface{}) (converter.EncodedValue, error) {
