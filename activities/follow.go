@@ -142,7 +142,7 @@ func (h *Host) stopAhead(in workflows.StopTasksInput) {
 	if len(stop) == 0 {
 		return
 	}
-	h.Logger.Info("stopping tasks, as the run's history says", "run", in.WorkflowID, "tasks", len(stop), "reason", in.Reason)
+	h.Logger.Info("stopping tasks, as the run's history says", "run", in.WorkflowID, "tasks", len(stop), "reason", in.Reason, "on", "StopTasks")
 	h.stopEntries(stop, stopByRun, in.Reason, in.GracePeriod)
 }
 
@@ -155,7 +155,7 @@ func (h *Host) cancelAhead(workflowID, runID string) {
 	if len(stop) == 0 {
 		return
 	}
-	h.Logger.Info("stopping tasks, as the run's history says", "run", workflowID, "tasks", len(stop), "reason", workflows.ReasonCanceled)
+	h.Logger.Info("stopping tasks, as the run's history says", "run", workflowID, "tasks", len(stop), "reason", workflows.ReasonCanceled, "on", "cancel request")
 	byGrace := map[time.Duration][]*entry{}
 	for _, e := range stop {
 		byGrace[e.grace] = append(byGrace[e.grace], e)

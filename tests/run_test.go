@@ -366,10 +366,36 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [hos
 	for _, host := range []string{"host-a", "host-b"} {
 		log, err := os.ReadFile(filepath.Join(env.workDir, "worker-"+host+".log"))
 		require.NoError(t, err)
-		assert.Regexp(t, `stopping tasks, as the run's history says.*"run": "`+regexp.QuoteMeta(id)+`".*"reason": "run canceled"`, string(log),
-			"%s stopped its task from the run's history", host)
+		assert.Regexp(t, `stopping tasks, as the run's history says.*"run": "`+regexp.QuoteMeta(id)+`".*"reason": "run canceled", "on": "cancel request"`, string(log),
+			"%s stopped its task on the cancel request in the run's history", host)
 	}
 	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
+}
+
+// A stop the run decides (here, the chief's exit) reaches the other host from the run's history too: the
+// StopTasks scheduled for it is read there and started before the activity comes.
+func TestE2E_HostsStopFromTheHistoryWhenTheChiefExits(t *testing.T) {
+	id := runID(t)
+	up := filepath.Join(t.TempDir(), "worker-up")
+	spec := writeSpec(t, fmt.Sprintf(`
+name: chief-exit-from-history
+stopGracePeriod: 5s
+tasks:
+  chief: {replicas: 1, hosts: [host-a], command: [sh, -c, 'while [ ! -f %[1]s ]; do sleep 0.05; done']}
+  worker: {replicas: 1, hosts: [host-b], command: [sh, -c, 'touch %[1]s; exec sleep 302']}
+`, up))
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, workflows.TaskStopped, w.State)
+	assert.Equal(t, "SIGTERM", w.Signal, "host-b confirmed the stop, and the worker took SIGTERM")
+	log, err := os.ReadFile(filepath.Join(env.workDir, "worker-host-b.log"))
+	require.NoError(t, err)
+	assert.Regexp(t, `stopping tasks, as the run's history says.*"run": "`+regexp.QuoteMeta(id)+`".*"reason": "chief-0 exited 0", "on": "StopTasks"`, string(log))
+	assert.Empty(t, markedProcessesOf(t, "sleep 302"))
 }
 
 func TestE2E_MaxRunTime(t *testing.T) {
