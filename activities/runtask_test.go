@@ -67,6 +67,11 @@ type fakeServer struct {
 	lastBeat     any // the details of the last heartbeat
 	beats        int // how many heartbeats came
 	failExits    int // this many task-exits signals fail, as while the server is down
+	// history, when set, is the run's whole history (it is over: the iterator ends after it); historyLength is
+	// what a describe says the history held.
+	history       []*historypb.HistoryEvent
+	historyLength int64
+	historyBreaks int // this many reads of the history break off after its last event, as a lost long poll does
 }
 
 func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string, arg interface{}) error {
@@ -117,12 +122,37 @@ func (c *fakeServer) DescribeWorkflowExecution(context.Context, string, string) 
 	if c.ended {
 		st = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st,
+		HistoryLength: c.historyLength}}, nil
 }
 
-// GetWorkflowHistory is a history with nothing new in it: a long poll that answers only when it is called off.
+// GetWorkflowHistory is the history set, or one with nothing new in it: a long poll that answers only when it
+// is called off.
 func (c *fakeServer) GetWorkflowHistory(ctx context.Context, _, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.history != nil {
+		h := &scriptedHistory{events: c.history, breaks: c.historyBreaks > 0}
+		c.historyBreaks--
+		return h
+	}
 	return quietHistory{ctx}
+}
+
+type scriptedHistory struct {
+	events []*historypb.HistoryEvent
+	breaks bool
+}
+
+func (h *scriptedHistory) HasNext() bool { return len(h.events) > 0 || h.breaks }
+
+func (h *scriptedHistory) Next() (*historypb.HistoryEvent, error) {
+	if len(h.events) == 0 {
+		return nil, serviceerror.NewUnavailable("connection reset")
+	}
+	ev := h.events[0]
+	h.events = h.events[1:]
+	return ev, nil
 }
 
 type quietHistory struct{ ctx context.Context }
