@@ -127,7 +127,8 @@ FUZZ_TARGETS = ./spec:FuzzParse ./spec:FuzzWorkflowInput ./activities:FuzzContro
 fuzz:
 	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz: $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} | tail -n 3; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out" | tail -n 3; \
 	done
 
 # Runs the end-to-end suite and saves the history of every run it made under workflows/testdata/histories/$(HISTORIES),
