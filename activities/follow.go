@@ -2,11 +2,13 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -99,14 +101,25 @@ func (h *Host) follow(ctx context.Context, workflowID, runID string) {
 	}
 }
 
-// historyLength is how many events a run's history holds now; with no answer, as many as it can ever hold (so
-// that nothing read is taken for new).
+// historyLength is how many events a run's history holds now, asked again every second while the server
+// cannot answer (a worker that starts during an outage follows its runs once it is over). For a run the server
+// does not know, or once ctx ends, it is as many as a history can ever hold: nothing read is taken for new.
 func (h *Host) historyLength(ctx context.Context, workflowID, runID string) int64 {
-	d, err := h.Client.DescribeWorkflowExecution(ctx, workflowID, runID)
-	if err != nil {
-		return math.MaxInt64
+	for {
+		d, err := h.Client.DescribeWorkflowExecution(ctx, workflowID, runID)
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+			return d.GetWorkflowExecutionInfo().GetHistoryLength()
+		case errors.As(err, &notFound):
+			return math.MaxInt64
+		}
+		select {
+		case <-ctx.Done():
+			return math.MaxInt64
+		case <-time.After(time.Second):
+		}
 	}
-	return d.GetWorkflowExecutionInfo().GetHistoryLength()
 }
 
 // barrierOutcome reads a barrier outcome the workflow published, if ev is one.

@@ -136,3 +136,17 @@ func (l *infoLog) count(msg string) (n int) {
 	}
 	return n
 }
+
+// A host that begins to follow while the server cannot answer (a worker started during an outage) asks how
+// long the history is until it can, and then acts on the new stops as ever.
+func TestFollow_BeginsOnceTheServerAnswers(t *testing.T) {
+	server := &fakeServer{historyLength: 1, describeFails: 1, history: []*historypb.HistoryEvent{
+		{EventId: 1, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED},
+		{EventId: 2, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED},
+	}}
+	h := NewHost("test-host", "127.0.0.1", t.TempDir(), server, quiet())
+	e := newEntry(attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}, spec.Task{Name: "worker-0"}, false, time.Second)
+	h.reg.put(e)
+	h.follow(context.Background(), "w", "r")
+	assert.True(t, e.stopRequested(), "the cancel after the history's length, once the server answered, is acted on")
+}

@@ -72,6 +72,7 @@ type fakeServer struct {
 	history       []*historypb.HistoryEvent
 	historyLength int64
 	historyBreaks int // this many reads of the history break off after its last event, as a lost long poll does
+	describeFails int // this many describes fail, as while the server is down
 }
 
 func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string, arg interface{}) error {
@@ -118,6 +119,10 @@ func (c *fakeServer) CheckHealth(context.Context, *client.CheckHealthRequest) (*
 func (c *fakeServer) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.describeFails > 0 {
+		c.describeFails--
+		return nil, serviceerror.NewUnavailable("connection refused")
+	}
 	st := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	if c.ended {
 		st = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
