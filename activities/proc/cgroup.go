@@ -134,8 +134,8 @@ func (c *Cgroup) Kill() {
 func (c *Cgroup) Remove(max time.Duration) error {
 	deadline := time.Now().Add(max)
 	for {
-		err := os.Remove(c.Path)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
+		err := syscall.Rmdir(c.Path) // not os.Remove, which tries unlink first
+		if err == nil || errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -3,8 +3,8 @@
 // Contract:
 //   - Each process leads its own process group; every signal goes to the whole group, so helpers it forks go too.
 //   - The process gets Pdeathsig SIGKILL from the OS thread that forked it. The kernel fires Pdeathsig when that
-//     thread exits, not the process, so start and wait run on one goroutine locked to its thread: if the host
-//     worker dies, even by SIGKILL, the process dies with it.
+//     thread exits, not the process, so every fork runs on a thread that lives as long as the process: if the
+//     process that started it dies, even by SIGKILL, the task dies with it.
 //   - Stdout and stderr go straight to files (no pipes), so a grandchild that keeps them open cannot stall the
 //     wait and output survives the death of the host worker. Tails are read back from the file ends, bounded.
 //   - Done closes once the leader has exited and no other member of its group is left (or a short bounded wait
@@ -111,18 +111,47 @@ func Start(cfg Config) (*Process, error) {
 		}
 	}
 	p := &Process{cgroup: cfg.Cgroup, done: make(chan struct{}), stopped: make(chan struct{})}
-	started := make(chan error, 1)
-	go p.run(cfg, started)
-	if err := <-started; err != nil {
+	var err error
+	onSpawner(func() { p.pid, err = fork(cfg) })
+	if err != nil {
 		return nil, err
 	}
+	go p.wait()
 	return p, nil
 }
 
-// run owns the process from fork to reaping. It never unlocks its OS thread: the thread ends with the goroutine,
-// after the process is gone, so Pdeathsig never fires early.
-func (p *Process) run(cfg Config, started chan<- error) {
-	runtime.LockOSThread()
+// spawners is how many OS threads tasks are forked from. The kernel fires Pdeathsig when the forking *thread*
+// exits, not the process, so each spawner is a goroutine locked to its thread that never returns: the thread lives
+// as long as the process. (Each task's goroutine used to hold a thread of its own from fork to reaping; every end
+// then handed the scheduler from thread to thread and ended a thread, a fifth of a supervisor's stop of 250 tasks.)
+// More than one lets a fork proceed while another waits for its child's exec.
+const spawners = 4
+
+var (
+	spawnOnce  sync.Once
+	spawnQueue chan func()
+)
+
+// onSpawner runs f on a spawner thread and returns once it has run.
+func onSpawner(f func()) {
+	spawnOnce.Do(func() {
+		spawnQueue = make(chan func())
+		for range spawners {
+			go func() {
+				runtime.LockOSThread() // never unlocked: see spawners
+				for f := range spawnQueue {
+					f()
+				}
+			}()
+		}
+	})
+	ran := make(chan struct{})
+	spawnQueue <- func() { f(); close(ran) }
+	<-ran
+}
+
+// fork starts the process cfg describes and returns its pid; it runs on a spawner thread.
+func fork(cfg Config) (int, error) {
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cfg.Path != "" {
 		cmd.Path, cmd.Err = cfg.Path, nil
@@ -138,36 +167,41 @@ func (p *Process) run(cfg Config, started chan<- error) {
 	cmd.Stdout = cfg.Stdout
 	cmd.Stderr = cfg.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cfg.Credential}
-	if p.cgroup != nil {
-		fd, err := syscall.Open(p.cgroup.Path, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if cfg.Cgroup != nil {
+		fd, err := syscall.Open(cfg.Cgroup.Path, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
-			started <- fmt.Errorf("open cgroup %s: %w", p.cgroup.Path, err)
-			close(p.done)
-			return
+			return 0, fmt.Errorf("open cgroup %s: %w", cfg.Cgroup.Path, err)
 		}
+		defer syscall.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	err := cmd.Start()
-	if fd := cmd.SysProcAttr.CgroupFD; cmd.SysProcAttr.UseCgroupFD {
-		_ = syscall.Close(fd)
+	if err := cmd.Start(); err != nil {
+		return 0, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: err}
 	}
-	if err != nil {
-		started <- &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: err}
-		close(p.done)
-		return
-	}
-	p.pid = cmd.Process.Pid
-	// The process is reaped by pid below, not through os.Process: that would hold a pidfd for its whole life,
+	// The process is reaped by pid (wait), not through os.Process: that would hold a pidfd for its whole life,
 	// and every later task's exec in this process walks every descriptor held here (close-on-exec), so a
 	// supervisor of many tasks paid for each one at each start. Signals go to the group by pid anyway.
+	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
-	started <- nil
+	return pid, nil
+}
 
+// wait reaps the process, kills what it left behind and closes done.
+func (p *Process) wait() {
 	p.exit = reap(p.pid)
-	// The leader is gone; helpers it left in its group (or its cgroup) must not outlive the task.
-	p.kill()
-	p.waitGone(StragglerWait)
+	// The leader is gone; helpers it left in its group (or its cgroup) must not outlive the task. Most tasks leave
+	// none, and with no live process left none can appear: then there is nothing to kill or wait for, which spares
+	// each end of a many-task stop a write to cgroup.kill under the kernel's one cgroup lock.
+	if p.alive() {
+		p.kill()
+		p.waitGone(StragglerWait)
+	}
 	close(p.done)
+}
+
+// alive reports whether any live process is left in the group or the cgroup.
+func (p *Process) alive() bool {
+	return GroupAlive(p.pid) || (p.cgroup != nil && p.cgroup.Populated())
 }
 
 // kill sends SIGKILL to the group and kills the cgroup.
@@ -182,7 +216,7 @@ func (p *Process) kill() {
 func (p *Process) waitGone(max time.Duration) {
 	deadline := time.Now().Add(max)
 	delay := time.Millisecond
-	for (GroupAlive(p.pid) || (p.cgroup != nil && p.cgroup.Populated())) && time.Now().Before(deadline) {
+	for p.alive() && time.Now().Before(deadline) {
 		time.Sleep(delay)
 		delay = min(delay*2, 50*time.Millisecond)
 	}
@@ -254,7 +288,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	}
 	if p.cgroup != nil {
 		for _, pid := range p.cgroup.Procs() {
-			if _, pgid, ok := procStat(pid); ok && pgid != p.pid {
+			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != p.pid {
 				_ = syscall.Kill(pid, sig)
 			}
 		}

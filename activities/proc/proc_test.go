@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -162,6 +164,29 @@ func TestProcess_Pdeathsig_ParentKilled(t *testing.T) {
 	require.NoError(t, helper.Process.Signal(syscall.SIGKILL))
 	_ = helper.Wait()
 	waitFor(t, fmt.Sprintf("child %d to die with its parent", child), func() bool { return !alive(child) })
+}
+
+// The kernel fires Pdeathsig when the thread that forked a process exits: a task must outlive every thread of
+// the process that started it except the last. Goroutines that exit while locked to their threads end those
+// threads; with forks on ordinary threads, one of them would be the forking thread.
+func TestProcess_OutlivesThreadsThatEnd(t *testing.T) {
+	p, err := Start(Config{Argv: []string{"sleep", "300"}, Env: os.Environ()})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Stop(0) })
+	var ended sync.WaitGroup
+	for range 64 {
+		ended.Add(1)
+		go func() {
+			defer ended.Done()
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		}()
+	}
+	ended.Wait()
+	deadline := time.Now().Add(200 * time.Millisecond) // Pdeathsig would act at once; give it every chance to
+	for time.Now().Before(deadline) {
+		require.True(t, alive(p.Pid()), "the task died when threads of its starter ended")
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestSweep_KillsMarkedProcessesOnly(t *testing.T) {
