@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -92,11 +93,12 @@ type Started struct {
 	BootID string `json:"bootId"`
 }
 
-// BootID is this boot's ID; pids recorded under another are meaningless.
-func BootID() string {
+// BootID is this boot's ID; pids recorded under another are meaningless. It is read once per process: a boot
+// outlives every process in it.
+var BootID = sync.OnceValue(func() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return strings.TrimSpace(string(b))
-}
+})
 
 // Exit is how a task attempt ended.
 type Exit struct {
