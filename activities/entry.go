@@ -53,8 +53,13 @@ type entry struct {
 	clusterFile string
 	sharedMap   bool
 	release     chan workflows.ClusterMap
-	stopReq     chan struct{} // closed on the first stop request, started or not
-	ended       chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting
+	// launching says its process is started or being started (the registry's lock guards it): a later lease of
+	// the same attempt takes this entry up rather than starting the attempt again. launched closes once the
+	// start is over, whether it succeeded or not.
+	launching bool
+	launched  chan struct{}
+	stopReq   chan struct{} // closed on the first stop request, started or not
+	ended     chan struct{} // closed once the attempt is over: its exit is recorded, or it ended before starting
 
 	mu         sync.Mutex
 	lease      int
@@ -81,7 +86,7 @@ type entry struct {
 
 func newEntry(ref attemptRef, t spec.Task, legacy bool, grace time.Duration) *entry {
 	return &entry{ref: ref, task: t, legacy: legacy, key: recordKey(ref), grace: grace,
-		release: make(chan workflows.ClusterMap, 1), stopReq: make(chan struct{}), ended: make(chan struct{}),
+		release: make(chan workflows.ClusterMap, 1), launched: make(chan struct{}), stopReq: make(chan struct{}), ended: make(chan struct{}),
 		unheldAt: time.Now()}
 }
 

@@ -32,32 +32,59 @@ func recordKey(r attemptRef) string {
 }
 
 // add registers a new attempt. Older attempts of the same task on this host are returned: they are superseded.
-func (g *registry) add(e *entry) (superseded []*entry, err error) {
+func (g *registry) add(e *entry) (started *entry, superseded []*entry, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.shutdown {
-		return nil, ErrShuttingDown
+		return nil, nil, ErrShuttingDown
 	}
 	if g.entries == nil {
 		g.entries = map[string]*entry{}
+	}
+	k := attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)
+	if cur := g.entries[k]; cur != nil && cur.launching {
+		return cur, nil, nil
 	}
 	for _, o := range g.entries {
 		if o.ref.WorkflowID == e.ref.WorkflowID && o.ref.RunID == e.ref.RunID && o.ref.Task == e.ref.Task && o.ref.Attempt < e.ref.Attempt {
 			superseded = append(superseded, o)
 		}
 	}
-	g.entries[attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)] = e
-	return superseded, nil
+	g.entries[k] = e
+	return nil, superseded, nil
 }
 
-// put registers an entry taken up from its record at start.
+// put registers an entry taken up from its record at start: its process was started.
 func (g *registry) put(e *entry) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.entries == nil {
 		g.entries = map[string]*entry{}
 	}
+	if !e.launching {
+		e.launching = true
+		close(e.launched)
+	}
 	g.entries[attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)] = e
+}
+
+// claimLaunch commits e to starting its process, unless a later lease of the same attempt replaced it: that
+// lease starts it, and e must not.
+func (g *registry) claimLaunch(e *entry) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.entries[attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)] != e {
+		return false
+	}
+	e.launching = true
+	return true
+}
+
+// launchFailed takes back e's claim once its start has failed: a later lease of the attempt may start it.
+func (g *registry) launchFailed(e *entry) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e.launching = false
 }
 
 func (g *registry) remove(e *entry) {
@@ -66,6 +93,17 @@ func (g *registry) remove(e *entry) {
 	k := attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)
 	if g.entries[k] == e {
 		delete(g.entries, k)
+	}
+}
+
+// whileCurrent runs f while e is the entry of its attempt, or the attempt has none. A lease that replaces another
+// of the same attempt during its rendezvous gets an entry of its own but the same record folder: the replaced
+// entry, ending, must not remove what the new one now holds.
+func (g *registry) whileCurrent(e *entry, f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur := g.entries[attemptKey(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt)]; cur == nil || cur == e {
+		f()
 	}
 }
 

@@ -142,19 +142,26 @@ func attemptOf(ctx context.Context, in workflows.RunTaskInput) attemptRef {
 // register adds the attempt to this host's registry and gives it to the lease. An attempt already here (the
 // same attempt launched again) is taken up rather than started twice; older attempts of the task are retired.
 func (h *Host) register(in workflows.RunTaskInput, ref attemptRef, lease int) (*entry, chan struct{}, error) {
-	if e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt); e != nil && e.process() != nil && e.exited() == nil {
+	for {
+		e := newEntry(ref, in.Task, !in.Leased(), in.StopGracePeriod)
+		e.record = h.recordDir(e.key)
+		started, superseded, err := h.reg.add(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		if started != nil {
+			// An earlier lease started the attempt here, or is starting it: running or ended, it is taken up.
+			<-started.launched
+			if started.process() != nil {
+				return started, started.claim(lease), nil
+			}
+			continue // its start failed: this lease starts it
+		}
+		for _, old := range superseded {
+			go h.retire(old, fmt.Sprintf("superseded by attempt %d", ref.Attempt))
+		}
 		return e, e.claim(lease), nil
 	}
-	e := newEntry(ref, in.Task, !in.Leased(), in.StopGracePeriod)
-	e.record = h.recordDir(e.key)
-	superseded, err := h.reg.add(e)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, old := range superseded {
-		go h.retire(old, fmt.Sprintf("superseded by attempt %d", ref.Attempt))
-	}
-	return e, e.claim(lease), nil
 }
 
 // refused answers a lease this host will not take: it is shutting down.
@@ -268,8 +275,16 @@ func (h *Host) stoppedBeforeStart(ctx context.Context, in workflows.RunTaskInput
 // (spawned during the rendezvous) start the process.
 func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, adm Admitted, pending *shim.Pending,
 	cluster workflows.ClusterMap, ln net.Listener, res workflows.TaskResult) *ending {
+	if !h.reg.claimLaunch(e) {
+		// A later lease of this attempt replaced this one during the rendezvous: that lease starts it.
+		ln.Close()
+		h.abortShim(e, pending)
+		return &ending{res, detachedError(fmt.Sprintf("a later lease of %s attempt %d starts it on %s", e.ref.Task, e.ref.Attempt, h.Name), res)}
+	}
+	defer close(e.launched)
 	launched := false
 	fail := func(err error) *ending {
+		h.reg.launchFailed(e)
 		ln.Close()
 		h.closeControl(e)
 		if !launched {

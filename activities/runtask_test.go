@@ -556,3 +556,84 @@ func TestRunTask_LeaseEndsOnTheServersVerdict(t *testing.T) {
 	assert.True(t, res.Stopped)
 	assert.False(t, alive(pid))
 }
+
+// A lease that replaces another of the same attempt during its rendezvous takes over the attempt's record folder;
+// the replaced lease, ending, leaves it alone (it used to remove it, and the new lease's start failed writing
+// its record).
+func TestDropRecord_LeavesTheFolderOfANewerLease(t *testing.T) {
+	h := &Host{Name: "h", SocketDir: t.TempDir(), StateDir: t.TempDir()}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}
+	try := func() *entry {
+		e := newEntry(ref, spec.Task{Name: "worker-0"}, false, 0)
+		e.record = h.recordDir(e.key)
+		_, _, err := h.reg.add(e)
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(e.record, 0o700))
+		return e
+	}
+	replaced := try()
+	newer := try()
+	require.Equal(t, replaced.record, newer.record)
+
+	h.forget(replaced)
+	h.dropRecord(replaced)
+	assert.DirExists(t, newer.record, "the replaced lease removed the newer one's record")
+
+	h.forget(newer)
+	h.dropRecord(newer)
+	assert.NoDirExists(t, newer.record, "an attempt no lease holds keeps no record")
+}
+
+// A later lease of an attempt this host started takes the attempt up, whether its process still runs or has
+// ended (its end is the new lease's to report); one that comes while the start is under way waits for it. The
+// attempt never starts twice.
+func TestRegister_TakesUpAnAttemptAnEarlierLeaseStarted(t *testing.T) {
+	h := &Host{Name: "h", SocketDir: t.TempDir(), StateDir: t.TempDir()}
+	in := workflows.RunTaskInput{Task: spec.Task{Name: "worker-0"}, Lease: 1}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}
+	first, _, err := h.register(in, ref, 1)
+	require.NoError(t, err)
+	require.True(t, h.reg.claimLaunch(first))
+
+	took := make(chan *entry)
+	go func() {
+		e, _, err := h.register(in, ref, 2)
+		assert.NoError(t, err)
+		took <- e
+	}()
+	select {
+	case <-took:
+		t.Fatal("a lease took the attempt up before its start was over")
+	case <-time.After(50 * time.Millisecond):
+	}
+	first.markStarted(shim.Started{PID: 1})
+	first.markEnded(shim.Exit{Code: 0})
+	close(first.launched)
+	assert.Same(t, first, <-took, "the second lease got an entry of its own: the attempt would start again")
+
+	again, _, err := h.register(in, ref, 3)
+	require.NoError(t, err)
+	assert.Same(t, first, again, "an ended attempt is taken up too")
+}
+
+// A lease replaced during its rendezvous by a later lease of the same attempt does not start the attempt; and a
+// lease whose start failed leaves the attempt to the next.
+func TestClaimLaunch_OnlyTheNewestLeaseStarts(t *testing.T) {
+	h := &Host{Name: "h", SocketDir: t.TempDir(), StateDir: t.TempDir()}
+	in := workflows.RunTaskInput{Task: spec.Task{Name: "worker-0"}, Lease: 1}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}
+	replaced, _, err := h.register(in, ref, 1)
+	require.NoError(t, err)
+	newer, _, err := h.register(in, ref, 2)
+	require.NoError(t, err)
+	require.NotSame(t, replaced, newer)
+	assert.False(t, h.reg.claimLaunch(replaced))
+	require.True(t, h.reg.claimLaunch(newer))
+
+	h.reg.launchFailed(newer)
+	close(newer.launched)
+	h.forget(newer)
+	next, _, err := h.register(in, ref, 3)
+	require.NoError(t, err)
+	assert.NotSame(t, newer, next, "a start that failed holds the attempt")
+}

@@ -110,7 +110,7 @@ func (h *Host) spawnShim(e *entry) (*shim.Pending, error) {
 	}
 	p, err := h.supervisorOf(e.ref).Prepare()
 	if err != nil {
-		_ = os.RemoveAll(rec)
+		h.dropRecord(e)
 		return nil, err
 	}
 	return p, nil
@@ -119,7 +119,12 @@ func (h *Host) spawnShim(e *entry) (*shim.Pending, error) {
 // abortShim gives up an attempt's start, and its record.
 func (h *Host) abortShim(e *entry, p *shim.Pending) {
 	p.Abort()
-	_ = os.RemoveAll(e.record)
+	h.dropRecord(e)
+}
+
+// dropRecord removes an attempt's record folder, unless a newer lease of the same attempt holds it now.
+func (h *Host) dropRecord(e *entry) {
+	h.reg.whileCurrent(e, func() { _ = os.RemoveAll(e.record) })
 }
 
 // logCap is the cap of a task's log streams: the spec's when it asks for less than the host allows.
@@ -155,7 +160,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, hea
 	}
 	st, w, err := p.StartWatched(cfg)
 	if err != nil {
-		_ = os.RemoveAll(rec)
+		h.dropRecord(e)
 		return st, err
 	}
 	e.markStarted(st)
@@ -277,8 +282,10 @@ func (h *Host) retire(e *entry, reason string) {
 		<-e.ended
 	}
 	h.closeControl(e)
-	_ = os.RemoveAll(e.record)
-	_ = os.RemoveAll(filepath.Dir(e.shimSocket))
+	h.reg.whileCurrent(e, func() {
+		_ = os.RemoveAll(e.record)
+		_ = os.RemoveAll(filepath.Dir(e.shimSocket))
+	})
 	h.reg.remove(e)
 	h.unfollowIfIdle(e.ref.WorkflowID, e.ref.RunID)
 	if !h.reg.hasRun(e.ref.WorkflowID, e.ref.RunID) {
