@@ -114,6 +114,20 @@ func (g *registry) lookup(workflowID, runID, task string, attempt int) *entry {
 	return g.entries[attemptKey(workflowID, runID, task, attempt)]
 }
 
+// lookupSettled is lookup once a start of the attempt under way is over: a lease that asks in the middle of the
+// start finds the process, or the start's failure, rather than an attempt that seems never to have started.
+func (g *registry) lookupSettled(workflowID, runID, task string, attempt int) *entry {
+	g.mu.Lock()
+	e := g.entries[attemptKey(workflowID, runID, task, attempt)]
+	starting := e != nil && e.launching
+	g.mu.Unlock()
+	if starting {
+		<-e.launched
+		return g.lookup(workflowID, runID, task, attempt)
+	}
+	return e
+}
+
 // latest returns the newest attempt of a task on this host, or nil.
 func (g *registry) latest(workflowID, runID, task string) *entry {
 	var best *entry

@@ -339,7 +339,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 // logs go on as they were; only the lease is new.
 func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemptRef, lease int, res workflows.TaskResult,
 	ml memberLease) (workflows.TaskResult, error) {
-	e := h.reg.lookup(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt)
+	e := h.reg.lookupSettled(ref.WorkflowID, ref.RunID, ref.Task, ref.Attempt)
 	if e != nil && e.process() == nil && e.exited() == nil {
 		// It still waits for its rendezvous: nothing runs to take up. The run starts the attempt again.
 		return res, detachedError(fmt.Sprintf("%s attempt %d has not started on host %s", ref.Task, ref.Attempt, h.Name), res)

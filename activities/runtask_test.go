@@ -637,3 +637,27 @@ func TestClaimLaunch_OnlyTheNewestLeaseStarts(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotSame(t, newer, next, "a start that failed holds the attempt")
 }
+
+// A re-attach that asks while the attempt's start is under way waits for it, rather than being told the attempt
+// has not started (the run would start it again, on another host for a pool task).
+func TestLookupSettled_WaitsForAStartUnderWay(t *testing.T) {
+	h := &Host{Name: "h", SocketDir: t.TempDir(), StateDir: t.TempDir()}
+	in := workflows.RunTaskInput{Task: spec.Task{Name: "worker-0"}, Lease: 1}
+	ref := attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}
+	e, _, err := h.register(in, ref, 1)
+	require.NoError(t, err)
+	assert.Same(t, e, h.reg.lookupSettled("w", "r", "worker-0", 1), "an attempt in its rendezvous is there at once")
+	require.True(t, h.reg.claimLaunch(e))
+	found := make(chan *entry)
+	go func() { found <- h.reg.lookupSettled("w", "r", "worker-0", 1) }()
+	select {
+	case <-found:
+		t.Fatal("the lookup answered in the middle of the start")
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.markStarted(shim.Started{PID: 1})
+	close(e.launched)
+	got := <-found
+	require.Same(t, e, got)
+	assert.NotNil(t, got.process())
+}
