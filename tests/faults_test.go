@@ -60,6 +60,12 @@ func touch(t *testing.T, path string) {
 func TestFault_ServerOutage30s(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
+	if c.dev.postgres == nil {
+		// The SIGKILL below is then one of the database as make up runs it: in WAL mode (start-server.sh).
+		wal := filepath.Join(c.dev.dir, "temporal.db-wal")
+		_, err := os.Stat(wal)
+		require.NoError(t, err, "the dev server's database keeps no write-ahead log")
+	}
 	testServerOutage(t, c, 30*time.Second, c.dev.kill, c.dev.start)
 }
 

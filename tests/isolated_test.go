@@ -92,7 +92,9 @@ func (s *devServer) start() error {
 	if s.httpPort == 0 {
 		s.httpPort, s.metrics = lowFreePort(), lowFreePort()
 	}
-	return s.startProcess(exec.Command(s.bin, append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
+	// As make up does: the dev server's shared flags (its database's journal) come from start-server.sh.
+	script := filepath.Join(filepath.Dir(filepath.Dir(s.bin)), "deployments", "dev", "start-server.sh")
+	return s.startProcess(exec.Command(script, append([]string{"--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
 		"--http-port", fmt.Sprint(s.httpPort), "--metrics-port", fmt.Sprint(s.metrics), "--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
 		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...))
 }

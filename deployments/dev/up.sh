@@ -12,7 +12,7 @@ if alive "$state/temporal.pid"; then
 	echo "up: Temporal dev server already running (pid $(cat "$state/temporal.pid"))"
 else
 	port_free "$port" TEMPORAL_PORT
-	setsid "$bin/temporal" server start-dev \
+	setsid "$root/deployments/dev/start-server.sh" \
 		--ip 127.0.0.1 --port "$port" --ui-port "$ui_port" \
 		--db-filename "$state/temporal.db" --log-level warn \
 		>"$state/temporal.log" 2>&1 </dev/null &

@@ -315,7 +315,7 @@ func startServer() time.Time {
 	logFile, err := os.OpenFile(filepath.Join(*stateDir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	check(err)
 	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(bin, "temporal"), "server", "start-dev", "--ip", "127.0.0.1", "--port", port, "--ui-port", ui,
+	cmd := exec.Command(filepath.Join(filepath.Dir(bin), "deployments", "dev", "start-server.sh"), "--ip", "127.0.0.1", "--port", port, "--ui-port", ui,
 		"--db-filename", filepath.Join(*stateDir, "temporal.db"), "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
