@@ -32,11 +32,20 @@ type batch[T any] struct {
 	workflowID, runID string
 	items             []T
 	waiters           []chan error
-	last              time.Time // when the newest item came
+	last              time.Time     // when the newest item came
+	now               bool          // an item came with now: send without waiting for quiet
+	wake              chan struct{} // tells a settling gathering that now is set
 }
 
 // add queues item for the run and returns once the batch holding it was sent (or failed).
 func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) error {
+	return b.put(ctx, workflowID, runID, item, false)
+}
+
+// put is add; with now (the caller has nothing more to add for a while: the last running member of a lease
+// batch ended), the gathering goes out at once rather than when it has gone quiet, which would only delay it
+// (a run waits for its last ends). The next gathering waits for quiet as before.
+func (b *batcher[T]) put(ctx context.Context, workflowID, runID string, item T, now bool) error {
 	done := make(chan error, 1)
 	k := workflowID + "\x00" + runID
 	b.mu.Lock()
@@ -45,13 +54,20 @@ func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) 
 	}
 	bt := b.runs[k]
 	if bt == nil {
-		bt = &batch[T]{workflowID: workflowID, runID: runID}
+		bt = &batch[T]{workflowID: workflowID, runID: runID, wake: make(chan struct{}, 1)}
 		b.runs[k] = bt
 		go b.flush(k, bt)
 	}
 	bt.items = append(bt.items, item)
 	bt.waiters = append(bt.waiters, done)
 	bt.last = time.Now()
+	if now {
+		bt.now = true
+		select {
+		case bt.wake <- struct{}{}:
+		default:
+		}
+	}
 	b.mu.Unlock()
 	select {
 	case err := <-done:
@@ -68,7 +84,7 @@ func (b *batcher[T]) flush(k string, bt *batch[T]) {
 		b.settle(bt, quiet, most)
 		b.mu.Lock()
 		items, waiters := bt.items, bt.waiters
-		bt.items, bt.waiters = nil, nil
+		bt.items, bt.waiters, bt.now = nil, nil, false
 		if len(items) == 0 {
 			delete(b.runs, k)
 			b.mu.Unlock()
@@ -84,16 +100,22 @@ func (b *batcher[T]) flush(k string, bt *batch[T]) {
 	}
 }
 
-// settle waits until no item has come for quiet, or for most at the longest.
+// settle waits until no item has come for quiet, or for most at the longest, or until an item came with now.
 func (b *batcher[T]) settle(bt *batch[T], quiet, most time.Duration) {
 	deadline := time.Now().Add(most)
 	for {
 		b.mu.Lock()
 		wait := min(time.Until(bt.last.Add(quiet)), time.Until(deadline))
+		now := bt.now
 		b.mu.Unlock()
-		if wait <= 0 {
+		if now || wait <= 0 {
 			return
 		}
-		time.Sleep(wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-bt.wake:
+			t.Stop()
+		}
 	}
 }

@@ -81,3 +81,27 @@ func TestBatcher_ItemsFarApartGoOutAlone(t *testing.T) {
 	}
 	assert.Equal(t, [][]int{{0}, {1}, {2}}, s.all())
 }
+
+// An item put with now sends the gathering at once, with the items gathered before it, however long the quiet
+// window.
+func TestBatcher_NowSendsTheGatheringAtOnce(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: time.Hour, maxWindow: time.Hour}
+	first := make(chan error, 1)
+	go func() { first <- b.add(context.Background(), "run", "r1", 1) }()
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.runs["run\x00r1"] != nil && len(b.runs["run\x00r1"].items) == 1
+	}, 10*time.Second, time.Millisecond, "the first item is gathered")
+	done := make(chan error, 1)
+	go func() { done <- b.put(context.Background(), "run", "r1", 2, true) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("an item put with now waited for the quiet window")
+	}
+	require.NoError(t, <-first)
+	assert.Equal(t, [][]int{{1, 2}}, s.all(), "one signal with both items")
+}

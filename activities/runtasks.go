@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -39,6 +40,8 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 	defer close(over)
 	go h.stopOnCancel(in, hb, over)
 	var wg sync.WaitGroup
+	var running atomic.Int32 // members whose end has not come yet
+	running.Store(int32(len(in.Members)))
 	for i, m := range in.Members {
 		mi := in.MemberInput(m)
 		ml := h.memberOf(hb, mi, false)
@@ -48,7 +51,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 			res, err := h.serveMember(ctx, mi, ml, deadline)
 			ends[i] = workflows.TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true,
 				Error: workflows.LeaseErrorOf(err)}
-			delivered[i] = h.reportEnd(ctx, in, ends[i], hb)
+			delivered[i] = h.reportEnd(ctx, in, ends[i], hb, running.Add(-1) == 0)
 		}()
 	}
 	wg.Wait()
@@ -127,8 +130,9 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 // StopTasks' answer; if the run ends there, a report would only queue before its final workflow task, so the
 // member waits a moment and asks the server first, as a lone lease does. A report that cannot be sent (the
 // server is down) is tried again while the lease holds: the batch completes only when its last member ends,
-// which may be much later.
-func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end workflows.TaskExitReport, hb *heartbeater) bool {
+// which may be much later. The batch's last end (last) goes out at once, with whatever the host gathered for
+// the run beside it: nothing more of the batch will come to wait for.
+func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end workflows.TaskExitReport, hb *heartbeater, last bool) bool {
 	if !in.ReportExit || hb.verdictNow() != 0 {
 		return false
 	}
@@ -145,7 +149,7 @@ func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end wo
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
 		// Not the activity's context: the end of a member whose worker is stopping is worth sending still.
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := h.exits.add(sctx, in.ReportTo.WorkflowID, in.ReportTo.RunID, end)
+		err := h.exits.put(sctx, in.ReportTo.WorkflowID, in.ReportTo.RunID, end, last)
 		cancel()
 		var notFound *serviceerror.NotFound
 		switch {
