@@ -2,7 +2,6 @@ package spec
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -25,12 +24,12 @@ const (
 )
 
 // runIDRE is what a run ID (the workflow ID) may be: it names a folder on every host that runs one of its tasks.
-var runIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
+var runIDRE = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
 
 // CheckRunID says why a run ID cannot name a folder, if it cannot. Temporal takes any string as a workflow ID;
 // host workers refuse tasks of a run whose ID fails this.
 func CheckRunID(id string) error {
-	if !runIDRE.MatchString(id) {
+	if !runIDRE().MatchString(id) {
 		return fmt.Errorf("run ID %s is not usable as a folder name: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 200 characters", short(id))
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,12 +51,18 @@ const (
 	StragglersFail   = "fail"
 )
 
+// The names' patterns compile at their first use, not at every start of each program that imports the package
+// (a clusterrun cancel never validates a spec).
 var (
-	runNameRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-	typeNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
-	hostNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
-	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	runNameRE  = lazyRegexp(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	typeNameRE = lazyRegexp(`^[a-z][a-z0-9_]*$`)
+	hostNameRE = lazyRegexp(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	envNameRE  = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
+
+func lazyRegexp(pattern string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
+}
 
 // ReservedEnv names the variables clusterrun sets for every task; a spec may not set them.
 var ReservedEnv = []string{
@@ -77,7 +84,7 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("name", "required: name the run, e.g. name: mnist")
 	case len(s.Name) > MaxNameLength:
 		v.add("name", "%s is %d characters; at most %d", short(s.Name), len(s.Name), MaxNameLength)
-	case !runNameRE.MatchString(s.Name):
+	case !runNameRE().MatchString(s.Name):
 		v.add("name", "%s may hold only lowercase letters, digits and '-', and must start and end with a letter or digit", short(s.Name))
 	}
 	v.command("command", s.Command, false)
@@ -140,7 +147,7 @@ func (s *RunSpec) Validate() []Problem {
 		switch {
 		case len(typ) > MaxTypeNameLength:
 			v.add(path, "task type %s is %d characters; at most %d", short(typ), len(typ), MaxTypeNameLength)
-		case !typeNameRE.MatchString(typ):
+		case !typeNameRE().MatchString(typ):
 			v.add(path, "task type %s may hold only lowercase letters, digits and '_', starting with a letter", short(typ))
 		}
 		switch {
@@ -172,7 +179,7 @@ func (s *RunSpec) Validate() []Problem {
 			v.add(path+".hosts", "%d hosts; at most %d", len(t.Hosts), MaxTasks)
 		}
 		for i, h := range t.Hosts {
-			if len(h) > MaxHostNameLength || !hostNameRE.MatchString(h) {
+			if len(h) > MaxHostNameLength || !hostNameRE().MatchString(h) {
 				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%s is not a valid host name (letters, digits, '.', '_', '-'; at most %d characters)", short(h), MaxHostNameLength)
 				break
 			}
@@ -253,7 +260,7 @@ func (v *validator) command(path string, cmd []string, required bool) {
 func (v *validator) env(path string, env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		switch {
-		case len(k) > MaxEnvNameLength || !envNameRE.MatchString(k):
+		case len(k) > MaxEnvNameLength || !envNameRE().MatchString(k):
 			v.add(path+"."+shortKey(k), "%s is not a valid environment variable name (letters, digits and '_', at most %d)", short(k), MaxEnvNameLength)
 		case strings.HasPrefix(k, "CLUSTERRUN_") || contains(ReservedEnv, k):
 			v.add(path+"."+k, "%s is set by clusterrun for every task; remove it from the spec", k)
@@ -268,7 +275,7 @@ func (v *validator) workingDir(path, dir string) {
 }
 
 func (v *validator) pool(path, pool string) {
-	if pool != "" && (len(pool) > MaxNameLength || !hostNameRE.MatchString(pool)) {
+	if pool != "" && (len(pool) > MaxNameLength || !hostNameRE().MatchString(pool)) {
 		v.add(path, "%s is not a valid pool name (letters, digits, '.', '_', '-'; at most %d characters)", short(pool), MaxNameLength)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
@@ -35,7 +36,7 @@ const (
 	MetadataKeyID = "encryption-key-id"
 )
 
-var keyIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var keyIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`) }) // compiled at first use
 
 // Codec is an AES-256-GCM payload codec with named keys.
 type Codec struct {
@@ -77,7 +78,7 @@ func Parse(data []byte) (*Codec, error) {
 			return nil, fmt.Errorf("line %d: want \"ID BASE64-KEY\" (make one with: clusterrun codec-key ID)", n)
 		}
 		id := fields[0]
-		if !keyIDRE.MatchString(id) {
+		if !keyIDRE().MatchString(id) {
 			return nil, fmt.Errorf("line %d: key ID %q may hold letters, digits, '.', '_' and '-' (at most 64)", n, id)
 		}
 		if _, dup := c.keys[id]; dup {
@@ -112,7 +113,7 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 
 // NewKeyLine makes a fresh key as a key file line.
 func NewKeyLine(id string) (string, error) {
-	if !keyIDRE.MatchString(id) {
+	if !keyIDRE().MatchString(id) {
 		return "", fmt.Errorf("key ID %q may hold letters, digits, '.', '_' and '-' (at most 64)", id)
 	}
 	key := make([]byte, 32)
