@@ -47,9 +47,10 @@ type Supervisor struct {
 // started if need be) while the task waited for its rendezvous, so that Start only forks the task. While it
 // is open, the supervisor does not end.
 type Pending struct {
-	conn net.Conn
-	r    *bufio.Reader
-	log  string // the supervisor's log
+	conn   net.Conn
+	r      *bufio.Reader
+	log    string // the supervisor's log
+	rawEnv bool   // the supervisor takes the environment as raw bytes (request.EnvBytes)
 }
 
 // prepareLocks keeps two callers in this process from starting two supervisors on one socket at once.
@@ -94,7 +95,7 @@ func (s Supervisor) connect() (*Pending, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &Pending{conn: conn, r: r, log: s.Log}, nil
+	return &Pending{conn: conn, r: r, log: s.Log, rawEnv: m.RawEnv}, nil
 }
 
 // start starts the supervisor: a spare takes up the run when one is ready, else a new process starts.
@@ -200,7 +201,7 @@ func (p *Pending) start(cfg Config, watch bool) (st Started, w *Watch, err error
 	startSlots <- struct{}{}
 	defer func() { <-startSlots }()
 	_ = p.conn.SetDeadline(time.Now().Add(TaskStartTimeout))
-	if err := send(p.conn, request{Op: "start", Config: &cfg, Watch: watch}); err != nil {
+	if err := p.send(cfg, watch); err != nil {
 		return Started{}, nil, fmt.Errorf("hand the task supervisor its task: %w", err)
 	}
 	m, err := readMessage(p.r)
@@ -218,6 +219,22 @@ func (p *Pending) start(cfg Config, watch bool) (st Started, w *Watch, err error
 		return *m.Started, watchOn(p.conn, p.r, *m.Started), nil
 	}
 	return *m.Started, nil, nil
+}
+
+// send hands the supervisor the task: its environment as raw bytes after the request's line, where the
+// supervisor takes it so, else in the request's Config (a supervisor from before this).
+func (p *Pending) send(cfg Config, watch bool) error {
+	req := request{Op: "start", Config: &cfg, Watch: watch}
+	var env []byte
+	if p.rawEnv {
+		if b, ok := envBlock(cfg.Env); ok {
+			env, req.EnvBytes, cfg.Env = b, len(b), nil
+		}
+	}
+	line, _ := json.Marshal(req)
+	bufs := net.Buffers{append(line, '\n'), env}
+	_, err := bufs.WriteTo(p.conn)
+	return err
 }
 
 // startSlots bounds the starts one process hands its supervisors at once; each start's StartTimeout runs from

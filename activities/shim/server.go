@@ -164,15 +164,22 @@ func (s *server) serve(conn net.Conn) {
 		s.settle()
 		s.mu.Unlock()
 	}()
-	if !writeMessage(conn, message{OK: true}) {
+	if !writeMessage(conn, message{OK: true, RawEnv: true}) {
 		return
 	}
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	r := bufio.NewReader(conn)
+	line, err := r.ReadBytes('\n')
 	if err != nil {
 		return // the worker gave the start up
 	}
 	var req request
 	err = json.Unmarshal(line, &req)
+	if err == nil && req.EnvBytes != 0 {
+		if err := readEnvBlock(r, &req); err != nil {
+			writeMessage(conn, message{Error: "malformed start request: " + err.Error()})
+			return
+		}
+	}
 	switch {
 	case err == nil && req.Op == "start" && req.Config != nil:
 		t, m := s.start(*req.Config)
@@ -182,7 +189,7 @@ func (s *server) serve(conn net.Conn) {
 		}
 		// The worker's connection goes on as the task's watch; the task already counts it (startTask).
 		m.Watching = true
-		t.hold(conn, bufio.NewReader(conn), &m)
+		t.hold(conn, r, &m)
 	case err == nil && req.Op == "stop":
 		writeMessage(conn, s.stop(req.Records, req.Stop))
 	default:

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,6 +218,54 @@ type request struct {
 	// Watch, in a "start", asks that the connection go on as the task's watch (Client.Watch) once it runs: one
 	// connection per task, not two. A supervisor from before ignores it, and answers without Watching.
 	Watch bool `json:"watch,omitempty"`
+	// EnvBytes, in a "start", is the length of the task's environment, which follows the request's line as raw
+	// bytes (envBlock) instead of being in Config.Env. Sent only to a supervisor whose greeting says RawEnv.
+	EnvBytes int `json:"envBytes,omitempty"`
+}
+
+// maxEnvBytes bounds a start's raw environment. Linux takes at most a quarter of the stack limit (2 MiB by
+// default) of arguments and environment in an exec; a larger block is a broken or hostile client.
+const maxEnvBytes = 16 << 20
+
+// envBlock writes an environment as raw bytes, each KEY=VALUE ending with a NUL byte (as /proc/PID/environ
+// does). A task's TF_CONFIG holds its whole cluster map, so its environment grows with the run: JSON took 0.6 ms
+// a task to write and read it at 4,000 tasks, where copying it takes microseconds. An entry that holds a NUL
+// cannot be written so (false): it goes in Config.Env, where the start fails on it as it always did.
+func envBlock(env []string) ([]byte, bool) {
+	n := 0
+	for _, kv := range env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return nil, false
+		}
+		n += len(kv) + 1
+	}
+	b := make([]byte, 0, n)
+	for _, kv := range env {
+		b = append(append(b, kv...), 0)
+	}
+	return b, true
+}
+
+// readEnvBlock reads the raw environment of a start (request.EnvBytes) from r into its Config.
+func readEnvBlock(r io.Reader, req *request) error {
+	switch {
+	case req.Config == nil:
+		return errors.New("an environment without a task")
+	case req.EnvBytes < 0 || req.EnvBytes > maxEnvBytes:
+		return fmt.Errorf("an environment of %d bytes (at most %d)", req.EnvBytes, maxEnvBytes)
+	case len(req.Config.Env) > 0:
+		return errors.New("an environment both in the task's config and after it")
+	}
+	b := make([]byte, req.EnvBytes)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("the environment ended early: %w", err)
+	}
+	env := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if len(b) == 0 {
+		env = nil
+	}
+	req.Config.Env = env
+	return nil
 }
 
 // message is one line the supervisor answers with.
@@ -231,4 +280,6 @@ type message struct {
 	Ending bool `json:"ending,omitempty"`
 	// Watching, with Started, says the connection is now the task's watch: its Exit comes on it.
 	Watching bool `json:"watching,omitempty"`
+	// RawEnv, in the greeting, says the supervisor takes a start's environment as raw bytes (request.EnvBytes).
+	RawEnv bool `json:"rawEnv,omitempty"`
 }
