@@ -380,7 +380,13 @@ func (c *cluster) cli(t *testing.T, args ...string) cliResult {
 
 func (c *cluster) cliEnv(t *testing.T, extraEnv []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return c.cliWithin(t, 3*time.Minute, extraEnv, args...)
+}
+
+// cliWithin runs the CLI as cliEnv does, giving it up to limit to end.
+func (c *cluster) cliWithin(t *testing.T, limit time.Duration, extraEnv []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "clusterrun"), args...)
 	cmd.Dir = c.root
@@ -388,14 +394,17 @@ func (c *cluster) cliEnv(t *testing.T, extraEnv []string, args ...string) cliRes
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	code := 0
+	r := cliResult{stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("clusterrun %v did not end within %s\n%s", args, limit, r)
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
 		t.Fatalf("run clusterrun %v: %v", args, err)
 	}
-	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+	return r
 }
 
 // writeSpec writes a spec into the test's temp dir and returns its path.

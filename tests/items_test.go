@@ -150,7 +150,8 @@ tasks:
   chief: {replicas: 1, hosts: [host-a]}
   worker: {replicas: 4, hosts: [host-a, host-b]}
 `)
-	r := c.cli(t, "run", spec, "--id", id)
+	// 34-60 s alone; beside the rest of the suite on a loaded 2-core machine it once took more than 3 minutes.
+	r := c.cliWithin(t, 10*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "ITEMS: 100000 scheduled, 0 queued, 0 running, 100000 done, 0 failed")
 	st, err := c.outcome(t, id)
