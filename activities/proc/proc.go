@@ -10,6 +10,8 @@
 //   - Done closes once the leader has exited and no other member of its group is left (or a short bounded wait
 //     for stragglers in uninterruptible sleep has passed). Leftover group members are killed when the leader exits.
 //   - Stop is idempotent: SIGTERM to the group, the grace period, then SIGKILL to the group.
+//   - Each process is reaped by a blocking wait4 of its own, or, in a process that called ReapChildren (a
+//     supervisor, whose every child is a task), by one reaper for all, so a running task holds no thread.
 //   - With a Cgroup, the process starts inside it (clone3 CLONE_INTO_CGROUP), and every signal, kill and "gone"
 //     check covers the cgroup too: descendants that left the process group (setsid) are still found.
 package proc
@@ -116,7 +118,7 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	go p.wait()
+	go p.wait(theReaper.claim(p.pid))
 	return p, nil
 }
 
@@ -186,9 +188,13 @@ func fork(cfg Config) (int, error) {
 	return pid, nil
 }
 
-// wait reaps the process, kills what it left behind and closes done.
-func (p *Process) wait() {
-	p.exit = reap(p.pid)
+// wait reaps the process (or takes its exit from the reaper: reaped), kills what it left behind and closes done.
+func (p *Process) wait(reaped <-chan Exit) {
+	if reaped != nil {
+		p.exit = <-reaped
+	} else {
+		p.exit = reap(p.pid)
+	}
 	// The leader is gone; helpers it left in its group (or its cgroup) must not outlive the task. Most tasks leave
 	// none, and with no live process left none can appear: then there is nothing to kill or wait for, which spares
 	// each end of a many-task stop a write to cgroup.kill under the kernel's one cgroup lock.

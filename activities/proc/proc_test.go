@@ -20,8 +20,12 @@ import (
 )
 
 // TestMain doubles as a helper process: with PROC_TEST_HELPER set it starts `sleep 300` through Start, prints
-// the child's pid and blocks, so a test can SIGKILL it and watch Pdeathsig take the child down.
+// the child's pid and blocks, so a test can SIGKILL it and watch Pdeathsig take the child down. With
+// PROC_TEST_REAPER set, one reaper reaps every child (ReapChildren), as in a supervisor.
 func TestMain(m *testing.M) {
+	if os.Getenv("PROC_TEST_REAPER") == "1" {
+		ReapChildren()
+	}
 	if os.Getenv("PROC_TEST_HELPER") == "1" {
 		p, err := Start(Config{Argv: []string{"sleep", "300"}, Env: os.Environ()})
 		if err != nil {

@@ -56,6 +56,8 @@ func Main(args []string) int {
 		}
 		socket, *idle, *logPath, ready = a.Socket, a.Idle, a.Log, link
 	}
+	// Every child of a supervisor is a task: one goroutine reaps them all, not a thread per task.
+	proc.ReapChildren()
 	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds|log.LUTC)
 	idleEnd, err := Serve(socket, ready, *idle, logger)
 	if err != nil {
