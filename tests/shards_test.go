@@ -175,3 +175,105 @@ tasks: {worker: {replicas: 4000, hosts: [host-a, host-b]}}
 	require.Equal(t, 0, out.code, out.String())
 	assert.Contains(t, out.stdout, "worker-3999")
 }
+
+// A shard terminated by hand (the Web UI lists a run's shards, each with a Terminate button) costs the run
+// nothing: its task runs on, the same process, taken up again through a new execution of the shard, and no
+// restart is used. A shard terminated while its run stops (one host's worker is gone, so the stop waits for
+// that host) does not keep the stop waiting past that host's time to answer: the lease the shard held, which
+// would have timed out there, ends with it.
+func TestE2E_ShardTerminatedByHand(t *testing.T) {
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: shard-lost
+tasksPerShard: 1
+stopGracePeriod: 5s
+heartbeatTimeout: 30s
+hostLossGrace: 5s
+command: [sleep, "600"]
+tasks:
+  worker: {replicas: 2, hosts: [host-a]}
+  ps: {replicas: 1, hosts: [host-b]}
+`)
+	r := c.cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "the three sleepers exec'd", time.Minute, func() bool { return len(c.sleepers()) == 3 })
+	before := c.sleepers()
+
+	// Phase 1: worker-0's shard is terminated while the run runs.
+	shard := c.shardHolding(t, id, "worker-0")
+	require.NoError(t, c.client.TerminateWorkflow(context.Background(), shard, "", "by hand, in a test"))
+	waitUntil(t, "worker-0's lease held by a new execution of its shard", time.Minute, func() bool {
+		again := c.shardHolding(t, id, "worker-0")
+		return again != "" && again != shard
+	})
+	waitUntil(t, "every task running", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok || st.Status != workflows.StatusRunning {
+			return false
+		}
+		for _, task := range st.Tasks {
+			if task.State != workflows.TaskRunning {
+				return false
+			}
+		}
+		return true
+	})
+	st, ok := c.query(t, id)
+	require.True(t, ok)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt, "no restart was used")
+	assert.Equal(t, before, c.sleepers(), "the same processes run on")
+	assert.Equal(t, shard+".take2", c.shardHolding(t, id, "worker-0"))
+
+	// Phase 2: host-b's worker dies, the run is canceled, and ps-0's shard is terminated while the stop waits
+	// for host-b: well before ps-0's lease would time out there (heartbeatTimeout).
+	c.stopWorker("host-b", syscall.SIGKILL)
+	cancel := c.cli(t, "cancel", id, "--no-wait")
+	require.Equal(t, 0, cancel.code, cancel.String())
+	waitUntil(t, "the run stopping", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Status == workflows.StatusStopping
+	})
+	psShard := c.shardHolding(t, id, "ps-0")
+	require.NotEmpty(t, psShard)
+	require.NoError(t, c.client.TerminateWorkflow(context.Background(), psShard, "", "by hand, during the stop"))
+	// The stop waits for host-b to take its StopTasks up (heartbeatTimeout) and its grace, then ends.
+	waitUntil(t, "the run's end", 2*time.Minute, func() bool {
+		desc, err := c.client.DescribeWorkflowExecution(context.Background(), id, "")
+		return err == nil && desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
+	res, err := c.outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusCanceled, res.Status, res.Reason)
+	require.NotNil(t, res.Task("ps-0"), "%+v", res)
+	assert.Equal(t, workflows.TaskStopped, res.Task("worker-0").State)
+	assert.Equal(t, workflows.TaskStopped, res.Task("ps-0").State)
+	assert.Contains(t, res.Task("ps-0").Error, "not confirmed")
+
+	// host-b's worker comes back and stops what the ended run left there.
+	require.NoError(t, c.startWorker("host-b"))
+	assert.Empty(t, markedProcesses(c.marker, "sleep 600", time.Minute), "no task process is left")
+}
+
+// shardHolding names the running shard of run id whose pending activities include task's lease ("" if none).
+func (c *cluster) shardHolding(t *testing.T, id, task string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc, err := c.client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return ""
+	}
+	for _, child := range desc.GetPendingChildren() {
+		cd, err := c.client.DescribeWorkflowExecution(ctx, child.GetWorkflowId(), "")
+		if err != nil || cd.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
+		}
+		for _, a := range cd.GetPendingActivities() {
+			if a.GetActivityId() == task || strings.HasPrefix(a.GetActivityId(), task+".") {
+				return child.GetWorkflowId()
+			}
+		}
+	}
+	return ""
+}

@@ -179,7 +179,7 @@ func leaseEndOf(err error, attached bool) leaseEnd {
 	var appErr *temporal.ApplicationError
 	var timeout *temporal.TimeoutError
 	switch {
-	case errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached:
+	case errors.As(err, &appErr) && (appErr.Type() == ErrTaskDetached || appErr.Type() == ErrShardLost):
 		return leaseContactLost
 	case errors.As(err, &appErr) && appErr.Type() == ErrTaskLost:
 		return leaseHostLost
@@ -191,8 +191,9 @@ func leaseEndOf(err error, attached bool) leaseEnd {
 	return leaseSettled
 }
 
-// contactLost: the task's host went silent or gave its lease up, and the process may well run on. Ask that
-// host to take it up again; a task that never got as far as a host starts again wherever it lands.
+// contactLost: the task's host went silent or gave its lease up, or the shard that held the lease ended, and
+// the process may well run on. Ask that host to take it up again; a task that never got as far as a host
+// starts again wherever it lands.
 func (r *run) contactLost(t *task, res TaskResult, err error) {
 	var appErr *temporal.ApplicationError
 	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
@@ -201,7 +202,7 @@ func (r *run) contactLost(t *task, res TaskResult, err error) {
 		return
 	}
 	why := fmt.Sprintf("no heartbeat from host %s for %s", t.status.Host, r.plan.HeartbeatTimeout)
-	if errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached {
+	if errors.As(err, &appErr) && (appErr.Type() == ErrTaskDetached || appErr.Type() == ErrShardLost) {
 		why = appErr.Message()
 	}
 	t.status.State = TaskUnreachable

@@ -113,6 +113,9 @@ const (
 	// ErrTaskLost: the host has no record of the attempt (it never started there, or the host lost its state).
 	// Details: TaskResult.
 	ErrTaskLost = "TaskLost"
+	// ErrShardLost: the shard that held this lease ended while it held it (terminated by hand, say) or did not
+	// take it; the lease's host may well hold the process still, so the run takes the task up again.
+	ErrShardLost = "ShardLost"
 	// ErrRunFailed and ErrRunTimedOut end a ClusterRun execution. Details: RunStatus.
 	ErrRunFailed   = "RunFailed"
 	ErrRunTimedOut = "RunTimedOut"

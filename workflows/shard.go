@@ -36,6 +36,16 @@ func ShardWorkflowID(run string, generation, i int) string {
 	return id
 }
 
+// ShardTakeID names the execution that takes a shard's leases up after take-1 earlier ones ended while they
+// held leases: "RUN/shard-3.take2" is the second.
+func ShardTakeID(run string, generation, i, take int) string {
+	id := ShardWorkflowID(run, generation, i)
+	if take > 1 {
+		id += fmt.Sprintf(".take%d", take)
+	}
+	return id
+}
+
 // LeaseOptions are the activity options of one lease (a RunTask activity); Temporal never retries one.
 type LeaseOptions struct {
 	ID              string        `json:"id"`

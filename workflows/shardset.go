@@ -13,6 +13,12 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
+// ChangeShardLoss marks runs in which a shard that ends while it holds leases (terminated by hand, say) hands
+// them back as contact lost: the run takes their tasks up again where they run, through a new execution of the
+// shard, and a stop under way does not wait for their ends. Runs before it fail those tasks, and a stop waited
+// for them forever.
+const ChangeShardLoss = "clusterrun-shard-loss"
+
 // shardSet is a run's side of its shards in one generation: which shard holds which task, the leases and
 // cancellations not yet sent to each, and the futures the run waits on for each lease a shard holds.
 type shardSet struct {
@@ -21,6 +27,9 @@ type shardSet struct {
 	gen      int
 	run      string
 	shards   map[int]*shardRef
+	// retakes says whether a shard lost while it holds leases is taken again (ChangeShardLoss); nil until the
+	// generation's first shard starts.
+	retakes *bool
 	// waiting holds, per shard workflow and lease ID, the future the run reads that lease's end from.
 	waiting map[string]map[string]workflow.Settable
 }
@@ -28,10 +37,11 @@ type shardSet struct {
 // shardRef is one shard of the generation.
 type shardRef struct {
 	index    int
-	id       string
-	reports  int  // members given to it whose ends their hosts report to it (against its signal budget)
-	started  bool // its execution has started: signals reach it
-	starting bool // its start is under way: its next leases wait until it runs
+	id       string // its current execution's
+	take     int    // which execution of the shard that is, from 1: a lost one is taken again under a new ID
+	reports  int    // members given to it whose ends their hosts report to it (against its signal budget)
+	started  bool   // its execution has started: signals reach it
+	starting bool   // its start is under way: its next leases wait until it runs
 	leases   []ShardLease
 	cancels  []string
 }
@@ -103,7 +113,7 @@ func (s *shardSet) shardAt(seq int) *shardRef {
 	i := seq / s.size
 	sh := s.shards[i]
 	if sh == nil {
-		sh = &shardRef{index: i, id: ShardWorkflowID(s.run, s.gen, i)}
+		sh = &shardRef{index: i, id: ShardWorkflowID(s.run, s.gen, i), take: 1}
 		s.shards[i] = sh
 	}
 	return sh
@@ -130,30 +140,57 @@ func (s *shardSet) ended(m LeasesEnded) {
 	}
 }
 
-// lost ends every lease a shard still held: the shard ended on its own (terminated, or failed).
-func (s *shardSet) lost(sh *shardRef, err error) {
-	waiting := s.waiting[sh.id]
-	ids := make([]string, 0, len(waiting))
-	//workflowcheck:ignore
-	for id := range waiting { // sorted below
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		waiting[id].Set(TaskResult{}, fmt.Errorf("the run's shard %s holding this task ended: %w", sh.id, err))
-	}
-	delete(s.waiting, sh.id)
+// lost ends every lease shard execution id still held: it did not start, it ended with its generation, or
+// (runs before ChangeShardLoss) it ended on its own.
+func (s *shardSet) lost(id string, err error) {
+	s.endAll(id, fmt.Errorf("the run's shard %s holding this task ended: %w", id, err))
 }
 
-// notTaken ends leases a shard did not take.
-func (s *shardSet) notTaken(sh *shardRef, ids []string, err error) {
-	waiting := s.waiting[sh.id]
-	for _, id := range ids {
-		if set := waiting[id]; set != nil {
-			delete(waiting, id)
-			set.Set(TaskResult{}, fmt.Errorf("the run's shard %s did not take this task's lease: %w", sh.id, err))
+// endAll ends every lease shard execution id still holds with err, in the order of their IDs.
+func (s *shardSet) endAll(id string, err error) {
+	waiting := s.waiting[id]
+	delete(s.waiting, id)
+	leases := make([]string, 0, len(waiting))
+	//workflowcheck:ignore
+	for l := range waiting { // sorted below
+		leases = append(leases, l)
+	}
+	sort.Strings(leases)
+	for _, l := range leases {
+		waiting[l].Set(TaskResult{}, err)
+	}
+}
+
+// notTaken ends leases shard execution id did not take: a signal to a shard fails only once it has ended.
+// Where shards are taken again, that shard is lost, and the leases go back as contact lost.
+func (s *shardSet) notTaken(sh *shardRef, id string, ids []string, err error) {
+	waiting := s.waiting[id]
+	for _, l := range ids {
+		if set := waiting[l]; set != nil {
+			delete(waiting, l)
+			why := fmt.Sprintf("the run's shard %s did not take this task's lease: %v", id, err)
+			if *s.retakes {
+				set.Set(TaskResult{}, temporal.NewApplicationError(why, ErrShardLost))
+				continue
+			}
+			set.Set(TaskResult{}, errors.New(why))
 		}
 	}
+	if *s.retakes {
+		s.gone(sh, id, err)
+	}
+}
+
+// gone hands back every lease shard execution id still held, as contact lost, and has the next leases of that
+// shard start a new execution of it. Each execution is lost once: a later word of the same loss changes nothing.
+func (s *shardSet) gone(sh *shardRef, id string, err error) {
+	s.endAll(id, temporal.NewApplicationError(fmt.Sprintf("the run's shard %s holding this task's lease ended (%v)", id, err), ErrShardLost))
+	if sh.id != id {
+		return
+	}
+	sh.take++
+	sh.id = ShardTakeID(s.run, s.gen, sh.index, sh.take)
+	sh.started, sh.starting, sh.reports, sh.cancels = false, false, 0, nil
 }
 
 // maxLeaseBytesPerTask bounds the leases one workflow task sends its shards (in shard inputs and signals):
@@ -214,14 +251,22 @@ func (g *generation) startShard(sh *shardRef, budget *int) {
 	})
 	child := workflow.ExecuteChildWorkflow(cctx, ShardWorkflowType, ShardInput{Leases: first})
 	sh.starting = true
+	id := sh.id
 	g.sel.AddFuture(child.GetChildWorkflowExecution(), func(f workflow.Future) {
+		if sh.id != id {
+			return // a later execution of the shard has taken over
+		}
 		sh.starting = false
 		if err := f.Get(g.ctx, nil); err != nil {
-			g.r.shards.lost(sh, err)
+			g.r.shards.lost(id, err)
 			return
 		}
 		sh.started = true
 	})
+	if g.r.shards.retaken(g.ctx) {
+		g.watchShard(sh, id, child)
+		return
+	}
 	g.sel.AddFuture(child, func(f workflow.Future) {
 		err := f.Get(g.ctx, nil)
 		if err == nil {
@@ -230,7 +275,41 @@ func (g *generation) startShard(sh *shardRef, budget *int) {
 		if !temporal.IsCanceledError(err) || g.genCtx.Err() == nil {
 			workflow.GetLogger(g.ctx).Warn("a shard ended while it held leases", "shard", sh.id, "error", err)
 		}
-		g.r.shards.lost(sh, err)
+		g.r.shards.lost(sh.id, err)
+	})
+}
+
+// retaken says whether this run takes a lost shard again (ChangeShardLoss), deciding it at the first shard.
+func (s *shardSet) retaken(ctx workflow.Context) bool {
+	if s.retakes == nil {
+		v := workflow.GetVersion(ctx, ChangeShardLoss, workflow.DefaultVersion, 1) == 1
+		s.retakes = &v
+	}
+	return *s.retakes
+}
+
+// watchShard waits for the end of shard execution id in a coroutine of its own, so that a stop under way,
+// which reads lease ends without the generation's selector, learns of it too. A shard ends by itself only
+// when its generation is canceled and its leases are over; ending otherwise (terminated by hand, say), it is
+// gone: its leases come back as contact lost and are taken up again through the shard's next execution.
+func (g *generation) watchShard(sh *shardRef, id string, child workflow.ChildWorkflowFuture) {
+	s := g.r.shards
+	dctx, _ := workflow.NewDisconnectedContext(g.ctx)
+	workflow.Go(dctx, func(c workflow.Context) {
+		if child.GetChildWorkflowExecution().Get(c, nil) != nil {
+			return // it never started: its start's handler ends its leases
+		}
+		err := child.Get(c, nil)
+		over := err == nil || temporal.IsCanceledError(err)
+		if err == nil {
+			err = errors.New("it returned")
+		}
+		if over && g.genCtx.Err() != nil {
+			s.lost(id, err) // its leases ended before it did; any report that did not come ends here
+			return
+		}
+		workflow.GetLogger(c).Warn("a shard ended while it held leases; taking them up again", "shard", id, "error", err)
+		s.gone(sh, id, err)
 	})
 }
 
@@ -252,9 +331,10 @@ func (g *generation) signalShard(sh *shardRef, budget *int) {
 			ids[i] = l.Options.ID
 		}
 		// Its own coroutine: a stop under way reads lease ends without the generation's selector.
+		id := sh.id
 		workflow.Go(g.ctx, func(c workflow.Context) {
 			if err := f.Get(c, nil); err != nil {
-				set.notTaken(sh, ids, err)
+				set.notTaken(sh, id, ids, err)
 			}
 		})
 	}
