@@ -178,7 +178,7 @@ tasks: {worker: {replicas: 4000, hosts: [host-a, host-b]}}
 
 // A shard terminated by hand (the Web UI lists a run's shards, each with a Terminate button) costs the run
 // nothing: its task runs on, the same process, taken up again through a new execution of the shard, and no
-// restart is used. A shard terminated while its run stops (one host's worker is gone, so the stop waits for
+// restart is used. A shard canceled by hand stops its tasks, and the run goes on. A shard terminated while its run stops (one host's worker is gone, so the stop waits for
 // that host) does not keep the stop waiting past that host's time to answer: the lease the shard held, which
 // would have timed out there, ends with it.
 func TestE2E_ShardTerminatedByHand(t *testing.T) {
@@ -224,6 +224,19 @@ tasks:
 	assert.Equal(t, 1, st.Task("worker-0").Attempt, "no restart was used")
 	assert.Equal(t, before, c.sleepers(), "the same processes run on")
 	assert.Equal(t, shard+".take2", c.shardHolding(t, id, "worker-0"))
+
+	// A shard canceled by hand stops the tasks it holds, as a cancel does; the run goes on.
+	workerOne := c.shardHolding(t, id, "worker-1")
+	require.NotEmpty(t, workerOne)
+	require.NoError(t, c.client.CancelWorkflow(context.Background(), workerOne, ""))
+	waitUntil(t, "worker-1 stopped", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("worker-1").State == workflows.TaskStopped
+	})
+	waitUntil(t, "worker-1's process gone", time.Minute, func() bool { return len(c.sleepers()) == 2 })
+	st, ok = c.query(t, id)
+	require.True(t, ok)
+	assert.Equal(t, workflows.StatusRunning, st.Status)
 
 	// Phase 2: host-b's worker dies, the run is canceled, and ps-0's shard is terminated while the stop waits
 	// for host-b: well before ps-0's lease would time out there (heartbeatTimeout).
