@@ -308,7 +308,11 @@ func (g *generation) watchShard(sh *shardRef, id string, child workflow.ChildWor
 			s.lost(id, err) // its leases ended before it did; any report that did not come ends here
 			return
 		}
-		workflow.GetLogger(c).Warn("a shard ended while it held leases; taking them up again", "shard", id, "error", err)
+		if g.genCtx.Err() == nil {
+			workflow.GetLogger(c).Warn("a shard ended while it held leases; taking them up again", "shard", id, "error", err)
+		} else {
+			workflow.GetLogger(c).Warn("a shard ended while its run stopped; its leases end with it", "shard", id, "error", err)
+		}
 		s.gone(sh, id, err)
 	})
 }
