@@ -584,7 +584,8 @@ func (c *cluster) leasesOf(t *testing.T, id string) int {
 
 // `logs --follow` and `status --watch` ride out a time nobody can answer for the run: its only host worker is
 // SIGKILLed, so its status queries fail, and a new worker comes up. Both say so on stderr, read on once the run
-// answers again, and end with the run; the log shows every line once.
+// answers again, and end with the run; the log shows every line once. A logs --follow started while nobody
+// answers rides out its first read the same way.
 func TestFault_FollowersRideOutAWorkerRestart(t *testing.T) {
 	t.Parallel()
 	c := isolated(t, "solo")
@@ -628,14 +629,22 @@ tasks:
 	}
 	waitUntil(t, "both followers to say they cannot read the run", 2*time.Minute, both("cannot read run "+id+" for now"))
 	require.False(t, logs.exited() || watch.exited(), "a follower ended while the run could not be read")
+	// A follower that starts now rides out its first read too.
+	late, lateOut, lateErr := follower("logs", id, "chief-0", "--follow")
+	waitUntil(t, "the late follower to say it cannot read the run", 2*time.Minute, func() bool {
+		return late.exited() || strings.Contains(lateErr.String(), "cannot read run "+id+" for now")
+	})
+	require.False(t, late.exited(), "logs --follow ended at its first read: %s", lateErr.String())
 	require.NoError(t, c.startWorker("solo"))
 	waitUntil(t, "both followers to read the run again", 2*time.Minute, both("read run "+id+" again"))
 	require.False(t, logs.exited() || watch.exited(), "a follower ended before the run")
+	waitUntil(t, "the late follower to show output", time.Minute, func() bool { return strings.Contains(lateOut.String(), "tick 3\n") })
 	touch(t, filepath.Join(dir, "go"))
 	st, err := c.outcome(t, id)
 	require.NoError(t, err)
 	assert.Equal(t, workflows.StatusSucceeded, st.Status)
-	waitUntil(t, "both followers to end with the run", time.Minute, func() bool { return logs.exited() && watch.exited() })
+	waitUntil(t, "the followers to end with the run", time.Minute, func() bool { return logs.exited() && watch.exited() && late.exited() })
+	assert.Zero(t, late.cmd.ProcessState.ExitCode(), lateErr.String())
 	assert.Zero(t, logs.cmd.ProcessState.ExitCode(), logsErr.String())
 	assert.Zero(t, watch.cmd.ProcessState.ExitCode(), watchErr.String())
 	ticks := regexp.MustCompile(`(?m)^tick (\d+)$`).FindAllStringSubmatch(logsOut.String(), -1)

@@ -55,7 +55,8 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	id := pos[0]
-	st, ended, _, err := fetchStatus(ctx, c, id)
+	// Following, the first read rides out a time nobody can answer for the run too, as status --watch's does.
+	st, ended, err := readStatus(ctx, c, id, *follow, stderr)
 	if err != nil {
 		return err
 	}
