@@ -25,7 +25,7 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 	st, _ := query(t, id)
 	assert.Equal(t, workflows.StatusRunning, st.Status, "the run goes on")
 
-	r = cli(t, "start-task", id, "worker", "--index", "1")
+	r = cli(t, "start-task", id, "worker-1") // by its name: the same as worker --index 1
 	require.Equal(t, 0, r.code, r.String())
 	assert.Regexp(t, `worker-1\s+Running\s+host-b\s+2`, r.stdout, "again, as attempt 2")
 
@@ -58,6 +58,10 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 		assert.Equal(t, 1, r.code, "%v: %s", tc.args, r)
 		assert.Contains(t, r.stderr, tc.want, "%v", tc.args)
 	}
+
+	r = cli(t, "start-task", id, "worker-1", "--index", "2")
+	assert.Equal(t, 2, r.code, r.String())
+	assert.Contains(t, r.stderr, "worker-1 is index 1 of worker, and --index says 2")
 
 	require.Equal(t, 0, cli(t, "cancel", id).code)
 	st, _ = outcome(t, id)

@@ -147,3 +147,27 @@ func TestCompletion(t *testing.T) {
 	require.Equal(t, 0, mainWithCode([]string{"--version"}, &out, &errb))
 	assert.Contains(t, out.String(), "clusterrun ")
 }
+
+func TestSplitTaskName(t *testing.T) {
+	for word, want := range map[string]struct {
+		typ   string
+		index int
+		ok    bool
+	}{
+		"worker-3":    {"worker", 3, true},
+		"my_type2-10": {"my_type2", 10, true},
+		"worker":      {},
+		"worker-":     {},
+		"worker-x":    {},
+		"worker--1":   {},
+		"worker-+1":   {},
+		"-3":          {},
+	} {
+		typ, index, ok := splitTaskName(word)
+		assert.Equal(t, want.ok, ok, word)
+		if want.ok {
+			assert.Equal(t, want.typ, typ, word)
+			assert.Equal(t, want.index, index, word)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,12 +31,15 @@ const startTaskUsage = `Start a task that is not running: one that ended (again,
 A new task gets the current cluster map; tasks already running keep the one they started with.
 
 Usage: clusterrun start-task RUN TYPE [--index N]
+       clusterrun start-task RUN TASK
 
-Without --index, the next free index of TYPE is started. The same works with the temporal CLI:
+Without --index, the next free index of TYPE is started. A task's name (worker-3) is the same as its type
+with --index. The same works with the temporal CLI:
   temporal workflow signal --workflow-id RUN --name start-task --input '{"type": "worker", "index": 3}'
 
 Example:
   clusterrun start-task mnist-20261121-101500-a1b2c3 worker --index 3
+  clusterrun start-task mnist-20261121-101500-a1b2c3 worker-3
 `
 
 func cmdTerminateTask(args []string, stdout, stderr io.Writer) error {
@@ -68,6 +72,12 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	id, typ := pos[0], pos[1]
+	if t, i, ok := splitTaskName(typ); ok {
+		if *idx >= 0 && *idx != i {
+			return usageErrorf("%s is index %d of %s, and --index says %d: give the task's name or its type with --index", typ, i, t, *idx)
+		}
+		typ, *idx = t, i
+	}
 	var name string
 	return controlTask(id, stdout, func(st workflows.RunStatus) (any, string, error) {
 		count, types := 0, map[string]bool{}
@@ -107,6 +117,17 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		t := st.Task(name)
 		return t != nil && t.State != workflows.TaskPending
 	}, "")
+}
+
+// splitTaskName reads a task's name, TYPE-INDEX, as its type and index. A type's name has no '-', so a word
+// with one is a task's name or no name at all.
+func splitTaskName(word string) (typ string, index int, ok bool) {
+	typ, num, found := strings.Cut(word, "-")
+	n, err := strconv.Atoi(num)
+	if !found || typ == "" || err != nil || n < 0 || num[0] == '+' {
+		return "", 0, false
+	}
+	return typ, n, true
 }
 
 // controlTask checks a request against the run's status, signals it, and waits until the status shows its
