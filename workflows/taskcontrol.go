@@ -60,6 +60,12 @@ func MaxTasksOf(sharded bool) int {
 	return spec.MaxTasksPerShard
 }
 
+// ChangeStartTaskComesBack marks runs whose task started again with start-task comes back like a restart: to
+// its last host and port when that host is live, with its earlier attempts' hosts kept in its status. Before,
+// its status was reset, so an unpinned task went wherever placement put it, and `logs --attempt` looked for
+// its earlier attempts on its new host.
+const ChangeStartTaskComesBack = "clusterrun-start-task-comes-back"
+
 // onStart records the user's request to start a task that is not running: an ended one again (its attempts go
 // on counting), or a new index of a type (a copy of the type's first task, with the next rank). The request is
 // logged and ignored when it cannot be served; `clusterrun start-task` checks first and says why.
@@ -92,7 +98,13 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 		offset := t.status.Attempt
 		t.starts++
 		t.placed, t.done, t.terminated, t.startFailed = false, false, false, false
-		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: offset}
+		if workflow.GetVersion(ctx, ChangeStartTaskComesBack, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: offset}
+		} else {
+			// As a restart: the status keeps its last host, so the placement prefers it, and the lease records
+			// where this attempt ran among the earlier ones.
+			t.status.State, t.status.Error = TaskPending, "started again with start-task"
+		}
 		r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: newAttempt, offset: offset})
 		return
 	}

@@ -94,3 +94,43 @@ func TestTaskControl_StartTaskKeepsTheTaskLimit(t *testing.T) {
 	assert.Nil(t, st.Task("worker-1000"))
 	assert.Nil(t, st.Task("worker-5000"))
 }
+
+// A task started again by hand comes back like a restart: to the host and port of its last attempt, when that
+// host is live, and its status keeps where its earlier attempts ran (their logs are there).
+func TestTaskControl_StartedAgainComesBackToItsHost(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.hosts.registry = registryOf(true) // the fakes run a task where the map they are given puts it
+	h.hosts.portFor = func(in RunTaskInput) int {
+		if in.Port != 0 {
+			return in.Port // the host had it free
+		}
+		return 7000 + in.Attempt
+	}
+	var first TaskStatus
+	h.env.RegisterDelayedCallback(func() {
+		var st RunStatus
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&st))
+		first = *st.Task("worker-1")
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "worker-1"})
+	}, 200*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(1)})
+	}, 400*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 800*time.Millisecond)
+	st, _ := h.run(t, mustSpec(t, `{name: tc, command: [x], tasks: {worker: {replicas: 2}}}`))
+
+	require.Equal(t, "host-b", first.Host, "the test needs worker-1 where a fresh placement would not put it")
+	w := st.Task("worker-1")
+	assert.Equal(t, 2, w.Attempt)
+	h.hosts.mu.Lock()
+	assert.Equal(t, PlacedQueue("default", first.Host), h.hosts.queues["worker-1"], "back on its host")
+	h.hosts.mu.Unlock()
+	assert.Equal(t, first.Port, w.Port, "at its port")
+	require.Len(t, w.Earlier, 1)
+	assert.Equal(t, AttemptPlace{Attempt: 1, Host: "host-b", Restart: "started again with start-task"}, w.Earlier[0])
+}
