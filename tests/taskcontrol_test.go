@@ -71,3 +71,58 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "has already ended")
 }
+
+// Each host keeps its tasks' logs in its own folder. After a gang restart that moved a task to another host,
+// `logs --attempt 1` reads the first attempt where it ran, not on the task's new host.
+func TestE2E_EarlierAttemptsLogsAreReadWhereTheyRan(t *testing.T) {
+	c := isolated(t)
+	for _, h := range []string{"host-a", "host-b"} {
+		require.NoError(t, c.startWorker(h, "--log-dir", filepath.Join(c.workDir, "logs-"+h)))
+	}
+	id := runID(t)
+	spec := writeSpec(t, `
+name: moves
+stopGracePeriod: 2s
+restart: {policy: OnFailure, scope: all, maxRestarts: 2, backoff: 100ms}
+command: [sh, -c, 'echo "attempt $CLUSTERRUN_ATTEMPT on $CLUSTERRUN_HOST"; exec sleep 309']
+tasks: {worker: {replicas: 2}}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	var onB string
+	waitUntil(t, "a task on each host", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok || len(st.Tasks) != 2 || st.Tasks[0].State != workflows.TaskRunning || st.Tasks[1].State != workflows.TaskRunning {
+			return false
+		}
+		for _, ts := range st.Tasks {
+			if ts.Host == "host-b" {
+				onB = ts.Name
+			}
+		}
+		return onB != ""
+	})
+
+	// host-b is taken down: its task fails, the gang restarts, and both tasks run on host-a.
+	r := c.cli(t, "drain", "host-b", "--now")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "both tasks restarted on host-a", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok || st.RestartCount != 1 {
+			return false
+		}
+		for _, ts := range st.Tasks {
+			if ts.State != workflows.TaskRunning || ts.Host != "host-a" {
+				return false
+			}
+		}
+		return true
+	})
+	r = c.cli(t, "logs", id, onB, "--attempt", "1")
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Equal(t, "attempt 1 on host-b\n", r.stdout)
+	r = c.cli(t, "logs", id, onB)
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Equal(t, "attempt 2 on host-a\n", r.stdout)
+
+	require.Equal(t, 0, c.cli(t, "cancel", id).code)
+}

@@ -793,6 +793,14 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 	assert.Equal(t, []string{"chief-0", "worker-0", "worker-0", "worker-1"}, h.hosts.stoppedTasks())
 	require.Len(t, h.hosts.releases, 2, "a new rendezvous per generation")
 	assert.Equal(t, 1, h.hosts.releases[1].Cluster.Generation)
+	// Each task keeps where its first attempt ran (clusterrun logs --attempt 1 reads it there).
+	for _, name := range []string{"chief-0", "worker-0", "worker-1"} {
+		require.Len(t, st.Task(name).Earlier, 1, name)
+		e := st.Task(name).Earlier[0]
+		assert.Equal(t, 1, e.Attempt, name)
+		assert.Equal(t, "pooled-host", e.Host, name)
+		assert.Empty(t, e.Restart, "%s: the run's reason says why, once", name)
+	}
 }
 
 func TestClusterRun_GangBudgetExhausted(t *testing.T) {

@@ -33,6 +33,18 @@ func (r *run) startLease(ctx workflow.Context, t *task, o launchOrder) workflow.
 	return workflow.ExecuteActivity(withLease(ctx, l.Options), ActivityRunTask, l.Input)
 }
 
+// keepPlace adds where the status's attempt ran, if it started, to the earlier attempts (their logs are there),
+// keeping the last MaxEarlierAttempts. why says what started the next attempt.
+func keepPlace(st *TaskStatus, why string) {
+	if st.Attempt == 0 || st.Host == "" || st.StartTime == nil {
+		return
+	}
+	st.Earlier = append(st.Earlier, AttemptPlace{Attempt: st.Attempt, Host: st.Host, Restart: why})
+	if len(st.Earlier) > MaxEarlierAttempts {
+		st.Earlier = st.Earlier[len(st.Earlier)-MaxEarlierAttempts:]
+	}
+}
+
 // nextLease records the start of one lease on t and returns what the lease's RunTask is given.
 func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 	in := RunTaskInput{Task: t.Task, Generation: r.generation, StopGracePeriod: r.plan.StopGracePeriod, Run: r.ref,
@@ -41,16 +53,11 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 	switch o.how {
 	case newAttempt:
 		st := &t.status
-		if st.Attempt > 0 && st.Host != "" && st.StartTime != nil {
-			place := AttemptPlace{Attempt: st.Attempt, Host: st.Host}
-			if st.State == TaskPending {
-				place.Restart = st.Error // queueRestart's "restart i of n in d after: why"
-			}
-			st.Earlier = append(st.Earlier, place)
-			if len(st.Earlier) > MaxEarlierAttempts {
-				st.Earlier = st.Earlier[len(st.Earlier)-MaxEarlierAttempts:]
-			}
+		why := ""
+		if st.State == TaskPending {
+			why = st.Error // queueRestart's "restart i of n in d after: why"
 		}
+		keepPlace(st, why)
 		t.attempt++
 		t.lostHost = false
 		t.lease = 1

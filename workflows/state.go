@@ -416,7 +416,8 @@ func failureText(st TaskStatus) string {
 	return st.Name + " failed"
 }
 
-// resetForGeneration prepares every task for a new launch after a gang restart.
+// resetForGeneration prepares every task for a new launch after a gang restart. Each keeps where its earlier
+// attempts ran, this generation's included, for their logs; why they ended is the run's reason, said once.
 func (r *run) resetForGeneration() {
 	r.generation++
 	r.restartCount++
@@ -427,6 +428,8 @@ func (r *run) resetForGeneration() {
 		t.placed, t.done, t.future = false, false, nil
 		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff = false, false, false, nil, nil
 		t.preplaced = false
-		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt}
+		keepPlace(&t.status, "")
+		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt,
+			Earlier: t.status.Earlier}
 	}
 }

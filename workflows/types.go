@@ -375,8 +375,9 @@ type TaskStatus struct {
 	Earlier []AttemptPlace `json:"earlier,omitempty"`
 }
 
-// AttemptPlace is the host one attempt of a task ran on, and, when the task restarted on its own, why (the
-// note its status showed while it waited for the restart).
+// AttemptPlace is the host one attempt of a task ran on, and, when the task restarted on its own or was started
+// again with start-task, why (the note its status showed while it waited for the restart). After a gang
+// restart it is empty: the run's reason says why, once.
 type AttemptPlace struct {
 	Attempt int    `json:"attempt"`
 	Host    string `json:"host"`
