@@ -417,6 +417,7 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 `)
 	r := cli(t, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "[clusterrun] ── gang restart 1 of 1 after: worker-1 ", "the follower says why every task started again")
 	st, err := outcome(t, id)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.RestartCount)

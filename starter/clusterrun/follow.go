@@ -48,6 +48,7 @@ type follower struct {
 	since      int64
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
+	restarts int // the run's gang restarts already told
 	logs     *starter.LogReader
 	budget   int64 // bytes per read
 	next     int   // the stream the next read starts with
@@ -148,6 +149,7 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.say("clusterrun", state)
 		}
 	}
+	f.tellGangRestart(st)
 	var news []workflows.TaskStatus
 	defer func() { f.tell(news) }()
 	for _, t := range st.Tasks {
@@ -192,6 +194,23 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.readTo(t.Name, t.Attempt, *t.Logs)
 		}
 	}
+}
+
+// tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
+// their new attempts, since the ends that caused it and the stops it made fall between two looks at the run.
+func (f *follower) tellGangRestart(st workflows.RunStatus) {
+	if st.RestartCount <= f.restarts {
+		return
+	}
+	f.restarts = st.RestartCount
+	if f.quiet {
+		return
+	}
+	msg := st.Reason // "gang restart i of n after: why" until the run ends
+	if !strings.HasPrefix(msg, "gang restart ") {
+		msg = fmt.Sprintf("gang restart %d", st.RestartCount)
+	}
+	f.say("clusterrun", msg)
 }
 
 // readTo closes the streams of an ended attempt that have been read to the sizes its host reported at its end

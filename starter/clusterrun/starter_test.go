@@ -171,3 +171,17 @@ func TestSplitTaskName(t *testing.T) {
 		}
 	}
 }
+
+func TestFollower_TellsEachGangRestartOnce(t *testing.T) {
+	var notes bytes.Buffer
+	f := &follower{notes: &notes, width: 8}
+	f.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: worker-1 failed with exit code 3", RestartCount: 1})
+	f.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: worker-1 failed with exit code 3", RestartCount: 1})
+	f.tellGangRestart(workflows.RunStatus{Reason: "chief-0 exited 0", RestartCount: 2}) // seen only once the run ended
+	assert.Equal(t, "[clusterrun] ── gang restart 1 of 2 after: worker-1 failed with exit code 3\n"+
+		"[clusterrun] ── gang restart 2\n", notes.String())
+	quiet := &follower{notes: &notes, quiet: true}
+	notes.Reset()
+	quiet.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: x", RestartCount: 1})
+	assert.Empty(t, notes.String(), "clusterrun logs prints no state lines")
+}
