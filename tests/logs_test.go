@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,4 +103,70 @@ func TestE2E_StatusWatch(t *testing.T) {
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, ": Running", "refreshed while it ran")
 	assert.Contains(t, r.stdout, ": Succeeded", "and returned once it ended")
+}
+
+// `logs --follow` right after `run --detach` waits for the tasks to start, the named one or every one, and
+// takes up each task as it starts, one added by start-task too: it failed at once with "no started task
+// matches" (or "has not started yet"), and a task that started after its first read was never shown.
+func TestE2E_LogsFollowWaitsForTasksToStart(t *testing.T) {
+	c := isolated(t, "host-a")
+	id := runID(t)
+	gate := filepath.Join(t.TempDir(), "bye")
+	spec := writeSpec(t, fmt.Sprintf(`{name: late, command: [sh, -c, 'echo "$CLUSTERRUN_TASK says hello"; while [ ! -e %s ]; do sleep 0.2; done; echo "$CLUSTERRUN_TASK says bye"'],
+		tasks: {worker: {replicas: 2, hosts: [host-a, host-late]}}}`, gate))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	type follower struct {
+		out  *syncBuffer
+		done chan error
+	}
+	follow := func(args ...string) follower {
+		cmd := exec.Command(filepath.Join(c.bin, "clusterrun"), append([]string{"logs", id, "--follow"}, args...)...)
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+		f := follower{out: &syncBuffer{}, done: make(chan error, 1)}
+		cmd.Stdout, cmd.Stderr = f.out, f.out
+		require.NoError(t, cmd.Start())
+		go func() { f.done <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		return f
+	}
+	// host-late has no worker yet, and a run's tasks start together: none has started.
+	named, every := follow("worker-1"), follow()
+	const waiting = "clusterrun logs: no task to follow has started yet; waiting for them to start\n"
+	for _, f := range []follower{named, every} {
+		waitUntil(t, "the follower waits", time.Minute, func() bool {
+			select {
+			case err := <-f.done:
+				t.Fatalf("the follower ended before any task started (%v):\n%s", err, f.out)
+			default:
+			}
+			return f.out.String() == waiting
+		})
+	}
+
+	require.NoError(t, c.startWorker("host-late"))
+	waitUntil(t, "both tasks followed", time.Minute, func() bool {
+		out := every.out.String()
+		return strings.Contains(out, "[worker-0] worker-0 says hello") && strings.Contains(out, "[worker-1] worker-1 says hello")
+	})
+	r := c.cli(t, "start-task", id, "worker")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "the task started later followed too", time.Minute, func() bool {
+		return strings.Contains(every.out.String(), "[worker-2] worker-2 says hello")
+	})
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	for _, f := range []follower{named, every} {
+		select {
+		case err := <-f.done:
+			require.NoError(t, err, f.out.String())
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("the follower did not end with the run:\n%s", f.out)
+		}
+	}
+	assert.Equal(t, waiting+"worker-1 says hello\nworker-1 says bye\n", named.out.String())
+	for _, task := range []string{"worker-0", "worker-1", "worker-2"} {
+		for _, word := range []string{"hello", "bye"} {
+			line := fmt.Sprintf("[%s] %s says %s\n", task, task, word)
+			assert.Equal(t, 1, strings.Count(every.out.String(), line), "%q once in:\n%s", line, every.out)
+		}
+	}
 }

@@ -60,9 +60,18 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tasks, err := selectTasks(id, st.RunStatus, pos[1:], *globs, *attempt)
+	chosen, err := chooseTasks(id, st.RunStatus, pos[1:], *globs)
 	if err != nil {
 		return err
+	}
+	// Following a run that goes on, tasks are taken up as they start: none may have started yet.
+	live := *follow && !ended && *attempt == 0
+	tasks, err := selectTasks(id, st.RunStatus, chosen, *attempt, live)
+	if err != nil {
+		return err
+	}
+	if live && len(tasks) == 0 {
+		fmt.Fprintf(stderr, "clusterrun logs: no task to follow has started yet; waiting for them to start\n")
 	}
 	stream := "stdout"
 	if *errStream {
@@ -72,6 +81,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	defer f.close()
 	f.quiet, f.streamNames, f.tail, f.notes = true, []string{stream}, *tail, stderr
 	f.prefix, f.timestamps, f.since = len(tasks) > 1, *timestamps, since
+	if live {
+		f.prefix = len(filterStatus(st.RunStatus, chosen).Tasks) > 1
+	}
 	for _, t := range tasks {
 		f.width = max(f.width, len(t.Name))
 	}
@@ -87,7 +99,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		}
 		f.open(t, a, !*follow || ended || *attempt > 0)
 	}
-	if err := followLogs(ctx, c, f, id, tasks, *follow && !ended && *attempt == 0); err != nil {
+	if err := followLogs(ctx, c, f, id, chosen, live); err != nil {
 		return err
 	}
 	if f.unreadable > 0 {
@@ -98,7 +110,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 
 // followLogs reads the open streams to their ends; with follow, it keeps reading new output and new attempts
 // until the run ends.
-func followLogs(ctx context.Context, c client.Client, f *follower, id string, tasks []workflows.TaskStatus, follow bool) error {
+func followLogs(ctx context.Context, c client.Client, f *follower, id string, chosen taskChoice, follow bool) error {
 	if !follow {
 		return f.drain(ctx)
 	}
@@ -129,7 +141,7 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ta
 		if err != nil {
 			return err
 		}
-		f.update(filterStatus(latest.RunStatus, tasks))
+		f.update(filterStatus(latest.RunStatus, chosen))
 		if done {
 			for _, s := range f.streams {
 				s.done = true
@@ -153,15 +165,31 @@ func parseSince(v string, now time.Time) (int64, error) {
 	return 0, usageErrorf("--since %q: use a positive duration such as 10m or 2h, or an RFC 3339 time such as 2026-11-23T10:00:00Z", clip(v, 60))
 }
 
-// selectTasks picks the tasks named or matched, and checks an explicit attempt against each.
-func selectTasks(runID string, st workflows.RunStatus, names []string, globs string, attempt int) ([]workflows.TaskStatus, error) {
-	var patterns []string
+// taskChoice is the tasks a logs command names or matches: every task when it has neither names nor patterns.
+type taskChoice struct{ names, patterns []string }
+
+// has says whether the task named name is chosen.
+func (c taskChoice) has(name string) bool {
+	chosen := len(c.names) == 0 && len(c.patterns) == 0
+	for _, n := range c.names {
+		chosen = chosen || name == n
+	}
+	for _, p := range c.patterns {
+		ok, _ := path.Match(p, name)
+		chosen = chosen || ok
+	}
+	return chosen
+}
+
+// chooseTasks reads the names and --tasks patterns of a logs command; each name must be a task of the run.
+func chooseTasks(runID string, st workflows.RunStatus, names []string, globs string) (taskChoice, error) {
+	c := taskChoice{names: names}
 	for _, g := range strings.Split(globs, ",") {
 		if g = strings.TrimSpace(g); g != "" {
 			if _, err := path.Match(g, ""); err != nil {
-				return nil, usageErrorf("--tasks pattern %q: %v", g, err)
+				return c, usageErrorf("--tasks pattern %q: %v", g, err)
 			}
-			patterns = append(patterns, g)
+			c.patterns = append(c.patterns, g)
 		}
 	}
 	for _, n := range names {
@@ -170,36 +198,36 @@ func selectTasks(runID string, st workflows.RunStatus, names []string, globs str
 			for _, t := range st.Tasks {
 				all = append(all, t.Name)
 			}
-			return nil, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, clip(strings.Join(all, ", "), 200))}
+			return c, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, clip(strings.Join(all, ", "), 200))}
 		}
 	}
+	return c, nil
+}
+
+// selectTasks picks the chosen tasks that have logs to read, and checks an explicit attempt against each. Unless
+// waiting (following a run that goes on), a named task that has not started, or nothing started at all, is an
+// error.
+func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attempt int, waiting bool) ([]workflows.TaskStatus, error) {
 	var out []workflows.TaskStatus
 	neverStarted := ""
 	for _, t := range st.Tasks {
-		chosen := len(names) == 0 && len(patterns) == 0
-		for _, n := range names {
-			chosen = chosen || t.Name == n
-		}
-		for _, p := range patterns {
-			ok, _ := path.Match(p, t.Name)
-			chosen = chosen || ok
-		}
-		if !chosen {
-			continue
-		}
-		if t.Attempt == 0 || t.Host == "" {
-			if len(names) > 0 {
-				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s has not started yet, so it has no logs", t.Name)}
-			}
+		if !chosen.has(t.Name) {
 			continue
 		}
 		if t.StartTime == nil && t.EndTime != nil {
 			// It ended before its start (its host refused it, say): there are no logs to read.
-			if len(names) > 0 {
+			if len(chosen.names) > 0 && !waiting {
 				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s never started (%s), so it has no logs", t.Name, t.Error)}
 			}
 			if neverStarted == "" {
 				neverStarted = fmt.Sprintf(" (%s never started: %s)", t.Name, t.Error)
+			}
+			continue
+		}
+		t, ran := lastRan(t)
+		if !ran {
+			if len(chosen.names) > 0 && !waiting {
+				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s has not started yet, so it has no logs", t.Name)}
 			}
 			continue
 		}
@@ -208,21 +236,32 @@ func selectTasks(runID string, st workflows.RunStatus, names []string, globs str
 		}
 		out = append(out, t)
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && !waiting {
 		return nil, &exitError{code: 1, msg: "no started task matches" + neverStarted + "; see the tasks with: clusterrun status " + runID}
 	}
 	return out, nil
 }
 
-// filterStatus keeps only the chosen tasks of a status.
-func filterStatus(st workflows.RunStatus, chosen []workflows.TaskStatus) workflows.RunStatus {
-	keep := map[string]bool{}
-	for _, t := range chosen {
-		keep[t.Name] = true
+// lastRan is a task's latest attempt that started: its current one, or, while its next waits to start (placed,
+// or pending after a restart), the last of its earlier ones; ran is false when none has started. A task's host
+// is known before it starts (pinned or placed), so the host alone does not say it ran.
+func lastRan(t workflows.TaskStatus) (_ workflows.TaskStatus, ran bool) {
+	waits := t.State == workflows.TaskPending || t.State == workflows.TaskPlaced
+	if !waits || t.StartTime != nil || t.DetailsOmitted {
+		return t, t.Attempt > 0 && t.Host != ""
 	}
+	if n := len(t.Earlier); n > 0 {
+		t.Attempt, t.Host = t.Earlier[n-1].Attempt, t.Earlier[n-1].Host
+		return t, true
+	}
+	return t, false
+}
+
+// filterStatus keeps only the chosen tasks of a status.
+func filterStatus(st workflows.RunStatus, chosen taskChoice) workflows.RunStatus {
 	var tasks []workflows.TaskStatus
 	for _, t := range st.Tasks {
-		if keep[t.Name] {
+		if chosen.has(t.Name) {
 			tasks = append(tasks, t)
 		}
 	}

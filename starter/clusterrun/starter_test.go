@@ -185,3 +185,27 @@ func TestFollower_TellsEachGangRestartOnce(t *testing.T) {
 	quiet.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: x", RestartCount: 1})
 	assert.Empty(t, notes.String(), "clusterrun logs prints no state lines")
 }
+
+func TestLastRan(t *testing.T) {
+	now := time.Now()
+	earlier := []workflows.AttemptPlace{{Attempt: 1, Host: "host-a"}}
+	for _, tc := range []struct {
+		what    string
+		st      workflows.TaskStatus
+		attempt int
+		host    string
+		ran     bool
+	}{
+		{"running", workflows.TaskStatus{State: workflows.TaskRunning, Attempt: 2, Host: "host-b", StartTime: &now, Earlier: earlier}, 2, "host-b", true},
+		{"waiting out a restart's backoff", workflows.TaskStatus{State: workflows.TaskPending, Attempt: 1, Host: "host-a", StartTime: &now}, 1, "host-a", true},
+		{"its next attempt placed", workflows.TaskStatus{State: workflows.TaskPlaced, Attempt: 2, Host: "host-b", Earlier: earlier}, 1, "host-a", true},
+		{"pinned, never started", workflows.TaskStatus{State: workflows.TaskPending, Attempt: 1, Host: "host-b"}, 1, "host-b", false},
+		{"placed, never started", workflows.TaskStatus{State: workflows.TaskPlaced, Attempt: 1, Host: "host-b"}, 1, "host-b", false},
+		{"a large run's task, details left out", workflows.TaskStatus{State: workflows.TaskPending, Attempt: 1, Host: "host-b", DetailsOmitted: true}, 1, "host-b", true},
+	} {
+		got, ran := lastRan(tc.st)
+		assert.Equal(t, tc.ran, ran, tc.what)
+		assert.Equal(t, tc.attempt, got.Attempt, tc.what)
+		assert.Equal(t, tc.host, got.Host, tc.what)
+	}
+}
