@@ -50,7 +50,7 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 	}{
 		{[]string{"terminate-task", id, "gpu-0"}, `has no task "gpu-0"`},
 		{[]string{"terminate-task", id, "worker-2"}, "worker-2 is not running (it is Terminated)"},
-		{[]string{"start-task", id, "worker", "--index", "0"}, "worker-0 is already running"},
+		{[]string{"start-task", id, "worker", "--index", "0"}, "worker-0 has not ended (it is Running, attempt 1)"},
 		{[]string{"start-task", id, "gpu"}, `has no task type "gpu" (it has chief, worker)`},
 		{[]string{"terminate-task", "no-such-run", "worker-0"}, `no run with ID "no-such-run"`},
 	} {

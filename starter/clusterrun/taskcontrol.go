@@ -102,7 +102,7 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		}
 		name = fmt.Sprintf("%s-%d", typ, index)
 		if t := st.Task(name); t != nil && active(t.State) {
-			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is already running (attempt %d); terminate it first to start it again", name, t.Attempt)}
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s has not ended (it is %s, attempt %d); terminate it first to start it again", name, t.State, t.Attempt)}
 		}
 		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
