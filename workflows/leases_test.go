@@ -123,6 +123,26 @@ func TestLeases_PoolTaskReattachesToItsHost(t *testing.T) {
 	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach pooled-host"}, leasesOf(h, "worker-0"))
 }
 
+// A task whose end comes before its host's word that it took the task up again succeeds with no error: the
+// note of the lost contact ("no heartbeat ...; waiting up to hostLossGrace") was left in its final status.
+func TestLeases_AnEndBeforeTheReattachClearsTheContactNote(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return exits(0) })
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name == "worker-0" && in.Lease == 1:
+			return res, temporal.NewNonRetryableApplicationError("host pooled-host is restarting", ErrTaskDetached, nil, res), true
+		case in.Task.Name == "worker-0":
+			return res, nil, true // ended: no placement saying it was taken up comes first
+		}
+		return res, nil, false
+	}
+	st, err := h.run(t, mustSpec(t, `{name: pool, command: [x], chiefExit: wait, tasks: {chief: {replicas: 1}, worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach pooled-host"}, leasesOf(h, "worker-0"))
+	assert.Equal(t, TaskSucceeded, st.Task("worker-0").State)
+	assert.Empty(t, st.Task("worker-0").Error)
+}
+
 // A host that does not come back within hostLossGrace loses the task: it fails with exit code -1 and its
 // restart policy starts a new attempt, as a launch (wherever it lands), not a re-attach.
 func TestLeases_HostThatNeverReturnsLosesTheTask(t *testing.T) {

@@ -232,6 +232,9 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		if res.Stopped {
 			st.State = TaskStopped
 		}
+		// Its host reported the end: a note of lost contact or of an unconfirmed stop, which an end can
+		// overtake, no longer holds.
+		st.Error = ""
 		r.record(t, res)
 	case errors.As(err, &canceled):
 		st.State = TaskStopped
