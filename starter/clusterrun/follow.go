@@ -48,7 +48,8 @@ type follower struct {
 	since      int64
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
-	restarts int // the run's gang restarts already told
+	restarts int             // the run's gang restarts already told
+	silent   map[string]bool // hosts whose last read went unanswered, already told
 	logs     *starter.LogReader
 	budget   int64 // bytes per read
 	next     int   // the stream the next read starts with
@@ -107,11 +108,10 @@ type stream struct {
 	offset           int64
 	done             bool // the attempt has ended: read what is left, then close
 	closed           bool // nothing more to read
-	unanswered       bool // its host did not answer the last read
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{},
+	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]bool{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
@@ -315,14 +315,15 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 // take prints one chunk of a stream and moves the stream on; it reports whether the chunk brought anything.
 func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	if c.Unreachable && !s.done {
-		// The task runs on; its host's worker may be restarting. Keep following.
-		if !s.unanswered {
-			f.say(s.task, fmt.Sprintf("%s; still following", c.Error))
-			s.unanswered = true
+		// The task runs on; its host's worker may be restarting. Keep following, and say so once for the host,
+		// not for each of its tasks' streams.
+		if !f.silent[s.host] {
+			f.silent[s.host] = true
+			f.say("clusterrun", fmt.Sprintf("%s; still following its tasks", c.Error))
 		}
 		return false
 	}
-	s.unanswered = false
+	delete(f.silent, s.host)
 	switch {
 	case c.Unreachable:
 		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: %s", s.name, s.attempt, c.Error))

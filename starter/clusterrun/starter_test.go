@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,4 +209,20 @@ func TestLastRan(t *testing.T) {
 		assert.Equal(t, tc.attempt, got.Attempt, tc.what)
 		assert.Equal(t, tc.host, got.Host, tc.what)
 	}
+}
+
+func TestFollower_TellsAnUnansweredHostOnce(t *testing.T) {
+	var notes bytes.Buffer
+	f := &follower{notes: &notes, out: io.Discard, width: 8, silent: map[string]bool{}}
+	silent := workflows.LogChunk{Unreachable: true, Error: "host host-b did not pick up the read within 5s"}
+	streams := []*stream{{host: "host-b", task: "worker-1", name: "stdout"}, {host: "host-b", task: "worker-1", name: "stderr"},
+		{host: "host-b", task: "worker-3", name: "stdout"}}
+	for _, s := range streams {
+		assert.False(t, f.take(s, silent))
+	}
+	assert.Equal(t, "[clusterrun] ── host host-b did not pick up the read within 5s; still following its tasks\n", notes.String(),
+		"once for the host, not for each of its tasks' streams")
+	f.take(streams[0], workflows.LogChunk{}) // it answers again
+	f.take(streams[1], silent)
+	assert.Equal(t, 2, strings.Count(notes.String(), "still following"), "told again after it answered")
 }
