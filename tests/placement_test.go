@@ -228,3 +228,19 @@ func TestE2E_RestartedWorkerLeavesTheRegistryReadable(t *testing.T) {
 	// the moment its worker stops is still lost now and then: under make check's load, 1 in 6 once.
 	assert.LessOrEqual(t, timedOut, 1, "workflow tasks of the registry a stopping worker took and dropped")
 }
+
+// A task that no live host can take says why while it waits, rather than showing only Pending until its
+// startTimeout (5 minutes by default): one pinned to a host with no worker (a misspelt name), one of a pool no
+// host serves. `clusterrun run` prints it; the end's message stays the startTimeout's.
+func TestE2E_TasksNoHostCanTakeSayWhy(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: nohost, startTimeout: 20s, command: [sleep, "1"], tasks: {
+		chief: {replicas: 1, hosts: [host-nope]}, worker: {replicas: 1, pool: gpu}, ps: {replicas: 1, hosts: [host-a]}}}`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 1, r.code, r.String())
+	assert.Contains(t, r.stdout, "[chief-0]  ── waiting for host host-nope: the host registry has no live clusterrun-worker --host host-nope (clusterrun hosts lists the live ones)")
+	assert.Contains(t, r.stdout, "[worker-0] ── waiting for a host of pool gpu: the host registry has no live, undrained host in it (clusterrun hosts); start a clusterrun-worker with --pool gpu, or undrain one")
+	assert.NotContains(t, r.stdout, "[ps-0]     ── waiting", "its host is live")
+	st, _ := outcome(t, id)
+	assert.Contains(t, st.Task("chief-0").Error, "no host worker picked up chief-0 within startTimeout 20s")
+}

@@ -288,19 +288,47 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		need[t.Pool]++
 	}
 	for _, t := range tasks {
-		if f := free[t.Pool]; t.placedHost != "" && f != nil && placed[t.placedHost] > f.hostFree[t.placedHost] {
+		f := free[t.Pool]
+		switch {
+		case t.placedHost != "" && f != nil && placed[t.placedHost] > f.hostFree[t.placedHost]:
 			t.waitNote = slotNote(t.placedHost, t.Pool, need[t.Pool], f)
+		case f == nil:
+			t.waitNote = fmt.Sprintf("waiting for a host of pool %s: the host registry has no live, undrained host in it "+
+				"(clusterrun hosts); start a clusterrun-worker with --pool %s, or undrain one", t.Pool, t.Pool)
 		}
 	}
+	noteAbsentHosts(orders, hosts)
 	if prePlace {
 		r.prePlace(ctx, orders, hosts)
 	}
 }
 
+// noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, that it waits for
+// that host: a misspelt host name, or a host whose worker is down, otherwise showed only as Pending until
+// startTimeout.
+func noteAbsentHosts(orders []launchOrder, hosts []HostEntry) {
+	live := map[string]bool{}
+	for _, h := range hosts {
+		live[h.Host] = live[h.Host] || h.Live
+	}
+	for _, o := range orders {
+		if t := o.t; o.how != reattach && t.Host != "" {
+			t.waitNote = ""
+			if !live[t.Host] {
+				t.waitNote = fmt.Sprintf("waiting for host %s: the host registry has no live clusterrun-worker --host %s "+
+					"(clusterrun hosts lists the live ones)", t.Host, t.Host)
+			}
+		}
+	}
+}
+
+// slotNotePrefix begins every slotNote.
+const slotNotePrefix = "waiting for a free slot on "
+
 // slotNote says why a task placed on host may wait there for a slot: the launch's need tasks of pool start
 // together (they meet at the rendezvous), and the pool's live hosts have too few slots, or too few free.
 func slotNote(host, pool string, need int, f *poolSlots) string {
-	head := fmt.Sprintf("waiting for a free slot on %s: ", host)
+	head := slotNotePrefix + host + ": "
 	if need > f.slots {
 		return head + fmt.Sprintf("this launch's %d tasks of pool %s start together, and the pool's live hosts have %s in all "+
 			"(--slots): add hosts to the pool, raise their --slots, or run fewer replicas", need, pool, slotCount(f.slots))

@@ -107,3 +107,21 @@ func TestSlotNote_NeverFitsOrWaitsForOthers(t *testing.T) {
 	assert.Equal(t, "waiting for a free slot on a: the live hosts of pool default have 0 of their 1 slot free (--slots): "+
 		"it starts as other tasks end", slotNote("a", "default", 1, one))
 }
+
+// A task pinned to a host the registry does not list as live (a misspelt name, a worker that is down) says it
+// waits for that host; a note it had goes once its host is live.
+func TestNoteAbsentHosts(t *testing.T) {
+	pinned := func(host string) *task {
+		tk := &task{}
+		tk.Host = host
+		return tk
+	}
+	c, a, b := pinned("host-c"), pinned("host-a"), pinned("host-b")
+	a.waitNote = "an old note"
+	hosts := registryOf(true)
+	hosts[1].Live = false // host-b reported, then went silent
+	noteAbsentHosts([]launchOrder{{t: c, how: newAttempt}, {t: a, how: newAttempt}, {t: b, how: sameAttempt}}, hosts)
+	assert.Equal(t, "waiting for host host-c: the host registry has no live clusterrun-worker --host host-c (clusterrun hosts lists the live ones)", c.waitNote)
+	assert.Empty(t, a.waitNote)
+	assert.Contains(t, b.waitNote, "waiting for host host-b: ")
+}

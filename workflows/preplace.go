@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -62,7 +63,7 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		if _, ok := known[h]; !ok {
 			return // a host that chooses its own ports, or one not known yet
 		}
-		if o.t.waitNote != "" {
+		if strings.HasPrefix(o.t.waitNote, slotNotePrefix) {
 			return // a task may wait for a slot: the others wait for it at the rendezvous, not running
 		}
 		if count[h] == 0 {

@@ -23,7 +23,7 @@ type task struct {
 	cancel workflow.CancelFunc // cancels that RunTask alone
 	placed bool
 	// placedHost is the host the run chose for this unpinned task's current launch ("" leaves it to its pool),
-	// and waitNote says why it may wait there (no free slot).
+	// and waitNote says why it may wait (no free slot there, no live host of its pool, its pinned host not live).
 	placedHost string
 	waitNote   string
 	done       bool
@@ -265,9 +265,9 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 				// Its host took its lease up but had no free slot for it (a batch member).
 				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout, hostSaid.Message())
 			}
-			if t.waitNote != "" {
+			if strings.HasPrefix(t.waitNote, slotNotePrefix) {
 				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout,
-					strings.TrimPrefix(t.waitNote, "waiting for a free slot on "))
+					strings.TrimPrefix(t.waitNote, slotNotePrefix))
 			}
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
 			st.Error = fmt.Sprintf("%s lost: no heartbeat from host %s for %s (host worker stopped or unreachable)",

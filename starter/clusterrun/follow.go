@@ -233,6 +233,9 @@ func describeState(t workflows.TaskStatus) string {
 	case workflows.TaskUnreachable:
 		return "unreachable: " + t.Error
 	case workflows.TaskPending:
+		if strings.HasPrefix(t.Error, "waiting ") {
+			return t.Error // a note that says so itself ("waiting for a free slot on ...")
+		}
 		return "waiting: " + t.Error
 	case workflows.TaskSucceeded:
 		return "exited 0"
