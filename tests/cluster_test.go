@@ -407,6 +407,26 @@ func (c *cluster) cliWithin(t *testing.T, limit time.Duration, extraEnv []string
 	return r
 }
 
+// temporalBusy is how the Temporal server answers a request to a run that could not take the run's lock in
+// time (its disk slow to sync, many hosts reporting at once). The temporal CLI does not retry it; a user runs the
+// command again (docs/operations.md, "Failure modes").
+const temporalBusy = "Workflow is busy."
+
+// temporalCLI runs the temporal CLI against the test server, again while the server answers temporalBusy, at most
+// 10 times, 2 s apart (as the README's session does in TestE2E_ReadmeCommands). It returns the last attempt's
+// combined output.
+func temporalCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, err := exec.Command(filepath.Join(env.root, "bin", "temporal"), append(args, "--address", env.address)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), temporalBusy) || attempt == 10 {
+			return string(out), err
+		}
+		t.Logf("temporal %v: %s; again", args, bytes.TrimSpace(out))
+		time.Sleep(2 * time.Second)
+	}
+}
+
 // writeSpec writes a spec into the test's temp dir and returns its path.
 func writeSpec(t *testing.T, doc string) string {
 	t.Helper()

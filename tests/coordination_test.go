@@ -124,9 +124,9 @@ func TestE2E_StopRequestFromOutside(t *testing.T) {
 				assert.Equal(t, 0, r.code, r.String())
 				assert.Contains(t, r.stdout, "Succeeded: stop requested from outside the run")
 			} else {
-				out, err := exec.Command(filepath.Join(env.root, "bin", "temporal"), "workflow", "signal", "--address", env.address,
-					"--workflow-id", id, "--name", workflows.SignalStop, "--input", `{"error": "operator said so"}`).CombinedOutput()
-				require.NoError(t, err, string(out))
+				out, err := temporalCLI(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.SignalStop,
+					"--input", `{"error": "operator said so"}`)
+				require.NoError(t, err, out)
 			}
 			st, _ := outcome(t, id)
 			for _, task := range st.Tasks {

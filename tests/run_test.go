@@ -274,10 +274,9 @@ func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 	specJSON := filepath.Join(t.TempDir(), "spec.json")
 	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"via-cli","command":["sleep","300"],"tasks":{"worker":{"replicas":2}},"stopGracePeriod":"2s"}`), 0o644))
 	temporal := func(args ...string) string {
-		cmd := exec.Command(filepath.Join(env.root, "bin", "temporal"), append(args, "--address", env.address)...)
-		out, err := cmd.CombinedOutput()
+		out, err := temporalCLI(t, args...)
 		require.NoError(t, err, "temporal %v: %s", args, out)
-		return string(out)
+		return out
 	}
 	temporal("workflow", "start", "--type", workflows.WorkflowType, "--task-queue", workflows.TaskQueue,
 		"--workflow-id", id, "--input-file", specJSON)

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,9 +34,9 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 	waitUntil(t, "four processes", 30*time.Second, func() bool { return len(markedProcessesOf(t, "sleep 307")) == 4 })
 
 	// Also through the temporal CLI.
-	out, err := exec.Command(filepath.Join(env.root, "bin", "temporal"), "workflow", "signal", "--address", env.address,
-		"--workflow-id", id, "--name", workflows.SignalTerminateTask, "--input", `{"task": "worker-2"}`).CombinedOutput()
-	require.NoError(t, err, string(out))
+	out, err := temporalCLI(t, "workflow", "signal", "--workflow-id", id, "--name", workflows.SignalTerminateTask,
+		"--input", `{"task": "worker-2"}`)
+	require.NoError(t, err, out)
 	waitUntil(t, "worker-2 terminated", 30*time.Second, func() bool {
 		st, ok := query(t, id)
 		return ok && st.Task("worker-2").State == workflows.TaskTerminated
