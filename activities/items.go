@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -37,7 +38,7 @@ func (c *controlServer) itemsSchedule(r *http.Request) (any, int, error) {
 		in.Items = append(in.Items, workflows.NewItem(it))
 	}
 	var out workflows.ScheduleItemsResult
-	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsSchedule, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsSchedule, in, &out); err != nil {
 		return nil, status, err
 	}
 	ans := task.ScheduleAnswer{IDs: out.IDs, Results: taskResults(out.Results)}
@@ -61,7 +62,7 @@ func (c *controlServer) itemsTake(r *http.Request) (any, int, error) {
 		in.Done = append(in.Done, workflows.ItemOutcome(o))
 	}
 	var out workflows.TakeItemsResult
-	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsTake, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsTake, in, &out); err != nil {
 		return nil, status, err
 	}
 	ans := task.TakeAnswer{Items: []task.LeasedItem{}}
@@ -82,10 +83,10 @@ func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
 	}
 	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise, Wait: wait}
 	var out workflows.WaitItemsResult
-	if status, err := c.itemsUpdate(r.Context(), workflows.UpdateItemsWait, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsWait, in, &out); err != nil {
 		return nil, status, err
 	}
-	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error}, 0, nil
+	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error, Gone: out.Gone}, 0, nil
 }
 
 func (c *controlServer) from() workflows.TaskAttempt {
@@ -117,15 +118,38 @@ func itemWait(s string) (time.Duration, error) {
 	return min(d, workflows.MaxItemWait), nil
 }
 
+// requestIDPattern is what a call's id (task.HeaderRequestID) may be.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// itemsUpdateID is the update id of a work-item call: the calling attempt's own, with the id its client sent
+// with every try of the call. Temporal applies an update id once per execution and answers a repeat with the
+// first answer, so a call tried again after its answer was lost (this worker restarted while the call waited)
+// gets that answer. Without the header, the SDK picks an id per try, as before.
+func (c *controlServer) itemsUpdateID(r *http.Request) (string, error) {
+	id := r.Header.Get(task.HeaderRequestID)
+	if id == "" {
+		return "", nil
+	}
+	if !requestIDPattern.MatchString(id) {
+		return "", fmt.Errorf("header %s %q: write 1 to 64 letters, digits, - or _ (a fresh random one per call)", task.HeaderRequestID, cut(id, 80))
+	}
+	return fmt.Sprintf("%s/%d/%s", c.e.ref.Task, c.e.ref.Attempt, id), nil
+}
+
 // itemsUpdate sends one update to the run's ClusterItems workflow and decodes its answer. It sends it again
 // while the workflow moves to a new history or is about to start; errors name what the task can do.
-func (c *controlServer) itemsUpdate(ctx context.Context, name string, in, out any) (int, error) {
+func (c *controlServer) itemsUpdate(r *http.Request, name string, in, out any) (int, error) {
+	updateID, err := c.itemsUpdateID(r)
+	if err != nil {
+		return http.StatusBadRequest, err
+	}
+	ctx := r.Context()
 	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
 	began := time.Now()
 	delay := 20 * time.Millisecond
 	for {
 		h, err := c.h.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: id, UpdateName: name, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			WorkflowID: id, UpdateName: name, UpdateID: updateID, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		if err == nil {
 			err = h.Get(ctx, out)

@@ -22,7 +22,8 @@ Work items (ClusterCoordinator's API; the run's spec needs `items: {}`):
 
 It talks JSON over HTTP to the task's control socket, whose path clusterrun puts in CLUSTERRUN_SOCKET. While
 the socket is gone or answers 503 (the task's host worker is restarting), every call retries for up to
-RETRY_FOR seconds; the next worker serves the socket again at the same path.
+RETRY_FOR seconds; the next worker serves the socket again at the same path. Each call sends one request id
+with all its tries, so that a work-item call whose answer was lost with its worker gets that answer again.
 """
 
 import http.client
@@ -31,6 +32,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 
 __all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop", "stop_on_exception",
            "should_stop", "stop_state", "info", "cluster_map",
@@ -74,11 +76,12 @@ class _Unavailable(Exception):
     """The socket could not be reached, or answered 503: worth another try."""
 
 
-def _once(sock_path, method, path, body, timeout):
+def _once(sock_path, method, path, body, timeout, request_id):
     conn = _UnixConnection(sock_path, timeout=timeout)
     try:
         data = None if body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        conn.request(method, path, body=data,
+                     headers={"Content-Type": "application/json", "Clusterrun-Request-Id": request_id})
         resp = conn.getresponse()
         raw = resp.read()
     except OSError as e:
@@ -106,9 +109,12 @@ def _call(method, path, body=None, timeout=None):
                              "(run this from a task started by clusterrun)")
     deadline = time.monotonic() + RETRY_FOR
     delay = 0.05
+    # One id for every try of this call: a work-item call whose answer was lost (the host worker restarted
+    # while it waited) is answered again, not applied again.
+    request_id = uuid.uuid4().hex
     while True:
         try:
-            return _once(sock_path, method, path, body() if callable(body) else body, timeout)
+            return _once(sock_path, method, path, body() if callable(body) else body, timeout, request_id)
         except _Unavailable as e:
             if time.monotonic() > deadline:
                 raise ClusterrunError("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR))
@@ -277,6 +283,7 @@ class _Items:
         self.by_key = {}          # key -> RemoteValue
         self.thread = None
         self.failure = None       # an error the sender hit; raised by the next call
+        self.calls = 0            # calls under way: each answer may carry any of this task's results
 
     def schedule(self, fn, args, key):
         with self.lock:
@@ -316,8 +323,17 @@ class _Items:
                         break
                     batch.append((rv, item))
                     size += n
+
+            def taken(ans):
+                ids = ans.get("ids") or []
+                for (rv, _), i in zip(batch, ids):
+                    if rv.id is None:
+                        rv.id = i
+                        self.by_id.setdefault(i, []).append(rv)
+                del self.buf[:len(ids)]
+
             try:
-                ans = _call("POST", "/v1/items/schedule", {"items": [i for _, i in batch], "wait": _WAIT})
+                self._call("/v1/items/schedule", {"items": [i for _, i in batch], "wait": _WAIT}, taken)
             except ClusterrunError as e:
                 with self.lock:
                     # Nothing of this batch was taken: fail its values, and let the next call raise.
@@ -328,16 +344,7 @@ class _Items:
                             del self.by_key[rv.key]  # the key may be scheduled again
                     del self.buf[:len(batch)]
                     self.lock.notify_all()
-                continue
-            with self.lock:
-                ids = ans.get("ids") or []
-                for (rv, _), i in zip(batch, ids):
-                    if rv.id is None:
-                        rv.id = i
-                        self.by_id.setdefault(i, []).append(rv)
-                del self.buf[:len(ids)]
-                self._deliver(ans.get("results"))
-                self.lock.notify_all()
+
 
     def _deliver(self, results):
         for r in results or []:
@@ -361,9 +368,39 @@ class _Items:
             if left is not None and left <= 0:
                 raise TimeoutError("item %s (%s) has no result after %gs" % (rv.id, rv.fn, timeout))
             wait = 10.0 if left is None else min(left, 10.0)
-            ans = _call("POST", "/v1/items/wait", {"ids": [rv.id], "wait": "%gs" % wait})
+            ans = self._call("/v1/items/wait", {"ids": [rv.id], "wait": "%gs" % wait})
+            if rv.id in (ans.get("gone") or []):
+                with self.lock:
+                    self._gone(rv)
+
+    def _call(self, path, body, taken=None):
+        """A work-item call, counted while under way (see _gone). Its answer's results are delivered, after
+        taken(answer) has seen it, under the lock, before the call stops counting."""
+        with self.lock:
+            self.calls += 1
+        ans = None
+        try:
+            ans = _call("POST", path, body)
+            return ans
+        finally:
             with self.lock:
-                self._deliver(ans.get("results"))
+                if ans is not None:
+                    if taken is not None:
+                        taken(ans)
+                    self._deliver(ans.get("results"))
+                self.calls -= 1
+                self.lock.notify_all()
+
+    def _gone(self, rv):
+        """The run has no result of rv to hand out: it went out already. If another call of this process is
+        under way, its answer may be carrying it: wait for that (a little), then fail rv."""
+        end = time.monotonic() + 15
+        while not rv.done() and self.calls > 0 and time.monotonic() < end:
+            self.lock.wait(end - time.monotonic())
+        if not rv.done():
+            self.by_id.pop(rv.id, None)
+            rv._resolve({"state": "failed", "error": "it has no result to hand out: a result goes out once, and this one "
+                         "was handed out already, or no such item was scheduled"})
 
     def wait_all(self, timeout, wait=True):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -371,9 +408,7 @@ class _Items:
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             w = 0 if not wait else (10.0 if left is None else max(min(left, 10.0), 0))
-            ans = _call("POST", "/v1/items/wait", {"all": True, "raise": True, "wait": "%gs" % w})
-            with self.lock:
-                self._deliver(ans.get("results"))
+            ans = self._call("/v1/items/wait", {"all": True, "raise": True, "wait": "%gs" % w})
             if ans.get("error"):
                 raise ItemError(ans["error"])
             if ans.get("pending", 0) == 0:

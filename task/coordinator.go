@@ -51,6 +51,9 @@ func (c *Client) Fetch(ctx context.Context, ids ...int64) ([]ItemResult, error) 
 		for _, r := range ans.Results {
 			got[r.ID] = r
 		}
+		for _, id := range ans.Gone {
+			got[id] = GoneResult(id)
+		}
 	}
 	out := make([]ItemResult, len(ids))
 	for i, id := range ids {

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -94,11 +95,20 @@ type WaitRequest struct {
 	Wait  string  `json:"wait,omitempty"`
 }
 
-// WaitAnswer answers a wait: finished items, how many of this task's items are pending, the error raised.
+// WaitAnswer answers a wait: finished items, how many of this task's items are pending, the error raised, and
+// the ids asked for that the run has no result of to hand out (Gone): handed out already (a result goes out
+// once), or never scheduled.
 type WaitAnswer struct {
 	Results []ItemResult `json:"results,omitempty"`
 	Pending int          `json:"pending"`
 	Error   string       `json:"error,omitempty"`
+	Gone    []int64      `json:"gone,omitempty"`
+}
+
+// GoneResult is what a fetch of an id in WaitAnswer.Gone gets: a failed result that says why.
+func GoneResult(id int64) ItemResult {
+	return ItemResult{ID: id, State: "failed", Error: fmt.Sprintf("item %d has no result to hand out: a result goes out once, and "+
+		"this one was handed out already (to an earlier fetch or join of this task), or no such item was scheduled", id)}
 }
 
 // ScheduleItems schedules items (see ScheduleRequest).

@@ -11,6 +11,8 @@ package task
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,11 @@ const (
 	PathWaitForStop = "/v1/wait-for-stop"
 	PathClearStop   = "/v1/clear-stop"
 )
+
+// HeaderRequestID names the request header that carries a call's id: the client picks one per call and sends
+// it again with every try of that call. A work-item call whose answer was lost (the host worker restarted while
+// it waited) is then answered again, not applied again (docs/control.md, "Work items").
+const HeaderRequestID = "Clusterrun-Request-Id"
 
 // MaxBarrierName bounds a barrier name.
 const MaxBarrierName = 100
@@ -256,8 +263,9 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	}
 	deadline := time.Now().Add(retryFor)
 	delay := 50 * time.Millisecond
+	id := requestID()
 	for {
-		err := c.once(ctx, method, path, in, out)
+		err := c.once(ctx, method, path, id, in, out)
 		var answered *Error
 		transient := err != nil && (!errors.As(err, &answered) || answered.Status == http.StatusServiceUnavailable)
 		if !transient || ctx.Err() != nil {
@@ -275,7 +283,14 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	}
 }
 
-func (c *Client) once(ctx context.Context, method, path string, in func() any, out any) error {
+// requestID is a fresh call's id (HeaderRequestID): 128 random bits.
+func requestID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+func (c *Client) once(ctx context.Context, method, path, id string, in func() any, out any) error {
 	var reqBody io.Reader
 	if in != nil {
 		b, err := json.Marshal(in())
@@ -289,6 +304,7 @@ func (c *Client) once(ctx context.Context, method, path string, in func() any, o
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderRequestID, id)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("control socket %s: %w", c.socket, err)

@@ -123,3 +123,49 @@ func TestPythonClient_RetriesWhileTheSocketIsGone(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(out), "tried for 0.2s; is the task's host worker running?")
 }
+
+// A call sends one request id with every try (the host worker gives it to the run as the update's id, so that
+// a call whose answer was lost is answered again, not applied again); the next call has an id of its own.
+func TestClients_KeepTheRequestIDAcrossTries(t *testing.T) {
+	for _, client := range []string{"go", "python"} {
+		t.Run(client, func(t *testing.T) {
+			path := socketPath(t)
+			var mu sync.Mutex
+			var ids []string
+			serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				ids = append(ids, r.Header.Get(HeaderRequestID))
+				if len(ids)%2 == 1 { // every call's first try finds the worker restarting
+					w.WriteHeader(http.StatusServiceUnavailable)
+					_, _ = w.Write([]byte(`{"error": "restarting"}`))
+					return
+				}
+				_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 0})
+			})
+			if client == "go" {
+				c := NewAt(path)
+				for range 2 {
+					_, err := c.WaitItems(context.Background(), WaitRequest{All: true})
+					require.NoError(t, err)
+				}
+			} else {
+				python, err := exec.LookPath("python3")
+				if err != nil {
+					t.Skip("no python3 here")
+				}
+				cmd := exec.Command(python, "-c", "import clusterrun; clusterrun.join(); clusterrun.join()")
+				cmd.Env = append(os.Environ(), "PYTHONPATH=../python", "CLUSTERRUN_SOCKET="+path)
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, ids, 4)
+			assert.Regexp(t, `^[0-9a-f]{32}$`, ids[0])
+			assert.Equal(t, ids[0], ids[1], "the second try of a call has the first's id")
+			assert.Equal(t, ids[2], ids[3])
+			assert.NotEqual(t, ids[0], ids[2], "each call has an id of its own")
+		})
+	}
+}

@@ -107,7 +107,7 @@ tasks:
     command: [sh, -c, 'a=$(clusterrun task schedule square "[4]" --key four) && b=$(clusterrun task schedule square "[4]" --key four) &&
       test "$a" = "$b" && clusterrun task fetch $a && c=$(clusterrun task schedule bad "[\"no\"]") &&
       if clusterrun task join; then echo join-did-not-raise; fi; clusterrun task join && echo joined-clean &&
-      clusterrun task fetch $c; echo fetch-exit=$?']
+      clusterrun task fetch $c; echo fetch-exit=$?; clusterrun task fetch $c; echo fetch-again-exit=$?']
   worker: {replicas: 1, command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_check.py")+`]}
 `)
 	r := cli(t, "run", spec, "--id", id)
@@ -117,6 +117,9 @@ tasks:
 	assert.NotContains(t, r.stdout, "join-did-not-raise")
 	assert.Contains(t, r.stdout, "joined-clean")
 	assert.Contains(t, r.stdout, "fetch-exit=1")
+	assert.Contains(t, r.stdout, `"error":"item 2 has no result to hand out: a result goes out once, and this one was handed out already`,
+		"a result goes out once: fetching it again says so, and does not wait for ever")
+	assert.Contains(t, r.stdout, "fetch-again-exit=1")
 
 	l := cli(t, "items", id)
 	require.Equal(t, 0, l.code, l.String())
@@ -301,4 +304,66 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 2, hosts: [hos
 	assert.Equal(t, "item 201 (fail) failed: no such shard", got.Join)
 	assert.Equal(t, "<nil>", got.Again, "raised once")
 	assert.Equal(t, "no such shard", got.Failed)
+}
+
+// The chief's host worker is SIGKILLed while the chief's join waits in the run, the items finish while no
+// worker is there to pass the join's answer on, and a new worker comes up: the chief's client sends the join
+// again with the same request id and gets that answer, every result in it. Before request ids, the answer was
+// lost with the worker: the run had handed those results out, and the chief waited for them for ever.
+func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestart(t *testing.T) {
+	t.Parallel()
+	host := "items-" + randomHex(3)
+	require.NoError(t, env.startWorker(host))
+	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })
+	mark := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-restart
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "300", MARK_DIR: `+mark+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_restart.py")+`]
+items: {}
+maxRunTime: 4m
+stopGracePeriod: 2s
+tasks:
+  chief: {replicas: 1, hosts: [`+host+`]}
+  worker: {replicas: 2, hosts: [host-a, host-b]}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+
+	joining := filepath.Join(mark, "joining")
+	waitUntil(t, "the chief to join", 2*time.Minute, func() bool {
+		_, err := os.Stat(joining)
+		return err == nil
+	})
+	b, err := os.ReadFile(joining)
+	require.NoError(t, err)
+	chief, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	// The join's request is on its way when the chief's main thread waits for the socket's answer.
+	waitUntil(t, "the chief to wait for the join's answer", time.Minute, func() bool {
+		w, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", chief))
+		return err == nil && strings.Contains(string(w), "unix_stream_read")
+	})
+	env.stopWorker(host, syscall.SIGKILL)
+	touch(t, filepath.Join(mark, "go"))
+	waitUntil(t, "every item to finish while the chief's worker is down", 2*time.Minute, func() bool {
+		s := cli(t, "status", id, "-o", "json")
+		var view struct {
+			Items *workflows.ItemCounts `json:"items"`
+		}
+		return s.code == 0 && json.Unmarshal([]byte(s.stdout), &view) == nil && view.Items != nil && view.Items.Done == 300
+	})
+	require.True(t, alive(chief), "the chief died with its worker")
+	require.NoError(t, env.startWorker(host))
+
+	st, err := outcome(t, id)
+	require.NoError(t, err, "%+v", st)
+	var got struct {
+		Results int      `json:"results"`
+		Wrong   []string `json:"wrong"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.Equal(t, 300, got.Results)
+	assert.Empty(t, got.Wrong, "every result reached the chief")
+	assert.Equal(t, 1, st.Task("chief-0").Attempt, "the chief ran on, not restarted")
 }

@@ -87,12 +87,14 @@ type WaitItemsRequest struct {
 	Wait  time.Duration `json:"wait,omitempty"`
 }
 
-// WaitItemsResult holds the caller's finished items, how many of its task's items are pending, and the error
-// raised, if any.
+// WaitItemsResult holds the caller's finished items, how many of its task's items are pending, the error
+// raised, if any, and the ids asked for that the run has no result of to hand out (Gone): handed out already,
+// or never scheduled.
 type WaitItemsResult struct {
 	Results []ItemResult `json:"results,omitempty"`
 	Pending int          `json:"pending"`
 	Error   string       `json:"error,omitempty"`
+	Gone    []int64      `json:"gone,omitempty"`
 }
 
 // ItemsView answers the items query.
@@ -290,6 +292,7 @@ func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitIt
 		return w.s.finished(req.IDs)
 	})
 	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs), Pending: w.s.pending(req.From.Task)}
+	out.Gone = w.s.gone(req.IDs, out.Results)
 	if req.Raise && out.Pending == 0 {
 		out.Error = w.s.raise(req.From.Task)
 	}

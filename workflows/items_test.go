@@ -290,3 +290,19 @@ func TestItems_StateStaysBoundedWhenItemsGoRound(t *testing.T) {
 	t.Logf("%d held items, all handed out 100 times: %d bytes carried", held, len(b))
 	assert.LessOrEqual(t, s.Bytes, MaxItemBytes)
 }
+
+// A result goes out once: asked for again, or for an id never scheduled, the item is gone, and the wait says
+// so instead of answering "nothing yet" for ever. A held result not fetched yet, or a keyed one, is not gone.
+func TestItems_AResultHandedOutIsGone(t *testing.T) {
+	s := newItems(10)
+	ids := sched(t, s, chief, append(steps(2), NewItem{Fn: "step", Key: "k"}), true, t0)
+	require.Equal(t, []int64{1, 2, 3}, ids)
+	leases := s.take(worker0, serve, 3, t0)
+	require.Len(t, leases, 3)
+	s.complete([]ItemOutcome{ok(leases[0], `1`), ok(leases[1], `2`), ok(leases[2], `3`)}, t0)
+
+	got := s.deliver(chief, []int64{1, 3})
+	require.Len(t, got, 2)
+	assert.Empty(t, s.gone([]int64{1, 3}, got), "answered in this very call")
+	assert.Equal(t, []int64{1, 99}, s.gone([]int64{1, 2, 3, 99}, nil), "1 went out; 2 is held until fetched; 3 is keyed; 99 never was")
+}

@@ -518,6 +518,22 @@ func (s *itemState) finished(ids []int64) bool {
 	return true
 }
 
+// gone lists the ids asked for that neither have a result in this answer nor are held by the run: their
+// result was handed out before (a result without a key goes out once), or they were never scheduled.
+func (s *itemState) gone(asked []int64, answered []ItemResult) []int64 {
+	got := map[int64]bool{}
+	for _, r := range answered {
+		got[r.ID] = true
+	}
+	var out []int64
+	for _, id := range asked {
+		if s.Items[id] == nil && !got[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // pending counts the items a scheduler task is still waiting for.
 func (s *itemState) pending(task string) int {
 	n := 0

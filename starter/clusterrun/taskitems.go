@@ -85,6 +85,9 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 		for _, r := range ans.Results {
 			got[r.ID] = r
 		}
+		for _, id := range ans.Gone {
+			got[id] = task.GoneResult(id)
+		}
 	}
 	failed := 0
 	enc := json.NewEncoder(stdout)

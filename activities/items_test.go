@@ -1,0 +1,38 @@
+package activities
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/task"
+)
+
+// A work-item call's update id is the calling attempt's, with the request id its client sent; a malformed
+// request id is refused with what to send instead, and without one the SDK picks an id per try.
+func TestItemsUpdateID(t *testing.T) {
+	c := &controlServer{e: &entry{ref: attemptRef{WorkflowID: "w", RunID: "r", Task: "chief-0", Type: "chief", Attempt: 2}}}
+	for _, tc := range []struct{ header, want, err string }{
+		{"", "", ""},
+		{"0f3a9c", "chief-0/2/0f3a9c", ""},
+		{"a b", "", "write 1 to 64 letters, digits, - or _"},
+		{strings.Repeat("x", 65), "", "write 1 to 64 letters"},
+	} {
+		r := httptest.NewRequest("POST", task.PathItemsWait, nil)
+		if tc.header != "" {
+			r.Header.Set(task.HeaderRequestID, tc.header)
+		}
+		got, err := c.itemsUpdateID(r)
+		if tc.err != "" {
+			require.Error(t, err, tc.header)
+			assert.Contains(t, err.Error(), tc.err)
+			assert.Contains(t, err.Error(), task.HeaderRequestID)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got)
+	}
+}
