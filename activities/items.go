@@ -33,7 +33,7 @@ func (c *controlServer) itemsSchedule(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	in := workflows.ScheduleItemsRequest{From: c.from(), Hold: req.Hold, Wait: wait}
+	in := workflows.ScheduleItemsRequest{From: c.from(), Hold: req.Hold, Wait: wait, Acks: workflows.Acks{On: req.Acks, Got: req.Got}}
 	for _, it := range req.Items {
 		in.Items = append(in.Items, workflows.NewItem(it))
 	}
@@ -81,7 +81,8 @@ func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise, Wait: wait}
+	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise, Wait: wait,
+		Acks: workflows.Acks{On: req.Acks, Got: req.Got}}
 	var out workflows.WaitItemsResult
 	if status, err := c.itemsUpdate(r, workflows.UpdateItemsWait, in, &out); err != nil {
 		return nil, status, err

@@ -236,6 +236,7 @@ def cluster_map():
 _MAX_BATCH = 500
 _MAX_BATCH_BYTES = 512 << 10
 _MAX_RESULT = 16 << 10
+_MAX_ACKS = 10000
 _WAIT = "10s"
 
 
@@ -284,6 +285,7 @@ class _Items:
         self.thread = None
         self.failure = None       # an error the sender hit; raised by the next call
         self.calls = 0            # calls under way: each answer may carry any of this task's results
+        self.got = []             # ids of results handed to this process, to acknowledge with the next call
 
     def schedule(self, fn, args, key):
         with self.lock:
@@ -348,6 +350,7 @@ class _Items:
 
     def _deliver(self, results):
         for r in results or []:
+            self.got.append(r["id"])
             for rv in self.by_id.pop(r["id"], []):
                 rv._resolve(r)
 
@@ -374,14 +377,25 @@ class _Items:
                     self._gone(rv)
 
     def _call(self, path, body, taken=None):
-        """A work-item call, counted while under way (see _gone). Its answer's results are delivered, after
-        taken(answer) has seen it, under the lock, before the call stops counting."""
+        """A work-item call, counted while under way (see _gone). It acknowledges the results this process has
+        been handed since the last call: the run keeps each until then, so that one whose answer was lost with a
+        host worker can be asked for again. Its answer's results are delivered, after taken(answer) has seen
+        it, under the lock, before the call stops counting."""
         with self.lock:
             self.calls += 1
+            ack = self.got[:_MAX_ACKS]
+            del self.got[:len(ack)]
+        body = dict(body, acks=True)
+        if ack:
+            body["got"] = ack
         ans = None
         try:
             ans = _call("POST", path, body)
             return ans
+        except BaseException:
+            with self.lock:
+                self.got[:0] = ack  # not acknowledged: the next call does
+            raise
         finally:
             with self.lock:
                 if ans is not None:

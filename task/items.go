@@ -34,6 +34,9 @@ type ScheduleRequest struct {
 	Items []NewItem `json:"items"`
 	Hold  bool      `json:"hold,omitempty"`
 	Wait  string    `json:"wait,omitempty"`
+	// Acks and Got: see WaitRequest.
+	Acks bool    `json:"acks,omitempty"`
+	Got  []int64 `json:"got,omitempty"`
 }
 
 // ItemResult is a finished item: state done with a JSON result, or failed with an error.
@@ -93,6 +96,12 @@ type WaitRequest struct {
 	All   bool    `json:"all,omitempty"`
 	Raise bool    `json:"raise,omitempty"`
 	Wait  string  `json:"wait,omitempty"`
+	// Acks is for a client that acknowledges the results it is handed (Python's): each result then stays in
+	// the run until a later call of the task lists its id in Got (at most 10,000 per call), and a wait for it
+	// by id hands it out again meanwhile, since its first answer may have been lost with a host worker.
+	// Without Acks, a result goes out once.
+	Acks bool    `json:"acks,omitempty"`
+	Got  []int64 `json:"got,omitempty"`
 }
 
 // WaitAnswer answers a wait: finished items, how many of this task's items are pending, the error raised, and

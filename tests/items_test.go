@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -311,6 +312,17 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 2, hosts: [hos
 // again with the same request id and gets that answer, every result in it. Before request ids, the answer was
 // lost with the worker: the run had handed those results out, and the chief waited for them for ever.
 func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestart(t *testing.T) {
+	itemsAcrossAWorkerRestart(t, false)
+}
+
+// As above, but the items workflow continues as new while the chief's worker is down, so that the join sent
+// again is news to the new execution: the results the lost answer carried are still the run's, since the chief
+// has not acknowledged them, and its fetches get them. Before acknowledgements they were gone.
+func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	itemsAcrossAWorkerRestart(t, true)
+}
+
+func itemsAcrossAWorkerRestart(t *testing.T, newHistory bool) {
 	t.Parallel()
 	host := "items-" + randomHex(3)
 	require.NoError(t, env.startWorker(host))
@@ -322,11 +334,12 @@ name: items-restart
 env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "300", MARK_DIR: `+mark+`}
 command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_restart.py")+`]
 items: {}
-maxRunTime: 4m
+maxRunTime: 6m
 stopGracePeriod: 2s
 tasks:
   chief: {replicas: 1, hosts: [`+host+`]}
   worker: {replicas: 2, hosts: [host-a, host-b]}
+  flood: {replicas: 1, hosts: [host-a]}
 `)
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
 
@@ -347,12 +360,19 @@ tasks:
 	env.stopWorker(host, syscall.SIGKILL)
 	touch(t, filepath.Join(mark, "go"))
 	waitUntil(t, "every item to finish while the chief's worker is down", 2*time.Minute, func() bool {
-		s := cli(t, "status", id, "-o", "json")
-		var view struct {
-			Items *workflows.ItemCounts `json:"items"`
-		}
-		return s.code == 0 && json.Unmarshal([]byte(s.stdout), &view) == nil && view.Items != nil && view.Items.Done == 300
+		counts, ok := itemCounts(t, id)
+		return ok && counts.Done >= 300
 	})
+	if newHistory {
+		first := itemsExecution(t, id)
+		require.NotEmpty(t, first)
+		touch(t, filepath.Join(mark, "flood"))
+		waitUntil(t, "the items workflow to continue as new", 4*time.Minute, func() bool {
+			now := itemsExecution(t, id)
+			return now != "" && now != first
+		})
+		touch(t, filepath.Join(mark, "flood-stop"))
+	}
 	require.True(t, alive(chief), "the chief died with its worker")
 	require.NoError(t, env.startWorker(host))
 
@@ -366,4 +386,27 @@ tasks:
 	assert.Equal(t, 300, got.Results)
 	assert.Empty(t, got.Wrong, "every result reached the chief")
 	assert.Equal(t, 1, st.Task("chief-0").Attempt, "the chief ran on, not restarted")
+}
+
+// itemCounts reads a run's item counts from clusterrun status.
+func itemCounts(t *testing.T, id string) (workflows.ItemCounts, bool) {
+	s := cli(t, "status", id, "-o", "json")
+	var view struct {
+		Items *workflows.ItemCounts `json:"items"`
+	}
+	if s.code != 0 || json.Unmarshal([]byte(s.stdout), &view) != nil || view.Items == nil {
+		return workflows.ItemCounts{}, false
+	}
+	return *view.Items, true
+}
+
+// itemsExecution is the run id of the run's items workflow now: it changes when the workflow continues as new.
+func itemsExecution(t *testing.T, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := env.client.DescribeWorkflowExecution(ctx, workflows.ItemsWorkflowID(id), "")
+	if err != nil {
+		return ""
+	}
+	return d.WorkflowExecutionInfo.GetExecution().GetRunId()
 }

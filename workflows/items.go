@@ -53,6 +53,15 @@ type ScheduleItemsRequest struct {
 	Items []NewItem     `json:"items"`
 	Hold  bool          `json:"hold,omitempty"`
 	Wait  time.Duration `json:"wait,omitempty"`
+	Acks
+}
+
+// Acks is how a client that acknowledges results takes them (Python's): with On, a result handed to it stays
+// in the run until a later call lists it in Got, and a wait that asks for it by id gets it again (its first
+// answer may have been lost with a host worker). Without On, a result goes out once.
+type Acks struct {
+	On  bool    `json:"acks,omitempty"`
+	Got []int64 `json:"got,omitempty"`
 }
 
 // ScheduleItemsResult holds the ids of the items taken, in order, and the scheduler's finished items.
@@ -85,6 +94,7 @@ type WaitItemsRequest struct {
 	All   bool          `json:"all,omitempty"`
 	Raise bool          `json:"raise,omitempty"`
 	Wait  time.Duration `json:"wait,omitempty"`
+	Acks
 }
 
 // WaitItemsResult holds the caller's finished items, how many of its task's items are pending, the error
@@ -190,6 +200,9 @@ func (w *itemsWorkflow) checkSchedule(req ScheduleItemsRequest) error {
 	if len(req.Items) == 0 || len(req.Items) > MaxItemsPerCall {
 		return fmt.Errorf("schedule takes 1..%d items per call (got %d)", MaxItemsPerCall, len(req.Items))
 	}
+	if err := checkAcks(req.Acks); err != nil {
+		return err
+	}
 	for _, it := range req.Items {
 		if err := checkNewItem(it); err != nil {
 			return err
@@ -229,11 +242,22 @@ func (w *itemsWorkflow) checkWait(req WaitItemsRequest) error {
 	if len(req.IDs) > MaxItemsPerCall {
 		return fmt.Errorf("wait names at most %d items per call (got %d)", MaxItemsPerCall, len(req.IDs))
 	}
-	return nil
+	return checkAcks(req.Acks)
 }
 
-// MaxItemsPerCall bounds the items in one request, so that one update stays small in the history.
-const MaxItemsPerCall = 1000
+// MaxItemsPerCall bounds the items in one request, so that one update stays small in the history; MaxAcksPerCall
+// bounds the results one request acknowledges.
+const (
+	MaxItemsPerCall = 1000
+	MaxAcksPerCall  = 10_000
+)
+
+func checkAcks(a Acks) error {
+	if len(a.Got) > MaxAcksPerCall {
+		return fmt.Errorf("a call acknowledges at most %d results (got %d); acknowledge the rest with the next", MaxAcksPerCall, len(a.Got))
+	}
+	return nil
+}
 
 func checkFrom(from TaskAttempt) error {
 	if from.Task == "" || from.Attempt < 1 {
@@ -252,6 +276,7 @@ func (w *itemsWorkflow) await(ctx workflow.Context, d time.Duration, cond func()
 
 func (w *itemsWorkflow) schedule(ctx workflow.Context, req ScheduleItemsRequest) (ScheduleItemsResult, error) {
 	w.s.seen(req.From, workflow.Now(ctx))
+	w.s.ack(req.From, req.Acks) // first: the room this call waits for may be its own results
 	w.await(ctx, req.Wait, func() bool { return w.s.room(len(req.Items[0].Args)) || w.s.Keys[req.Items[0].Key] != 0 })
 	ids, err := w.s.schedule(req.From, req.Items, req.Hold, workflow.Now(ctx))
 	w.changed = true
@@ -259,7 +284,7 @@ func (w *itemsWorkflow) schedule(ctx workflow.Context, req ScheduleItemsRequest)
 		return ScheduleItemsResult{}, err
 	}
 	// Items before a refused key are taken; the caller sends the rest again and gets the refusal then.
-	return ScheduleItemsResult{IDs: ids, Results: w.s.deliver(req.From, nil)}, nil
+	return ScheduleItemsResult{IDs: ids, Results: w.s.deliver(req.From, nil, req.Acks)}, nil
 }
 
 func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeItemsResult, error) {
@@ -285,13 +310,14 @@ func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeIt
 
 func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitItemsResult, error) {
 	w.s.seen(req.From, workflow.Now(ctx))
+	w.s.ack(req.From, req.Acks)
 	w.await(ctx, req.Wait, func() bool {
 		if req.All {
 			return w.s.pending(req.From.Task) == 0
 		}
 		return w.s.finished(req.IDs)
 	})
-	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs), Pending: w.s.pending(req.From.Task)}
+	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task)}
 	out.Gone = w.s.gone(req.IDs, out.Results)
 	if req.Raise && out.Pending == 0 {
 		out.Error = w.s.raise(req.From.Task)

@@ -57,7 +57,7 @@ func TestItems_LostWorkerItemsGoToAnother(t *testing.T) {
 	s.complete([]ItemOutcome{ok(again[0], `"a"`), ok(again[1], `"b"`), ok(again[2], `"c"`)}, t0.Add(3*time.Second))
 	s.complete([]ItemOutcome{ok(held[0], `"late"`)}, t0.Add(4*time.Second))
 	assert.Equal(t, ItemCounts{Scheduled: 3, Done: 3, Retried: 2, Duplicates: 1}, s.Counts)
-	got := s.deliver(chief, nil)
+	got := s.deliver(chief, nil, Acks{})
 	require.Len(t, got, 3)
 	assert.JSONEq(t, `"a"`, string(got[0].Result), "the first result wins")
 	assert.Empty(t, s.Items, "delivered items without a key are let go")
@@ -97,14 +97,14 @@ func TestItems_DuplicateKeyReturnsTheSameItem(t *testing.T) {
 	assert.Equal(t, []int64{1}, b, "the keyed one is known; the other finds the queue full")
 	l := s.take(worker0, serve, 1, t0)
 	s.complete([]ItemOutcome{ok(l[0], `42`)}, t0)
-	require.Len(t, s.deliver(chief, nil), 1)
-	assert.Empty(t, s.deliver(chief, nil), "delivered once")
+	require.Len(t, s.deliver(chief, nil, Acks{}), 1)
+	assert.Empty(t, s.deliver(chief, nil, Acks{}), "delivered once")
 
 	// A restarted chief schedules the key again and gets the result back, without running it again.
 	chief2 := TaskAttempt{Task: "chief-0", Attempt: 2}
 	s.seen(chief2, t0)
 	assert.Equal(t, []int64{1}, sched(t, s, chief2, []NewItem{{Fn: "step", Key: "epoch-1"}}, false, t0))
-	got := s.deliver(chief2, nil)
+	got := s.deliver(chief2, nil, Acks{})
 	require.Len(t, got, 1)
 	assert.JSONEq(t, `42`, string(got[0].Result))
 	assert.Equal(t, int64(1), s.Counts.Scheduled)
@@ -149,8 +149,8 @@ func TestItems_QueueBoundAndStateRoundTrip(t *testing.T) {
 	assert.Equal(t, s.Counts, back.Counts)
 	assert.Equal(t, s.Queue, back.Queue)
 	back.complete([]ItemOutcome{ok(l[0], `1`)}, t0)
-	assert.Empty(t, back.deliver(chief, nil), "held items wait to be fetched by id")
-	assert.Len(t, back.deliver(chief, []int64{1}), 1)
+	assert.Empty(t, back.deliver(chief, nil, Acks{}), "held items wait to be fetched by id")
+	assert.Len(t, back.deliver(chief, []int64{1}, Acks{}), 1)
 }
 
 // The workflow end to end in the test environment: updates, a lease that expires on the workflow's timer, and
@@ -249,7 +249,7 @@ func TestItems_KeyedResultsAreBounded(t *testing.T) {
 		l := s.take(worker0, serve, 1, t0)
 		require.Len(t, l, 1)
 		s.complete([]ItemOutcome{{ID: ids[0], Lease: l[0].Lease, Result: big}}, t0)
-		require.Len(t, s.deliver(chief, nil), 1)
+		require.Len(t, s.deliver(chief, nil, Acks{}), 1)
 	}
 	assert.ErrorContains(t, refused, "this run keeps 512 KiB of keyed results already, and takes no new key")
 	again, err := s.schedule(chief, []NewItem{{Fn: "step", Key: "k1"}}, false, t0)
@@ -301,8 +301,48 @@ func TestItems_AResultHandedOutIsGone(t *testing.T) {
 	require.Len(t, leases, 3)
 	s.complete([]ItemOutcome{ok(leases[0], `1`), ok(leases[1], `2`), ok(leases[2], `3`)}, t0)
 
-	got := s.deliver(chief, []int64{1, 3})
+	got := s.deliver(chief, []int64{1, 3}, Acks{})
 	require.Len(t, got, 2)
 	assert.Empty(t, s.gone([]int64{1, 3}, got), "answered in this very call")
 	assert.Equal(t, []int64{1, 99}, s.gone([]int64{1, 2, 3, 99}, nil), "1 went out; 2 is held until fetched; 3 is keyed; 99 never was")
+}
+
+// A scheduler that acknowledges results keeps each one in the run until it says it has it: a wait for it by id
+// (its first answer may have been lost, and the run may have continued as new since) gets it once more; an
+// acknowledgement lets it go; another task cannot acknowledge it.
+func TestItems_AcknowledgedResultsStayUntilAcknowledged(t *testing.T) {
+	s := newItems(10)
+	require.Equal(t, []int64{1, 2}, sched(t, s, chief, steps(2), false, t0))
+	leases := s.take(worker0, serve, 2, t0)
+	s.complete([]ItemOutcome{ok(leases[0], `1`), ok(leases[1], `2`)}, t0)
+	held := s.Bytes
+
+	on := Acks{On: true}
+	require.Len(t, s.deliver(chief, nil, on), 2)
+	assert.Equal(t, held, s.Bytes, "kept, counted, until acknowledged")
+	assert.Empty(t, s.deliver(chief, nil, on), "handed out once to calls that are not tries again")
+	assert.Empty(t, s.gone([]int64{1}, nil), "still the run's")
+
+	back := roundTrip(t, s) // as continue-as-new carries it
+	again := back.deliver(chief, []int64{1}, on)
+	require.Len(t, again, 1, "asked for by id, it is handed out again")
+	assert.JSONEq(t, `1`, string(again[0].Result))
+
+	back.ack(worker0, Acks{On: true, Got: []int64{1, 2}})
+	assert.Len(t, back.Items, 2, "only their scheduler acknowledges them")
+	back.ack(chief, Acks{On: true, Got: []int64{1, 2, 77}})
+	assert.Empty(t, back.Items)
+	assert.Zero(t, back.Bytes)
+	assert.Equal(t, []int64{1}, back.gone([]int64{1}, nil))
+}
+
+// roundTrip carries a state through JSON, as continue-as-new does.
+func roundTrip(t *testing.T, s *itemState) *itemState {
+	t.Helper()
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back itemState
+	require.NoError(t, json.Unmarshal(b, &back))
+	back.init()
+	return &back
 }

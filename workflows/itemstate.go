@@ -70,6 +70,9 @@ type Item struct {
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Delivered bool            `json:"delivered,omitempty"` // its scheduler has had its result
+	// Unacked: handed to a scheduler that acknowledges results (Acks.On), and not acknowledged yet: it stays,
+	// counted in Bytes, until it is.
+	Unacked bool `json:"unacked,omitempty"`
 	// Kept: a keyed item whose result was taken, kept for the run (counted in KeyedBytes, not Bytes).
 	Kept bool `json:"kept,omitempty"`
 	// Handouts counts the item's hand-outs; Attempts keeps the most recent ones (at most 5).
@@ -466,8 +469,9 @@ func (s *itemState) forget(it *Item) {
 }
 
 // deliver hands a scheduler the finished items it has not had yet: every one it scheduled without hold, plus
-// those of ids it asks for. A delivered item without a key is forgotten; a keyed one stays for the run.
-func (s *itemState) deliver(who TaskAttempt, ids []int64) []ItemResult {
+// those of ids it asks for. A delivered item without a key is forgotten, or with acks.On kept until
+// acknowledged (asked for by id, it is handed out again); a keyed one stays for the run.
+func (s *itemState) deliver(who TaskAttempt, ids []int64, acks Acks) []ItemResult {
 	asked := map[int64]bool{}
 	for _, id := range ids {
 		asked[id] = true
@@ -485,6 +489,8 @@ func (s *itemState) deliver(who TaskAttempt, ids []int64) []ItemResult {
 		out = append(out, ItemResult{ID: it.ID, Key: it.Key, State: it.State, Result: it.Result, Error: it.Error})
 		it.Delivered = true
 		switch {
+		case it.Key == "" && acks.On:
+			it.Unacked = true
 		case it.Key == "":
 			s.forget(it)
 		case !it.Kept:
@@ -492,6 +498,15 @@ func (s *itemState) deliver(who TaskAttempt, ids []int64) []ItemResult {
 		}
 	}
 	return out
+}
+
+// ack lets go of the results a scheduler acknowledges having: its own, handed out and not acknowledged yet.
+func (s *itemState) ack(who TaskAttempt, acks Acks) {
+	for _, id := range acks.Got {
+		if it := s.Items[id]; it != nil && it.Unacked && it.Scheduler.Task == who.Task {
+			s.forget(it)
+		}
+	}
 }
 
 // keep moves a keyed item whose result was taken to the keyed results kept for the run: its arguments go; its

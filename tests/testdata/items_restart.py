@@ -4,6 +4,9 @@ The chief schedules ITEMS items, makes sure the run has them all (done), writes 
 joins. The workers serve nothing until MARK_DIR/go exists: the test SIGKILLs the chief's host worker while the
 join waits, then lets the items run, so that the join's answer, carrying every result, is made while no worker
 is there to pass it on. The chief's result: how many results it got, and the first wrong or failed ones.
+
+A flood task, once MARK_DIR/flood exists, schedules no-op items in rounds until MARK_DIR/flood-stop does: the
+test uses it to grow the items workflow's history until it continues as new.
 """
 import json
 import os
@@ -13,11 +16,25 @@ import time
 import clusterrun
 
 mark = os.environ["MARK_DIR"]
+role = os.environ["CLUSTERRUN_TASK_TYPE"]
 
-if os.environ["CLUSTERRUN_TASK_TYPE"] == "worker":
-    while not os.path.exists(os.path.join(mark, "go")):
+
+def wait_for(name):
+    while not os.path.exists(os.path.join(mark, name)):
         time.sleep(0.05)
-    clusterrun.serve({"square": lambda i: i * i})
+
+
+if role == "worker":
+    wait_for("go")
+    clusterrun.serve({"square": lambda i: i * i, "noop": lambda: None})
+    sys.exit(0)
+
+if role == "flood":
+    wait_for("flood")
+    while not os.path.exists(os.path.join(mark, "flood-stop")):
+        for _ in range(2000):
+            clusterrun.schedule("noop")
+        clusterrun.join()
     sys.exit(0)
 
 n = int(os.environ.get("ITEMS", "100"))
