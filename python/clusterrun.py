@@ -347,7 +347,6 @@ class _Items:
                     del self.buf[:len(batch)]
                     self.lock.notify_all()
 
-
     def _deliver(self, results):
         for r in results or []:
             self.got.append(r["id"])
