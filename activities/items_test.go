@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // A work-item call's update id is the calling attempt's, with the request id its client sent; a malformed
@@ -35,4 +36,9 @@ func TestItemsUpdateID(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, got)
 	}
+}
+
+// The clients' bound on acknowledgements per call is the run's.
+func TestItemsAckBound(t *testing.T) {
+	assert.Equal(t, workflows.MaxAcksPerCall, task.MaxAcks)
 }

@@ -10,7 +10,9 @@ import (
 
 // The Go side of work items, like the Python client's schedule/fetch/join/done/serve. Items scheduled from Go
 // are held by the run until Fetch asks for them by id, so fetch as you go: held results count toward the
-// 768 KiB the run holds, and Schedule waits while that is full.
+// 768 KiB the run holds, and Schedule waits while that is full. Like Python's, this client acknowledges the
+// results it was handed with its next call, and the run keeps each until then: a Fetch whose answer was lost
+// with a host worker gets it again.
 
 // ItemError is a failed item's error, or the first error Join or Done raised.
 type ItemError struct{ Message string }
@@ -23,9 +25,14 @@ func (c *Client) Schedule(ctx context.Context, items ...NewItem) ([]int64, error
 	var ids []int64
 	for len(items) > 0 {
 		n := min(len(items), 500)
-		ans, err := c.ScheduleItems(ctx, ScheduleRequest{Items: items[:n], Hold: true, Wait: "10s"})
+		req := ScheduleRequest{Items: items[:n], Hold: true, Wait: "10s", Acks: true, Got: c.acks.take()}
+		ans, err := c.ScheduleItems(ctx, req)
+		c.acks.settle(req.Got, err)
 		if err != nil {
 			return ids, err
+		}
+		for _, r := range ans.Results {
+			c.acks.add(r.ID) // not this client's (it holds its results): let them go
 		}
 		ids = append(ids, ans.IDs...)
 		items = items[len(ans.IDs):]
@@ -34,9 +41,11 @@ func (c *Client) Schedule(ctx context.Context, items ...NewItem) ([]int64, error
 }
 
 // Fetch waits until every given item has finished and returns their results in the same order; a failed one
-// has State "failed" and its Error.
+// has State "failed" and its Error. If it fails, the results it was handed so far stay unacknowledged, and the
+// next Fetch of them gets them.
 func (c *Client) Fetch(ctx context.Context, ids ...int64) ([]ItemResult, error) {
 	got := map[int64]ItemResult{}
+	var handed []int64
 	for len(got) < len(ids) {
 		var want []int64
 		for _, id := range ids {
@@ -44,17 +53,19 @@ func (c *Client) Fetch(ctx context.Context, ids ...int64) ([]ItemResult, error) 
 				want = append(want, id)
 			}
 		}
-		ans, err := c.WaitItems(ctx, WaitRequest{IDs: want, Wait: "10s"})
+		ans, err := c.waitAcked(ctx, WaitRequest{IDs: want, Wait: "10s"})
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range ans.Results {
 			got[r.ID] = r
+			handed = append(handed, r.ID)
 		}
 		for _, id := range ans.Gone {
 			got[id] = GoneResult(id)
 		}
 	}
+	c.acks.add(handed...) // only now: the caller has them
 	out := make([]ItemResult, len(ids))
 	for i, id := range ids {
 		out[i] = got[id]
@@ -77,7 +88,10 @@ func (c *Client) Join(ctx context.Context) error {
 func (c *Client) Done(ctx context.Context) (bool, error) { return c.doneOnce(ctx, "") }
 
 func (c *Client) doneOnce(ctx context.Context, wait string) (bool, error) {
-	ans, err := c.WaitItems(ctx, WaitRequest{All: true, Raise: true, Wait: wait})
+	ans, err := c.waitAcked(ctx, WaitRequest{All: true, Raise: true, Wait: wait})
+	for _, r := range ans.Results {
+		c.acks.add(r.ID) // not this client's (it holds its results): let them go
+	}
 	switch {
 	case err != nil:
 		return false, err
@@ -85,6 +99,48 @@ func (c *Client) doneOnce(ctx context.Context, wait string) (bool, error) {
 		return ans.Pending == 0, &ItemError{Message: ans.Error}
 	}
 	return ans.Pending == 0, nil
+}
+
+// waitAcked is a wait that acknowledges the results handed to this client since its last call. The caller
+// adds the results of its answer once it has handed them on.
+func (c *Client) waitAcked(ctx context.Context, req WaitRequest) (WaitAnswer, error) {
+	req.Acks, req.Got = true, c.acks.take()
+	ans, err := c.WaitItems(ctx, req)
+	c.acks.settle(req.Got, err)
+	return ans, err
+}
+
+// acks holds the ids of the results a client has handed on and not acknowledged yet.
+type acks struct {
+	mu  sync.Mutex
+	ids []int64
+}
+
+// take returns the acknowledgements for the next call: at most MaxAcks.
+func (a *acks) take() []int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := min(len(a.ids), MaxAcks)
+	out := a.ids[:n:n]
+	a.ids = a.ids[n:]
+	return out
+}
+
+// settle puts back the acknowledgements of a call that failed: the next call sends them.
+func (a *acks) settle(sent []int64, err error) {
+	if err == nil || len(sent) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ids = append(sent, a.ids...)
+}
+
+// add queues acknowledgements for the next call.
+func (a *acks) add(ids ...int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ids = append(a.ids, ids...)
 }
 
 // Handler runs one item: its JSON arguments in, a JSON-able result out (at most 16 KiB encoded), or an error

@@ -16,8 +16,11 @@ const (
 	PathItemsWait     = "/v1/items/wait"
 )
 
-// MaxItemsBody bounds the body of a work-item request.
-const MaxItemsBody = 1 << 20
+// MaxItemsBody bounds the body of a work-item request; MaxAcks bounds the results one request acknowledges.
+const (
+	MaxItemsBody = 1 << 20
+	MaxAcks      = 10_000
+)
 
 // NewItem is one item to schedule: a function name its workers serve, JSON arguments, and an optional
 // idempotency key (the same key gets the same item back, finished or not).
@@ -96,10 +99,11 @@ type WaitRequest struct {
 	All   bool    `json:"all,omitempty"`
 	Raise bool    `json:"raise,omitempty"`
 	Wait  string  `json:"wait,omitempty"`
-	// Acks is for a client that acknowledges the results it is handed (Python's): each result then stays in
-	// the run until a later call of the task lists its id in Got (at most 10,000 per call), and a wait for it
-	// by id hands it out again meanwhile, since its first answer may have been lost with a host worker.
-	// Without Acks, a result goes out once.
+	// Acks is for a client that acknowledges the results it is handed (Python's, Go's, the CLI's): each result
+	// then stays in the run until a later call of the task lists its id in Got (at most MaxAcks per call), and a
+	// wait for it by id hands it out again meanwhile, since its first answer may have been lost with a host
+	// worker. Without Acks, a result goes out once. A wait with neither IDs nor All only acknowledges: it hands
+	// out nothing.
 	Acks bool    `json:"acks,omitempty"`
 	Got  []int64 `json:"got,omitempty"`
 }

@@ -146,6 +146,7 @@ type Client struct {
 	RetryFor time.Duration
 	socket   string
 	http     *http.Client
+	acks     acks
 }
 
 // New returns a client for the socket named in CLUSTERRUN_SOCKET.

@@ -169,3 +169,57 @@ func TestClients_KeepTheRequestIDAcrossTries(t *testing.T) {
 		})
 	}
 }
+
+// The Go client acknowledges the results a Fetch handed on with its next call, never the results of a Fetch
+// that failed (its caller never saw them), and sends acknowledgements again when the call that carried them
+// failed.
+func TestClient_AcknowledgesWhatItHandedOn(t *testing.T) {
+	path := socketPath(t)
+	var mu sync.Mutex
+	var seen []WaitRequest
+	answers := []func(w http.ResponseWriter){
+		func(w http.ResponseWriter) { reply(w, WaitAnswer{Results: []ItemResult{{ID: 1, State: "done"}}}) },
+		func(w http.ResponseWriter) { reply(w, WaitAnswer{Results: []ItemResult{{ID: 2, State: "done"}}}) },
+		refuse, // a Join fails
+		func(w http.ResponseWriter) { reply(w, WaitAnswer{}) }, // the next Join
+		func(w http.ResponseWriter) { reply(w, WaitAnswer{Results: []ItemResult{{ID: 3, State: "done"}}}) },
+		refuse, // the Fetch of 3 and 4 fails
+		func(w http.ResponseWriter) { reply(w, WaitAnswer{}) }, // a Join
+	}
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		var req WaitRequest
+		assert.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		seen = append(seen, req)
+		answers[len(seen)-1](w)
+	})
+	c := NewAt(path)
+	ctx := context.Background()
+	_, err := c.Fetch(ctx, 1, 2)
+	require.NoError(t, err)
+	require.Error(t, c.Join(ctx))
+	require.NoError(t, c.Join(ctx))
+	_, err = c.Fetch(ctx, 3, 4)
+	require.Error(t, err)
+	require.NoError(t, c.Join(ctx))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 7)
+	for _, req := range seen {
+		assert.True(t, req.Acks, "every call says it acknowledges")
+	}
+	assert.Empty(t, seen[1].Got, "a Fetch does not acknowledge its own results before it returns them")
+	assert.Equal(t, []int64{1, 2}, seen[2].Got)
+	assert.Equal(t, []int64{1, 2}, seen[3].Got, "the call that carried them failed: the next carries them again")
+	assert.Empty(t, seen[4].Got)
+	assert.Empty(t, seen[6].Got, "result 3's Fetch failed: its caller never saw it")
+}
+
+func reply(w http.ResponseWriter, v any) { _ = json.NewEncoder(w).Encode(v) }
+
+func refuse(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write([]byte(`{"error": "refused"}`))
+}

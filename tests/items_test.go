@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -312,32 +313,52 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 2, hosts: [hos
 // again with the same request id and gets that answer, every result in it. Before request ids, the answer was
 // lost with the worker: the run had handed those results out, and the chief waited for them for ever.
 func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestart(t *testing.T) {
-	itemsAcrossAWorkerRestart(t, false)
+	itemsAcrossAWorkerRestart(t, false, "", 300)
 }
 
 // As above, but the items workflow continues as new while the chief's worker is down, so that the join sent
 // again is news to the new execution: the results the lost answer carried are still the run's, since the chief
 // has not acknowledged them, and its fetches get them. Before acknowledgements they were gone.
 func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
-	itemsAcrossAWorkerRestart(t, true)
+	itemsAcrossAWorkerRestart(t, true, "", 300)
 }
 
-func itemsAcrossAWorkerRestart(t *testing.T, newHistory bool) {
+// As above, with a chief in Go whose Fetch waits in the run when its worker is killed: the Go client
+// acknowledges too. Before it did, the fetch sent again found every result gone.
+func TestE2E_GoItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "goitemsrestart")
+	out, err := exec.Command("go", "build", "-o", bin, "./testdata/goitemsrestart").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	itemsAcrossAWorkerRestart(t, true, bin, 300)
+}
+
+// As above, with a shell chief whose clusterrun task fetch waits in the run: the CLI acknowledges what it
+// printed, after printing it.
+func TestE2E_CLIItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	itemsAcrossAWorkerRestart(t, true, filepath.Join(env.root, "tests", "testdata", "items_restart.sh"), 40)
+}
+
+// itemsAcrossAWorkerRestart runs items items of items_restart.py, with chiefCommand as the chief if given.
+func itemsAcrossAWorkerRestart(t *testing.T, newHistory bool, chiefCommand string, items int) {
 	t.Parallel()
 	host := "items-" + randomHex(3)
 	require.NoError(t, env.startWorker(host))
 	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })
 	mark := t.TempDir()
 	id := runID(t)
+	chief := "{replicas: 1, hosts: [" + host + "]}"
+	if chiefCommand != "" {
+		chief = "{replicas: 1, hosts: [" + host + "], command: [" + chiefCommand + "]}"
+	}
 	spec := writeSpec(t, `
 name: items-restart
-env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "300", MARK_DIR: `+mark+`}
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "`+strconv.Itoa(items)+`", MARK_DIR: `+mark+`}
 command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_restart.py")+`]
 items: {}
 maxRunTime: 6m
 stopGracePeriod: 2s
 tasks:
-  chief: {replicas: 1, hosts: [`+host+`]}
+  chief: `+chief+`
   worker: {replicas: 2, hosts: [host-a, host-b]}
   flood: {replicas: 1, hosts: [host-a]}
 `)
@@ -350,18 +371,14 @@ tasks:
 	})
 	b, err := os.ReadFile(joining)
 	require.NoError(t, err)
-	chief, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
-	// The join's request is on its way when the chief's main thread waits for the socket's answer.
-	waitUntil(t, "the chief to wait for the join's answer", time.Minute, func() bool {
-		w, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", chief))
-		return err == nil && strings.Contains(string(w), "unix_stream_read")
-	})
+	waitUntil(t, "the chief's join to wait in the run", time.Minute, func() bool { return waitingCall(t, id, "chief-0/1/") })
 	env.stopWorker(host, syscall.SIGKILL)
 	touch(t, filepath.Join(mark, "go"))
 	waitUntil(t, "every item to finish while the chief's worker is down", 2*time.Minute, func() bool {
 		counts, ok := itemCounts(t, id)
-		return ok && counts.Done >= 300
+		return ok && counts.Done >= int64(items)
 	})
 	if newHistory {
 		first := itemsExecution(t, id)
@@ -373,7 +390,7 @@ tasks:
 		})
 		touch(t, filepath.Join(mark, "flood-stop"))
 	}
-	require.True(t, alive(chief), "the chief died with its worker")
+	require.True(t, alive(pid), "the chief died with its worker")
 	require.NoError(t, env.startWorker(host))
 
 	st, err := outcome(t, id)
@@ -383,9 +400,36 @@ tasks:
 		Wrong   []string `json:"wrong"`
 	}
 	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
-	assert.Equal(t, 300, got.Results)
+	assert.Equal(t, items, got.Results)
 	assert.Empty(t, got.Wrong, "every result reached the chief")
 	assert.Equal(t, 1, st.Task("chief-0").Attempt, "the chief ran on, not restarted")
+}
+
+// waitingCall says whether a work-item call whose update id starts with prefix (a task attempt's, as
+// "chief-0/1/") waits in the run: the run's items workflow accepted it and has not answered it yet.
+func waitingCall(t *testing.T, id, prefix string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := map[string]bool{}
+	it := env.client.GetWorkflowHistory(ctx, workflows.ItemsWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return false
+		}
+		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil {
+			open[a.GetAcceptedRequest().GetMeta().GetUpdateId()] = true
+		}
+		if c := e.GetWorkflowExecutionUpdateCompletedEventAttributes(); c != nil {
+			delete(open, c.GetMeta().GetUpdateId())
+		}
+	}
+	for u := range open {
+		if strings.HasPrefix(u, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // itemCounts reads a run's item counts from clusterrun status.

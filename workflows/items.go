@@ -87,7 +87,8 @@ type TakeItemsResult struct {
 }
 
 // WaitItemsRequest waits up to Wait until the given ids, or with All every item From's task scheduled, have
-// finished. With Raise, an answer with nothing pending carries the task's first error and clears it.
+// finished. With Raise, an answer with nothing pending carries the task's first error and clears it. With
+// neither IDs nor All it only acknowledges (Acks.Got) and hands out nothing.
 type WaitItemsRequest struct {
 	From  TaskAttempt   `json:"from"`
 	IDs   []int64       `json:"ids,omitempty"`
@@ -311,6 +312,10 @@ func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeIt
 func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitItemsResult, error) {
 	w.s.seen(req.From, workflow.Now(ctx))
 	w.s.ack(req.From, req.Acks)
+	if !req.All && len(req.IDs) == 0 { // an acknowledgement only: it hands out nothing
+		w.changed = true
+		return WaitItemsResult{Pending: w.s.pending(req.From.Task)}, nil
+	}
 	w.await(ctx, req.Wait, func() bool {
 		if req.All {
 			return w.s.pending(req.From.Task) == 0

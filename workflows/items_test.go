@@ -162,23 +162,7 @@ func TestItems_Workflow(t *testing.T) {
 	cfg := spec.Items{Queue: 100, Lease: 5 * time.Second, MaxAttempts: 5}
 	var leases []Lease
 	var final WaitItemsResult
-	// update sends an update; then, if given, runs with its answer decoded into out.
-	update := func(name string, arg any, out any, then func()) {
-		env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("%s rejected: %v", name, err) },
-			OnAccept: func() {},
-			OnComplete: func(v any, err error) {
-				require.NoError(t, err)
-				if out != nil {
-					b, _ := json.Marshal(v)
-					require.NoError(t, json.Unmarshal(b, out))
-				}
-				if then != nil {
-					then()
-				}
-			},
-		}, arg)
-	}
+	update := updater(t, env)
 	var scheduled ScheduleItemsResult
 	env.RegisterDelayedCallback(func() {
 		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: steps(2)}, &scheduled, func() {
@@ -223,6 +207,65 @@ func TestItems_Workflow(t *testing.T) {
 	assert.Zero(t, final.Pending)
 	require.Len(t, final.Results, 2)
 	assert.JSONEq(t, `"y"`, string(final.Results[1].Result))
+}
+
+// updater returns a function that sends an update to the workflow under test; then, if given, runs with its
+// answer decoded into out.
+func updater(t *testing.T, env *testsuite.TestWorkflowEnvironment) func(name string, arg any, out any, then func()) {
+	return func(name string, arg any, out any, then func()) {
+		env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("%s rejected: %v", name, err) },
+			OnAccept: func() {},
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				if out != nil {
+					b, _ := json.Marshal(v)
+					require.NoError(t, json.Unmarshal(b, out))
+				}
+				if then != nil {
+					then()
+				}
+			},
+		}, arg)
+	}
+}
+
+// A wait that names neither ids nor all only acknowledges: the CLI's fetch sends one after it printed its
+// results, and it must not take results that another client of the task (Python's) is to get.
+func TestItems_AWaitForNothingOnlyAcknowledges(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(ClusterItems)
+	update := updater(t, env)
+	on := Acks{On: true}
+	var first, ackOnly, again WaitItemsResult
+	// run schedules one item for the chief and has worker-0 do it.
+	run := func(hold bool) {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: steps(1), Hold: hold}, nil, func() {
+			var took TakeItemsResult
+			update(UpdateItemsTake, TakeItemsRequest{From: worker0, Fns: []string{"step"}, Max: 1}, &took, func() {
+				require.Len(t, took.Items, 1)
+				update(UpdateItemsTake, TakeItemsRequest{From: worker0, Done: []ItemOutcome{ok(took.Items[0], `1`)}}, nil, nil)
+			})
+		})
+	}
+	env.RegisterDelayedCallback(func() { run(true) }, time.Second) // item 1, as the CLI schedules it
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsWait, WaitItemsRequest{From: chief, IDs: []int64{1}, Acks: on}, &first, nil)
+	}, 2*time.Second)
+	env.RegisterDelayedCallback(func() { run(false) }, 3*time.Second) // item 2, as Python does in the same task
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsWait, WaitItemsRequest{From: chief, Acks: Acks{On: true, Got: []int64{1}}}, &ackOnly, func() {
+			update(UpdateItemsWait, WaitItemsRequest{From: chief, IDs: []int64{1}, Acks: on}, &again, env.CancelWorkflow)
+		})
+	}, 4*time.Second)
+	env.ExecuteWorkflow(ClusterItems, ItemsInput{RunID: "r", Config: spec.Items{Queue: 10, Lease: 5 * time.Second, MaxAttempts: 3}})
+	require.True(t, env.IsWorkflowCompleted())
+	require.Len(t, first.Results, 1)
+	assert.Empty(t, ackOnly.Results, "it hands out nothing, not even item 2, whose client is another")
+	require.Len(t, again.Results, 1, "a wait hands out the task's own results too")
+	assert.Equal(t, int64(2), again.Results[0].ID)
+	assert.Equal(t, []int64{1}, again.Gone, "acknowledged, item 1's result went")
 }
 
 // sched schedules items and fails the test on a refusal.

@@ -67,6 +67,7 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 	}
 	deadline := deadlineOf(*timeout)
 	got := map[int64]task.ItemResult{}
+	var handed []int64 // the ids of the results the run handed out, to acknowledge
 	for len(got) < len(ids) {
 		var want []int64
 		for _, id := range ids {
@@ -78,12 +79,13 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 		if expired {
 			return &exitError{code: 1, msg: fmt.Sprintf("%d item(s) have no result after %s", len(want), *timeout)}
 		}
-		ans, err := c.WaitItems(context.Background(), task.WaitRequest{IDs: want, Wait: wait})
+		ans, err := c.WaitItems(context.Background(), task.WaitRequest{IDs: want, Wait: wait, Acks: true})
 		if err != nil {
 			return taskError(err)
 		}
 		for _, r := range ans.Results {
 			got[r.ID] = r
+			handed = append(handed, r.ID)
 		}
 		for _, id := range ans.Gone {
 			got[id] = task.GoneResult(id)
@@ -100,10 +102,24 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	acknowledge(c, handed, stderr)
 	if failed > 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d item(s) failed", failed, len(ids))}
 	}
 	return nil
+}
+
+// acknowledge lets the run drop the results fetch printed. Until then it keeps them, and hands them out again
+// to a fetch that asks: the answer that carried them may have been lost with a host worker, and its fetch
+// asked again. If this fails, the run keeps them (counted in what it holds) and a later fetch gets them again.
+func acknowledge(c *task.Client, ids []int64, stderr io.Writer) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := c.WaitItems(context.Background(), task.WaitRequest{Acks: true, Got: ids}); err != nil {
+		fmt.Fprintf(stderr, "clusterrun task fetch: the run keeps these results, and hands them out again to a fetch that asks: "+
+			"acknowledging them failed: %v\n", err)
+	}
 }
 
 func taskJoin(args []string, _, stderr io.Writer) error {
