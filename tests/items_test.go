@@ -96,7 +96,8 @@ func TestE2E_ItemsSurviveAKilledWorker(t *testing.T) {
 }
 
 // Work items from a shell: schedule prints an id, fetch its result, join raises the first error once; the
-// items command lists every hand-out; a run without items says how to turn them on.
+// items command lists every hand-out; a fetch that times out leaves what it was handed for the next; a run
+// without items says how to turn them on.
 func TestE2E_ItemsFromTheCLI(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
@@ -109,7 +110,9 @@ tasks:
     command: [sh, -c, 'a=$(clusterrun task schedule square "[4]" --key four) && b=$(clusterrun task schedule square "[4]" --key four) &&
       test "$a" = "$b" && clusterrun task fetch $a && c=$(clusterrun task schedule bad "[\"no\"]") &&
       if clusterrun task join; then echo join-did-not-raise; fi; clusterrun task join && echo joined-clean &&
-      clusterrun task fetch $c; echo fetch-exit=$?; clusterrun task fetch $c; echo fetch-again-exit=$?']
+      clusterrun task fetch $c; echo fetch-exit=$?; clusterrun task fetch $c; echo fetch-again-exit=$?;
+      d=$(clusterrun task schedule square "[5]") && e=$(clusterrun task schedule nobody-serves-this) &&
+      clusterrun task fetch $d $e --timeout 3s; echo timeout-exit=$?; clusterrun task fetch $d']
   worker: {replicas: 1, command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_check.py")+`]}
 `)
 	r := cli(t, "run", spec, "--id", id)
@@ -122,13 +125,17 @@ tasks:
 	assert.Contains(t, r.stdout, `"error":"item 2 has no result to hand out: a result goes out once, and this one was handed out already`,
 		"a result goes out once: fetching it again says so, and does not wait for ever")
 	assert.Contains(t, r.stdout, "fetch-again-exit=1")
+	assert.Contains(t, r.stdout, "timeout-exit=1")
+	assert.Contains(t, r.stdout+r.stderr, "1 item(s) have no result after 3s")
+	assert.Regexp(t, `timeout-exit=1\n(.*\n)*.*\{"id":3,"state":"done","result":25\}`, r.stdout,
+		"a fetch that timed out leaves the results it was handed for the next fetch")
 
 	l := cli(t, "items", id)
 	require.Equal(t, 0, l.code, l.String())
-	assert.Contains(t, l.stdout, "ITEMS: 2 scheduled, 0 queued, 0 running, 1 done, 1 failed")
+	assert.Contains(t, l.stdout, "ITEMS: 4 scheduled, 1 queued, 0 running, 2 done, 1 failed")
 	assert.Regexp(t, `1\s+square\s+four\s+done\s+chief-0#1\s+worker-0#1 done\s+16`, l.stdout)
 	s := cli(t, "status", id)
-	assert.Contains(t, s.stdout, "ITEMS: 2 scheduled")
+	assert.Contains(t, s.stdout, "ITEMS: 4 scheduled")
 
 	// Without items in the spec.
 	plain := runID(t)
