@@ -186,8 +186,9 @@ tasks:
 	assert.Contains(t, r.stdout, "(attempt 2)", "restart shown live")
 }
 
-// An attempt that starts and fails between two of the CLI's looks at the run still has its output shown, read
-// from the host it ran on; the status says where each earlier attempt ran, and logs --attempt reads it there.
+// An attempt that starts and fails between two of the CLI's looks at the run still has its start, its output
+// (read from the host it ran on) and why it restarted shown, in that order; the status says where each earlier
+// attempt ran, and logs --attempt reads it there.
 func TestE2E_FastCrashOutputIsShown(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
@@ -211,6 +212,19 @@ tasks:
 		assert.Equal(t, 1, strings.Count(r.stdout, fmt.Sprintf("restart %d of 2", e.Attempt)), "said once")
 	}
 	assert.Contains(t, r.stdout, "attempt 3 made it")
+	// Each attempt in order: its start, its output, why it restarted.
+	var want []string
+	for _, e := range w.Earlier {
+		want = append(want, fmt.Sprintf("running on %s (attempt %d)", e.Host, e.Attempt), fmt.Sprintf("attempt %d on %s says goodbye", e.Attempt, e.Host),
+			fmt.Sprintf("waiting: restart %d of 2", e.Attempt))
+	}
+	want = append(want, fmt.Sprintf("running on %s (attempt 3)", w.Host), "attempt 3 made it", "── exited 0")
+	at := 0
+	for _, line := range want {
+		i := strings.Index(r.stdout[at:], line)
+		require.GreaterOrEqual(t, i, 0, "%q after %q in:\n%s", line, r.stdout[:at], r.stdout)
+		at += i + len(line)
+	}
 	first := cli(t, "logs", id, "worker-0", "--attempt", "1")
 	require.Equal(t, 0, first.code, first.String())
 	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\n", w.Earlier[0].Host), first.stdout)

@@ -29,8 +29,8 @@ type follower struct {
 	opened  map[string]int    // task -> the newest attempt whose streams are open
 	shown   map[string]bool   // task/state/attempt lines printed
 	states  map[string]string // task -> last printed state/attempt
-	// ends holds the tasks that ended until their last output is printed.
-	ends []workflows.TaskStatus
+	// held holds the state lines not said yet, in order: each waits for the output it follows (see note).
+	held []note
 	size int // the run's tasks
 	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
 	// printed as plain lines.
@@ -55,6 +55,14 @@ type follower struct {
 	next     int   // the stream the next read starts with
 	progShow map[string]progressShown
 	barriers map[string]string // barrier -> last state printed
+}
+
+// note is a task's state line, said once the output of its attempts up to after has been read to its end: an
+// end or a restart after that attempt's output, a start after the output of the attempts before it. A task's
+// lines keep their order.
+type note struct {
+	t     workflows.TaskStatus
+	after int
 }
 
 type progressShown struct {
@@ -150,33 +158,36 @@ func (f *follower) update(st workflows.RunStatus) {
 		}
 	}
 	f.tellGangRestart(st)
-	var news []workflows.TaskStatus
-	defer func() { f.tell(news) }()
+	defer f.release(false)
 	for _, t := range st.Tasks {
 		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
-		// output is read too, from the hosts they ran on, and why they restarted is said if it was not yet.
+		// output is read too, from the hosts they ran on, and their start and why they restarted are said if
+		// they were not yet.
 		for _, e := range t.Earlier {
 			if e.Attempt > f.opened[t.Name] {
 				earlier := t
 				earlier.Host = e.Host
 				f.open(earlier, e.Attempt, true)
 			}
-			if key := fmt.Sprintf("%s/%d", workflows.TaskPending, e.Attempt); e.Restart != "" && !f.quiet && !f.shown[t.Name+"/"+key] {
-				f.shown[t.Name+"/"+key] = true
-				f.say(t.Name, "waiting: "+e.Restart)
+			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: e.Host, Attempt: e.Attempt})
+			if e.Restart != "" {
+				f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskPending, Attempt: e.Attempt, Error: e.Restart})
+			}
+		}
+		if t.State != workflows.TaskRunning && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
+			// This attempt started, and may have ended (a restart may be coming) between two looks: its start
+			// is said first.
+			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
+			if t.State == workflows.TaskPending {
+				f.open(t, t.Attempt, true)
 			}
 		}
 		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
 		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
 		// Pending is news only with a reason: a restart or a relaunch is coming.
-		if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !f.quiet {
+		if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") {
 			f.states[t.Name] = key
-			f.shown[t.Name+"/"+key] = true
-			if ended {
-				f.ends = append(f.ends, t)
-			} else {
-				news = append(news, t)
-			}
+			f.hold(t)
 		}
 		for _, s := range f.streams {
 			if s.task == t.Name && (s.attempt != t.Attempt || ended) {
@@ -194,6 +205,21 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.readTo(t.Name, t.Attempt, *t.Logs)
 		}
 	}
+}
+
+// hold queues a task's state line, unless it was said already (or the follower says none).
+func (f *follower) hold(t workflows.TaskStatus) {
+	key := fmt.Sprintf("%s/%s/%d", t.Name, t.State, t.Attempt)
+	if f.quiet || f.shown[key] {
+		return
+	}
+	f.shown[key] = true
+	after := t.Attempt - 1 // a start, or a wait for one: after the attempts before
+	switch t.State {
+	case workflows.TaskSucceeded, workflows.TaskFailed, workflows.TaskStopped, workflows.TaskPending:
+		after = t.Attempt // an end, or a restart after it: after the attempt's own output
+	}
+	f.held = append(f.held, note{t: t, after: after})
 }
 
 // tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
@@ -263,16 +289,11 @@ func (f *follower) say(task, msg string) {
 // minShare is the least of one read a stream gets; with many streams open, each read serves some of them in turn.
 const minShare = 16 << 10
 
-// poll reads new output of the open streams, a fair share of one read each, and prints it, then the notices of
-// tasks that ended. It reports whether any output came.
+// poll reads new output of the open streams, a fair share of one read each, and prints it, then the state
+// lines that waited for it. It reports whether any output came.
 func (f *follower) poll(ctx context.Context) (bool, error) {
-	defer f.tellEnds(false)
-	var open []string
-	for _, k := range f.order {
-		if !f.streams[k].closed {
-			open = append(open, k)
-		}
-	}
+	defer f.release(false)
+	open := f.readable()
 	if len(open) == 0 {
 		return false, nil
 	}
@@ -313,6 +334,30 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		}
 	}
 	return got, nil
+}
+
+// readable lists the streams to read now: of each task, those of its earliest attempt not read to its end, so
+// that a task's output and state lines keep their order.
+func (f *follower) readable() []string {
+	first := f.firstUnread()
+	var open []string
+	for _, k := range f.order {
+		if s := f.streams[k]; !s.closed && s.attempt == first[s.task] {
+			open = append(open, k)
+		}
+	}
+	return open
+}
+
+// firstUnread maps each task with output still to read to its earliest such attempt.
+func (f *follower) firstUnread() map[string]int {
+	first := map[string]int{}
+	for _, s := range f.streams {
+		if a, ok := first[s.task]; !s.closed && (!ok || s.attempt < a) {
+			first[s.task] = s.attempt
+		}
+	}
+	return first
 }
 
 // take prints one chunk of a stream and moves the stream on; it reports whether the chunk brought anything.
@@ -370,37 +415,33 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	return moved || c.Dropped > 0
 }
 
-// tellEnds says which tasks ended, those whose output has been read to its end (all: every one; the follow
-// is over).
-func (f *follower) tellEnds(all bool) {
-	type attempt struct {
-		task string
-		n    int
-	}
-	reading := map[attempt]bool{}
+// release says the held state lines whose output has been read (all: every one; the follow is over), each
+// task's in order.
+func (f *follower) release(all bool) {
+	reading := map[string]int{}
 	if !all {
-		for _, s := range f.streams {
-			if !s.closed {
-				reading[attempt{s.task, s.attempt}] = true
-			}
-		}
+		reading = f.firstUnread()
 	}
-	var ready, later []workflows.TaskStatus
-	for _, t := range f.ends {
-		if reading[attempt{t.Name, t.Attempt}] {
-			later = append(later, t)
-		} else {
-			ready = append(ready, t)
+	blocked := map[string]bool{}
+	var ready []workflows.TaskStatus
+	var later []note
+	for _, n := range f.held {
+		first, ok := reading[n.t.Name]
+		if blocked[n.t.Name] || (ok && first <= n.after) {
+			blocked[n.t.Name] = true
+			later = append(later, n)
+			continue
 		}
+		ready = append(ready, n.t)
 	}
 	f.tell(ready)
-	f.ends = later
+	f.held = later
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,
 // and says which tasks ended: tasks that wrote nothing leave no stream to read.
 func (f *follower) drain(ctx context.Context) error {
-	defer f.tellEnds(true)
+	defer f.release(true)
 	for idle := 0; f.pending() && idle < 10; {
 		got, err := f.poll(ctx)
 		if err != nil {

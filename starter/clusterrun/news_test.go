@@ -43,7 +43,7 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	}
 	ended[7].State, ended[7].Error = workflows.TaskFailed, "worker-7 exited with code 3 on host-b (attempt 1): boom"
 	f.update(workflows.RunStatus{Tasks: ended})
-	f.tell(f.ends)
+	f.release(true)
 	assert.Equal(t, "[999 tasks]  ── stopped (SIGTERM): worker-0, worker-1, worker-2 and 996 more\n"+
 		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String())
 
@@ -71,14 +71,61 @@ func TestFollower_EndWaitsForItsOwnAttempt(t *testing.T) {
 	f := newFollower(nil, "run", &out)
 	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 1, true) // attempt 1: read to its end
 	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 2, false)
-	f.ends = []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskStopped, Attempt: 1}}
-	f.tellEnds(false)
+	f.hold(workflows.TaskStatus{Name: "worker-0", State: workflows.TaskStopped, Attempt: 1})
+	f.release(false)
 	assert.Empty(t, out.String(), "attempt 1 still has output to read")
 	for _, s := range f.streams {
 		if s.attempt == 1 {
 			s.closed = true
 		}
 	}
-	f.tellEnds(false)
+	f.release(false)
 	assert.Equal(t, "[worker-0] ── stopped\n", out.String(), "said once attempt 1 is read, while attempt 2 runs")
+}
+
+// Attempts that started and ended between two looks at the run are told in order, each after its output: its
+// start, its output, why it restarted, then the next attempt's start. Only the earliest attempt with output
+// left is read.
+func TestFollower_FastRestartsKeepTheirOrder(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "chief-0", State: workflows.TaskRunning, Host: "h", Attempt: 1}}})
+	assert.Equal(t, "[chief-0] ── running on h (attempt 1)\n", out.String())
+	out.Reset()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "chief-0", State: workflows.TaskRunning, Host: "h", Attempt: 3,
+		Earlier: []workflows.AttemptPlace{{Attempt: 1, Host: "h", Restart: "restart 1 of 5 in 1s after: boom 1"},
+			{Attempt: 2, Host: "g", Restart: "restart 2 of 5 in 1s after: boom 2"}}}}})
+	assert.Empty(t, out.String(), "attempt 1's output comes first")
+	assert.Equal(t, []string{"chief-0/1/stdout", "chief-0/1/stderr"}, f.readable(), "attempt 1 is read, not 2 or 3")
+
+	readAll := func(attempt int) {
+		for _, s := range f.streams {
+			if s.attempt == attempt {
+				s.closed = true
+			}
+		}
+		f.release(false)
+	}
+	readAll(1)
+	assert.Equal(t, "[chief-0] ── waiting: restart 1 of 5 in 1s after: boom 1\n[chief-0] ── running on g (attempt 2)\n", out.String())
+	assert.Equal(t, []string{"chief-0/2/stdout", "chief-0/2/stderr"}, f.readable())
+	out.Reset()
+	readAll(2)
+	assert.Equal(t, "[chief-0] ── waiting: restart 2 of 5 in 1s after: boom 2\n[chief-0] ── running on h (attempt 3)\n", out.String())
+	out.Reset()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "chief-0", State: workflows.TaskRunning, Host: "h", Attempt: 3,
+		Earlier: []workflows.AttemptPlace{{Attempt: 1, Host: "h", Restart: "restart 1 of 5 in 1s after: boom 1"},
+			{Attempt: 2, Host: "g", Restart: "restart 2 of 5 in 1s after: boom 2"}}}}})
+	assert.Empty(t, out.String(), "nothing said twice")
+
+	// Attempt 4 starts and ends between two looks: its start, its output, its end.
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "chief-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 4,
+		StartTime: &started, Earlier: []workflows.AttemptPlace{{Attempt: 3, Host: "h", Restart: "restart 3 of 5 in 1s after: boom 3"}}}}})
+	assert.Empty(t, out.String(), "attempt 3's output first")
+	readAll(3)
+	assert.Equal(t, "[chief-0] ── waiting: restart 3 of 5 in 1s after: boom 3\n[chief-0] ── running on h (attempt 4)\n", out.String())
+	out.Reset()
+	readAll(4)
+	assert.Equal(t, "[chief-0] ── exited 0\n", out.String())
 }
