@@ -71,6 +71,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN)/clusterrun-shim ./workers/clusterrun-shim
 
 # The dev server (Web UI on :8233, database in .clusterrun/) and host workers host-a and host-b, in the background;
+# TEMPORAL_PORT, TEMPORAL_UI_PORT, CLUSTERRUN_STATE and CLUSTERRUN_DEV_HOSTS move them (docs/operations.md).
 # with BACKEND=postgres, a Temporal server on PostgreSQL instead (deployments/postgres/up.sh).
 up: $(TEMPORAL) $(BACKEND_TOOLS) build
 	./deployments/$(BACKEND)/up.sh
@@ -79,8 +80,8 @@ down:
 	./deployments/dev/down.sh
 
 demo: up
-	$(BIN)/clusterrun run examples/demo.yaml
-	@echo "The Temporal server keeps running (Web UI: http://localhost:8233); stop it with: make down"
+	TEMPORAL_ADDRESS=127.0.0.1:$${TEMPORAL_PORT:-7233} $(BIN)/clusterrun run examples/demo.yaml
+	@echo "The Temporal server keeps running (Web UI: http://localhost:$${TEMPORAL_UI_PORT:-8233}); stop it with: make down"
 
 # Every test, and the gate CI enforces: format, vet, static checks, workflow determinism checks, race-enabled unit
 # and workflow tests, the end-to-end suite against real dev servers with several host worker processes (tests/
