@@ -134,6 +134,7 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 	demo := sh("make demo", "unset TEMPORAL_ADDRESS; "+strings.Split(first, "\n")[0], 0)
 	assert.Contains(t, demo, "Succeeded: chief-0 exited 0")
 	assert.Contains(t, demo, fmt.Sprintf("Web UI: http://localhost:%d", uiPort))
+	assert.Contains(t, demo, fmt.Sprintf("export TEMPORAL_ADDRESS=127.0.0.1:%d", port), "make up says how to reach a server off the default port")
 
 	inTask := blockWith(t, blocks, "clusterrun task progress")
 	spec := writeSpec(t, fmt.Sprintf("name: readme\ntasks: {worker: {replicas: 1}}\ncommand: [bash, -euo, pipefail, -c, %q]\n", inTask))

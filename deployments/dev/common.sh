@@ -105,3 +105,11 @@ start_workers() {
 		wait_for "host worker $h" 30 grep -q "clusterrun-worker ready" "$state/worker-$h.log"
 	done
 }
+
+# say_address tells how to reach a server that is not on the default port: clusterrun and the temporal CLI
+# look at localhost:7233 unless TEMPORAL_ADDRESS says otherwise.
+say_address() {
+	if [ "$port" != 7233 ]; then
+		echo "up: point clusterrun and the temporal CLI at it with: export TEMPORAL_ADDRESS=$TEMPORAL_ADDRESS"
+	fi
+}

@@ -23,3 +23,4 @@ wait_up "$state/temporal.pid" "$state/temporal.log" "the Temporal dev server" 60
 register_search_attributes
 start_workers
 echo "up: ready. Temporal at $TEMPORAL_ADDRESS, Web UI at http://localhost:$ui_port"
+say_address

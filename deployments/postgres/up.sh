@@ -106,3 +106,4 @@ fi
 wait_up "$state/ui.pid" "$state/ui.log" "the Web UI" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ui_port"
 start_workers
 echo "up: ready. Temporal (PostgreSQL) at $TEMPORAL_ADDRESS, Web UI at http://localhost:$ui_port"
+say_address
