@@ -291,8 +291,9 @@ func (e *NoItemsError) Error() string {
 	return fmt.Sprintf("run %s has no work items: its spec has no `items:` block", e.ID)
 }
 
-// Wait blocks until the run ends (or ctx does) and returns its final status. The error is nil when the run
-// succeeded, a *RunError when it failed, timed out or was canceled, and ctx's error when ctx ended first.
+// Wait blocks until the run ends (or ctx does) and returns its final status; it waits through a server outage,
+// as the run does. The error is nil when the run succeeded, a *RunError when it failed, timed out or was
+// canceled, and ctx's error when ctx ended first.
 func (r *Run) Wait(ctx context.Context) (workflows.RunStatus, error) {
 	st, err := r.wait(ctx)
 	if st.Status != "" {
@@ -311,6 +312,14 @@ func (r *Run) Wait(ctx context.Context) (workflows.RunStatus, error) {
 func (r *Run) wait(ctx context.Context) (workflows.RunStatus, error) {
 	var st workflows.RunStatus
 	err := r.c.c.GetWorkflow(ctx, r.ID, "").Get(ctx, &st)
+	for serverGone(err) && ctx.Err() == nil && !r.deadlineHit(ctx, err) {
+		// An outage: the run goes on without the server, and so does waiting for its end.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+			err = r.c.c.GetWorkflow(ctx, r.ID, "").Get(ctx, &st)
+		}
+	}
 	if err == nil {
 		return st, nil
 	}
@@ -326,6 +335,15 @@ func (r *Run) wait(ctx context.Context) (workflows.RunStatus, error) {
 	}
 	st, _ = workflows.StatusFromError(err)
 	return st, err
+}
+
+// serverGone says err is no answer from the server (down, restarting, cut off), not the run's outcome.
+func serverGone(err error) bool {
+	var ended *temporal.WorkflowExecutionError
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return err != nil && !errors.As(err, &ended) &&
+		(errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // deadlineHit says the server answered DeadlineExceeded for ctx's own deadline, a moment before ctx saw it

@@ -407,6 +407,51 @@ func (c *cluster) cliWithin(t *testing.T, limit time.Duration, extraEnv []string
 	return r
 }
 
+// backgroundCLI is a clusterrun command started with startCLI, running while the test does other things.
+type backgroundCLI struct {
+	cmd       *exec.Cmd
+	out, errb bytes.Buffer
+	done      chan error
+}
+
+// startCLI starts the CLI against this cluster's server and returns at once; wait collects it. The test's end
+// kills it if it still runs.
+func (c *cluster) startCLI(t *testing.T, args ...string) *backgroundCLI {
+	t.Helper()
+	b := &backgroundCLI{cmd: exec.Command(filepath.Join(c.bin, "clusterrun"), args...), done: make(chan error, 1)}
+	b.cmd.Dir = c.root
+	b.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.errb
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start clusterrun %v: %v", args, err)
+	}
+	go func() { b.done <- b.cmd.Wait() }()
+	t.Cleanup(func() { _ = b.cmd.Process.Kill() })
+	return b
+}
+
+// wait waits up to limit for the command to end and returns its result.
+func (b *backgroundCLI) wait(t *testing.T, limit time.Duration) cliResult {
+	t.Helper()
+	var err error
+	select {
+	case err = <-b.done:
+	case <-time.After(limit):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+		t.Fatalf("clusterrun %v did not end within %s\n%s", b.cmd.Args[1:], limit, cliResult{stdout: b.out.String(), stderr: b.errb.String()})
+	}
+	r := cliResult{stdout: b.out.String(), stderr: b.errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run clusterrun %v: %v", b.cmd.Args[1:], err)
+	}
+	return r
+}
+
 // temporalBusy is how the Temporal server answers a request to a run that could not take the run's lock in
 // time (its disk slow to sync, many hosts reporting at once). The temporal CLI does not retry it; a user runs the
 // command again (docs/operations.md, "Failure modes").

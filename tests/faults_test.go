@@ -66,20 +66,22 @@ func TestFault_ServerOutage30s(t *testing.T) {
 		_, err := os.Stat(wal)
 		require.NoError(t, err, "the dev server's database keeps no write-ahead log")
 	}
-	testServerOutage(t, c, 30*time.Second, c.dev.kill, c.dev.start)
+	testServerOutage(t, c, 30*time.Second, c.dev.kill, c.dev.start, true)
 }
 
 func TestFault_ServerOutage3m(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
-	testServerOutage(t, c, 3*time.Minute, c.dev.kill, c.dev.start)
+	testServerOutage(t, c, 3*time.Minute, c.dev.kill, c.dev.start, true)
 }
 
 // testServerOutage takes the run's control plane away (cut: the Temporal server SIGKILLed, or its database),
 // and gives it back after outage (restore: started again on the same data). Every task keeps running through
 // it with its pid, the chief exits during it, and once the control plane is back the run ends as it would
-// have: succeeded on the chief's exit, every task on attempt 1, no restart used.
-func testServerOutage(t *testing.T, c *cluster, outage time.Duration, cut func(), restore func() error) {
+// have: succeeded on the chief's exit, every task on attempt 1, no restart used. The clusterrun run that
+// started it follows it throughout, says when it cannot read the run (it must when serverGone: the cut took the
+// server itself) and when it can again, and ends with it.
+func testServerOutage(t *testing.T, c *cluster, outage time.Duration, cut func(), restore func() error, serverGone bool) {
 	a, b := "out-a-"+randomHex(2), "out-b-"+randomHex(2)
 	require.NoError(t, c.startWorker(a))
 	require.NoError(t, c.startWorker(b))
@@ -95,7 +97,7 @@ tasks:
   ps: {replicas: 1, hosts: [%[3]s]}
 `, dir, a, b))
 	id := runID(t)
-	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	follow := c.startCLI(t, "run", spec, "--id", id) // a user who follows the run through it
 	tasks := []string{"chief-0", "worker-0", "worker-1", "ps-0"}
 	pids := map[string]int{}
 	for _, task := range tasks {
@@ -130,6 +132,17 @@ tasks:
 		assert.Equal(t, workflows.TaskStopped, st.Task(task).State, task)
 		assert.False(t, alive(pids[task]), "%s outlived the run", task)
 	}
+	// clusterrun run followed the run through the outage, said so, and ends with it.
+	r := follow.wait(t, 2*time.Minute)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "run "+id+" Succeeded: chief-0 exited 0")
+	lost := strings.Contains(r.stderr, "clusterrun: cannot read run "+id+" for now (")
+	if !lost {
+		// A server whose database is down may still answer a query from its cache: only a server gone must be said.
+		require.False(t, serverGone, "the outage was not said:\n%s", r)
+		return
+	}
+	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
 }
 
 func TestFault_WorkerSIGKILLThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGKILL) }

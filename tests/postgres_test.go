@@ -275,7 +275,7 @@ func TestPostgres_DatabaseOutage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pg.stop)
 	c := isolatedWith(t, func(s *devServer) { s.postgres = &postgresServer{pg: pg} })
-	testServerOutage(t, c, 30*time.Second, pg.kill, pg.start)
+	testServerOutage(t, c, 30*time.Second, pg.kill, pg.start, false)
 }
 
 // make up BACKEND=postgres brings the whole local environment up from nothing (a new state folder: its own

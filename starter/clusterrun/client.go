@@ -101,15 +101,13 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 		err := read()
 		var unreadable *starter.UnreadableError
 		switch {
-		case err == nil && !p.failing.IsZero():
-			fmt.Fprintf(p.notes, "clusterrun: read run %s again after %s\n", p.id, time.Since(p.failing).Round(time.Second))
-			p.failing = time.Time{}
+		case err == nil:
+			p.seen(nil, "")
 			return nil
-		case err == nil || !errors.As(err, &unreadable) || ctx.Err() != nil:
+		case !errors.As(err, &unreadable) || ctx.Err() != nil:
 			return err
 		case p.failing.IsZero():
-			p.failing = time.Now()
-			fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%v); trying again for up to %s\n", p.id, err, followPatience)
+			p.seen(err, fmt.Sprintf("trying again for up to %s", followPatience))
 		case time.Since(p.failing) > followPatience:
 			return fmt.Errorf("%w (tried for %s)", err, followPatience)
 		}
@@ -118,6 +116,19 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// seen notes how a read went, without waiting: the first failure says so (what follows says what the command
+// does meanwhile), and the first read that succeeds after failures says that.
+func (p *patience) seen(err error, meanwhile string) {
+	switch {
+	case err == nil && !p.failing.IsZero():
+		fmt.Fprintf(p.notes, "clusterrun: read run %s again after %s\n", p.id, time.Since(p.failing).Round(time.Second))
+		p.failing = time.Time{}
+	case err != nil && p.failing.IsZero():
+		p.failing = time.Now()
+		fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%v); %s\n", p.id, err, meanwhile)
 	}
 }
 

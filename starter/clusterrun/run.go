@@ -138,6 +138,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	canceling := false
+	reads, logReads := patience{id: id, notes: stderr}, patience{id: id, notes: stderr}
 	for {
 		select {
 		case o := <-done:
@@ -165,17 +166,17 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			return nil
 		case <-tick.C:
 			st, ended, _, err := fetchStatus(ctx, c, id)
+			// A server outage, say: the run goes on, and so does following it.
+			reads.seen(err, "the run goes on, and this command follows it again once the server answers")
 			if err != nil || ended {
-				continue // a server outage, say: the run goes on, and so does following it
+				continue
 			}
 			f.update(st.RunStatus)
 			f.progress(st.Heartbeats)
 			// Read on while output keeps coming, for up to a second, then look at the run again.
 			for start := time.Now(); time.Since(start) < time.Second; {
 				got, err := f.poll(ctx)
-				if err != nil {
-					fmt.Fprintln(stderr, "clusterrun: "+err.Error())
-				}
+				logReads.seen(err, "the tasks' output is shown again once it can be read")
 				if !got || err != nil {
 					break
 				}
