@@ -424,13 +424,17 @@ func TestE2E_GangRestart(t *testing.T) {
 	// In generation 0 worker-1 fails; every task restarts with a new rendezvous and all succeed.
 	spec := writeSpec(t, `
 name: gang
-command: [sh, -c, 'echo "$CLUSTERRUN_RESTART_COUNT $MASTER_PORT" > "$CLUSTERRUN_RESULT_FILE.txt"; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then exit 1; fi; sleep 1; echo "{\"restart\": $CLUSTERRUN_RESTART_COUNT}" > "$CLUSTERRUN_RESULT_FILE"']
+command: [sh, -c, 'echo "$CLUSTERRUN_RESTART_COUNT $MASTER_PORT" > "$CLUSTERRUN_RESULT_FILE.txt"; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then echo "worker-1 gives up"; exit 1; fi; sleep 1; echo "{\"restart\": $CLUSTERRUN_RESTART_COUNT}" > "$CLUSTERRUN_RESULT_FILE"']
 restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms, scope: all}
 tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 `)
 	r := cli(t, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "[clusterrun] ── gang restart 1 of 1 after: worker-1 ", "the follower says why every task started again")
+	// In order: the output of the attempt that failed, the gang restart, the new attempts.
+	gave, gang := strings.Index(r.stdout, "worker-1 gives up"), strings.Index(r.stdout, "── gang restart")
+	again := strings.Index(r.stdout, "(attempt 2)")
+	assert.True(t, gave >= 0 && gave < gang && gang < again, "out of order:\n%s", r.stdout)
 	st, err := outcome(t, id)
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.RestartCount)

@@ -26,9 +26,10 @@ type follower struct {
 	width   int
 	streams map[string]*stream // task/attempt/name
 	order   []string
-	opened  map[string]int    // task -> the newest attempt whose streams are open
-	shown   map[string]bool   // task/state/attempt lines printed
-	states  map[string]string // task -> last printed state/attempt
+	byTask  map[string][]string // task -> the keys of its streams
+	opened  map[string]int      // task -> the newest attempt whose streams are open
+	shown   map[string]bool     // task/state/attempt lines printed
+	states  map[string]string   // task -> last printed state/attempt
 	// held holds the state lines not said yet, in order: each waits for the output it follows (see note).
 	held []note
 	size int // the run's tasks
@@ -63,6 +64,10 @@ type follower struct {
 type note struct {
 	t     workflows.TaskStatus
 	after int
+	// run, for a line of the run's own (a gang restart), is its text: it is said once the streams in waitFor
+	// (those open when it came: the attempts it ends) are read to their end, and every line after it waits.
+	run     string
+	waitFor []string
 }
 
 type progressShown struct {
@@ -131,6 +136,10 @@ func (f *follower) open(t workflows.TaskStatus, attempt int, done bool) {
 		if _, ok := f.streams[k]; !ok {
 			f.streams[k] = &stream{host: t.Host, task: t.Name, name: name, attempt: attempt, done: done, tailLines: f.tail}
 			f.order = append(f.order, k)
+			if f.byTask == nil {
+				f.byTask = map[string][]string{}
+			}
+			f.byTask[t.Name] = append(f.byTask[t.Name], k)
 		}
 	}
 }
@@ -157,53 +166,64 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.say("clusterrun", state)
 		}
 	}
-	f.tellGangRestart(st)
 	defer f.release(false)
 	for _, t := range st.Tasks {
-		// Attempts that started and ended between two looks at the run (a fast crash and its restart): their
-		// output is read too, from the hosts they ran on, and their start and why they restarted are said if
-		// they were not yet.
-		for _, e := range t.Earlier {
-			if e.Attempt > f.opened[t.Name] {
-				earlier := t
-				earlier.Host = e.Host
-				f.open(earlier, e.Attempt, true)
-			}
-			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: e.Host, Attempt: e.Attempt})
-			if e.Restart != "" {
-				f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskPending, Attempt: e.Attempt, Error: e.Restart})
-			}
+		f.earlier(t)
+	}
+	f.tellGangRestart(st) // after the attempts it ended, before the new ones
+	for _, t := range st.Tasks {
+		f.current(t)
+	}
+}
+
+// earlier takes up the attempts that started and ended between two looks at the run (a fast crash and its
+// restart, a gang restart): their output is read too, from the hosts they ran on, and their start and why they
+// restarted are said if they were not yet.
+func (f *follower) earlier(t workflows.TaskStatus) {
+	for _, e := range t.Earlier {
+		if e.Attempt > f.opened[t.Name] {
+			earlier := t
+			earlier.Host = e.Host
+			f.open(earlier, e.Attempt, true)
 		}
-		if t.State != workflows.TaskRunning && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
-			// This attempt started, and may have ended (a restart may be coming) between two looks: its start
-			// is said first.
-			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
-			if t.State == workflows.TaskPending {
-				f.open(t, t.Attempt, true)
-			}
+		f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: e.Host, Attempt: e.Attempt})
+		if e.Restart != "" {
+			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskPending, Attempt: e.Attempt, Error: e.Restart})
 		}
-		key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
-		ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
-		// Pending is news only with a reason: a restart or a relaunch is coming.
-		if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") {
-			f.states[t.Name] = key
-			f.hold(t)
+	}
+}
+
+// current takes up a task's current attempt: its state line, and its streams.
+func (f *follower) current(t workflows.TaskStatus) {
+	if t.State != workflows.TaskRunning && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
+		// This attempt started, and may have ended (a restart may be coming) between two looks: its start
+		// is said first.
+		f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
+		if t.State == workflows.TaskPending {
+			f.open(t, t.Attempt, true)
 		}
-		for _, s := range f.streams {
-			if s.task == t.Name && (s.attempt != t.Attempt || ended) {
-				s.done = true // read what is left, then stop
-			}
+	}
+	key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
+	ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
+	// Pending is news only with a reason: a restart or a relaunch is coming.
+	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") {
+		f.states[t.Name] = key
+		f.hold(t)
+	}
+	for _, k := range f.byTask[t.Name] {
+		if s := f.streams[k]; s.attempt != t.Attempt || ended {
+			s.done = true // read what is left, then stop
 		}
-		if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
-			continue
-		}
-		if ended && t.StartTime == nil {
-			continue // it ended before its start (refused by its host's policy, say): it has no logs
-		}
-		f.open(t, t.Attempt, ended)
-		if ended && t.Logs != nil {
-			f.readTo(t.Name, t.Attempt, *t.Logs)
-		}
+	}
+	if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
+		return
+	}
+	if ended && t.StartTime == nil {
+		return // it ended before its start (refused by its host's policy, say): it has no logs
+	}
+	f.open(t, t.Attempt, ended)
+	if ended && t.Logs != nil {
+		f.readTo(t.Name, t.Attempt, *t.Logs)
 	}
 }
 
@@ -236,7 +256,13 @@ func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	if !strings.HasPrefix(msg, "gang restart ") {
 		msg = fmt.Sprintf("gang restart %d", st.RestartCount)
 	}
-	f.say("clusterrun", msg)
+	n := note{run: msg}
+	for _, k := range f.order {
+		if !f.streams[k].closed {
+			n.waitFor = append(n.waitFor, k)
+		}
+	}
+	f.held = append(f.held, n)
 }
 
 // readTo closes the streams of an ended attempt that have been read to the sizes its host reported at its end
@@ -423,11 +449,22 @@ func (f *follower) release(all bool) {
 		reading = f.firstUnread()
 	}
 	blocked := map[string]bool{}
+	blockedAll := false
 	var ready []workflows.TaskStatus
 	var later []note
 	for _, n := range f.held {
+		if n.run != "" {
+			if blockedAll = blockedAll || (!all && !f.readAll(n.waitFor)); blockedAll {
+				later = append(later, n)
+				continue
+			}
+			f.tell(ready)
+			ready = nil
+			f.say("clusterrun", n.run)
+			continue
+		}
 		first, ok := reading[n.t.Name]
-		if blocked[n.t.Name] || (ok && first <= n.after) {
+		if blockedAll || blocked[n.t.Name] || (ok && first <= n.after) {
 			blocked[n.t.Name] = true
 			later = append(later, n)
 			continue
@@ -436,6 +473,16 @@ func (f *follower) release(all bool) {
 	}
 	f.tell(ready)
 	f.held = later
+}
+
+// readAll says whether the streams named have been read to their end.
+func (f *follower) readAll(keys []string) bool {
+	for _, k := range keys {
+		if !f.streams[k].closed {
+			return false
+		}
+	}
+	return true
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,

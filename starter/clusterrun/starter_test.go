@@ -179,12 +179,43 @@ func TestFollower_TellsEachGangRestartOnce(t *testing.T) {
 	f.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: worker-1 failed with exit code 3", RestartCount: 1})
 	f.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: worker-1 failed with exit code 3", RestartCount: 1})
 	f.tellGangRestart(workflows.RunStatus{Reason: "chief-0 exited 0", RestartCount: 2}) // seen only once the run ended
+	f.release(false)
 	assert.Equal(t, "[clusterrun] ── gang restart 1 of 2 after: worker-1 failed with exit code 3\n"+
 		"[clusterrun] ── gang restart 2\n", notes.String())
 	quiet := &follower{notes: &notes, quiet: true}
 	notes.Reset()
 	quiet.tellGangRestart(workflows.RunStatus{Reason: "gang restart 1 of 2 after: x", RestartCount: 1})
+	quiet.release(false)
 	assert.Empty(t, notes.String(), "clusterrun logs prints no state lines")
+}
+
+// A gang restart is said after the output of the attempts it ended, and the new attempts' lines after it.
+func TestFollower_GangRestartWaitsForTheOutputItEnds(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1},
+		{Name: "worker-1", State: workflows.TaskRunning, Host: "g", Attempt: 1}}})
+	out.Reset()
+	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 2 after: worker-1 exited with code 3", Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 2},
+		{Name: "worker-1", State: workflows.TaskRunning, Host: "g", Attempt: 2}}})
+	assert.Empty(t, out.String(), "attempt 1's output first")
+	for _, s := range f.streams {
+		if s.task == "worker-0" && s.attempt == 1 {
+			s.closed = true
+		}
+	}
+	f.release(false)
+	assert.Empty(t, out.String(), "worker-1's attempt 1 has output left: worker-0's new attempt waits too")
+	for _, s := range f.streams {
+		if s.attempt == 1 {
+			s.closed = true
+		}
+	}
+	f.release(false)
+	assert.Equal(t, "[clusterrun] ── gang restart 1 of 2 after: worker-1 exited with code 3\n"+
+		"[worker-0] ── running on h (attempt 2)\n[worker-1] ── running on g (attempt 2)\n", out.String())
 }
 
 func TestLastRan(t *testing.T) {
