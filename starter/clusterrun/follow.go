@@ -58,18 +58,6 @@ type follower struct {
 	barriers map[string]string // barrier -> last state printed
 }
 
-// note is a task's state line, said once the output of its attempts up to after has been read to its end: an
-// end or a restart after that attempt's output, a start after the output of the attempts before it. A task's
-// lines keep their order.
-type note struct {
-	t     workflows.TaskStatus
-	after int
-	// run, for a line of the run's own (a gang restart), is its text: it is said once the streams in waitFor
-	// (those open when it came: the attempts it ends) are read to their end, and every line after it waits.
-	run     string
-	waitFor []string
-}
-
 type progressShown struct {
 	p  workflows.Progress
 	at time.Time
@@ -227,44 +215,6 @@ func (f *follower) current(t workflows.TaskStatus) {
 	}
 }
 
-// hold queues a task's state line, unless it was said already (or the follower says none).
-func (f *follower) hold(t workflows.TaskStatus) {
-	key := fmt.Sprintf("%s/%s/%d", t.Name, t.State, t.Attempt)
-	if f.quiet || f.shown[key] {
-		return
-	}
-	f.shown[key] = true
-	after := t.Attempt - 1 // a start, or a wait for one: after the attempts before
-	switch t.State {
-	case workflows.TaskSucceeded, workflows.TaskFailed, workflows.TaskStopped, workflows.TaskPending:
-		after = t.Attempt // an end, or a restart after it: after the attempt's own output
-	}
-	f.held = append(f.held, note{t: t, after: after})
-}
-
-// tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
-// their new attempts, since the ends that caused it and the stops it made fall between two looks at the run.
-func (f *follower) tellGangRestart(st workflows.RunStatus) {
-	if st.RestartCount <= f.restarts {
-		return
-	}
-	f.restarts = st.RestartCount
-	if f.quiet {
-		return
-	}
-	msg := st.Reason // "gang restart i of n after: why" until the run ends
-	if !strings.HasPrefix(msg, "gang restart ") {
-		msg = fmt.Sprintf("gang restart %d", st.RestartCount)
-	}
-	n := note{run: msg}
-	for _, k := range f.order {
-		if !f.streams[k].closed {
-			n.waitFor = append(n.waitFor, k)
-		}
-	}
-	f.held = append(f.held, n)
-}
-
 // readTo closes the streams of an ended attempt that have been read to the sizes its host reported at its end
 // (an attempt that wrote nothing: all of them), so that the last read of a run asks its hosts only for output
 // not yet shown.
@@ -274,42 +224,6 @@ func (f *follower) readTo(task string, attempt int, sizes workflows.LogSizes) {
 			s.closed = true
 		}
 	}
-}
-
-func describeState(t workflows.TaskStatus) string {
-	switch t.State {
-	case workflows.TaskPlaced:
-		return fmt.Sprintf("placed on %s (attempt %d), waiting for the rendezvous", t.Host, t.Attempt)
-	case workflows.TaskRunning:
-		return fmt.Sprintf("running on %s (attempt %d)", t.Host, t.Attempt)
-	case workflows.TaskUnreachable:
-		return "unreachable: " + t.Error
-	case workflows.TaskPending:
-		if strings.HasPrefix(t.Error, "waiting ") {
-			return t.Error // a note that says so itself ("waiting for a free slot on ...")
-		}
-		return "waiting: " + t.Error
-	case workflows.TaskSucceeded:
-		return "exited 0"
-	case workflows.TaskStopped:
-		if t.Signal != "" {
-			return "stopped (" + t.Signal + ")"
-		}
-		return "stopped"
-	case workflows.TaskFailed:
-		if t.Error != "" {
-			return "failed: " + t.Error
-		}
-		if t.ExitCode != nil {
-			return fmt.Sprintf("failed with exit code %d", *t.ExitCode)
-		}
-		return "failed"
-	}
-	return strings.ToLower(t.State)
-}
-
-func (f *follower) say(task, msg string) {
-	fmt.Fprintf(f.notes, "%-*s %s\n", f.width+2, "["+task+"]", "── "+msg)
 }
 
 // minShare is the least of one read a stream gets; with many streams open, each read serves some of them in turn.
@@ -439,50 +353,6 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 		s.closed = true
 	}
 	return moved || c.Dropped > 0
-}
-
-// release says the held state lines whose output has been read (all: every one; the follow is over), each
-// task's in order.
-func (f *follower) release(all bool) {
-	reading := map[string]int{}
-	if !all {
-		reading = f.firstUnread()
-	}
-	blocked := map[string]bool{}
-	blockedAll := false
-	var ready []workflows.TaskStatus
-	var later []note
-	for _, n := range f.held {
-		if n.run != "" {
-			if blockedAll = blockedAll || (!all && !f.readAll(n.waitFor)); blockedAll {
-				later = append(later, n)
-				continue
-			}
-			f.tell(ready)
-			ready = nil
-			f.say("clusterrun", n.run)
-			continue
-		}
-		first, ok := reading[n.t.Name]
-		if blockedAll || blocked[n.t.Name] || (ok && first <= n.after) {
-			blocked[n.t.Name] = true
-			later = append(later, n)
-			continue
-		}
-		ready = append(ready, n.t)
-	}
-	f.tell(ready)
-	f.held = later
-}
-
-// readAll says whether the streams named have been read to their end.
-func (f *follower) readAll(keys []string) bool {
-	for _, k := range keys {
-		if !f.streams[k].closed {
-			return false
-		}
-	}
-	return true
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,
