@@ -32,6 +32,11 @@ func TestE2E_Demo(t *testing.T) {
 	}
 	assert.Contains(t, r.stdout, `TF_CONFIG={"cluster":`)
 	assert.Contains(t, r.stdout, "parameter server: SIGTERM received")
+	// In the order it happened, though both come in the run's last read: the chief's last words, then the
+	// parameter server's stop that its exit caused.
+	last, stopped := strings.Index(r.stdout, "chief: result written, exiting"), strings.Index(r.stdout, "parameter server: SIGTERM received")
+	assert.True(t, last >= 0 && last < stopped, "the chief's exit is shown after the stop it caused:\n%s", r.stdout)
+	assert.NotContains(t, r.stdout, "Terminated", "the demo's parameter server ends on its trap, with no word from sh")
 	assert.Contains(t, r.stdout, `{"steps":4,"final_loss":0.200,"cluster_size":4}`)
 	assert.Contains(t, r.stdout, "run "+id+" Succeeded: chief-0 exited 0")
 	assert.Contains(t, r.stderr, "Web UI: http://ui.test:8233/namespaces/default/workflows/"+id)

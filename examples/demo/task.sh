@@ -8,7 +8,9 @@ case "$CLUSTERRUN_TASK_TYPE" in
 ps)
 	trap 'echo "parameter server: SIGTERM received, shutting down cleanly"; exit 0' TERM
 	echo "parameter server: serving variables until the chief is done"
-	while :; do sleep 1; done
+	# sleep in the background and wait: the trap runs at once, and the wait does not report the sleep the
+	# stop killed ("Terminated").
+	while :; do sleep 1 & wait $! 2>/dev/null; done
 	;;
 worker)
 	i=1

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"compress/flate"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,6 +49,11 @@ type follower struct {
 	// timestamps dates each line; since starts each stream at output written from then (unix nanoseconds).
 	timestamps bool
 	since      int64
+	// inOrder, for a follower of a live run, prints the lines of one read, from every stream, in the order
+	// their hosts dated them (the batch), not stream by stream: the last words of a chief come before the
+	// SIGTERM notices of the tasks its exit stopped, although those come in the same read.
+	inOrder bool
+	batch   []datedLine
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
 	restarts int             // the run's gang restarts already told
@@ -56,6 +63,14 @@ type follower struct {
 	next     int   // the stream the next read starts with
 	progShow map[string]progressShown
 	barriers map[string]string // barrier -> last state printed
+}
+
+// datedLine is a line of output (prefix and all) waiting in a read's batch, with when its host says it was
+// written; untimed, its host sent no marks (a worker from before them), and the batch keeps the read's order.
+type datedLine struct {
+	at      int64 // unix nanoseconds
+	untimed bool
+	text    string
 }
 
 type progressShown struct {
@@ -248,7 +263,7 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		k := open[(f.next+i)%len(open)]
 		s := f.streams[k]
 		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset,
-			Flush: s.done, Max: per, Times: f.timestamps, Deflate: true}
+			Flush: s.done, Max: per, Times: f.timestamps || f.inOrder, Deflate: true}
 		if s.offset == 0 {
 			req.Since = f.since
 			if s.tailLines > 0 {
@@ -273,6 +288,7 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 			got = true
 		}
 	}
+	f.flush()
 	return got, nil
 }
 
@@ -401,7 +417,7 @@ func (f *follower) print(task string, data []byte, times []time.Time) {
 	if len(data) == 0 {
 		return
 	}
-	if !f.prefix && times == nil {
+	if !f.prefix && !f.timestamps && !f.inOrder {
 		_, _ = f.out.Write(data) // one task's output as it was written
 		return
 	}
@@ -410,24 +426,58 @@ func (f *follower) print(task string, data []byte, times []time.Time) {
 		prefix = fmt.Sprintf("%-*s ", f.width+2, "["+task+"]")
 	}
 	var buf bytes.Buffer
-	i := 0
+	var ends []int // where each line ends in buf
 	for _, line := range strings.SplitAfter(string(data), "\n") {
 		if line == "" {
 			continue
 		}
 		buf.WriteString(prefix)
-		if i < len(times) {
+		if i := len(ends); f.timestamps && i < len(times) {
 			buf.WriteString(times[i].UTC().Format(timestampLayout))
 			buf.WriteByte(' ')
 		}
-		i++
 		buf.WriteString(line)
 		if !strings.HasSuffix(line, "\n") {
 			buf.WriteByte('\n')
 		}
+		ends = append(ends, buf.Len())
 	}
-	// One write per chunk: lines from different tasks never interleave mid-line.
-	_, _ = f.out.Write(buf.Bytes())
+	if !f.inOrder {
+		// One write per chunk: lines from different tasks never interleave mid-line.
+		_, _ = f.out.Write(buf.Bytes())
+		return
+	}
+	text, start := buf.String(), 0
+	for i, end := range ends {
+		d := datedLine{text: text[start:end], untimed: i >= len(times)}
+		if !d.untimed {
+			d.at = times[i].UnixNano()
+		}
+		f.batch = append(f.batch, d)
+		start = end
+	}
+}
+
+// flush prints a read's batch in the order its lines were written. A stream's lines are dated in the order it
+// has them (each by the first of its host's samples that saw it, a few times a second, or by the file's last
+// write), so the stable sort keeps each task's own order; should any line be undated, the read's order stands.
+func (f *follower) flush() {
+	if len(f.batch) == 0 {
+		return
+	}
+	if !slices.ContainsFunc(f.batch, func(d datedLine) bool { return d.untimed }) {
+		slices.SortStableFunc(f.batch, func(a, b datedLine) int { return cmp.Compare(a.at, b.at) })
+	}
+	n := 0
+	for _, d := range f.batch {
+		n += len(d.text)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n))
+	for _, d := range f.batch {
+		buf.WriteString(d.text)
+	}
+	_, _ = f.out.Write(buf.Bytes()) // one write: lines never interleave mid-line
+	f.batch = f.batch[:0]
 }
 
 // timestampLayout is how --timestamps dates lines (RFC 3339, milliseconds, UTC).

@@ -84,6 +84,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if live {
 		f.prefix = len(filterStatus(st.RunStatus, chosen).Tasks) > 1
 	}
+	// Following several tasks, their lines come as they were written; a listing keeps each task's output
+	// together, and one task's output is its file, byte for byte.
+	f.inOrder = live && f.prefix
 	for _, t := range tasks {
 		f.width = max(f.width, len(t.Name))
 	}

@@ -128,6 +128,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	}()
 
 	f := newFollower(c, id, stdout)
+	f.inOrder = true
 	defer f.close()
 	if isTerminal(os.Stdout) {
 		// On a terminal, progress is a block of bars under the scrolling output.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -256,4 +257,75 @@ func TestFollower_TellsAnUnansweredHostOnce(t *testing.T) {
 	f.take(streams[0], workflows.LogChunk{}) // it answers again
 	f.take(streams[1], silent)
 	assert.Equal(t, 2, strings.Count(notes.String(), "still following"), "told again after it answered")
+}
+
+// A follower of a live run prints the lines of one read in the order their hosts dated them, whatever the order
+// of the streams in the read: the chief's last words before the SIGTERM notice of the parameter server its exit
+// stopped. Each stream's own lines keep their order, and the lines are written all at once.
+func TestFollower_PrintsAReadInTheOrderItWasWritten(t *testing.T) {
+	at := func(ms int64) int64 {
+		return time.Date(2026, 11, 25, 19, 36, 30, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
+	}
+	chunk := func(data string, next int64, marks ...workflows.LogMark) workflows.LogChunk {
+		return workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true}, Data: []byte(data), Next: next, Marks: marks, ModTime: at(900)}
+	}
+	ps := chunk("serving\nSIGTERM received\n", 24, workflows.LogMark{Size: 8, At: at(40)}, workflows.LogMark{Size: 24, At: at(821)})
+	chief := chunk("step 4\nresult written, exiting\n", 31, workflows.LogMark{Size: 7, At: at(29)}, workflows.LogMark{Size: 31, At: at(797)})
+	worker := chunk("worker done\n", 12) // written after the host's last sample: dated by the file's last write
+
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.inOrder, f.width = true, len("worker-0")
+	f.take(&stream{task: "ps-0", name: "stdout"}, ps)
+	f.take(&stream{task: "chief-0", name: "stdout"}, chief)
+	f.take(&stream{task: "worker-0", name: "stderr"}, worker)
+	assert.Empty(t, out.String(), "nothing is printed before the read is whole")
+	f.flush()
+	assert.Equal(t, "[chief-0]  step 4\n[ps-0]     serving\n[chief-0]  result written, exiting\n"+
+		"[ps-0]     SIGTERM received\n[worker-0] worker done\n", out.String())
+
+	// A host that sends no marks (a worker from before them): the read's order stands.
+	out.Reset()
+	f.take(&stream{task: "ps-0", name: "stdout"}, ps)
+	f.take(&stream{task: "chief-0", name: "stdout"}, workflows.LogChunk{Data: []byte("old host\n"), Next: 9})
+	f.flush()
+	assert.Equal(t, "[ps-0]     serving\n[ps-0]     SIGTERM received\n[chief-0]  old host\n", out.String())
+
+	// A listing (clusterrun logs without --follow) keeps each stream's chunk together, as read.
+	out.Reset()
+	list := newFollower(nil, "run", &out)
+	list.prefix, list.width = true, len("chief-0")
+	list.take(&stream{task: "ps-0", name: "stdout"}, ps)
+	list.take(&stream{task: "chief-0", name: "stdout"}, chief)
+	assert.Equal(t, "[ps-0]    serving\n[ps-0]    SIGTERM received\n[chief-0] step 4\n[chief-0] result written, exiting\n", out.String())
+}
+
+// BenchmarkFollower_PrintARead is the follower's work on one full read: 8 MiB of 64-byte lines from 8 tasks,
+// printed stream by stream (a listing) or in the order written (a live follower).
+func BenchmarkFollower_PrintARead(b *testing.B) {
+	const lines = 1 << 14 // per task
+	var data bytes.Buffer
+	for i := 0; i < lines; i++ {
+		fmt.Fprintf(&data, "%063d\n", i)
+	}
+	var chunks []workflows.LogChunk
+	for task := 0; task < 8; task++ {
+		c := workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true}, Data: data.Bytes(), Next: int64(data.Len())}
+		for i := 0; i < lines; i += 40 {
+			c.Marks = append(c.Marks, workflows.LogMark{Size: int64(i+40) * 64, At: int64(i*1000 + task)})
+		}
+		chunks = append(chunks, c)
+	}
+	for _, inOrder := range []bool{false, true} {
+		b.Run(fmt.Sprintf("inOrder=%v", inOrder), func(b *testing.B) {
+			for b.Loop() {
+				f := newFollower(nil, "run", io.Discard)
+				f.inOrder, f.width = inOrder, len("worker-7")
+				for task, c := range chunks {
+					f.take(&stream{task: fmt.Sprintf("worker-%d", task), name: "stdout"}, c)
+				}
+				f.flush()
+			}
+		})
+	}
 }
