@@ -1,7 +1,8 @@
 package starter_test
 
 // These examples run against a real Temporal server with host workers: tests/examples_test.go runs them
-// (go test ./starter -run Example) on the end-to-end suite's server. Plain unit runs skip them.
+// (go test ./starter -run Example) on the end-to-end suite's server. A go test without -run leaves them out
+// (main_test.go).
 
 import (
 	"context"

@@ -24,4 +24,12 @@ func TestE2E_GoPackageExamples(t *testing.T) {
 	for _, name := range []string{"Example", "ExampleRun_Follow", "ExampleRun_Wait", "ExampleRun_Status"} {
 		require.Contains(t, string(out), "--- PASS: "+name+" ", "%s", out)
 	}
+
+	// A plain go test (a fresh clone, no server) passes and starts no run anywhere: the examples are left out.
+	plain := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "./starter")
+	plain.Dir = env.root
+	plain.Env = append(os.Environ(), "TEMPORAL_ADDRESS=127.0.0.1:1")
+	out, err = plain.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotContains(t, string(out), "=== RUN   Example", "%s", out)
 }
