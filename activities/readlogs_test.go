@@ -47,6 +47,7 @@ func BenchmarkReadChunk(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/times=%v", read.name, times), func(b *testing.B) {
 				r := read.req
 				r.Task, r.Attempt, r.Stream, r.Deflate, r.Times = "worker-0", 1, "stdout", true, times
+				b.ReportAllocs()
 				for b.Loop() {
 					if c := h.readChunk("run-1", r); c.Error != "" || len(c.Data) == 0 {
 						b.Fatalf("read: %+v", c.Error)
