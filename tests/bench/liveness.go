@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
@@ -103,6 +104,25 @@ func waitFor(c client.Client, id string, cond func(workflows.RunStatus) bool) ti
 	return time.Time{}
 }
 
+// waitForEvent polls a run's history until it holds an event of the type.
+func waitForEvent(c client.Client, id string, typ enumspb.EventType) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		it := c.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				break
+			}
+			if ev.GetEventType() == typ {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check(fmt.Errorf("run %s: no %s within 5 minutes", id, typ))
+}
+
 // sleeperPIDs lists the pids of the bench's sleeping tasks.
 func sleeperPIDs() map[int]bool {
 	out := map[int]bool{}
@@ -124,8 +144,9 @@ func reattach(c client.Client, dir string, sig syscall.Signal) time.Duration {
 	stopWorker(*hostA, sig)
 	startWorker(*hostA)
 	if sig == syscall.SIGKILL {
-		// The run notices only when the heartbeats are missing.
-		waitFor(c, id, func(st workflows.RunStatus) bool { return countState(st, workflows.TaskUnreachable) > 0 })
+		// The run notices only when the heartbeats are missing: the lease times out. The new worker takes
+		// the tasks up again in the same moment, so Unreachable is seldom seen in a status; the history keeps it.
+		waitForEvent(c, id, enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT)
 	}
 	done := waitFor(c, id, func(st workflows.RunStatus) bool { return countState(st, workflows.TaskRunning) == livenessTasks })
 	after := sleeperPIDs()
