@@ -134,7 +134,7 @@ const (
 // Task states.
 const (
 	TaskPending = "Pending" // scheduled, not yet picked up by a host worker
-	TaskPlaced  = "Placed"  // on a host, waiting for the rendezvous
+	TaskPlaced  = "Placed"  // on a host with a port, not started: at the rendezvous, or starting (pre-placed)
 	TaskRunning = "Running" // released with the cluster map; the process runs
 	// TaskUnreachable: contact with the task's host is lost; its state is unknown. The workflow waits up to
 	// hostLossGrace for the host to re-attach before it counts the task as lost.

@@ -91,7 +91,7 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 	case workflows.TaskRunning:
 		return fmt.Sprintf("running on %s (attempt %d)", on, t.Attempt)
 	case workflows.TaskPlaced:
-		return fmt.Sprintf("placed on %s (attempt %d), waiting for the rendezvous", on, t.Attempt)
+		return placedLine(on, t.Attempt)
 	}
 	return describeState(t)
 }
@@ -146,10 +146,17 @@ func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	f.held = append(f.held, n)
 }
 
+// placedLine says a task holds its place and port on a host and has not started: at a rendezvous it waits for
+// its peers' places, and in a pre-placed launch (every place known) it is starting. A status cannot tell the
+// two apart, so the line is true of both.
+func placedLine(on string, attempt int) string {
+	return fmt.Sprintf("placed on %s (attempt %d), starts when every task is placed", on, attempt)
+}
+
 func describeState(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskPlaced:
-		return fmt.Sprintf("placed on %s (attempt %d), waiting for the rendezvous", t.Host, t.Attempt)
+		return placedLine(t.Host, t.Attempt)
 	case workflows.TaskRunning:
 		return fmt.Sprintf("running on %s (attempt %d)", t.Host, t.Attempt)
 	case workflows.TaskUnreachable:

@@ -129,3 +129,12 @@ func TestFollower_FastRestartsKeepTheirOrder(t *testing.T) {
 	readAll(4)
 	assert.Equal(t, "[chief-0] ── exited 0\n", out.String())
 }
+
+// A placed task's line is true whether it waits at a rendezvous or is starting in a pre-placed launch (whose
+// start may still fail): it does not say that it waits for a rendezvous.
+func TestFollower_SaysAPlacedTaskStartsWhenEveryTaskIsPlaced(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPlaced, Host: "host-b", Attempt: 1}}})
+	assert.Equal(t, "[worker-0] ── placed on host-b (attempt 1), starts when every task is placed\n", out.String())
+}
