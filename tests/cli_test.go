@@ -17,6 +17,12 @@ import (
 // its flags say where the server is.
 func bareCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
+	return bareCLIWith(t, nil, args...)
+}
+
+// bareCLIWith is bareCLI with more variables in the environment.
+func bareCLIWith(t *testing.T, vars []string, args ...string) cliResult {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), args...)
 	cmd.Dir = env.root
 	for _, kv := range os.Environ() {
@@ -25,6 +31,7 @@ func bareCLI(t *testing.T, args ...string) cliResult {
 		}
 	}
 	cmd.Env = append(cmd.Env, "HOME="+t.TempDir())
+	cmd.Env = append(cmd.Env, vars...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -58,8 +65,9 @@ func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(detached.stdout), &started), detached.stdout)
 	assert.True(t, strings.HasPrefix(started.RunID, "flags-"), started.RunID)
 
-	st := bareCLI(t, "status", id, "--address", env.address, "-o", "json")
+	st := bareCLIWith(t, []string{"GODEBUG=gctrace=1"}, "status", id, "--address", env.address, "-o", "json")
 	require.Equal(t, 0, st.code, st.String())
+	assert.NotContains(t, st.stderr, "gc 1 @", "a command that ends within its first second collects no garbage (startheap.go)")
 	var status struct {
 		Status string `json:"status"`
 		Tasks  []struct {
