@@ -101,6 +101,9 @@ type fakeHosts struct {
 	// does not take it up in time; stopQueues lists the queue of every StopTasks call.
 	stopFails  func(queue string, in StopTasksInput) error
 	stopQueues []string
+	// batchEnds, when set, runs before a batch completes, once all its members have ended: a host's batch
+	// completes only once its lease's cancellation reaches it on a heartbeat.
+	batchEnds func(ctx context.Context, in RunTasksInput)
 }
 
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
@@ -182,6 +185,9 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 		return RunTasksResult{}, fails
 	}
 	wg.Wait()
+	if f.batchEnds != nil {
+		f.batchEnds(ctx, in)
+	}
 	return out, nil
 }
 

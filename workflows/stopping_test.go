@@ -3,12 +3,17 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // A host that does not take its StopTasks up in time (it is still reconnecting after a server outage) gets
@@ -99,4 +104,78 @@ func TestFirstNames_NamesTenAndCountsTheRest(t *testing.T) {
 	assert.Equal(t, "worker-0, worker-1", FirstNames(names[:2]))
 	assert.Equal(t, strings.Join(names[:10], ", "), FirstNames(names[:10]))
 	assert.Equal(t, strings.Join(names[:10], ", ")+" and 990 more", FirstNames(names))
+}
+
+// A task that ended on its own just as the run decided to stop (its host's StopTasks leaves it to its lease)
+// ends by the report its host sent, not by its lease's completion, which comes only once the lease's
+// cancellation reaches its host on a heartbeat: the run does not wait for that. (The test environment resolves
+// a canceled activity at once; lateCancels makes the leases' cancellation arrive as late as a server's does.)
+func TestStop_TakesTheReportOfATaskThatEndedOnItsOwn(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a shard passes reports on at its flush timer, which the test environment fires only once the lease returns")
+	}
+	ended := make(chan struct{})
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&lateCancels{}}})
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name != "worker-0" {
+			return res, nil, false
+		}
+		<-ended // it exits 0 as the stop comes
+		return res, nil, true
+	}
+	h.hosts.stopFails = func(_ string, in StopTasksInput) error {
+		if slices.Contains(in.Tasks, "worker-0") {
+			delete(h.hosts.stop, "worker-0") // it had ended: not this stop's to confirm
+			close(ended)
+		}
+		return nil
+	}
+	mayEnd := make(chan struct{})
+	late := false
+	h.hosts.batchEnds = func(_ context.Context, in RunTasksInput) {
+		if !slices.ContainsFunc(in.Members, func(m LeaseMember) bool { return m.Task.Name == "worker-0" }) {
+			return
+		}
+		select {
+		case <-mayEnd:
+		case <-time.After(3 * time.Second):
+			late = true
+		}
+	}
+	st, err := h.run(t, mustSpec(t, batchSpec))
+	close(mayEnd)
+	require.NoError(t, err)
+	assert.False(t, late, "the run waited for the lease of a task whose end its host had reported")
+	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskSucceeded, "worker-1": TaskStopped, "ps-0": TaskStopped}, states(st))
+	require.NotNil(t, st.Task("worker-0").ExitCode)
+	assert.Equal(t, 0, *st.Task("worker-0").ExitCode)
+}
+
+// lateCancels keeps the run's RunTasks leases from being canceled, as a lease's cancellation reaches its host
+// only on its next heartbeat: each completes when its host completes it.
+type lateCancels struct{ interceptor.WorkerInterceptorBase }
+
+func (*lateCancels) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &lateCancelsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}}
+}
+
+type lateCancelsInbound struct{ interceptor.WorkflowInboundInterceptorBase }
+
+func (i *lateCancelsInbound) Init(out interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&lateCancelsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: out}})
+}
+
+type lateCancelsOutbound struct{ interceptor.WorkflowOutboundInterceptorBase }
+
+func (o *lateCancelsOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...interface{}) workflow.Future {
+	if activityType == ActivityRunTasks {
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+	}
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
 }
