@@ -3,7 +3,7 @@
 //
 // Scenarios:
 //
-//	a. submit → 64 trivial tasks exited → result returned    (srun -n 64 --overcommit true)
+//	a. submit → 64 trivial tasks exited → result returned    (srun -n 64 --overcommit true); a2 the same with a chief
 //	b. one of 64 sleeping tasks exits 1 → all others dead → result returned
 //	   (srun -n 64 --overcommit --kill-on-bad-exit=1)
 //	c. host-worker memory and CPU per idle supervised task   (slurmstepd + srun for 64 sleeping tasks)
@@ -107,6 +107,10 @@ func speedScenarios(dir string, haveSrun bool) {
 		as = timeRuns(func() error { return runQuiet("srun", "-n", "64", "--overcommit", "true") })
 	}
 	row("a. 64 trivial tasks, submit → result", a, as)
+	// The same with a chief, as a TensorFlow job has: its exit ends the run while the others end on their own.
+	chief := write(dir, "trivial-chief.yaml", `{name: bench-trivial-chief, command: ["true"], tasks: {chief: {replicas: 1}, worker: {replicas: 63}}}`)
+	a2 := timeRuns(func() error { return runQuiet(*clusterrun, "run", chief) })
+	row("a2. the same with a chief (chief-0 and 63 workers)", a2, as)
 
 	failfast := write(dir, "failfast.yaml", `
 name: bench-failfast
