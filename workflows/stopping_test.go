@@ -159,19 +159,25 @@ func TestStop_TakesTheReportOfATaskThatEndedOnItsOwn(t *testing.T) {
 
 // lateCancels keeps the run's RunTasks leases from being canceled, as a lease's cancellation reaches its host
 // only on its next heartbeat: each completes when its host completes it.
-type lateCancels struct{ interceptor.WorkerInterceptorBase }
+type lateCancels struct {
+	interceptor.WorkerInterceptorBase
+}
 
 func (*lateCancels) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
 	return &lateCancelsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}}
 }
 
-type lateCancelsInbound struct{ interceptor.WorkflowInboundInterceptorBase }
+type lateCancelsInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+}
 
 func (i *lateCancelsInbound) Init(out interceptor.WorkflowOutboundInterceptor) error {
 	return i.Next.Init(&lateCancelsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: out}})
 }
 
-type lateCancelsOutbound struct{ interceptor.WorkflowOutboundInterceptorBase }
+type lateCancelsOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+}
 
 func (o *lateCancelsOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...interface{}) workflow.Future {
 	if activityType == ActivityRunTasks {
