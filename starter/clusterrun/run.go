@@ -143,6 +143,10 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	for {
 		select {
 		case o := <-done:
+			// The run's end is a read of it too: a follow that said it could not read the run says it can again,
+			// also when the run ended before its next look (a run that ends within half a second of a server
+			// outage's end left the outage's note without its answer).
+			reads.seen(nil, "")
 			// Read what the tasks wrote last; the result names every task's host and final attempt.
 			f.update(o.st)
 			if err := f.drain(ctx); err != nil {
