@@ -67,7 +67,9 @@ func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
 
 	st := bareCLIWith(t, []string{"GODEBUG=gctrace=1"}, "status", id, "--address", env.address, "-o", "json")
 	require.Equal(t, 0, st.code, st.String())
-	assert.NotContains(t, st.stderr, "gc 1 @", "a command that ends within its first second collects no garbage (startheap.go)")
+	// gctrace dates each collection from the program's start: none in its first second (a loaded machine may
+	// keep the command past it, and a collection after it is Go's default).
+	assert.NotRegexp(t, `gc \d+ @0\.`, st.stderr, "a command collects no garbage in its first second (startheap.go)")
 	var status struct {
 		Status string `json:"status"`
 		Tasks  []struct {
