@@ -45,14 +45,7 @@ func (h *Host) exitReported(ctx context.Context, in workflows.RunTaskInput, e *e
 		h.Logger.Info("cannot report a task's end by signal; its lease's completion reports it", "task", e.ref.Task, "error", err)
 		return false
 	}
-	select {
-	case <-hb.verdicts():
-		return hb.verdictNow() == leaseGone
-	case <-ctx.Done():
-		return false
-	case <-time.After(exitHoldBack):
-	}
-	return hb.ask() == leaseGone
+	return h.runEnded(ctx, hb)
 }
 
 // sendExits signals a run the ends gathered for it, in as many signals as their size needs.

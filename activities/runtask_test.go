@@ -58,15 +58,16 @@ type fakeServer struct {
 	client.Client
 	host *Host
 
-	mu           sync.Mutex
-	unhealthy    bool
-	ended        bool
-	heartbeatErr error
-	status       *workflows.RunStatus
-	signals      []any
-	lastBeat     any // the details of the last heartbeat
-	beats        int // how many heartbeats came
-	failExits    int // this many task-exits signals fail, as while the server is down
+	mu            sync.Mutex
+	unhealthy     bool
+	ended         bool
+	heartbeatErr  error
+	heartbeatErrs []error // the answers of the next heartbeats, one each, before heartbeatErr
+	status        *workflows.RunStatus
+	signals       []any
+	lastBeat      any // the details of the last heartbeat
+	beats         int // how many heartbeats came
+	failExits     int // this many task-exits signals fail, as while the server is down
 	// history, when set, is the run's whole history (it is over: the iterator ends after it); historyLength is
 	// what a describe says the history held.
 	history       []*historypb.HistoryEvent
@@ -104,6 +105,11 @@ func (c *fakeServer) RecordActivityHeartbeat(_ context.Context, _ []byte, detail
 		c.lastBeat = details[0]
 	}
 	c.beats++
+	if len(c.heartbeatErrs) > 0 {
+		err := c.heartbeatErrs[0]
+		c.heartbeatErrs = c.heartbeatErrs[1:]
+		return err
+	}
 	return c.heartbeatErr
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -208,6 +210,37 @@ func TestRunTasks_CancelStopsEveryMember(t *testing.T) {
 	}
 	assert.Empty(t, a.server.reported())
 	assert.Equal(t, 0, a.host.Running())
+}
+
+// A batch whose members' ends all went by signal, and which its run then cancels (the run is stopping, to end on
+// those ends), holds its completion back a moment: a run that has ended by then has no use for it (the server
+// no longer knows the lease), and one that goes on gets it.
+func TestRunTasks_ACanceledBatchWhoseEndsWentBySignalWaitsForTheRunToEnd(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after error // the heartbeat's answer after the cancellation
+	}{
+		{"the run ends", serviceerror.NewNotFound("workflow execution already completed")},
+		{"the run goes on", temporal.NewCanceledError()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newHarness(t)
+			wait := a.runBatch(leaseOn(named("worker-0", "true"), named("worker-1", "true")))
+			waitFor(t, "both ends reported", func() bool { return len(a.server.reported()) == 2 })
+			a.server.mu.Lock()
+			a.server.heartbeatErrs = []error{temporal.NewCanceledError()}
+			a.server.heartbeatErr = c.after
+			a.server.mu.Unlock()
+			res, err := wait()
+			if _, gone := c.after.(*serviceerror.NotFound); gone {
+				require.ErrorIs(t, err, activity.ErrResultPending, "no completion for a run that is over")
+				return
+			}
+			require.NoError(t, err)
+			assert.Nil(t, endOf(t, res, "worker-0").Error)
+			assert.Nil(t, endOf(t, res, "worker-1").Error)
+		})
+	}
 }
 
 // Unpinned members take the host's slots: past them a member waits for one to be freed, and one that finds
