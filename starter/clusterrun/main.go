@@ -142,17 +142,21 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 		}
 	}()
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fmt.Fprintln(stderr, "\nFlags:")
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
 		fs.PrintDefaults()
 	}
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		fs.SetOutput(io.Discard) // the problem is said below, in one line
+		err := fs.Parse(args)
+		fs.SetOutput(stderr)
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
 				return nil, err
 			}
-			return nil, &exitError{code: exitUsage} // flag already printed the problem and the usage
+			return nil, usageErrorf("%s", flagProblem(fs, err))
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A flag that does not exist, or whose value does not parse, is said in one line that names the flag as the
+// help spells it and says what would be right, with the command's usage code; --help still prints the usage.
+func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"logs", "--task", "chief-0", "r"}, "clusterrun logs: unknown flag --task; did you mean --tasks? (see clusterrun logs --help)\n"},
+		{[]string{"status", "r", "--wach", "2s"}, "clusterrun status: unknown flag --wach; did you mean --watch? (see clusterrun status --help)\n"},
+		{[]string{"run", "--detatch", "x.yaml"}, "clusterrun run: unknown flag --detatch; did you mean --detach? (see clusterrun run --help)\n"},
+		{[]string{"logs", "r", "--zzzzzz"}, "clusterrun logs: unknown flag --zzzzzz (see clusterrun logs --help)\n"},
+		{[]string{"status", "--watch=abc", "r"}, `clusterrun status: --watch "abc": want a duration such as 30s, 5m or 1h (see clusterrun status --help)` + "\n"},
+		{[]string{"logs", "r", "--tail=x"}, `clusterrun logs: --tail "x": want a whole number (see clusterrun logs --help)` + "\n"},
+		{[]string{"logs", "r", "--tail"}, "clusterrun logs: --tail needs a value: a whole number (see clusterrun logs --help)\n"},
+		{[]string{"status", "--json=maybe", "r"}, "clusterrun status: --json=maybe: want true or false (see clusterrun status --help)\n"},
+	} {
+		var out, errb bytes.Buffer
+		assert.Equal(t, exitUsage, mainWithCode(c.args, &out, &errb), "%v", c.args)
+		assert.Equal(t, c.want, errb.String(), "%v", c.args)
+		assert.Empty(t, out.String())
+	}
+	var out, errb bytes.Buffer
+	assert.Equal(t, 0, mainWithCode([]string{"logs", "--help"}, &out, &errb))
+	assert.Contains(t, errb.String(), "Usage: clusterrun logs RUN")
+	assert.Contains(t, errb.String(), "-tasks")
+}
+
+func TestEditDistance(t *testing.T) {
+	assert.Equal(t, 0, editDistance("tasks", "tasks"))
+	assert.Equal(t, 1, editDistance("task", "tasks"))
+	assert.Equal(t, 2, editDistance("wach", "watchx"))
+	assert.Equal(t, 3, editDistance("", "abc"))
+}
