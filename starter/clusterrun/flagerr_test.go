@@ -33,10 +33,3 @@ func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
 	assert.Contains(t, errb.String(), "Usage: clusterrun logs RUN")
 	assert.Contains(t, errb.String(), "-tasks")
 }
-
-func TestEditDistance(t *testing.T) {
-	assert.Equal(t, 0, editDistance("tasks", "tasks"))
-	assert.Equal(t, 1, editDistance("task", "tasks"))
-	assert.Equal(t, 2, editDistance("wach", "watchx"))
-	assert.Equal(t, 3, editDistance("", "abc"))
-}

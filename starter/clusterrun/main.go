@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 )
 
 // Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
@@ -156,7 +157,7 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 				fs.Usage()
 				return nil, err
 			}
-			return nil, usageErrorf("%s", flagProblem(fs, err))
+			return nil, usageErrorf("%s", flagerr.Problem(fs, err, fmt.Sprintf(" (see clusterrun %s --help)", fs.Name())))
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -36,6 +37,7 @@ import (
 	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/internal/version"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -126,9 +128,15 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.SetOutput(io.Discard) // a problem is said in one line, below
 	err := fs.Parse(args)
-	if err != nil {
+	fs.SetOutput(os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
 		return c, err
+	}
+	if err != nil {
+		return c, errors.New(flagerr.Problem(fs, err, " (see clusterrun-worker --help)"))
 	}
 	if *showVersion {
 		fmt.Println(version.String("clusterrun-worker"))

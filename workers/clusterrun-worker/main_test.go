@@ -108,3 +108,11 @@ func TestParseFlags_Ports(t *testing.T) {
 	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--ports", "500-600"})
 	assert.EqualError(t, err, `--ports "500-600": the range must lie within 1024-65535 and FROM must not exceed TO, e.g. 20000-29999`)
 }
+
+// A flag that does not exist, or whose value does not parse, is said in one line with what would be right.
+func TestParseFlags_FlagProblemsAreSaidInOneLine(t *testing.T) {
+	_, err := parseFlags([]string{"--host", "h", "--slot", "4"})
+	require.EqualError(t, err, "unknown flag --slot; did you mean --slots? (see clusterrun-worker --help)")
+	_, err = parseFlags([]string{"--host", "h", "--slots", "abc"})
+	require.EqualError(t, err, `--slots "abc": want a whole number (see clusterrun-worker --help)`)
+}

@@ -1,4 +1,5 @@
-package main
+// Package flagerr says a flag.FlagSet's parse errors as the clusterrun commands' help spells their flags.
+package flagerr
 
 import (
 	"flag"
@@ -7,13 +8,12 @@ import (
 	"time"
 )
 
-// flagProblem turns an error of flag.FlagSet.Parse into one line that names the flag as the help spells it
-// (--name) and says what would be right: the nearest flag for one that does not exist, the kind of value for
-// one that does not parse. The flag package's own message (-name, "parse error") comes with the whole usage,
-// which buries it.
-func flagProblem(fs *flag.FlagSet, err error) string {
+// Problem turns an error of fs.Parse into one line that names the flag as the help spells it (--name) and says
+// what would be right: the nearest flag for one that does not exist, the kind of value for one that does not
+// parse. hint ends the line (" (see CMD --help)"). The flag package's own message (-name, "parse error") comes
+// with the whole usage, which buries it: parse with fs's output discarded.
+func Problem(fs *flag.FlagSet, err error, hint string) string {
 	msg := err.Error()
-	hint := fmt.Sprintf(" (see clusterrun %s --help)", fs.Name())
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		name = strings.TrimPrefix(name, "-")
 		if near := nearestFlag(fs, name); near != "" {
