@@ -79,7 +79,8 @@ type HostRegistryState struct {
 	Hosts map[string]HostEntry `json:"hosts,omitempty"`
 }
 
-// HostRegistry keeps every host's last report. It never ends; it continues as new when the server suggests.
+// HostRegistry keeps every host's last report. It never ends; it continues as new when its history is due
+// (historyDue).
 func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 	if st.Hosts == nil {
 		st.Hosts = map[string]HostEntry{}
@@ -100,7 +101,7 @@ func HostRegistry(ctx workflow.Context, st HostRegistryState) error {
 		var r HostReport
 		reports.Receive(ctx, &r)
 		record(r)
-		if !workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if !historyDue(ctx) {
 			continue
 		}
 		for reports.ReceiveAsync(&r) {

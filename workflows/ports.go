@@ -52,7 +52,8 @@ type PortAllocatorState struct {
 	Next map[string]int `json:"next,omitempty"`
 }
 
-// PortAllocator answers UpdateAllocatePorts. It never ends; it continues as new when the server suggests.
+// PortAllocator answers UpdateAllocatePorts. It never ends; it continues as new when its history is due
+// (historyDue).
 func PortAllocator(ctx workflow.Context, st PortAllocatorState) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAllocatePorts,
 		func(_ workflow.Context, req PortRequest) (PortGrant, error) { return st.allocate(req) },
@@ -60,8 +61,19 @@ func PortAllocator(ctx workflow.Context, st PortAllocatorState) error {
 	if err != nil {
 		return err
 	}
-	if err := workflow.Await(ctx, func() bool { return workflow.GetInfo(ctx).GetContinueAsNewSuggested() }); err != nil {
-		return err
+	wentOn := false // an older worker went on past shortHistory in this run: wait for the server's suggestion
+	for {
+		err := workflow.Await(ctx, func() bool {
+			info := workflow.GetInfo(ctx)
+			return info.GetContinueAsNewSuggested() || !wentOn && info.GetCurrentHistoryLength() >= shortHistory
+		})
+		if err != nil {
+			return err
+		}
+		if historyDue(ctx) {
+			break
+		}
+		wentOn = true
 	}
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
