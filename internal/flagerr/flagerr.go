@@ -1,4 +1,5 @@
-// Package flagerr says a flag.FlagSet's parse errors as the clusterrun commands' help spells their flags.
+// Package flagerr says a flag.FlagSet's parse errors as the clusterrun commands' help spells their flags, and
+// finds the name a mistyped one was meant to be.
 package flagerr
 
 import (
@@ -59,39 +60,51 @@ func valueKind(f *flag.Flag) string {
 	return "a value"
 }
 
-// nearestFlag is the flag of fs whose name is closest to name: one that starts with it, or that it starts
-// with, or within two edits of it; "" when none is.
+// nearestFlag is the flag of fs whose name is closest to name (Nearest), or "".
 func nearestFlag(fs *flag.FlagSet, name string) string {
-	best, bestDist := "", 3
-	fs.VisitAll(func(f *flag.Flag) {
-		d := editDistance(name, f.Name)
-		if len(name) >= 3 && (strings.HasPrefix(f.Name, name) || strings.HasPrefix(name, f.Name)) {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return Nearest(name, names)
+}
+
+// Nearest is the one of names closest to word: one that starts with it, or that it starts with, or within an
+// edit per three letters of it (a letter mistyped, left out, added, or two swapped); "" when none is.
+func Nearest(word string, names []string) string {
+	best, bestDist := "", max(1, len(word)/3)+1
+	for _, n := range names {
+		d := editDistance(word, n)
+		if len(word) >= 3 && (strings.HasPrefix(n, word) || strings.HasPrefix(word, n)) {
 			d = min(d, 1)
 		}
 		if d < bestDist {
-			best, bestDist = f.Name, d
+			best, bestDist = n, d
 		}
-	})
+	}
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b.
+// editDistance is the edit distance between a and b, where swapping two neighbouring letters is one edit
+// (optimal string alignment).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev = cur
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

@@ -111,6 +111,10 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		}
 		return ee.code
 	case strings.HasPrefix(err.Error(), "unknown command"):
+		if near := flagerr.Nearest(args[0], commandNames()); near != "" {
+			fmt.Fprintf(stderr, "clusterrun: unknown command %q; did you mean %q? (see clusterrun --help)\n", args[0], near)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are %s (see clusterrun --help)\n", args[0], strings.Join(commandNames(), ", "))
 		return exitUsage
 	default:

@@ -38,7 +38,10 @@ func TestParse_FlagsBeforeAndAfterArguments(t *testing.T) {
 func TestMainWithCode_Usage(t *testing.T) {
 	var out, errb bytes.Buffer
 	assert.Equal(t, exitUsage, mainWithCode([]string{"bogus"}, &out, &errb))
-	assert.Contains(t, errb.String(), `unknown command "bogus"`)
+	assert.Contains(t, errb.String(), `unknown command "bogus"; commands are run, status,`)
+	errb.Reset()
+	assert.Equal(t, exitUsage, mainWithCode([]string{"stauts", "r"}, &out, &errb))
+	assert.Equal(t, "clusterrun: unknown command \"stauts\"; did you mean \"status\"? (see clusterrun --help)\n", errb.String())
 	errb.Reset()
 	assert.Equal(t, exitUsage, mainWithCode([]string{"run", "a.yaml", "b.yaml"}, &out, &errb))
 	assert.Contains(t, errb.String(), `unexpected argument "b.yaml"; usage: clusterrun run SPEC`)
