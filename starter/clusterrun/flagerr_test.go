@@ -29,6 +29,9 @@ func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
 		assert.Empty(t, out.String())
 	}
 	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"task", "barier", "ready"}, &out, &errb))
+	assert.Equal(t, "clusterrun task: unknown subcommand \"barier\"; did you mean \"barrier\"? (see clusterrun task --help)\n", errb.String())
+	errb.Reset()
 	assert.Equal(t, 0, mainWithCode([]string{"logs", "--help"}, &out, &errb))
 	assert.Contains(t, errb.String(), "Usage: clusterrun logs RUN")
 	assert.Contains(t, errb.String(), "-tasks")

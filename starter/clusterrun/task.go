@@ -13,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -59,8 +60,11 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		"clear-stop": taskClearStop, "wait-for-stop": taskWaitForStop,
 	}[sub]
 	if run == nil {
-		return usageErrorf("unknown subcommand %q; use barrier, progress, stop, clear-stop, should-stop, wait-for-stop, info, "+
-			"schedule, fetch, join or done (see clusterrun task --help)", sub)
+		subs := []string{"barrier", "progress", "stop", "clear-stop", "should-stop", "wait-for-stop", "info", "schedule", "fetch", "join", "done"}
+		if near := flagerr.Nearest(sub, subs); near != "" {
+			return usageErrorf("unknown subcommand %q; did you mean %q? (see clusterrun task --help)", sub, near)
+		}
+		return usageErrorf("unknown subcommand %q; use %s or done (see clusterrun task --help)", sub, strings.Join(subs[:len(subs)-1], ", "))
 	}
 	return run(rest, stdout, stderr)
 }
