@@ -105,3 +105,34 @@ func TestBatcher_NowSendsTheGatheringAtOnce(t *testing.T) {
 	require.NoError(t, <-first)
 	assert.Equal(t, [][]int{{1, 2}}, s.all(), "one signal with both items")
 }
+
+// after returns once what is gathered for the run went out, sending it at once; it waits for a gathering on its
+// way out too, and returns at once when nothing is gathered.
+func TestBatcher_AfterSendsWhatIsGatheredFirst(t *testing.T) {
+	var s sends
+	release := make(chan struct{})
+	slow := func(ctx context.Context, w, r string, items []int) error { <-release; return s.send(ctx, w, r, items) }
+	b := &batcher[int]{send: slow, window: time.Hour, maxWindow: time.Hour}
+	require.NoError(t, b.after(context.Background(), "run", "r1"), "nothing gathered")
+	go func() { _ = b.add(context.Background(), "run", "r1", 1) }()
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.runs["run\x00r1"] != nil && len(b.runs["run\x00r1"].items) == 1
+	}, 10*time.Second, time.Millisecond, "the item is gathered")
+	done := make(chan error, 1)
+	go func() { done <- b.after(context.Background(), "run", "r1") }()
+	select {
+	case <-done:
+		t.Fatal("after returned before the gathering went out")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("after waited for the quiet window")
+	}
+	assert.Equal(t, [][]int{{1}}, s.all())
+}

@@ -45,6 +45,9 @@ type entry struct {
 	shimSocket    string
 	// port is the port the attempt was given here, set at launch (0 for attempts taken up from a record).
 	port int
+	// asChosen says the attempt starts at the port its run chose (a pre-placed launch): its start is reported
+	// once its process runs.
+	asChosen bool
 	// supervisor is its run's supervisor's socket, where one request stops many of its tasks ("" in records
 	// of older workers: each is stopped through its own socket).
 	supervisor string

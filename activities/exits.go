@@ -48,8 +48,11 @@ func (h *Host) exitReported(ctx context.Context, in workflows.RunTaskInput, e *e
 	return h.runEnded(ctx, hb)
 }
 
-// sendExits signals a run the ends gathered for it, in as many signals as their size needs.
+// sendExits signals a run the ends gathered for it, in as many signals as their size needs, after the starts
+// this host gathered for the run (reportStarted): a start that reached the run after its task's end could come
+// in as the run completes on its ends, and fail its final workflow task.
 func (h *Host) sendExits(ctx context.Context, workflowID, runID string, items []workflows.TaskExitReport) error {
+	_ = h.starts.after(ctx, workflowID, runID) // a start that cannot be sent is its sender's to report
 	var batch []workflows.TaskExitReport
 	size := 0
 	flush := func() error {

@@ -82,6 +82,7 @@ type Host struct {
 	OnDrain func(drained bool) error
 
 	placements batcher[workflows.Placement]
+	starts     batcher[workflows.Placement] // pre-placed attempts' starts, gathered longer (startsWindow)
 	exits      batcher[workflows.TaskExitReport]
 	gate       arrivalGate
 	reg        registry
@@ -107,6 +108,8 @@ func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Hos
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
 	}
 	h.exits.send = h.sendExits
+	h.starts.send = h.placements.send
+	h.starts.window, h.starts.maxWindow = startsWindow, startsMaxWindow
 	h.contact.lastOK = time.Now()
 	return h
 }

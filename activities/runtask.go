@@ -178,7 +178,7 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 	ml memberLease) (workflows.ClusterMap, net.Listener, *ending) {
 	if in.Cluster != nil {
 		if ln, err := listenOn(in.Port); err == nil {
-			h.reportStarted(ctx, in, e)
+			e.asChosen = true
 			return *in.Cluster, ln, nil
 		}
 		h.Logger.Info("the port the run chose is taken; placing the task as usual", "task", e.ref.Task, "port", in.Port)
@@ -237,14 +237,17 @@ func reservePort(want int) (net.Listener, error) {
 
 func listenOn(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf(":%d", port)) }
 
-// reportStarted tells the run that a pre-placed attempt starts here as the run chose (batched with this host's
-// other placements). The process starts meanwhile: should the signal fail, the task only shows as placed, not
-// running, until it ends.
+// reportStarted tells the run that a pre-placed attempt runs here as the run chose (batched with this host's
+// other placements), once its process started and its record is written: the run takes it for started from
+// then on. Sent sooner (at the port's bind, as it was), a worker SIGKILLed in between left an attempt whose
+// start the run had taken and which the next worker had no record of, and the run counted it lost (a failure:
+// make bench's worker-SIGKILL scenario failed its run so); unreported, the run starts it again. Should the
+// signal fail, the task only shows as placed, not running, until it ends.
 func (h *Host) reportStarted(ctx context.Context, in workflows.RunTaskInput, e *entry) {
 	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
 		Host: h.Name, Addr: h.Addr, Port: in.Port, Started: true}
 	go func() {
-		if err := h.placements.add(ctx, e.ref.WorkflowID, e.ref.RunID, placed); err != nil && ctx.Err() == nil {
+		if err := h.starts.add(ctx, e.ref.WorkflowID, e.ref.RunID, placed); err != nil && ctx.Err() == nil {
 			h.Logger.Warn("cannot tell the run that a task started", "task", e.ref.Task, "error", err)
 		}
 	}()
@@ -328,6 +331,9 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	// A stop asked for while the process was starting applies now.
 	if by, reason := e.stopCause(); by != "" {
 		h.askSupervisor(e, by, reason, e.stopGraceAsked())
+	}
+	if e.asChosen {
+		h.reportStarted(ctx, in, e)
 	}
 	h.giveNewerMap(e, cluster)
 	h.taskStarted(e.ref.Attempt)

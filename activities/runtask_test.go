@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,7 +63,8 @@ type fakeServer struct {
 	unhealthy     bool
 	ended         bool
 	heartbeatErr  error
-	heartbeatErrs []error // the answers of the next heartbeats, one each, before heartbeatErr
+	heartbeatErrs []error                                         // the answers of the next heartbeats, one each, before heartbeatErr
+	onPlaced      func(wfID, runID string, p workflows.Placement) // sees each placement as it is signaled
 	status        *workflows.RunStatus
 	signals       []any
 	lastBeat      any // the details of the last heartbeat
@@ -84,9 +86,13 @@ func (c *fakeServer) SignalWorkflow(_ context.Context, wfID, runID, name string,
 		return serviceerror.NewUnavailable("connection refused")
 	}
 	c.signals = append(c.signals, arg)
+	onPlaced := c.onPlaced
 	c.mu.Unlock()
 	if placed, ok := arg.(workflows.PlacedSignal); ok {
 		for _, p := range placed.Placements {
+			if onPlaced != nil {
+				onPlaced(wfID, runID, p)
+			}
 			go func() {
 				_, _ = c.host.Release(context.Background(), workflows.ReleaseInput{WorkflowID: wfID, RunID: runID,
 					Tasks:   []workflows.TaskAttempt{{Task: p.Task, Attempt: p.Attempt}},
@@ -342,6 +348,56 @@ func TestRunTask_StartFailureIsPermanent(t *testing.T) {
 	assert.Equal(t, workflows.ErrTaskStartFailed, e.Type())
 	assert.Contains(t, e.Message(), `worker-0 cannot start on host test-host: command "no-such-binary-xyz" not found`)
 	assert.Empty(t, a.host.reg.all(), "nothing is left of an attempt that never started")
+}
+
+// A pre-placed attempt (its run chose the port) is reported started once its process runs and its record is
+// written; one whose command cannot start is never reported started, so its run never shows it running.
+func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
+	for _, c := range []struct {
+		cmd     []string
+		started bool
+	}{{[]string{"sleep", "300"}, true}, {[]string{"no-such-binary-xyz"}, false}} {
+		a := newHarness(t)
+		ln, err := net.Listen("tcp", ":0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		var mu sync.Mutex
+		var placed []workflows.Placement
+		recorded := map[string]bool{} // task -> its record and process were there when its start was reported
+		a.server.onPlaced = func(wfID, runID string, p workflows.Placement) {
+			e := a.host.reg.lookup(wfID, runID, p.Task, p.Attempt)
+			mu.Lock()
+			defer mu.Unlock()
+			placed = append(placed, p)
+			if e != nil && e.process() != nil {
+				_, err := os.Stat(filepath.Join(e.record, recordFile))
+				recorded[p.Task] = err == nil
+			}
+		}
+		in := leased(taskSpec(c.cmd...))
+		m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: port})
+		in.Cluster, in.Port = &m, port
+		wait := a.run(in)
+		if c.started {
+			waitFor(t, "the start reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(placed) > 0 })
+			mu.Lock()
+			assert.True(t, placed[0].Started)
+			assert.Equal(t, port, placed[0].Port)
+			assert.True(t, recorded["worker-0"], "the process ran and its record was written when its start was reported")
+			mu.Unlock()
+			_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+			require.NoError(t, err)
+			_, _ = wait()
+			continue
+		}
+		_, err = wait()
+		assert.Equal(t, workflows.ErrTaskStartFailed, appErr(t, err).Type())
+		time.Sleep(50 * time.Millisecond) // longer than the placements' batch window: a report would be out
+		mu.Lock()
+		assert.Empty(t, placed, "no start reported")
+		mu.Unlock()
+	}
 }
 
 func TestRunTask_BadResultFileIsReported(t *testing.T) {
