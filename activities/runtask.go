@@ -243,9 +243,9 @@ func listenOn(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Spr
 // start the run had taken and which the next worker had no record of, and the run counted it lost (a failure:
 // make bench's worker-SIGKILL scenario failed its run so); unreported, the run starts it again. Should the
 // signal fail, the task only shows as placed, not running, until it ends.
-func (h *Host) reportStarted(ctx context.Context, in workflows.RunTaskInput, e *entry) {
+func (h *Host) reportStarted(ctx context.Context, in workflows.RunTaskInput, e *entry, at time.Time) {
 	placed := workflows.Placement{Task: e.ref.Task, Generation: in.Generation, Attempt: e.ref.Attempt, Lease: in.Lease,
-		Host: h.Name, Addr: h.Addr, Port: in.Port, Started: true}
+		Host: h.Name, Addr: h.Addr, Port: in.Port, Started: true, StartedAt: &at}
 	go func() {
 		if err := h.starts.add(ctx, e.ref.WorkflowID, e.ref.RunID, placed); err != nil && ctx.Err() == nil {
 			h.Logger.Warn("cannot tell the run that a task started", "task", e.ref.Task, "error", err)
@@ -333,7 +333,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		h.askSupervisor(e, by, reason, e.stopGraceAsked())
 	}
 	if e.asChosen {
-		h.reportStarted(ctx, in, e)
+		h.reportStarted(ctx, in, e, st.StartedAt)
 	}
 	h.giveNewerMap(e, cluster)
 	h.taskStarted(e.ref.Attempt)

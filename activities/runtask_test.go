@@ -365,6 +365,7 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 		var mu sync.Mutex
 		var placed []workflows.Placement
 		recorded := map[string]bool{} // task -> its record and process were there when its start was reported
+		startedAt := map[string]time.Time{}
 		a.server.onPlaced = func(wfID, runID string, p workflows.Placement) {
 			e := a.host.reg.lookup(wfID, runID, p.Task, p.Attempt)
 			mu.Lock()
@@ -373,6 +374,7 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 			if e != nil && e.process() != nil {
 				_, err := os.Stat(filepath.Join(e.record, recordFile))
 				recorded[p.Task] = err == nil
+				startedAt[p.Task] = e.process().StartedAt
 			}
 		}
 		in := leased(taskSpec(c.cmd...))
@@ -385,6 +387,11 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 			assert.True(t, placed[0].Started)
 			assert.Equal(t, port, placed[0].Port)
 			assert.True(t, recorded["worker-0"], "the process ran and its record was written when its start was reported")
+			if assert.NotNil(t, placed[0].StartedAt, "the report carries the process's start") {
+				assert.False(t, startedAt["worker-0"].IsZero())
+				assert.True(t, startedAt["worker-0"].Equal(*placed[0].StartedAt), "the process started at %v, the report says %v",
+					startedAt["worker-0"], *placed[0].StartedAt)
+			}
 			mu.Unlock()
 			_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
 			require.NoError(t, err)

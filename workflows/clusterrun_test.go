@@ -66,11 +66,13 @@ type fakeHosts struct {
 	taken    map[int]bool
 	// silentStart: the host of a pre-placed task dies before it reports the start.
 	silentStart func(RunTaskInput) bool
-	ids         []string // activity IDs seen
-	releases    []ReleaseInput
-	stops       []StopTasksInput
-	maps        map[string]ClusterMap  // task -> map it was released with
-	barrier     map[string]chan string // task/barrier -> "" or the error
+	// startedAt, when set, is the process start a pre-placed task's report carries.
+	startedAt *time.Time
+	ids       []string // activity IDs seen
+	releases  []ReleaseInput
+	stops     []StopTasksInput
+	maps      map[string]ClusterMap  // task -> map it was released with
+	barrier   map[string]chan string // task/barrier -> "" or the error
 	// waiterAttempt is the attempt waiting at each task/barrier: outcomes are for attempts, not names.
 	waiterAttempt map[string]int
 	passed        map[string][]string // task -> "barrier: ok" or "barrier: error"
@@ -291,7 +293,7 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 		f.mu.Unlock()
 		if f.silentStart == nil || !f.silentStart(in) {
 			f.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
-				Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: in.Port, Started: true}}})
+				Attempt: attempt, Lease: in.Lease, Host: host, Addr: addrOf(in.Task), Port: in.Port, Started: true, StartedAt: f.startedAt}}})
 		}
 	} else if !in.Attach {
 		port := 2000 + in.Task.Rank

@@ -129,7 +129,11 @@ func (r *run) onPrePlaced(t *task, p Placement, now time.Time) bool {
 	}
 	t.released = true
 	if st.State == TaskPlaced {
-		st.State, st.StartTime = TaskRunning, &now
+		start := now
+		if p.StartedAt != nil && !p.StartedAt.IsZero() {
+			start = *p.StartedAt // the report may come up to startsMaxWindow after the process started
+		}
+		st.State, st.StartTime = TaskRunning, &start
 	}
 	if t.terminated {
 		r.todo.terminate = append(r.todo.terminate, t) // its stop may have reached the host before the lease did

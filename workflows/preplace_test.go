@@ -70,6 +70,24 @@ func TestPrePlaced_TheLaunchCarriesTheMap(t *testing.T) {
 	}
 }
 
+// A pre-placed task's start time is its process's, as its host reported it, not when the report reached the run
+// (hosts gather their starts up to a second).
+func TestPrePlaced_TheStartTimeIsTheProcesss(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	h := newHarness(t, chiefEnds)
+	h.hosts.registry = registryOf(true)
+	started := time.Date(2026, 11, 26, 4, 5, 6, 789e6, time.UTC)
+	h.hosts.startedAt = &started
+	st, err := h.run(t, mustSpec(t, batchSpec))
+	require.NoError(t, err)
+	chief := st.Task("chief-0")
+	require.NotNil(t, chief)
+	require.NotNil(t, chief.StartTime)
+	assert.True(t, started.Equal(*chief.StartTime), "start time %v, the host said %v", *chief.StartTime, started)
+}
+
 // A host that finds a chosen port taken places the task as usual: the run releases it at its new port and
 // tells the other hosts of the new map, one revision on.
 func TestPrePlaced_ATakenPortMovesTheTask(t *testing.T) {

@@ -139,6 +139,8 @@ type Placement struct {
 	Reattached bool `json:"reattached,omitempty"`
 	// Started says the host started a pre-placed attempt on the port and with the map its lease carried.
 	Started bool `json:"started,omitempty"`
+	// StartedAt is when that attempt's process started, by its host's clock (nil from hosts before it was sent).
+	StartedAt *time.Time `json:"startedAt,omitempty"`
 }
 
 // Endpoint is where one task listens.
@@ -355,7 +357,9 @@ type TaskStatus struct {
 	Attempt  int    `json:"attempt"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
-	// StartTime is when the current attempt was released to start; EndTime when it ended.
+	// StartTime is when the current attempt started: a pre-placed one's process, by its host's clock (by the run's
+	// when the host's report came from a worker before that was sent); one the run released after its placement,
+	// at the release. EndTime is when the run learned of its end.
 	StartTime *time.Time      `json:"startTime,omitempty"`
 	EndTime   *time.Time      `json:"endTime,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
