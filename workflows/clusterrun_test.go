@@ -103,6 +103,8 @@ type fakeHosts struct {
 	// does not take it up in time; stopQueues lists the queue of every StopTasks call.
 	stopFails  func(queue string, in StopTasksInput) error
 	stopQueues []string
+	// stopHold, when set, runs as a StopTasks begins, before the fake takes its lock: a host slow to answer.
+	stopHold func(in StopTasksInput)
 	// batchEnds, when set, runs before a batch completes, once all its members have ended: a host's batch
 	// completes only once its lease's cancellation reaches it on a heartbeat.
 	batchEnds func(ctx context.Context, in RunTasksInput)
@@ -416,6 +418,9 @@ func (f *fakeHosts) release(_ context.Context, in ReleaseInput) (ReleaseResult, 
 }
 
 func (f *fakeHosts) stopTasks(ctx context.Context, in StopTasksInput) (StopTasksResult, error) {
+	if f.stopHold != nil {
+		f.stopHold(in)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	queue := activity.GetInfo(ctx).TaskQueue

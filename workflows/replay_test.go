@@ -14,7 +14,8 @@ import (
 
 // Every history under testdata/histories was recorded by the end-to-end suite of some earlier version
 // (make record-histories): v1/ before the lease-based runs of this version, and so on; v3-shards/ holds
-// sharded runs, one of them with a shard terminated by hand. A workflow change that replays any of them
+// sharded runs, one of them with a shard terminated by hand; v4/ a run recorded from a PostgreSQL server's
+// workers before ChangeStopsHearEnds. A workflow change that replays any of them
 // differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
@@ -38,4 +39,21 @@ func TestReplay_RecordedHistories(t *testing.T) {
 				OriginalExecution: workflow.Execution{ID: started.GetWorkflowId(), RunID: started.GetOriginalExecutionRunId()}}))
 		})
 	}
+}
+
+// A run whose stop heard its tasks' ends while its StopTasks were on their way, recorded (on PostgreSQL) from
+// workers before ChangeStopsHearEnds, replays as it was written while it is still in flight: cut where the
+// old code waited for the three StopTasks' answers, today's code must wait for them too, not end the run.
+func TestReplay_AStopThatHeardEndsBeforeChangeStopsHearEnds(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "histories", "v4", "chief-exits-as-its-workers-end.json"))
+	require.NoError(t, err)
+	defer f.Close()
+	hist, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	hist.Events = hist.Events[:65] // the last StopTasks answer: the run's final workflow task comes next
+	started := hist.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflowWithOptions(ClusterRun, RegisterOptions)
+	require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{
+		OriginalExecution: workflow.Execution{ID: started.GetWorkflowId(), RunID: started.GetOriginalExecutionRunId()}}))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,6 +157,45 @@ func TestStop_TakesTheReportOfATaskThatEndedOnItsOwn(t *testing.T) {
 	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskSucceeded, "worker-1": TaskStopped, "ps-0": TaskStopped}, states(st))
 	require.NotNil(t, st.Task("worker-0").ExitCode)
 	assert.Equal(t, 0, *st.Task("worker-0").ExitCode)
+}
+
+// A run that ends while its tasks end on their own (a chief and workers that all exit at once) does not wait for
+// the answers of hosts whose every task reported its end meanwhile: those StopTasks would confirm nothing.
+func TestStop_DoesNotWaitForHostsWhoseTasksReportedTheirEnds(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a shard passes reports on at its flush timer, which the test environment fires only once the lease returns")
+	}
+	ended, release := make(chan struct{}), make(chan struct{})
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&lateCancels{}}})
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name == "chief-0" {
+			return res, nil, false
+		}
+		<-ended // each exits 0 on its own as the stop comes
+		return res, nil, true
+	}
+	var once sync.Once
+	var held atomic.Int32
+	h.hosts.stopHold = func(StopTasksInput) {
+		once.Do(func() { close(ended) })
+		select {
+		case <-release:
+		case <-time.After(3 * time.Second):
+			held.Add(1)
+		}
+	}
+	st, err := h.run(t, mustSpec(t, batchSpec))
+	close(release)
+	require.NoError(t, err)
+	assert.Zero(t, held.Load(), "the run waited for the StopTasks of hosts whose tasks had all reported their ends")
+	assert.Equal(t, map[string]string{"chief-0": TaskSucceeded, "worker-0": TaskSucceeded, "worker-1": TaskSucceeded, "ps-0": TaskSucceeded}, states(st))
+	assert.Equal(t, StatusSucceeded, st.Status)
 }
 
 // lateCancels keeps the run's RunTasks leases from being canceled, as a lease's cancellation reaches its host

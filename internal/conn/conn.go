@@ -6,11 +6,14 @@ package conn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/converter"
@@ -145,7 +148,9 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 		return nil, err
 	}
 	opts.Identity = identity
-	opts.Logger = logger
+	if logger != nil {
+		opts.Logger = sdkLogger{logger}
+	}
 	if metrics != nil {
 		opts.MetricsHandler = metrics
 	}
@@ -157,6 +162,36 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 			opts.HostPort, opts.Namespace, err)
 	}
 	return c, nil
+}
+
+// sdkLogger is the logger Dial gives the SDK. One of the SDK's info lines is no news: an activity that
+// completes after its run ended, which the server no longer takes ("workflow execution already completed"). A
+// run whose every task reported its end does not wait for its stop's answers (docs/design.md, "Stopping: fast
+// and confirmed"), so each host whose StopTasks was on its way logged one per run. Such lines go to debug.
+type sdkLogger struct{ log.Logger }
+
+// taskFailed is the SDK worker's line for a task whose outcome it could not report.
+const taskFailed = "Task processing failed with error"
+
+func (l sdkLogger) Info(msg string, kv ...interface{}) {
+	if msg == taskFailed && runEnded(kv) {
+		l.Logger.Debug(msg, kv...)
+		return
+	}
+	l.Logger.Info(msg, kv...)
+}
+
+func (l sdkLogger) With(kv ...interface{}) log.Logger { return sdkLogger{log.With(l.Logger, kv...)} }
+
+// runEnded says whether a line's error is the server's answer that the workflow execution had completed.
+func runEnded(kv []interface{}) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err, ok := kv[i+1].(error); ok {
+			var nf *serviceerror.NotFound
+			return errors.As(err, &nf) && strings.Contains(nf.Error(), "workflow execution already completed")
+		}
+	}
+	return false
 }
 
 // ZapLogger adapts a zap logger to the Temporal SDK's logger interface.
