@@ -512,16 +512,42 @@ type harness struct {
 	suite testsuite.WorkflowTestSuite
 	env   *testsuite.TestWorkflowEnvironment
 	hosts *fakeHosts
+	warns *warnings
+}
+
+// warnings keeps the SDK's warnings about the workflows it ran; the rest of its log is discarded.
+type warnings struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler         { return w }
+func (w *warnings) WithGroup(string) slog.Handler              { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, r.Message)
+	return nil
+}
+
+func (w *warnings) said(msg string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.lines, msg)
 }
 
 func newHarness(t *testing.T, script func(string, int, int) behavior) *harness {
-	h := &harness{}
-	h.suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	h := &harness{warns: &warnings{}}
+	h.suite.SetLogger(log.NewStructuredLogger(slog.New(h.warns)))
 	h.env = h.suite.NewTestWorkflowEnvironment()
 	h.env.SetTestTimeout(30 * time.Second)
 	h.env.RegisterWorkflowWithOptions(ClusterRun, workflowRegisterOptions())
 	h.env.RegisterWorkflowWithOptions(ClusterShard, workflow.RegisterOptions{Name: ShardWorkflowType})
 	h.hosts = newFakeHosts(h.env, script)
+	// The fakes stand in for the registry and the allocator through package variables: a replay after this test
+	// must read the recorded ones.
+	t.Cleanup(func() { testRegistry, testPorts = nil, PortAllocatorState{} })
 	return h
 }
 
@@ -531,6 +557,8 @@ func (h *harness) run(t *testing.T, s spec.RunSpec) (RunStatus, error) {
 	s = shardedIfAsked(s)
 	h.env.ExecuteWorkflow(WorkflowType, s)
 	require.True(t, h.env.IsWorkflowCompleted())
+	// A signal the run never read (a late start, say) is logged as a warning on the host worker that ended it.
+	assert.False(t, h.warns.said("Workflow has unhandled signals"), "the run ended with signals it had not read")
 	err := h.env.GetWorkflowError()
 	var st RunStatus
 	if err == nil {
