@@ -522,8 +522,8 @@ type warnings struct {
 }
 
 func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler         { return w }
-func (w *warnings) WithGroup(string) slog.Handler              { return w }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
 func (w *warnings) Handle(_ context.Context, r slog.Record) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
