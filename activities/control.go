@@ -73,10 +73,14 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 			continue
 		}
 		out.Stopped = append(out.Stopped, e.ref.Task)
-		if e.process() != nil {
+		if st := e.process(); st != nil {
 			x := e.exited()
-			out.Exits = append(out.Exits, workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal,
-				Logs: logSizes(AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task))})
+			exit := workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal,
+				Logs: logSizes(AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task))}
+			if started := st.StartedAt; !started.IsZero() {
+				exit.StartTime = &started
+			}
+			out.Exits = append(out.Exits, exit)
 		}
 	}
 	sort.Strings(out.Stopped)

@@ -108,7 +108,7 @@ func NewHost(name, addr, logDir string, c client.Client, logger log.Logger) *Hos
 		return h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTasksPlaced, workflows.PlacedSignal{Placements: items})
 	}
 	h.exits.send = h.sendExits
-	h.starts.send = h.placements.send
+	h.starts.send = h.sendStarts
 	h.starts.window, h.starts.maxWindow = startsWindow, startsMaxWindow
 	h.contact.lastOK = time.Now()
 	return h

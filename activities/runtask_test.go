@@ -407,6 +407,49 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 	}
 }
 
+// The start of a pre-placed attempt that the run stopped before its host sent it is dropped (the stop's answer
+// carries the start time): sent then, it would land while the run is ending.
+func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
+	a := newHarness(t)
+	a.host.starts.window, a.host.starts.maxWindow = time.Minute, time.Minute // gathered until after() below
+	var mu sync.Mutex
+	var placed []string
+	a.server.onPlaced = func(_, _ string, p workflows.Placement) {
+		mu.Lock()
+		defer mu.Unlock()
+		placed = append(placed, p.Task)
+	}
+	var eps []workflows.Endpoint
+	for _, name := range []string{"worker-0", "worker-1"} {
+		ln, err := net.Listen("tcp", ":0")
+		require.NoError(t, err)
+		eps = append(eps, workflows.Endpoint{Task: name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port})
+		require.NoError(t, ln.Close())
+	}
+	m := clusterOf(eps...)
+	var waits []func() (workflows.TaskResult, error)
+	for i, name := range []string{"worker-0", "worker-1"} {
+		in := leased(named(name, "sleep", "300"))
+		in.Cluster, in.Port = &m, eps[i].Port
+		waits = append(waits, a.run(in))
+	}
+	waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
+	stopped, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID,
+		Tasks: []string{"worker-0"}, Attempts: map[string]int{"worker-0": 1}, Reason: "bad-0 exited 1"})
+	require.NoError(t, err)
+	require.Len(t, stopped.Exits, 1)
+	assert.NotNil(t, stopped.Exits[0].StartTime, "the answer carries the start time")
+	require.NoError(t, a.host.starts.after(t.Context(), testWorkflowID, testRunID))
+	mu.Lock()
+	assert.Equal(t, []string{"worker-1"}, placed, "only the start of the task still running went out")
+	mu.Unlock()
+	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	for _, wait := range waits {
+		_, _ = wait()
+	}
+}
+
 func TestRunTask_BadResultFileIsReported(t *testing.T) {
 	a := newHarness(t)
 	res, err := a.run(leased(taskSpec("sh", "-c", `echo 'not json' > "$CLUSTERRUN_RESULT_FILE"`)))()

@@ -58,7 +58,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 	if hb.verdictNow() == leaseGone {
 		return workflows.RunTasksResult{}, activity.ErrResultPending // the server no longer knows the lease
 	}
-	if in.ReportExit && ctx.Err() == nil && allTrue(delivered) && processesEnded(ends) && h.runEnded(ctx, hb) {
+	if in.ReportExit && ctx.Err() == nil && runHasEnds(delivered, ends) && processesEnded(ends) && h.runEnded(ctx, hb) {
 		return workflows.RunTasksResult{}, activity.ErrResultPending
 	}
 	return workflows.RunTasksResult{Ends: ends}, nil
@@ -197,9 +197,14 @@ func (h *Host) runEnded(ctx context.Context, hb *heartbeater) bool {
 	return hb.ask() == leaseGone
 }
 
-func allTrue(bs []bool) bool {
-	for _, b := range bs {
-		if !b {
+// runHasEnds says the run has every member's end without this lease's completion: its report went by signal,
+// or the run stopped it, and StopTasks' answer carried its end. In a fail-fast of 64 on PostgreSQL, the four
+// batches whose members the run had stopped completed while it was ending, and its final workflow task waited
+// behind those writes and failed on one (UnhandledCommand). Should the answer have been lost, the run waits
+// for the completion, which comes reportHoldBack later (runEnded).
+func runHasEnds(delivered []bool, ends []workflows.TaskExitReport) bool {
+	for i, d := range delivered {
+		if !d && !ends[i].Result.Stopped {
 			return false
 		}
 	}

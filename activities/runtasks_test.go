@@ -243,6 +243,40 @@ func TestRunTasks_ACanceledBatchWhoseEndsWentBySignalWaitsForTheRunToEnd(t *test
 	}
 }
 
+// A canceled batch whose members the run stopped (StopTasks answered for them) does not complete at once
+// either: the run has their ends from the answers, and a run that ends there needs no completion.
+func TestRunTasks_ACanceledBatchWhoseMembersTheRunStoppedWaitsForTheRunToEnd(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after error // the heartbeat's answer after the cancellation
+	}{
+		{"the run ends", serviceerror.NewNotFound("workflow execution already completed")},
+		{"the run goes on", temporal.NewCanceledError()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newHarness(t)
+			wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300"), named("worker-1", "sleep", "300")))
+			waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
+			a.server.mu.Lock()
+			a.server.heartbeatErrs = []error{temporal.NewCanceledError()}
+			a.server.heartbeatErr = c.after
+			a.server.mu.Unlock()
+			stopped, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID,
+				Tasks: []string{"worker-0", "worker-1"}, Reason: "bad-0 exited 1"})
+			require.NoError(t, err)
+			assert.Equal(t, []string{"worker-0", "worker-1"}, stopped.Stopped)
+			res, err := wait()
+			if _, gone := c.after.(*serviceerror.NotFound); gone {
+				require.ErrorIs(t, err, activity.ErrResultPending, "no completion for a run that is over")
+				return
+			}
+			require.NoError(t, err)
+			assert.True(t, endOf(t, res, "worker-0").Result.Stopped)
+			assert.True(t, endOf(t, res, "worker-1").Result.Stopped)
+		})
+	}
+}
+
 // Unpinned members take the host's slots: past them a member waits for one to be freed, and one that finds
 // none within startTimeout ends as not started, saying why.
 func TestRunTasks_UnpinnedMembersWaitForASlot(t *testing.T) {

@@ -66,7 +66,7 @@ type fakeHosts struct {
 	taken    map[int]bool
 	// silentStart: the host of a pre-placed task dies before it reports the start.
 	silentStart func(RunTaskInput) bool
-	// startedAt, when set, is the process start a pre-placed task's report carries.
+	// startedAt, when set, is the process start a pre-placed task's report and a StopTasks answer carry.
 	startedAt *time.Time
 	ids       []string // activity IDs seen
 	releases  []ReleaseInput
@@ -440,7 +440,7 @@ func (f *fakeHosts) stopTasks(ctx context.Context, in StopTasksInput) (StopTasks
 				close(ch)
 			}
 			out.Stopped = append(out.Stopped, t)
-			out.Exits = append(out.Exits, TaskExit{Task: t, ExitCode: 143, Signal: "SIGTERM"})
+			out.Exits = append(out.Exits, TaskExit{Task: t, ExitCode: 143, Signal: "SIGTERM", StartTime: f.startedAt})
 		}
 	}
 	return out, nil

@@ -269,6 +269,9 @@ func (r *run) confirmStopped(ctx workflow.Context, res StopTasksResult) {
 			if x.Task == name {
 				code := x.ExitCode
 				t.status.ExitCode, t.status.Signal, t.status.Logs = &code, x.Signal, x.Logs
+				if t.status.StartTime == nil && x.StartTime != nil {
+					t.status.StartTime = x.StartTime // its start's report was not sent: the stop came first
+				}
 			}
 		}
 	}

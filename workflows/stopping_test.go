@@ -198,6 +198,26 @@ func TestStop_DoesNotWaitForHostsWhoseTasksReportedTheirEnds(t *testing.T) {
 	assert.Equal(t, StatusSucceeded, st.Status)
 }
 
+// A pre-placed task stopped before its host reported its start (a host drops the starts of attempts the run
+// stops) has its start time from the stop's answer.
+func TestStop_TheAnswerGivesAStartNotReported(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	h := newHarness(t, chiefEnds)
+	h.hosts.registry = registryOf(true)
+	h.hosts.silentStart = func(in RunTaskInput) bool { return in.Task.Name == "worker-0" }
+	started := time.Date(2026, 11, 26, 4, 5, 6, 0, time.UTC)
+	h.hosts.startedAt = &started
+	st, err := h.run(t, mustSpec(t, batchSpec))
+	require.NoError(t, err)
+	w := st.Task("worker-0")
+	assert.Equal(t, TaskStopped, w.State)
+	if assert.NotNil(t, w.StartTime) {
+		assert.True(t, started.Equal(*w.StartTime), "start time %v, the stop's answer said %v", *w.StartTime, started)
+	}
+}
+
 // lateCancels keeps the run's RunTasks leases from being canceled, as a lease's cancellation reaches its host
 // only on its next heartbeat: each completes when its host completes it.
 type lateCancels struct {

@@ -212,6 +212,9 @@ type TaskExit struct {
 	ExitCode int       `json:"exitCode"`
 	Signal   string    `json:"signal,omitempty"`
 	Logs     *LogSizes `json:"logs,omitempty"`
+	// StartTime is when the process started (nil from hosts before it was sent): the start of a task stopped
+	// within a second of it may not have been reported.
+	StartTime *time.Time `json:"startTime,omitempty"`
 }
 
 // LogSizes are the sizes of an attempt's stdout.log and stderr.log on its host once its process had ended: a
