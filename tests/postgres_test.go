@@ -253,12 +253,15 @@ func (s *devServer) makeNamespace(root string) error {
 	defer c.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", PageSize: 1})
+		// The query also waits for the search attributes: each service learns a new one at its namespace
+		// cache's next refresh.
+		_, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", PageSize: 1,
+			Query: `ClusterRunName = "probe" AND ClusterRunState = "probe"`})
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("namespace default not usable within 60s: %w", err)
+			return fmt.Errorf("namespace default or its search attributes not usable within 60s: %w", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

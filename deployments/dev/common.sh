@@ -70,6 +70,12 @@ register_search_attributes() {
 	for attr in ClusterRunName ClusterRunState; do
 		"$bin/temporal" operator search-attribute create --address "$TEMPORAL_ADDRESS" --name "$attr" --type Keyword >/dev/null 2>&1 || true
 	done
+	# A new search attribute is a namespace's alias of a column, which each service of the server learns at
+	# its namespace cache's next refresh (every 2 s): until then a start that sets it is refused. The server
+	# no longer refreshes its search attribute cache at every read (start-server.sh), which made the frontend
+	# see them at once.
+	wait_for "search attributes ClusterRunName and ClusterRunState" 30 "$bin/temporal" workflow list \
+		--address "$TEMPORAL_ADDRESS" --limit 1 --query 'ClusterRunName = "up" AND ClusterRunState = "up"'
 }
 
 # start_workers: (re)start the host workers, so that they run the binaries just built; the tasks they run go
