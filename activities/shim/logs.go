@@ -2,63 +2,105 @@ package shim
 
 import (
 	"log"
+	"sync"
 	"time"
 
 	"github.com/clusterrun/clusterrun/activities/logfile"
 )
 
-// logSampler dates and caps a task's log files while it runs (package logfile).
+// logSampler dates and caps the log files of a supervisor's running tasks (package logfile). One ticker serves
+// them all, and runs only while there is a task: a ticker per task woke a supervisor of 250 sleeping tasks a
+// thousand times a second.
 type logSampler struct {
-	watchers []*logfile.Watcher
-	logger   *log.Logger
-	stop     chan struct{}
-	done     chan struct{}
+	mu      sync.Mutex
+	logs    map[*taskLogs]struct{}
+	ticking bool
 }
 
-// sampleLogs starts sampling the task's log files; a file that cannot be watched is logged and left alone.
-func sampleLogs(cfg Config, logger *log.Logger) *logSampler {
-	s := &logSampler{logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+// taskLogs is one task's log files.
+type taskLogs struct {
+	logger   *log.Logger
+	mu       sync.Mutex
+	watchers []*logfile.Watcher
+	failed   []bool // a failure is logged once per file, not four times a second
+	closed   bool
+}
+
+// add starts sampling a task's log files; a file that cannot be watched is logged and left alone.
+func (s *logSampler) add(cfg Config, logger *log.Logger) *taskLogs {
+	tl := &taskLogs{logger: logger}
 	for _, path := range []string{cfg.Stdout, cfg.Stderr} {
 		w, err := logfile.NewWatcher(path, cfg.LogCap)
 		if err != nil {
 			logger.Printf("cannot date or cap %s: %v", path, err)
 			continue
 		}
-		s.watchers = append(s.watchers, w)
+		tl.watchers = append(tl.watchers, w)
 	}
-	go s.loop()
-	return s
+	tl.failed = make([]bool, len(tl.watchers))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.logs == nil {
+		s.logs = map[*taskLogs]struct{}{}
+	}
+	s.logs[tl] = struct{}{}
+	if !s.ticking {
+		s.ticking = true
+		go s.loop()
+	}
+	return tl
 }
 
+// finish takes a task's last samples once it has ended, so that its logs are fully dated before its exit is
+// recorded, and samples them no more.
+func (s *logSampler) finish(tl *taskLogs) {
+	s.mu.Lock()
+	delete(s.logs, tl)
+	s.mu.Unlock()
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for _, w := range tl.watchers {
+		if err := w.Close(time.Now()); err != nil {
+			tl.logger.Printf("%v", err)
+		}
+	}
+	tl.closed = true
+}
+
+// loop samples every task's files each logfile.SampleEvery, and ends once no task is left.
 func (s *logSampler) loop() {
-	defer close(s.done)
 	tick := time.NewTicker(logfile.SampleEvery)
 	defer tick.Stop()
-	failed := map[int]bool{}
-	for {
-		select {
-		case <-s.stop:
-			for _, w := range s.watchers {
-				if err := w.Close(time.Now()); err != nil {
-					s.logger.Printf("%v", err)
-				}
-			}
+	var batch []*taskLogs
+	for now := range tick.C {
+		s.mu.Lock()
+		if len(s.logs) == 0 {
+			s.ticking = false
+			s.mu.Unlock()
 			return
-		case now := <-tick.C:
-			for i, w := range s.watchers {
-				// A failure is logged once per file, not four times a second.
-				if err := w.Sample(now); err != nil && !failed[i] {
-					failed[i] = true
-					s.logger.Printf("%v", err)
-				}
-			}
+		}
+		batch = batch[:0]
+		for tl := range s.logs {
+			batch = append(batch, tl)
+		}
+		s.mu.Unlock()
+		for _, tl := range batch {
+			tl.sample(now)
 		}
 	}
 }
 
-// finish takes the last samples once the task has ended, so that its logs are fully dated before its exit is
-// recorded.
-func (s *logSampler) finish() {
-	close(s.stop)
-	<-s.done
+// sample records a mark for each of the task's files that grew, unless the task's last samples were taken.
+func (tl *taskLogs) sample(now time.Time) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.closed {
+		return
+	}
+	for i, w := range tl.watchers {
+		if err := w.Sample(now); err != nil && !tl.failed[i] {
+			tl.failed[i] = true
+			tl.logger.Printf("%v", err)
+		}
+	}
 }

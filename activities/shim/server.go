@@ -83,6 +83,7 @@ type server struct {
 	ln        net.Listener
 	logger    *log.Logger
 	idleAfter time.Duration
+	logs      logSampler // its tasks' log files
 
 	mu       sync.Mutex
 	tasks    map[*task]struct{}
@@ -231,7 +232,7 @@ func (s *server) start(cfg Config) (*task, message) {
 	s.starting++
 	s.mu.Unlock()
 
-	t, err := startTask(cfg, s.logger.Writer())
+	t, err := startTask(cfg, s.logger.Writer(), &s.logs)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -27,7 +27,8 @@ type task struct {
 	started Started
 	ended   chan struct{} // closed once exit is recorded
 	cleaned chan struct{} // closed once its cgroup is removed too
-	logs    *logSampler
+	sampler *logSampler
+	logs    *taskLogs
 	exit    Exit
 
 	mu       sync.Mutex
@@ -41,8 +42,8 @@ type task struct {
 // startTask starts the task cfg describes and serves its socket; the task is supervised from then on, and ended
 // closes once it is gone and its exit is recorded. Its log lines go to out (the supervisor's log), each naming
 // the task: a file per task would hold a descriptor per task open, and every later task's exec closes all the
-// supervisor holds.
-func startTask(cfg Config, out io.Writer) (*task, error) {
+// supervisor holds. Its log files are sampled by sampler.
+func startTask(cfg Config, out io.Writer, sampler *logSampler) (*task, error) {
 	if cfg.Record == "" || cfg.Socket == "" {
 		return nil, errors.New("the task's config names no record folder or no socket")
 	}
@@ -51,7 +52,7 @@ func startTask(cfg Config, out io.Writer) (*task, error) {
 		name = filepath.Base(cfg.Record)
 	}
 	t := &task{cfg: cfg, logger: log.New(out, name+": ", log.LstdFlags|log.Lmicroseconds|log.LUTC|log.Lmsgprefix),
-		ended: make(chan struct{}), cleaned: make(chan struct{})}
+		sampler: sampler, ended: make(chan struct{}), cleaned: make(chan struct{})}
 	var err error
 	if t.ln, err = listen(cfg.Socket); err != nil {
 		return nil, err
@@ -138,14 +139,14 @@ func (t *task) start() error {
 		p.Exit()
 		return fmt.Errorf("record the task's pid: %w", err)
 	}
-	t.logs = sampleLogs(t.cfg, t.logger)
+	t.logs = t.sampler.add(t.cfg, t.logger)
 	return nil
 }
 
 // finish records how the task ended, hands it to every watcher and closes the task's socket.
 func (t *task) finish() {
 	x := t.p.Exit()
-	t.logs.finish()
+	t.sampler.finish(t.logs)
 	t.mu.Lock()
 	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now()}
 	if t.orphan != nil {
