@@ -103,3 +103,41 @@ func TestEnvPolicy_WithholdsTheWorkersSecrets(t *testing.T) {
 		`--task-env-withhold "A=B": not a variable name or glob; use e.g. TEMPORAL_* or AWS_SECRET_ACCESS_KEY`)
 	assert.Error(t, CheckEnvPatterns("--task-env-pass", []string{"[x"}))
 }
+
+// An attempt's log folder is made with its missing parents; made again for another try of the same attempt, it
+// keeps none of the first try's results, sidecars or output.
+func TestPrepareLogs_NewAndAgain(t *testing.T) {
+	h := &Host{}
+	dir := filepath.Join(t.TempDir(), "run-1", "attempt_1", "worker-0")
+	require.NoError(t, h.prepareLogs(dir))
+	for _, p := range []string{dir, filepath.Dir(dir)} {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		assert.True(t, st.IsDir())
+	}
+	st, _ := os.Stat(dir)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm(), "the attempt's folder is the task's")
+	st, _ = os.Stat(filepath.Dir(dir))
+	assert.Equal(t, os.FileMode(0o711), st.Mode().Perm(), "the run's folders let the task's user through")
+
+	left := []string{"result.json", "error.json", "stdout.log.times", "stdout.log.dropped", "stderr.log.times", "stderr.log.dropped"}
+	for _, name := range append(left, "stdout.log", "stderr.log") {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("first try\n"), 0o600))
+	}
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, h.prepareLogs(dir))
+	for _, name := range left {
+		assert.NoFileExists(t, filepath.Join(dir, name))
+	}
+	for _, name := range []string{"stdout.log", "stderr.log"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Empty(t, b, name)
+	}
+	st, _ = os.Stat(dir)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	assert.ErrorContains(t, h.prepareLogs(file), "not a directory")
+}

@@ -94,3 +94,23 @@ func pidText(b []byte) string {
 	}
 	return "unknown"
 }
+
+// newFolder makes dir with mode, and its missing parents with parentMode, and says whether dir is new: a new
+// folder has no leftovers to clear. It costs one mkdir where dir's parent exists (MkdirAll first looks at dir
+// and at its parent).
+func newFolder(dir string, mode, parentMode os.FileMode) (fresh bool, err error) {
+	err = os.Mkdir(dir, mode)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dir), parentMode); err != nil {
+			return false, err
+		}
+		err = os.Mkdir(dir, mode)
+	}
+	if errors.Is(err, os.ErrExist) {
+		if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+			return false, &os.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
+		}
+		return false, nil
+	}
+	return err == nil, err
+}

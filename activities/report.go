@@ -27,15 +27,15 @@ const (
 // left from an earlier try (nor log sidecars: package logfile).
 func (h *Host) prepareLogs(dir string) error {
 	// The run's folders let the task's user through, not look around; the attempt's folder is the task's.
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	fresh, err := newFolder(dir, 0o700, 0o711)
+	if err != nil {
 		return err
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
-	for _, name := range []string{"result.json", "error.json", "stdout.log" + logfile.TimesSuffix, "stdout.log" + logfile.DroppedSuffix,
-		"stderr.log" + logfile.TimesSuffix, "stderr.log" + logfile.DroppedSuffix} {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if !fresh {
+		if err := removeLeftovers(dir); err != nil {
 			return err
 		}
 	}
@@ -47,6 +47,18 @@ func (h *Host) prepareLogs(dir string) error {
 		f.Close()
 	}
 	return h.giveToTaskUser(dir, filepath.Join(dir, "stdout.log"), filepath.Join(dir, "stderr.log"))
+}
+
+// removeLeftovers removes the result and error files and the log sidecars an earlier try left in an attempt's
+// log folder.
+func removeLeftovers(dir string) error {
+	for _, name := range []string{"result.json", "error.json", "stdout.log" + logfile.TimesSuffix, "stdout.log" + logfile.DroppedSuffix,
+		"stderr.log" + logfile.TimesSuffix, "stderr.log" + logfile.DroppedSuffix} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map.

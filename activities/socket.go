@@ -77,10 +77,13 @@ func (h *Host) serveControl(e *entry) (*controlServer, error) {
 	path := e.controlSocket
 	// The folder lets the task's user through to its socket; the socket is the task user's alone (its
 	// supervisor's socket beside it stays the worker user's, mode 0600).
-	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+	fresh, err := newFolder(filepath.Dir(path), 0o711, 0o711)
+	if err != nil {
 		return nil, err
 	}
-	_ = os.Remove(path) // left by a worker that died
+	if !fresh {
+		_ = os.Remove(path) // left by a worker that died
+	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
