@@ -216,6 +216,12 @@ func TestRunTasks_CancelStopsEveryMember(t *testing.T) {
 // those ends), holds its completion back a moment: a run that has ended by then has no use for it (the server
 // no longer knows the lease), and one that goes on gets it.
 func TestRunTasks_ACanceledBatchWhoseEndsWentBySignalWaitsForTheRunToEnd(t *testing.T) {
+	// The cancellation comes with the batch's next heartbeat, which under load (make check's race-enabled
+	// packages side by side) once came after exitHoldBack: the batch then asked the server itself, took the
+	// cancellation as its answer and completed. Here it waits for the heartbeat, as it does when the run stops.
+	saved := exitHoldBack
+	exitHoldBack = time.Hour
+	defer func() { exitHoldBack = saved }()
 	for _, c := range []struct {
 		name  string
 		after error // the heartbeat's answer after the cancellation
