@@ -115,6 +115,7 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 			if f != t.future {
 				return // its end came by report, or a later lease holds it
 			}
+			g.stopsFirst()
 			r.leaseEnded(g.ctx, t)
 		})
 	}

@@ -38,6 +38,10 @@ type behavior struct {
 	stop *StopRequest
 	// obey makes a blocked attempt exit 0 once its host is told the run should stop.
 	obey bool
+	// atOnce makes an attempt that requests a stop exit right after. The request and the end reach the run in
+	// one workflow task behind another input (a clear-stop with nothing to clear), as they can on a server: the
+	// first input wakes the run's selector, and the two after it wait in their channels.
+	atOnce bool
 }
 
 type barrierCall struct {
@@ -369,7 +373,12 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 		if req.Task != "" {
 			req.Attempt = attempt
 		}
-		f.env.SignalWorkflow(SignalStop, req)
+		if b.atOnce {
+			f.env.SignalWorkflowSkippingWorkflowTask(SignalClearStop, StopRequest{})
+			f.env.SignalWorkflowSkippingWorkflowTask(SignalStop, req)
+		} else {
+			f.env.SignalWorkflow(SignalStop, req)
+		}
 	}
 	if b.block {
 		var notified <-chan struct{}
@@ -388,7 +397,9 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 			return res, temporal.NewCanceledError(res)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	if !b.atOnce {
+		time.Sleep(20 * time.Millisecond)
+	}
 	res.ExitCode = b.exit
 	if b.exit != 0 {
 		res.Error = "boom"

@@ -147,6 +147,24 @@ func TestStop_FirstErrorWinsAndTasksObey(t *testing.T) {
 	assert.Equal(t, "corrupt shard 7", h.hosts.notices[0].Error)
 }
 
+// A task that asks the run to stop with an error and exits 0 at once (the README's in-task commands) fails the
+// run with its error when its end comes in the same workflow task as its request, whether the end comes by the
+// host's report or by the lease's completion.
+func TestStop_ARequestInTheSameWorkflowTaskAsTheEndDecides(t *testing.T) {
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quietEnds=%v", quiet), func(t *testing.T) {
+			h := newHarness(t, func(string, int, int) behavior {
+				return behavior{stop: &StopRequest{Task: "worker-0", Error: "shard 7 is corrupt"}, atOnce: true}
+			})
+			h.hosts.quietEnds = quiet
+			st, err := h.run(t, mustSpec(t, `{name: s, command: [x], tasks: {worker: {replicas: 1}}}`))
+			require.Error(t, err)
+			assert.Equal(t, StatusFailed, st.Status)
+			assert.Equal(t, "stop requested by worker-0: shard 7 is corrupt", st.Reason)
+		})
+	}
+}
+
 func TestStop_CleanRequestFromOutsideKillsStragglers(t *testing.T) {
 	h := newHarness(t, func(task string, _, _ int) behavior {
 		if task == "ps-0" {

@@ -110,6 +110,7 @@ func (g *generation) listen() {
 		var sig TaskExits
 		c.Receive(ctx, &sig)
 		r.signals++
+		g.stopsFirst()
 		r.onExits(ctx, sig)
 	})
 	g.sel.AddReceive(g.ch.arrivals, func(c workflow.ReceiveChannel, _ bool) {
@@ -118,12 +119,7 @@ func (g *generation) listen() {
 		r.signals++
 		r.onArrivals(ctx, sig)
 	})
-	g.sel.AddReceive(g.ch.stop, func(c workflow.ReceiveChannel, _ bool) {
-		var req StopRequest
-		c.Receive(ctx, &req)
-		r.signals++
-		r.onStop(ctx, req)
-	})
+	g.sel.AddReceive(g.ch.stop, func(workflow.ReceiveChannel, bool) { g.takeStop() })
 	if g.ch.deadline != nil {
 		g.sel.AddFuture(g.ch.deadline, func(workflow.Future) {
 			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
@@ -199,8 +195,36 @@ func (g *generation) launch(o launchOrder) {
 		if f != t.future {
 			return // an earlier lease of a task started again
 		}
+		g.stopsFirst()
 		r.leaseEnded(g.ctx, t)
 	})
+}
+
+// ChangeStopBeforeEnds marks runs that take the stop requests already in before an end they judge. A
+// selector takes the input that arrives first while it waits, but once it has woken, inputs that came
+// meanwhile wait in their channels and the next Select takes them in the order they were added to it, ends
+// before stop requests. So a task that asked the run to stop with an error and exited 0 right after ended the
+// run Succeeded, its request ignored, when both came in one workflow task behind a third input (seen in
+// TestE2E_ReadmeCommands). The marker is written only when a request is waiting as an end is judged, which
+// runs from before replay without.
+const ChangeStopBeforeEnds = "clusterrun-stop-before-ends"
+
+// stopsFirst takes the stop requests already in before the end being judged.
+func (g *generation) stopsFirst() {
+	if g.ch.stop.Len() == 0 || workflow.GetVersion(g.ctx, ChangeStopBeforeEnds, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for g.ch.stop.Len() > 0 {
+		g.takeStop()
+	}
+}
+
+// takeStop receives one stop request and records it.
+func (g *generation) takeStop() {
+	var req StopRequest
+	g.ch.stop.Receive(g.ctx, &req)
+	g.r.signals++
+	g.r.onStop(g.ctx, req)
 }
 
 // startBackoff waits out a restart's backoff, then launches the task's next attempt.
