@@ -29,17 +29,24 @@ type reporter struct {
 	c      config
 	host   *activities.Host
 	logger log.Logger
+	// retry is how soon a failed report is tried again; it doubles with each failure in a row, up to
+	// workflows.ReportEvery.
+	retry time.Duration
 }
 
+// reportRetry is a reporter's first retry after a failed report. A host that is not in the registry gets no
+// unpinned task from a run that places in those seconds: a launch larger than the pool's other hosts then
+// waits on them, where this host would have taken its share.
+const reportRetry = time.Second
+
 func newReporter(cl client.Client, c config, host *activities.Host, logger log.Logger) *reporter {
-	return &reporter{cl: cl, c: c, host: host, logger: logger}
+	return &reporter{cl: cl, c: c, host: host, logger: logger, retry: reportRetry}
 }
 
 // run reports until ctx ends, then says the host is stopping.
 func (r *reporter) run(ctx context.Context) {
-	tick := time.NewTicker(workflows.ReportEvery)
-	defer tick.Stop()
 	failed := false
+	retry := r.retry
 	for {
 		err := r.report(ctx, false)
 		switch {
@@ -50,13 +57,21 @@ func (r *reporter) run(ctx context.Context) {
 			r.logger.Info("reporting to the host registry again")
 			failed = false
 		}
+		next := workflows.ReportEvery
+		if err != nil {
+			next, retry = retry, min(2*retry, workflows.ReportEvery)
+		} else {
+			retry = r.retry
+		}
+		wait := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = r.report(stopCtx, true)
 			cancel()
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
 	}
 }

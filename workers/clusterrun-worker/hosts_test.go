@@ -1,0 +1,75 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/clusterrun/clusterrun/activities"
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// registryClient answers the reporter's signal-with-start: it fails the first fails calls, then takes them,
+// and keeps what each call reported.
+type registryClient struct {
+	client.Client // nil: the reporter calls nothing else
+	mu            sync.Mutex
+	fails         int
+	reports       []workflows.HostReport
+}
+
+func (c *registryClient) SignalWithStartWorkflow(_ context.Context, _, _ string, arg any, _ client.StartWorkflowOptions,
+	_ any, _ ...any) (client.WorkflowRun, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reports = append(c.reports, arg.(workflows.HostReport))
+	if len(c.reports) <= c.fails {
+		return nil, errors.New("context deadline exceeded")
+	}
+	return nil, nil
+}
+
+func (c *registryClient) calls() []workflows.HostReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]workflows.HostReport(nil), c.reports...)
+}
+
+// A report that fails is tried again within seconds, not at the next ReportEvery: a host whose first reports
+// were lost (a server that had just started) is in the registry before most launches place, and after the
+// first report that goes through, the reporter keeps to ReportEvery. It says the host is stopping at the end.
+func TestReporter_TriesAFailedReportAgainSoon(t *testing.T) {
+	cl := &registryClient{fails: 3}
+	logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	r := newReporter(cl, config{host: "h1", slots: 4}, activities.NewHost("h1", "", t.TempDir(), cl, logger), logger)
+	r.retry = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx)
+	}()
+	// Three failures and the report that goes through: 20 + 40 + 80 ms apart, where one ReportEvery is 10 s.
+	require.Eventually(t, func() bool { return len(cl.calls()) >= 4 }, 5*time.Second, 5*time.Millisecond,
+		"a failed report was not tried again before the next ReportEvery")
+	time.Sleep(300 * time.Millisecond) // the next retry would have been 160 ms after the fourth
+	assert.Len(t, cl.calls(), 4, "reports went on at the retry's pace after one went through")
+	cancel()
+	<-done
+	reports := cl.calls()
+	require.Len(t, reports, 5)
+	assert.False(t, reports[3].Stopping)
+	assert.True(t, reports[4].Stopping, "the last report says the host is stopping")
+	assert.Equal(t, "h1", reports[4].Host)
+	assert.Equal(t, 4, reports[4].Slots)
+}
