@@ -346,6 +346,8 @@ func TestPostgres_UpFromNothing(t *testing.T) {
 	assert.Contains(t, up, "creating a PostgreSQL cluster")
 	assert.Contains(t, up, "creating database temporal_visibility and its schema")
 	assert.Contains(t, up, "ready. Temporal (PostgreSQL)")
+	// up.sh returns once the host registry lists every worker: the first run's placement sees them all.
+	assert.Regexp(t, `(?s)host-a +ready.*host-b +ready`, sh("clusterrun hosts right after make up", 0, "bin/clusterrun", "hosts"))
 	other := sh("make up on the dev backend while postgres runs", 1, "./deployments/dev/up.sh")
 	assert.Contains(t, other, "the postgres backend is running")
 

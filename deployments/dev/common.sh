@@ -121,6 +121,16 @@ start_workers() {
 	for h in $hosts; do
 		wait_for "host worker $h" 30 grep -q "clusterrun-worker ready" "$state/worker-$h.log"
 	done
+	# A run places its unpinned tasks on the hosts the registry lists as live when it starts: wait until it
+	# lists every worker, or the first run after `make up` may put all its tasks on the first host to report.
+	for h in $hosts; do
+		wait_for "host $h in the host registry (clusterrun hosts)" 30 host_listed "$h"
+	done
+}
+
+# host_listed HOST: the host registry lists HOST as live.
+host_listed() {
+	"$bin/clusterrun" hosts --address "$TEMPORAL_ADDRESS" | awk -v h="$1" 'NR > 1 && $1 == h { found = 1 } END { exit !found }'
 }
 
 # say_address tells how to reach a server that is not on the default port: clusterrun and the temporal CLI
