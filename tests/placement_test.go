@@ -166,6 +166,55 @@ func TestE2E_PlacementBeyondSlots(t *testing.T) {
 	assert.NotEmpty(t, failed, "the task that waited failed saying why: %+v", st.Tasks)
 }
 
+// A launch larger than the slots of the hosts the registry lists holds the tasks that do not fit in the run,
+// not on a full host: once a host of the pool comes up, the held tasks go there and start, where before they
+// waited on host-a out their startTimeout (5 minutes) beside an idle host-b.
+func TestE2E_OverflowGoesToAHostThatComesUp(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	waitUntil(t, "host-a in the registry", time.Minute, func() bool {
+		return c.cli(t, "hosts").code == 0
+	})
+	id := runID(t)
+	gate := t.TempDir() + "/go"
+	spec := writeSpec(t, fmt.Sprintf(`{name: overflow, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 4}}}`, gate))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	const why = "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the host registry " +
+		"lists 2 slots on its live hosts (clusterrun hosts); the run reads it again at "
+	waitUntil(t, "two tasks held, saying why", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		held := 0
+		for _, task := range st.Tasks {
+			if ok && task.State == workflows.TaskPending && strings.HasPrefix(task.Error, why) {
+				held++
+			}
+		}
+		return held == 2
+	})
+	require.NoError(t, c.startWorker("host-b", "--slots", "2"))
+	var st workflows.RunStatus
+	waitUntil(t, "every task running", time.Minute, func() bool {
+		var ok bool
+		st, ok = c.query(t, id)
+		running := 0
+		for _, task := range st.Tasks {
+			if ok && task.State == workflows.TaskRunning {
+				running++
+			}
+		}
+		return running == 4
+	})
+	by := map[string]int{}
+	for _, task := range st.Tasks {
+		by[task.Host]++
+	}
+	assert.Equal(t, map[string]int{"host-a": 2, "host-b": 2}, by)
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	_, err := c.outcome(t, id)
+	require.NoError(t, err)
+}
+
 // A host worker restarted with SIGTERM (as make up and upgrades do) leaves the host registry readable. It used
 // to take the workflow task of its own last report while stopping and drop it, and the registry, with every
 // launch's read of it, then waited for the workflow task timeout (10 s; the first launches after `make up`

@@ -41,6 +41,8 @@ type launchOrder struct {
 	how launchKind
 	// offset numbers attempts in runs started before leases (RunTaskInput.AttemptOffset).
 	offset int
+	// holds counts the times this launch of the task was held back for room in its pool (overflow.go).
+	holds int
 }
 
 type launchKind int
@@ -145,14 +147,19 @@ func (g *generation) act() {
 	for _, t := range todo.terminate {
 		g.watch(r.terminate(g.genCtx, g.info, t))
 	}
-	r.place(g.genCtx, todo.launch)
+	held := r.place(g.genCtx, todo.launch)
+	waits := map[*task]bool{}
+	for _, o := range held {
+		waits[o.t] = true
+	}
 	var launch []launchOrder
 	for _, o := range todo.launch {
-		if r.decision == nil || o.t.future == nil {
+		if (r.decision == nil || o.t.future == nil) && !waits[o.t] {
 			launch = append(launch, o)
 		}
 	}
 	g.launchAll(launch)
+	g.hold(held)
 	r.prePlaced = nil
 	for _, t := range todo.restart {
 		if r.decision == nil {

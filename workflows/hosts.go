@@ -242,13 +242,15 @@ var testRegistry func() []HostEntry
 
 // place picks hosts for the unpinned tasks about to start a process, from the host registry (runs that
 // place; older ones leave every unpinned task to its pool's queue), and pre-places the launch when it can. A
-// registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous.
-func (r *run) place(ctx workflow.Context, orders []launchOrder) {
+// registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous. It
+// returns the orders held back for room in their pools (overflow.go), which are not to be launched now.
+func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 	if !r.leased {
-		return
+		return nil
 	}
 	prePlace := r.mayPrePlace(ctx, orders)
 	var tasks []*task
+	var unpinned []launchOrder // tasks[i]'s
 	var reqs []placeRequest
 	for _, o := range orders {
 		if o.how == reattach || o.t.Host != "" {
@@ -256,6 +258,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		}
 		o.t.placedHost = ""
 		tasks = append(tasks, o.t)
+		unpinned = append(unpinned, o)
 		req := placeRequest{pool: o.t.Pool}
 		if o.how == newAttempt && o.t.attempt > 0 {
 			switch {
@@ -268,29 +271,33 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 		reqs = append(reqs, req)
 	}
 	if len(tasks) == 0 && !prePlace || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
+		return nil
 	}
 	hosts, err := listHosts(ctx)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
-		return
+		return nil
 	}
 	free := freeSlots(hosts)
-	placed := map[string]int{}
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
 		tasks[i].placedHost, tasks[i].waitNote = h, ""
-		placed[h]++
 	}
-	// Every task on a host given more of this launch than the slots its report left free may wait there (which
-	// of them waits is the host's pick): say so, so that a run larger than its pool does not look like a
-	// missing host.
 	need := map[string]int{}
 	for _, t := range tasks {
 		need[t.Pool]++
 	}
+	held := r.holdOverflow(ctx, tasks, unpinned, hosts, need)
+	placed := map[string]int{}
+	for _, t := range tasks {
+		placed[t.placedHost]++
+	}
+	// Every task on a host given more of this launch than the slots its report left free may wait there (which
+	// of them waits is the host's pick): say so, so that a run larger than its pool does not look like a
+	// missing host.
 	for _, t := range tasks {
 		f := free[t.Pool]
 		switch {
+		case t.placedHost == "" && t.waitNote != "": // held back
 		case t.placedHost != "" && f != nil && placed[t.placedHost] > f.hostFree[t.placedHost]:
 			t.waitNote = slotNote(t.placedHost, t.Pool, need[t.Pool], f)
 		case f == nil:
@@ -302,6 +309,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) {
 	if prePlace {
 		r.prePlace(ctx, orders, hosts)
 	}
+	return held
 }
 
 // noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, that it waits for

@@ -80,7 +80,9 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		}
 		in.Port = t.ports[host]
 	}
-	return ShardLease{Options: leaseOptions(r.plan, t, o.how == reattach), Input: in}
+	opts := leaseOptions(r.plan, t, o.how == reattach)
+	opts.ScheduleToStart -= time.Duration(o.holds) * holdEvery // the time held counts against startTimeout
+	return ShardLease{Options: opts, Input: in}
 }
 
 // ExitSignalBudget bounds the signals a run may have received for its new leases to report exits by signal

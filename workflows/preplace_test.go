@@ -212,6 +212,7 @@ tasks:
 		slots     int
 		preplaced bool
 	}{{4, true}, {1, false}} {
+		shortHolds(t, 100*time.Millisecond) // with 1 slot each, the launch holds one worker back
 		h := newHarness(t, chiefEnds)
 		h.hosts.registry = registryOf(true)
 		for i := range h.hosts.registry {

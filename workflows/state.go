@@ -47,12 +47,14 @@ type task struct {
 	restarts int // restarts used from the task's own budget (scope: task)
 	// startFailed: the attempt could not start at all (missing command or folder); never restarted.
 	startFailed bool
-	// backoff is a pending restart's timer (nil when none), and cancelBackoff stops it.
+	// backoff is the timer the task waits on without a lease (nil when none): a pending restart's, or a hold
+	// for room in its pool (overflow.go); cancelBackoff stops it.
 	backoff       workflow.Future
 	cancelBackoff workflow.CancelFunc
 }
 
-// between says the task has no RunTask under way: it waits for a restart's backoff.
+// between says the task has no RunTask under way: it waits for a restart's backoff, or held back for room in
+// its pool.
 func (t *task) between() bool { return t.backoff != nil }
 
 // decision is how the current generation ends.

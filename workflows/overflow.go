@@ -1,0 +1,141 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// Overflow: the tasks of a launch larger than its pool's live slots. placeTasks gives them, in its last tier,
+// to the hosts with the fewest of the launch's tasks, where they wait for a slot until their startTimeout. But
+// the registry is what the hosts last reported: a host whose reports had not come in yet (a worker that had
+// just started, a report that failed) is not in it, and neither is one that came up a few seconds later.
+// Placed on the hosts the registry had, the overflow waited there out its startTimeout while those hosts
+// stood idle. So the run holds it back instead: it launches what fits, reads the registry again a little over
+// ReportEvery later and places the held tasks where room shows, up to OverflowHolds times; what still finds
+// no room then waits on the hosts as before. The time held counts against the task's startTimeout: a task is
+// held only while its holds end before that, and its lease then waits for what is left of it.
+
+// ChangeHoldOverflow marks runs that hold a launch's overflow back; it is asked only when a launch has some,
+// so other runs write no marker, and runs from before place their overflow as they did.
+const ChangeHoldOverflow = "clusterrun-hold-overflow"
+
+// OverflowHolds is how many times a launch's task may be held back for room in its pool, holdEvery apart:
+// about LiveFor in all, as long as a host may go unreported and still count as live.
+const OverflowHolds = 3
+
+// holdEvery is how long a hold lasts: by its end every live host has reported at least once since the launch
+// (a variable for the workflow tests, whose fake hosts wait on the wall clock).
+var holdEvery = ReportEvery + time.Second
+
+// overflow says which of tasks placeTasks put beyond the room it found: beyond their host's slots (its last
+// tier, which it takes only for a launch larger than the pool's live slots), or, for a task held before
+// (rechecked), beyond the room its host's report shows. A hold lasts longer than ReportEvery, so that report
+// is newer than the launch, and counts the run's tasks launched then.
+func overflow(tasks []*task, hosts []HostEntry, rechecked []bool) []bool {
+	slots, report := map[string]int{}, map[string]int{}
+	for _, h := range hosts {
+		slots[h.Host], report[h.Host] = h.Slots, h.Unpinned // placeTasks added this launch's tasks
+	}
+	for _, t := range tasks {
+		report[t.placedHost]--
+	}
+	seen := map[string]int{}
+	over := make([]bool, len(tasks))
+	for i, t := range tasks {
+		h := t.placedHost
+		if h == "" {
+			continue
+		}
+		room := slots[h] - seen[h]
+		if rechecked[i] {
+			room -= report[h]
+		}
+		over[i] = room <= 0
+		seen[h]++
+	}
+	return over
+}
+
+// holdOverflow takes out of the launch the tasks placed beyond their host's slots that may be held once more,
+// and says why they wait. orders[i] launches tasks[i]; need counts the launch's tasks per pool. It returns
+// the held orders, each counting this hold.
+func (r *run) holdOverflow(ctx workflow.Context, tasks []*task, orders []launchOrder, hosts []HostEntry, need map[string]int) []launchOrder {
+	rechecked := make([]bool, len(orders))
+	for i, o := range orders {
+		rechecked[i] = o.holds > 0
+	}
+	over := overflow(tasks, hosts, rechecked)
+	var held []launchOrder
+	for i := range tasks {
+		if over[i] && orders[i].holds < OverflowHolds && time.Duration(orders[i].holds+1)*holdEvery < r.plan.StartTimeout {
+			o := orders[i]
+			o.holds++
+			held = append(held, o)
+		}
+	}
+	if len(held) == 0 || workflow.GetVersion(ctx, ChangeHoldOverflow, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	free := freeSlots(hosts)
+	at := workflow.Now(ctx).Add(holdEvery)
+	for _, o := range held {
+		t := o.t
+		t.placedHost = ""
+		t.waitNote = holdNote(t.Pool, need[t.Pool], free[t.Pool], at)
+		if t.attempt == 0 && o.how == newAttempt {
+			t.status.Error = t.waitNote // a restart's status keeps saying why it restarts
+		}
+	}
+	return held
+}
+
+// holdNote says why a held task waits, and when the run looks again.
+func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
+	slots := "no slot"
+	if f != nil {
+		slots = slotCount(f.slots)
+	}
+	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the host registry "+
+		"lists %s on its live hosts (clusterrun hosts); the run reads it again at %s for hosts that have come up or "+
+		"freed slots", pool, need, slots, at.UTC().Format("15:04:05"))
+}
+
+// hold waits holdEvery with the held orders, which have no lease meanwhile (between), then launches them
+// again: the launch reads the registry anew. A held task that ended meanwhile (terminate-task) has left the
+// hold; one that a stop request finds held ends stopped, never started.
+func (g *generation) hold(held []launchOrder) {
+	if len(held) == 0 {
+		return
+	}
+	timer := workflow.NewTimerWithOptions(g.genCtx, holdEvery, workflow.TimerOptions{
+		Summary: fmt.Sprintf("hold %d tasks for room in their pools (%d of %d)", len(held), held[0].holds, OverflowHolds)})
+	for _, o := range held {
+		o.t.backoff, o.t.cancelBackoff = timer, func() {}
+	}
+	g.sel.AddFuture(timer, func(f workflow.Future) {
+		canceled := f.Get(g.ctx, nil) != nil
+		for _, o := range held {
+			if o.t.backoff != f {
+				continue
+			}
+			o.t.backoff, o.t.cancelBackoff = nil, nil
+			switch {
+			case canceled:
+			case g.r.stopReq != nil:
+				g.r.endHeld(g.ctx, o.t)
+			default:
+				g.r.todo.launch = append(g.r.todo.launch, o)
+			}
+		}
+	})
+}
+
+// endHeld ends a held task that a stop request found waiting: it never started.
+func (r *run) endHeld(ctx workflow.Context, t *task) {
+	now := workflow.Now(ctx)
+	t.done = true
+	t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "stopped before it started: it was held back for room in pool "+t.Pool, &now
+	r.taskOver(t)
+}
