@@ -309,12 +309,44 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 		return
 	}
 	r.stopReq = &req
+	r.endWaiting(ctx)
 	by := req.Task
 	if by == "" {
 		by = "outside the run"
 	}
 	workflow.GetLogger(ctx).Info("stop requested", "by", by, "error", req.Error)
 	r.todo.notifyStop = true
+}
+
+// ChangeStopEndsWaiting marks runs whose stop request ends at once the tasks that wait to start: a restart's
+// backoff, or a hold for room in the pool. Before, a backoff that ran out during the stop's grace period
+// started the task again (a new process during a stop) and the run waited for it until the grace period's
+// end. Asked only when some task waits, so runs from before replay as they were.
+const ChangeStopEndsWaiting = "clusterrun-stop-ends-waiting"
+
+// endWaiting ends the tasks that wait to start when the run is asked to stop: nothing of theirs runs.
+func (r *run) endWaiting(ctx workflow.Context) {
+	var waiting []*task
+	for _, t := range r.tasks {
+		if !t.done && t.between() {
+			waiting = append(waiting, t)
+		}
+	}
+	if len(waiting) == 0 || workflow.GetVersion(ctx, ChangeStopEndsWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	now := workflow.Now(ctx)
+	for _, t := range waiting {
+		why := "stopped before its restart: the run was asked to stop during the backoff"
+		if t.held {
+			why = "stopped before it started: it was held back for room in pool " + t.Pool
+		}
+		t.cancelBackoff()
+		t.backoff, t.cancelBackoff, t.held = nil, nil, false
+		t.done = true
+		t.status.State, t.status.Error, t.status.EndTime = TaskStopped, why, &now
+		r.taskOver(t)
+	}
 }
 
 // onClearStop takes back a standing keepRun request: should-stop is false again, and a later request counts.

@@ -103,8 +103,8 @@ func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
 }
 
 // hold waits holdEvery with the held orders, which have no lease meanwhile (between), then launches them
-// again: the launch reads the registry anew. A held task that ended meanwhile (terminate-task) has left the
-// hold; one that a stop request finds held ends stopped, never started.
+// again: the launch reads the registry anew. A held task that ended meanwhile (terminate-task, a stop
+// request: endWaiting) has left the hold.
 func (g *generation) hold(held []launchOrder) {
 	if len(held) == 0 {
 		return
@@ -112,7 +112,7 @@ func (g *generation) hold(held []launchOrder) {
 	timer := workflow.NewTimerWithOptions(g.genCtx, holdEvery, workflow.TimerOptions{
 		Summary: fmt.Sprintf("hold %d tasks for room in their pools (%d of %d)", len(held), held[0].holds, OverflowHolds)})
 	for _, o := range held {
-		o.t.backoff, o.t.cancelBackoff = timer, func() {}
+		o.t.backoff, o.t.cancelBackoff, o.t.held = timer, func() {}, true
 	}
 	g.sel.AddFuture(timer, func(f workflow.Future) {
 		canceled := f.Get(g.ctx, nil) != nil
@@ -120,22 +120,10 @@ func (g *generation) hold(held []launchOrder) {
 			if o.t.backoff != f {
 				continue
 			}
-			o.t.backoff, o.t.cancelBackoff = nil, nil
-			switch {
-			case canceled:
-			case g.r.stopReq != nil:
-				g.r.endHeld(g.ctx, o.t)
-			default:
+			o.t.backoff, o.t.cancelBackoff, o.t.held = nil, nil, false
+			if !canceled {
 				g.r.todo.launch = append(g.r.todo.launch, o)
 			}
 		}
 	})
-}
-
-// endHeld ends a held task that a stop request found waiting: it never started.
-func (r *run) endHeld(ctx workflow.Context, t *task) {
-	now := workflow.Now(ctx)
-	t.done = true
-	t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "stopped before it started: it was held back for room in pool "+t.Pool, &now
-	r.taskOver(t)
 }

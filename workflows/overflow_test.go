@@ -132,8 +132,8 @@ func TestOverflow_HoldsAreBounded(t *testing.T) {
 	assert.GreaterOrEqual(t, last.StartTime.Sub(st.StartTime), OverflowHolds*holdEvery, "held three times before it launched")
 }
 
-// A stop request that finds tasks held ends them stopped when their hold is over: they never started, and
-// nothing launches them.
+// A stop request that finds tasks held ends them stopped at once: they never started, and nothing launches
+// them.
 func TestOverflow_AStopEndsHeldTasks(t *testing.T) {
 	shortHolds(t, 600*time.Millisecond)
 	h := newHarness(t, func(string, int, int) behavior { return blocks })

@@ -51,6 +51,7 @@ type task struct {
 	// for room in its pool (overflow.go); cancelBackoff stops it.
 	backoff       workflow.Future
 	cancelBackoff workflow.CancelFunc
+	held          bool // that timer is a hold for room, not a restart's backoff
 }
 
 // between says the task has no RunTask under way: it waits for a restart's backoff, or held back for room in
@@ -431,7 +432,7 @@ func (r *run) resetForGeneration() {
 	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
-		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff = false, false, false, nil, nil
+		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff, t.held = false, false, false, nil, nil, false
 		t.preplaced = false
 		keepPlace(&t.status, "")
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt,

@@ -246,3 +246,27 @@ func (o *lateCancelsOutbound) ExecuteActivity(ctx workflow.Context, activityType
 	}
 	return o.Next.ExecuteActivity(ctx, activityType, args...)
 }
+
+// A stop request that finds a task waiting out its restart's backoff ends it at once: its backoff used to run
+// out during the stop's grace period and start it again, a new process during a stop that the run then
+// waited for until the grace period's end.
+func TestStop_EndsATaskWaitingToRestart(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-1" && attempt == 1 {
+			return exits(1)
+		}
+		return behavior{block: true, obey: true}
+	})
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 500*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: o, command: [x], stopGracePeriod: 10s,
+tasks: {worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 2, backoff: 2s}}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	for _, in := range h.hosts.inputs {
+		assert.Equal(t, 1, in.Attempt, "%s: no attempt starts after the stop request", in.Task.Name)
+	}
+	w := st.Task("worker-1")
+	assert.Equal(t, TaskStopped, w.State)
+	assert.Equal(t, "stopped before its restart: the run was asked to stop during the backoff", w.Error)
+	assert.Less(t, st.EndTime.Sub(st.StartTime), 2*time.Second, "the run ended as the other task obeyed, not at the backoff's or the grace period's end")
+}

@@ -22,7 +22,7 @@ func (r *run) onTerminate(ctx workflow.Context, req TaskControl) {
 	if t.between() {
 		// It waits to restart: nothing runs, so it ends here and now.
 		t.cancelBackoff()
-		t.backoff, t.cancelBackoff = nil, nil
+		t.backoff, t.cancelBackoff, t.held = nil, nil, false
 		now := workflow.Now(ctx)
 		t.done = true
 		t.status.State, t.status.Error, t.status.EndTime = TaskTerminated, "terminated by the user", &now
