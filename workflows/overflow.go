@@ -99,7 +99,7 @@ func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
 	}
 	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the host registry "+
 		"lists %s on its live hosts (clusterrun hosts); the run reads it again at %s for hosts that have come up or "+
-		"freed slots", pool, need, slots, at.UTC().Format("15:04:05"))
+		"freed slots", pool, need, slots, at.UTC().Format("15:04:05 UTC"))
 }
 
 // hold waits holdEvery with the held orders, which have no lease meanwhile (between), then launches them
