@@ -84,6 +84,9 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 	in := RunTasksInput{Run: *r.ref, Generation: r.generation, Attach: first.Input.Attach, Host: first.Input.Host,
 		StopGracePeriod: r.plan.StopGracePeriod, StartTimeout: r.plan.StartTimeout, ReportTo: *r.ref,
 		ReportExit: first.Input.ReportExit, Cluster: r.launchMap(ts)}
+	if !in.Attach {
+		in.StartTimeout = first.Options.ScheduleToStart // less than startTimeout after holds for room (overflow.go)
+	}
 	for _, l := range ls {
 		in.Members = append(in.Members, LeaseMember{Task: l.Input.Task, Attempt: l.Input.Attempt, Lease: l.Input.Lease, Port: l.Input.Port})
 	}

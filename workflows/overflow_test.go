@@ -167,6 +167,12 @@ func TestOverflow_TheTimeHeldCountsAgainstStartTimeout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
 	assert.Equal(t, 1+2, reg.count(), "two holds of 400ms end before the startTimeout of 1s; a third would not")
+	waits := map[time.Duration]int{}
+	for _, b := range h.hosts.batches {
+		waits[b.StartTimeout] += len(b.Members)
+	}
+	assert.Equal(t, map[time.Duration]int{time.Second: 2, 200 * time.Millisecond: 2}, waits,
+		"the held tasks may wait on their host for a slot for what is left of startTimeout")
 
 	s := mustSpec(t, `{name: o, command: [x], startTimeout: 1s, tasks: {worker: {replicas: 1}}}`)
 	plan, err := planRun(&s)
