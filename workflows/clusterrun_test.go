@@ -93,6 +93,9 @@ type fakeHosts struct {
 	batchFails func(in RunTasksInput) error
 	// beforePlacing, when set, runs before a launch reports its placement.
 	beforePlacing func(in RunTaskInput)
+	// loseBeforePlacing, when it says so, ends a launch's lease before its placement, as a host that gave the
+	// lease up before it started the process does.
+	loseBeforePlacing func(in RunTaskInput) bool
 	// failReleases makes that many Releases fail, as when the server goes down before they reach their host.
 	failReleases int
 	// lease, when set, may end a lease its own way once its process "runs" (after the release of a launch, at
@@ -308,6 +311,9 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 		}
 		if in.Cluster != nil {
 			port = 30000 + in.Task.Rank // its chosen port was taken
+		}
+		if f.loseBeforePlacing != nil && f.loseBeforePlacing(in) {
+			return res, temporal.NewNonRetryableApplicationError("the host gave the lease up", ErrTaskDetached, nil, res)
 		}
 		if f.beforePlacing != nil {
 			f.beforePlacing(in)

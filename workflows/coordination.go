@@ -321,7 +321,8 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 // ChangeStopEndsWaiting marks runs whose stop request ends at once the tasks that wait to start: a restart's
 // backoff, or a hold for room in the pool. Before, a backoff that ran out during the stop's grace period
 // started the task again (a new process during a stop) and the run waited for it until the grace period's
-// end. Asked only when some task waits, so runs from before replay as they were.
+// end. Likewise a task whose host lost it before it started is not launched again during a stop (relaunch).
+// Asked only when some task waits, so runs from before replay as they were.
 const ChangeStopEndsWaiting = "clusterrun-stop-ends-waiting"
 
 // endWaiting ends the tasks that wait to start when the run is asked to stop: nothing of theirs runs.
@@ -335,7 +336,6 @@ func (r *run) endWaiting(ctx workflow.Context) {
 	if len(waiting) == 0 || workflow.GetVersion(ctx, ChangeStopEndsWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	now := workflow.Now(ctx)
 	for _, t := range waiting {
 		why := "stopped before its restart: the run was asked to stop during the backoff"
 		if t.held {
@@ -343,10 +343,16 @@ func (r *run) endWaiting(ctx workflow.Context) {
 		}
 		t.cancelBackoff()
 		t.backoff, t.cancelBackoff, t.held = nil, nil, false
-		t.done = true
-		t.status.State, t.status.Error, t.status.EndTime = TaskStopped, why, &now
-		r.taskOver(t)
+		r.endUnstarted(ctx, t, why)
 	}
+}
+
+// endUnstarted ends, stopped, a task of a stopping run that has nothing running, and says why.
+func (r *run) endUnstarted(ctx workflow.Context, t *task, why string) {
+	now := workflow.Now(ctx)
+	t.done = true
+	t.status.State, t.status.Error, t.status.EndTime = TaskStopped, why, &now
+	r.taskOver(t)
 }
 
 // onClearStop takes back a standing keepRun request: should-stop is false again, and a later request counts.

@@ -129,11 +129,11 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	res, err := leaseResult(ctx, t.future)
 	switch end := leaseEndOf(err, t.attached); {
 	case end == leaseContactLost && t.lease < MaxLeases:
-		r.contactLost(t, res, err)
+		r.contactLost(ctx, t, res, err)
 		return
 	case end == leaseHostLost && !t.released && res.PID == 0 && t.lease < MaxLeases && !(silent(err) && r.mayHaveStarted(ctx, t)):
 		// The attempt never started its process: start it again, wherever it lands.
-		r.relaunch(t, fmt.Sprintf("host %s lost %s before its process started", orUnknown(t.status.Host), t.Name))
+		r.relaunch(ctx, t, fmt.Sprintf("host %s lost %s before its process started", orUnknown(t.status.Host), t.Name))
 		return
 	case end == leaseContactLost, end == leaseHostLost:
 		r.lost(t, res, err, now)
@@ -203,11 +203,11 @@ func leaseEndOf(err error, attached bool) leaseEnd {
 // contactLost: the task's host went silent or gave its lease up, or the shard that held the lease ended, and
 // the process may well run on. Ask that host to take it up again; a task that never got as far as a host
 // starts again wherever it lands.
-func (r *run) contactLost(t *task, res TaskResult, err error) {
+func (r *run) contactLost(ctx workflow.Context, t *task, res TaskResult, err error) {
 	var appErr *temporal.ApplicationError
 	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
 	if !t.placed || detachedBeforeStart {
-		r.relaunch(t, fmt.Sprintf("%s lost its host before its process started", t.Name))
+		r.relaunch(ctx, t, fmt.Sprintf("%s lost its host before its process started", t.Name))
 		return
 	}
 	why := fmt.Sprintf("no heartbeat from host %s for %s", t.status.Host, r.plan.HeartbeatTimeout)
@@ -219,8 +219,13 @@ func (r *run) contactLost(t *task, res TaskResult, err error) {
 	r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: reattach})
 }
 
-// relaunch starts the current attempt again: its process never started, so no restart is used.
-func (r *run) relaunch(t *task, why string) {
+// relaunch starts the current attempt again: its process never started, so no restart is used. A stopping run
+// starts nothing: there the task ends stopped, as a task waiting to start does (endWaiting).
+func (r *run) relaunch(ctx workflow.Context, t *task, why string) {
+	if r.stopReq != nil && workflow.GetVersion(ctx, ChangeStopEndsWaiting, workflow.DefaultVersion, 1) == 1 {
+		r.endUnstarted(ctx, t, why+"; the run is stopping, so it is not started again")
+		return
+	}
 	t.status.State, t.status.Error = TaskPending, why+"; starting it again"
 	r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: sameAttempt})
 }

@@ -270,3 +270,27 @@ tasks: {worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 2, backo
 	assert.Equal(t, "stopped before its restart: the run was asked to stop during the backoff", w.Error)
 	assert.Less(t, st.EndTime.Sub(st.StartTime), 2*time.Second, "the run ended as the other task obeyed, not at the backoff's or the grace period's end")
 }
+
+// A task whose host gives its lease up before the process started, while the run is stopping, ends stopped:
+// the run starts nothing while it stops. It used to launch the task again, and that lease then held the run
+// until the grace period's end.
+func TestStop_ATaskLostBeforeItStartedIsNotLaunchedAgain(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return behavior{block: true, obey: true} })
+	h.hosts.loseBeforePlacing = func(in RunTaskInput) bool {
+		if in.Task.Name != "worker-1" || in.Lease != 1 {
+			return false
+		}
+		<-h.hosts.notified // the stop reached the hosts
+		return true
+	}
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 200*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: o, command: [x], stopGracePeriod: 1s, tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	for _, in := range h.hosts.inputs {
+		assert.False(t, in.Task.Name == "worker-1" && in.Lease > 1, "worker-1 was launched again during the stop")
+	}
+	w := st.Task("worker-1")
+	assert.Equal(t, TaskStopped, w.State)
+	assert.Equal(t, "worker-1 lost its host before its process started; the run is stopping, so it is not started again", w.Error)
+}
