@@ -215,6 +215,58 @@ func TestE2E_OverflowGoesToAHostThatComesUp(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A host whose worker has just died is listed as live for LiveFor after its last report, so a run launched
+// then may place a task there, in a queue nobody polls. The run moves it to a live host once the registry no
+// longer counts the dead one (within LiveFor and a check's period), where it used to wait out startTimeout
+// and fail: here 3 minutes, which the run's outcome would show.
+func TestE2E_ATaskPlacedOnADeadHostMoves(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	for _, h := range []string{"host-a", "host-b"} {
+		require.NoError(t, c.startWorker(h, "--slots", "2"))
+	}
+	waitUntil(t, "both hosts live", time.Minute, func() bool {
+		var hosts []workflows.HostEntry
+		r := c.cli(t, "hosts", "-o", "json")
+		live := 0
+		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &hosts) == nil {
+			for _, h := range hosts {
+				if h.Live {
+					live++
+				}
+			}
+		}
+		return live == 2
+	})
+	c.stopWorker("host-b", syscall.SIGKILL)
+	id := runID(t)
+	spec := writeSpec(t, `{name: moved, command: ["true"], startTimeout: 3m, tasks: {worker: {replicas: 2}}}`)
+	r := c.cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	st, err := c.outcome(t, id)
+	require.NoError(t, err, "%+v", st.Tasks)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	for _, task := range st.Tasks {
+		assert.Equal(t, "host-a", task.Host, task.Name)
+		assert.Equal(t, 1, task.Attempt, "%s: a move is no restart", task.Name)
+	}
+	// The lease on host-b, which no worker took, was canceled.
+	scheduled, canceled := map[int64]bool{}, 0
+	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetTaskQueue().GetName() == workflows.PlacedQueue("default", "host-b") {
+			scheduled[ev.GetEventId()] = true
+		}
+		if a := ev.GetActivityTaskCanceledEventAttributes(); a != nil && scheduled[a.GetScheduledEventId()] {
+			canceled++
+		}
+	}
+	assert.Equal(t, 1, len(scheduled), "one lease went to host-b")
+	assert.Equal(t, 1, canceled, "and was canceled")
+}
+
 // A host worker restarted with SIGTERM (as make up and upgrades do) leaves the host registry readable. It used
 // to take the workflow task of its own last report while stopping and drop it, and the registry, with every
 // launch's read of it, then waited for the workflow task timeout (10 s; the first launches after `make up`

@@ -122,6 +122,7 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 			r.leaseEnded(g.ctx, t)
 		})
 	}
+	groupLease(host, ts, in.Attach, cancel)
 	// Its own coroutine: a stop under way reads the members' ends without the generation's selector.
 	dctx, _ := workflow.NewDisconnectedContext(g.ctx)
 	workflow.Go(dctx, func(c workflow.Context) {

@@ -91,6 +91,9 @@ type fakeHosts struct {
 	// batchFails, when it returns an error for a batch, ends that lease as a whole with it once its members run
 	// (their fakes go on blocking, as processes outlive a lease that timed out).
 	batchFails func(in RunTasksInput) error
+	// untaken, while it says so of a lease's queue, leaves that lease untaken, as a host that is gone or full
+	// does: canceled meanwhile, it ends canceled, never having reached a host.
+	untaken func(queue string) bool
 	// beforePlacing, when set, runs before a launch reports its placement.
 	beforePlacing func(in RunTaskInput)
 	// loseBeforePlacing, when it says so, ends a launch's lease before its placement, as a host that gave the
@@ -146,12 +149,30 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 }
 
 func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, error) {
+	if !f.takenUp(ctx) {
+		return TaskResult{}, temporal.NewCanceledError()
+	}
 	return f.serve(ctx, in, activity.GetInfo(ctx).ActivityID)
+}
+
+// takenUp waits while untaken says so of the lease's queue; false: the lease was canceled meanwhile.
+func (f *fakeHosts) takenUp(ctx context.Context) bool {
+	for f.untaken != nil && f.untaken(activity.GetInfo(ctx).TaskQueue) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // runTasks serves each member of a batch as runTask serves its one task, reports each member's end by signal
 // as a host does, and completes with every end.
 func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksResult, error) {
+	if !f.takenUp(ctx) {
+		return RunTasksResult{}, temporal.NewCanceledError()
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var out RunTasksResult

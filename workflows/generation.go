@@ -17,6 +17,7 @@ type generation struct {
 	sel       workflow.Selector
 	info      *workflow.Info
 	ch        *channels
+	hostCheck workflow.Future // the timer of the next check of waiting tasks' hosts (move.go), nil when none
 }
 
 // actions are what the handlers of one wait decided to do. act carries them out, always in this order, which
@@ -31,6 +32,7 @@ type actions struct {
 	notifyStop bool          // tell every host its tasks should stop, and start the grace timer
 	askStop    bool          // tell every host the tasks are asked to stop (keepRun), or no longer are
 	warn       bool          // send the deadline warning to every task
+	checkHosts bool          // move the tasks waiting on hosts that are gone (move.go)
 }
 
 // launchOrder starts one lease on a task.
@@ -160,6 +162,12 @@ func (g *generation) act() {
 	}
 	g.launchAll(launch)
 	g.hold(held)
+	if todo.checkHosts {
+		g.checkHosts()
+	}
+	if len(launch) > 0 || todo.checkHosts {
+		g.armHostCheck()
+	}
 	r.prePlaced = nil
 	for _, t := range todo.restart {
 		if r.decision == nil {
@@ -197,6 +205,7 @@ func (g *generation) launch(o launchOrder) {
 		t.cancel = cancel
 		t.future = r.startLease(tctx, t, o)
 	}
+	groupLease(leaseHost(o), []*task{t}, o.how == reattach, t.cancel)
 	f := t.future
 	g.sel.AddFuture(f, func(workflow.Future) {
 		if f != t.future {

@@ -268,6 +268,9 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 				req.prefer = o.t.status.Host // a restart comes back where it was, at its address, when that host is live
 			}
 		}
+		if o.how == sameAttempt && o.t.movedFrom != "" && workflow.GetVersion(ctx, ChangeMoveFromGoneHosts, workflow.DefaultVersion, 1) == 1 {
+			req.avoid = o.t.movedFrom // launched again after that host lost it, or moved off it: elsewhere when it can
+		}
 		reqs = append(reqs, req)
 	}
 	if len(tasks) == 0 && !prePlace || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {

@@ -59,7 +59,7 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		}
 		keepPlace(st, why)
 		t.attempt++
-		t.lostHost = false
+		t.lostHost, t.movedFrom = false, ""
 		t.lease = 1
 		t.placed, t.released, t.mapSent = false, false, false
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
@@ -127,6 +127,10 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 		return
 	}
 	res, err := leaseResult(ctx, t.future)
+	if r.movedOn(t, err) {
+		r.relaunch(ctx, t, fmt.Sprintf("%s moved off host %s, which had not taken it up", t.Name, t.movedFrom))
+		return
+	}
 	switch end := leaseEndOf(err, t.attached); {
 	case end == leaseContactLost && t.lease < MaxLeases:
 		r.contactLost(ctx, t, res, err)
@@ -207,6 +211,7 @@ func (r *run) contactLost(ctx workflow.Context, t *task, res TaskResult, err err
 	var appErr *temporal.ApplicationError
 	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
 	if !t.placed || detachedBeforeStart {
+		t.movedFrom = t.placedHost // its next placement avoids that host while the registry still lists it
 		r.relaunch(ctx, t, fmt.Sprintf("%s lost its host before its process started", t.Name))
 		return
 	}

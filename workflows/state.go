@@ -52,6 +52,13 @@ type task struct {
 	backoff       workflow.Future
 	cancelBackoff workflow.CancelFunc
 	held          bool // that timer is a hold for room, not a restart's backoff
+	// group is the current lease's tasks (a batch, or this task alone) when they went to a host the run chose, and
+	// what cancels it: a check of the hosts moves the group when that host is gone (move.go).
+	group *leaseGroup
+	// moving: that lease was canceled to launch the task elsewhere. movedFrom is the host the current attempt
+	// left before it started (moved off it, or given up by it), which its next placement avoids.
+	moving    bool
+	movedFrom string
 }
 
 // between says the task has no RunTask under way: it waits for a restart's backoff, or held back for room in
@@ -433,7 +440,7 @@ func (r *run) resetForGeneration() {
 	for _, t := range r.tasks {
 		t.placed, t.done, t.future = false, false, nil
 		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff, t.held = false, false, false, nil, nil, false
-		t.preplaced = false
+		t.preplaced, t.group, t.moving, t.movedFrom = false, nil, false, ""
 		keepPlace(&t.status, "")
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt,
 			Earlier: t.status.Earlier}

@@ -1,0 +1,98 @@
+package workflows
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shortChecks makes the checks of waiting tasks' hosts come every d: the fake hosts wait on the wall clock.
+func shortChecks(t *testing.T, d time.Duration) {
+	was := hostCheckEvery
+	hostCheckEvery = d
+	t.Cleanup(func() { hostCheckEvery = was })
+}
+
+const twoWorkers = `{name: m, command: [x], tasks: {worker: {replicas: 2}}}`
+
+// A task placed on a host that the registry then no longer counts (its worker died before it took the
+// task up, or was drained, or left the registry) moves to a live host: its lease there is canceled, and the
+// same attempt launches again elsewhere, instead of waiting out startTimeout in a queue nobody polls.
+func TestMove_ATaskOnAHostThatIsGoneGoesElsewhere(t *testing.T) {
+	silent := poolHost("h2", 2, 0)
+	silent.Live = false // LastSeen is long before the run's clock
+	drained := poolHost("h2", 2, 0)
+	drained.Drained = true
+	for name, after := range map[string][]HostEntry{
+		"silent":   {poolHost("h1", 2, 0), silent},
+		"drained":  {poolHost("h1", 2, 0), drained},
+		"unlisted": {poolHost("h1", 2, 0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			shortChecks(t, 100*time.Millisecond)
+			h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+			reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0), poolHost("h2", 2, 0)}, after}}
+			testRegistry = reg.read
+			h.hosts.untaken = func(queue string) bool { return queue == PlacedQueue("default", "h2") }
+			st, err := h.run(t, mustSpec(t, twoWorkers))
+			require.NoError(t, err)
+			assert.Equal(t, StatusSucceeded, st.Status)
+			for _, w := range []string{"worker-0", "worker-1"} {
+				assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues[w], w)
+				assert.Equal(t, 1, st.Task(w).Attempt, "a move is no restart")
+			}
+			assert.Contains(t, h.hosts.ids, LeaseID("worker-1", 1, 2), "worker-1 was launched again")
+			assert.Equal(t, 0, st.RestartCount)
+		})
+	}
+}
+
+// A task that waits on a live host (its slots are taken, say) stays there, however many checks pass.
+func TestMove_ATaskWaitingOnALiveHostStays(t *testing.T) {
+	shortChecks(t, 50*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0), poolHost("h2", 2, 0)}}}
+	testRegistry = reg.read
+	start := time.Now()
+	h.hosts.untaken = func(queue string) bool {
+		return queue == PlacedQueue("default", "h2") && time.Since(start) < 600*time.Millisecond
+	}
+	st, err := h.run(t, mustSpec(t, twoWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, PlacedQueue("default", "h2"), h.hosts.queues["worker-1"])
+	assert.Equal(t, []string{LeaseID("worker-1", 1, 1)}, slices.DeleteFunc(slices.Clone(h.hosts.ids), func(id string) bool {
+		return id != LeaseID("worker-1", 1, 1) && id != LeaseID("worker-1", 1, 2)
+	}), "its one lease waited")
+	assert.GreaterOrEqual(t, reg.count(), 3, "the hosts were checked while it waited")
+}
+
+// A task whose move finds no other live host of its pool waits in the pool's queue, where any host that comes
+// up takes it.
+func TestMove_WithNoLiveHostLeftATaskWaitsInItsPool(t *testing.T) {
+	shortChecks(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h2", 2, 0)}, {}}}
+	testRegistry = reg.read
+	h.hosts.untaken = func(queue string) bool { return queue == PlacedQueue("default", "h2") }
+	st, err := h.run(t, mustSpec(t, `{name: m, command: [x], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, PoolQueue("default"), h.hosts.queues["worker-0"])
+}
+
+// A task whose host gave its lease up before its process started (a worker stopping) is launched again on
+// another host while there is one, though the registry still lists that host as live.
+func TestMove_ATaskLostBeforeItStartedLaunchesElsewhere(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	testRegistry = func() []HostEntry { return []HostEntry{poolHost("h1", 2, 0), poolHost("h2", 8, 0)} }
+	h.hosts.loseBeforePlacing = func(in RunTaskInput) bool { return in.Task.Name == "worker-0" && in.Lease == 1 }
+	st, err := h.run(t, mustSpec(t, `{name: m, command: [x], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues["worker-0"], "the host with more room lost it")
+	assert.Contains(t, h.hosts.ids, LeaseID("worker-0", 1, 2))
+}
