@@ -265,7 +265,7 @@ func (c *controlServer) stop(r *http.Request) (any, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	err = c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
-		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun})
+		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun, Seq: stopSeq.next()})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
 	}
@@ -278,11 +278,28 @@ func (c *controlServer) clearStop(r *http.Request) (any, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	err := c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalClearStop,
-		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt})
+		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Seq: stopSeq.next()})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("clear stop: %v", err)
 	}
 	return map[string]bool{"cleared": true}, 0, nil
+}
+
+// stopSeq numbers this host's stop requests and clear-stops (StopRequest.Seq).
+var stopSeq sequence
+
+// sequence hands out increasing numbers that also increase across the worker's restarts: the clock's Unix
+// nanoseconds, or one more than the last when the clock has not moved on (or went back).
+type sequence struct {
+	mu   sync.Mutex
+	last int64
+}
+
+func (s *sequence) next() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = max(time.Now().UnixNano(), s.last+1)
+	return s.last
 }
 
 // waitForStop blocks until the run asks its tasks to stop, or the timeout: no polling.

@@ -302,6 +302,9 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 		return
 	}
 	if req.KeepRun {
+		if r.overtaken(ctx, req) {
+			return
+		}
 		if r.stopAsked == nil {
 			r.stopAsked = &req
 			r.todo.askStop = true
@@ -357,11 +360,34 @@ func (r *run) endUnstarted(ctx workflow.Context, t *task, why string) {
 
 // onClearStop takes back a standing keepRun request: should-stop is false again, and a later request counts.
 func (r *run) onClearStop(ctx workflow.Context, req StopRequest) {
-	if r.stopAsked == nil || r.stopReq != nil || r.decision != nil || r.superseded(ctx, req, "clear-stop") {
+	if r.superseded(ctx, req, "clear-stop") {
+		return
+	}
+	if req.Task != "" && req.Seq > r.cleared[req.Task] {
+		r.cleared[req.Task] = req.Seq
+	}
+	if r.stopAsked == nil || r.stopReq != nil || r.decision != nil {
 		return
 	}
 	r.stopAsked = nil
 	r.todo.askStop = true
+}
+
+// ChangeOrderedStops marks runs that drop a task's keepRun stop request when a clear-stop the task sent after
+// it was taken first. A selector takes inputs that came in one workflow task behind a third in the order they
+// were added to it, clear-stops before stop requests, so a task's request_stop(keep_run) and clear_stop in
+// quick succession left its run asking every task to stop. Asked only when such a request comes, so other runs
+// write no marker, and runs from before replay as they were.
+const ChangeOrderedStops = "clusterrun-ordered-stops"
+
+// overtaken says (and logs) whether req is a keepRun request that a clear-stop its task sent later has overtaken.
+func (r *run) overtaken(ctx workflow.Context, req StopRequest) bool {
+	if req.Task == "" || req.Seq == 0 || req.Seq >= r.cleared[req.Task] ||
+		workflow.GetVersion(ctx, ChangeOrderedStops, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	workflow.GetLogger(ctx).Info("ignoring a stop request (keepRun) that the task's later clear-stop overtook", "task", req.Task)
+	return true
 }
 
 // superseded says (and logs) whether a request comes from an attempt that is no longer the task's current one.

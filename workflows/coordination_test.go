@@ -251,3 +251,49 @@ func TestStop_AskClearThenEndWithStragglersFailing(t *testing.T) {
 	assert.True(t, h.hosts.notices[1].Clear)
 	assert.False(t, h.hosts.notices[2].KeepRun || h.hosts.notices[2].Clear)
 }
+
+// A task's keepRun request and its clear-stop right after it leave the tasks no longer asked to stop when both
+// reach the run in one workflow task behind a third input (here a start-task for no task), where the
+// run's selector takes the clear first. Its host numbers them (Seq), and the request the clear overtook is
+// dropped.
+func TestStop_AClearRightAfterItsRequestInOneWorkflowTaskClears(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior { return blocks })
+	var after RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflowSkippingWorkflowTask(SignalStartTask, TaskControl{Task: "nobody"})
+		h.env.SignalWorkflowSkippingWorkflowTask(SignalStop, StopRequest{Task: "worker-0", Attempt: 1, KeepRun: true, Seq: 10})
+		h.env.SignalWorkflow(SignalClearStop, StopRequest{Task: "worker-0", Attempt: 1, Seq: 11})
+	}, 200*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&after))
+		h.env.SignalWorkflow(SignalStop, StopRequest{})
+	}, 400*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 300ms, tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusRunning, after.Status)
+	assert.Nil(t, after.StopAsked, "the clear came after the request")
+	assert.Equal(t, StatusSucceeded, st.Status)
+	for _, n := range h.hosts.notices {
+		assert.False(t, n.KeepRun, "no host was asked to stop by the overtaken request: %+v", n)
+	}
+
+	// A request sent after a clear still asks, whichever the run takes first.
+	h = newHarness(t, func(task string, _, _ int) behavior { return blocks })
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflowSkippingWorkflowTask(SignalStartTask, TaskControl{Task: "nobody"})
+		h.env.SignalWorkflowSkippingWorkflowTask(SignalStop, StopRequest{Task: "worker-0", Attempt: 1, KeepRun: true, Seq: 12})
+		h.env.SignalWorkflow(SignalClearStop, StopRequest{Task: "worker-0", Attempt: 1, Seq: 11})
+	}, 200*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&after))
+		h.env.SignalWorkflow(SignalStop, StopRequest{})
+	}, 400*time.Millisecond)
+	_, err = h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 300ms, tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	require.NotNil(t, after.StopAsked)
+	assert.Equal(t, "worker-0", after.StopAsked.Task)
+}

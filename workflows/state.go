@@ -91,10 +91,11 @@ type run struct {
 	barriers     map[string]*barrier
 	barrierOrder []string
 	stopReq      *StopRequest
-	stopAsked    *StopRequest // a keepRun request standing until clear-stop
-	signals      int          // signals received, against the run's signal budget
-	outcomes     int          // barrier outcomes published (BarrierOutcome.Seq)
-	searchable   bool         // started with clusterrun's search attributes, so it may update them
+	stopAsked    *StopRequest     // a keepRun request standing until clear-stop
+	cleared      map[string]int64 // per task, the Seq of the latest clear-stop it sent that the run took
+	signals      int              // signals received, against the run's signal budget
+	outcomes     int              // barrier outcomes published (BarrierOutcome.Seq)
+	searchable   bool             // started with clusterrun's search attributes, so it may update them
 	// leased: the run uses leases (started by this version or later). Runs started before replay with
 	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
 	leased bool
@@ -112,7 +113,7 @@ type run struct {
 }
 
 func newRun(p *spec.Plan, now time.Time) *run {
-	r := &run{plan: p, byName: map[string]*task{}, status: StatusRunning, startTime: now}
+	r := &run{plan: p, byName: map[string]*task{}, status: StatusRunning, startTime: now, cleared: map[string]int64{}}
 	for _, t := range p.Tasks {
 		tk := &task{Task: t, seq: len(r.tasks), status: TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host}}
 		r.tasks = append(r.tasks, tk)

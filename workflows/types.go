@@ -289,6 +289,11 @@ type StopRequest struct {
 	// KeepRun only asks the tasks to stop (should-stop, wait-for-stop): the run goes on, and clear-stop takes
 	// the request back (tf.train.Coordinator's request_stop and clear_stop). Without it the run ends.
 	KeepRun bool `json:"keepRun,omitempty"`
+	// Seq orders one task's keepRun requests and clear-stops (a request or clear-stop from a task; 0 from
+	// outside): its host's clock when it sent the signal, in Unix nanoseconds, increasing on each host. A run
+	// takes signals of different names that reach it in one workflow task in no fixed order, so a request
+	// that a clear from its task has overtaken is stale.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // NotifyStopInput tells a host that its tasks of a run should stop.
