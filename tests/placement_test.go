@@ -250,6 +250,13 @@ func TestE2E_ATaskPlacedOnADeadHostMoves(t *testing.T) {
 		assert.Equal(t, "host-a", task.Host, task.Name)
 		assert.Equal(t, 1, task.Attempt, "%s: a move is no restart", task.Name)
 	}
+	moved := 0
+	for _, task := range st.Tasks {
+		if strings.HasPrefix(task.Moved, "moved off host-b, which has not reported for ") {
+			moved++
+		}
+	}
+	assert.Equal(t, 1, moved, "the task placed on host-b says it moved off it: %+v", st.Tasks)
 	// The lease on host-b, which no worker took, was canceled.
 	scheduled, canceled := map[int64]bool{}, 0
 	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)

@@ -63,7 +63,7 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		t.lease = 1
 		t.placed, t.released, t.mapSent = false, false, false
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
-		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime, st.Logs = nil, "", nil, nil, nil, nil
+		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime, st.Logs, st.Moved = nil, "", nil, nil, nil, nil, ""
 		r.startPrePlaced(t)
 	case sameAttempt:
 		t.lease++

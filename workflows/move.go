@@ -100,6 +100,7 @@ func (r *run) moveFromGoneHosts(waiting []*task, hosts []HostEntry, now time.Tim
 			if m.group == g && m.awaitsHost() {
 				m.moving, m.movedFrom = true, g.host
 				m.status.Error = fmt.Sprintf("moving %s: host %s %s (clusterrun hosts), and had not taken it up", m.Name, g.host, gone)
+				m.status.Moved = fmt.Sprintf("moved off %s, which %s before it took the task up", g.host, gone)
 			}
 		}
 		g.cancel()

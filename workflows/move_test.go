@@ -26,12 +26,12 @@ func TestMove_ATaskOnAHostThatIsGoneGoesElsewhere(t *testing.T) {
 	silent.Live = false // LastSeen is long before the run's clock
 	drained := poolHost("h2", 2, 0)
 	drained.Drained = true
-	for name, after := range map[string][]HostEntry{
-		"silent":   {poolHost("h1", 2, 0), silent},
-		"drained":  {poolHost("h1", 2, 0), drained},
-		"unlisted": {poolHost("h1", 2, 0)},
+	for why, after := range map[string][]HostEntry{
+		"has not reported for":        {poolHost("h1", 2, 0), silent},
+		"was drained":                 {poolHost("h1", 2, 0), drained},
+		"is not in the host registry": {poolHost("h1", 2, 0)},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(why, func(t *testing.T) {
 			shortChecks(t, 100*time.Millisecond)
 			h := newHarness(t, func(string, int, int) behavior { return exits(0) })
 			reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0), poolHost("h2", 2, 0)}, after}}
@@ -45,6 +45,8 @@ func TestMove_ATaskOnAHostThatIsGoneGoesElsewhere(t *testing.T) {
 				assert.Equal(t, 1, st.Task(w).Attempt, "a move is no restart")
 			}
 			assert.Contains(t, h.hosts.ids, LeaseID("worker-1", 1, 2), "worker-1 was launched again")
+			assert.Contains(t, st.Task("worker-1").Moved, "moved off h2, which "+why)
+			assert.Empty(t, st.Task("worker-0").Moved)
 			assert.Equal(t, 0, st.RestartCount)
 		})
 	}

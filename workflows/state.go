@@ -186,10 +186,10 @@ func statusBytes(st TaskStatus) int {
 	return len(b)
 }
 
-// omitDetails drops what a task's status can do without: its address, times, earlier attempts, log sizes and
-// error text (its logs and error.json on its host keep the cause; the run's reason names the first failure).
+// omitDetails drops what a task's status can do without: its address, times, earlier attempts, log sizes, the
+// host it moved off and error text (its logs and error.json on its host keep the cause; the run's reason names the first failure).
 func omitDetails(st *TaskStatus) {
-	st.Addr, st.Port, st.StartTime, st.EndTime, st.Earlier, st.Error, st.Logs = "", 0, nil, nil, nil, "", nil
+	st.Addr, st.Port, st.StartTime, st.EndTime, st.Earlier, st.Error, st.Logs, st.Moved = "", 0, nil, nil, nil, "", nil, ""
 	st.DetailsOmitted = true
 }
 

@@ -385,6 +385,9 @@ type TaskStatus struct {
 	// Earlier says where the task's last attempts before this one ran (those that were started, at most
 	// MaxEarlierAttempts, oldest first): their logs are on those hosts.
 	Earlier []AttemptPlace `json:"earlier,omitempty"`
+	// Moved says which host the current attempt left before it started there, and why: the run had placed it on
+	// a host that then stopped reporting (or was drained) before it took the task up.
+	Moved string `json:"moved,omitempty"`
 }
 
 // AttemptPlace is the host one attempt of a task ran on, and, when the task restarted on its own or was started

@@ -76,7 +76,7 @@ func someNames(tasks []workflows.TaskStatus) string {
 func alike(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskRunning, workflows.TaskPlaced:
-		return fmt.Sprintf("%s/%d", t.State, t.Attempt)
+		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
 	}
 	return describeState(t)
 }
@@ -89,11 +89,20 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 	}
 	switch t.State {
 	case workflows.TaskRunning:
-		return fmt.Sprintf("running on %s (attempt %d)", on, t.Attempt)
+		return runningLine(on, t)
 	case workflows.TaskPlaced:
 		return placedLine(on, t.Attempt)
 	}
 	return describeState(t)
+}
+
+// runningLine says a task runs on a host (or hosts, for a group of tasks alike), and which host it moved off
+// before it started, if it did.
+func runningLine(on string, t workflows.TaskStatus) string {
+	if t.Moved != "" {
+		return fmt.Sprintf("running on %s (attempt %d; %s)", on, t.Attempt, t.Moved)
+	}
+	return fmt.Sprintf("running on %s (attempt %d)", on, t.Attempt)
 }
 
 // note is a task's state line, said once the output of its attempts up to after has been read to its end: an
@@ -158,7 +167,7 @@ func describeState(t workflows.TaskStatus) string {
 	case workflows.TaskPlaced:
 		return placedLine(t.Host, t.Attempt)
 	case workflows.TaskRunning:
-		return fmt.Sprintf("running on %s (attempt %d)", t.Host, t.Attempt)
+		return runningLine(t.Host, t)
 	case workflows.TaskUnreachable:
 		return "unreachable: " + t.Error
 	case workflows.TaskPending:

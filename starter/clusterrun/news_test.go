@@ -52,6 +52,27 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	assert.Equal(t, "[3 tasks]    ── stopped (SIGTERM): worker-63, worker-96, worker-108\n", out.String(), "a large run's few changes")
 }
 
+// A task that moved off a host that was gone before it started says so when it runs, alone or in a large run,
+// where it does not share the line of the tasks that did not move.
+func TestFollower_SaysWhereATaskMovedFrom(t *testing.T) {
+	const moved = "moved off host-c, which has not reported for 31s before it took the task up"
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "host-a", Attempt: 1, Moved: moved}}})
+	assert.Equal(t, "[worker-0] ── running on host-a (attempt 1; "+moved+")\n", out.String())
+
+	out.Reset()
+	f = newFollower(nil, "run", &out)
+	ts := make([]workflows.TaskStatus, 100)
+	for i := range ts {
+		ts[i] = workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: workflows.TaskRunning, Host: "host-a", Attempt: 1}
+	}
+	ts[40].Moved, ts[41].Moved = moved, moved
+	f.update(workflows.RunStatus{Tasks: ts})
+	assert.Equal(t, "[98 tasks]  ── running on host-a (attempt 1): worker-0, worker-1, worker-2 and 95 more\n"+
+		"[2 tasks]   ── running on host-a (attempt 1; "+moved+"): worker-40, worker-41\n", out.String())
+}
+
 // A task that ended having written nothing leaves no stream to read at the end, and its end is still said.
 func TestFollower_DrainSaysTheEnds(t *testing.T) {
 	var out bytes.Buffer
