@@ -17,7 +17,7 @@ type generation struct {
 	sel       workflow.Selector
 	info      *workflow.Info
 	ch        *channels
-	hostCheck workflow.Future // the timer of the next check of waiting tasks' hosts (move.go), nil when none
+	check     hostCheck // the next check of waiting tasks' hosts (move.go)
 }
 
 // actions are what the handlers of one wait decided to do. act carries them out, always in this order, which
@@ -166,7 +166,7 @@ func (g *generation) act() {
 		g.checkHosts()
 	}
 	if len(launch) > 0 || todo.checkHosts {
-		g.armHostCheck()
+		g.armHostCheck(len(launch) > 0)
 	}
 	r.prePlaced = nil
 	for _, t := range todo.restart {

@@ -23,9 +23,10 @@ import (
 // place a task launched again after its host lost it elsewhere when they can.
 const ChangeMoveFromGoneHosts = "clusterrun-move-from-gone-hosts"
 
-// hostCheckEvery is how often a run with placed tasks that have not started reads the registry: a host that
-// died is moved from within LiveFor+hostCheckEvery of its last report (a variable for the workflow tests, whose
-// fake hosts wait on the wall clock).
+// hostCheckEvery is how often a run with placed tasks that have not started reads the registry in the first
+// minute after a launch: a host that died before it is moved from within LiveFor+hostCheckEvery of its last
+// report (a variable for the workflow tests, whose fake hosts wait on the wall clock). Later checks come
+// further apart (hostCheckDelay).
 var hostCheckEvery = LiveFor / 2
 
 // leaseGroup is the tasks of one lease on a host the run chose, and what cancels that lease.
@@ -132,18 +133,45 @@ func (g *generation) checkHosts() {
 	r.moveFromGoneHosts(waiting, hosts, workflow.Now(g.ctx))
 }
 
-// armHostCheck starts the timer of the next check of the hosts, unless one is under way or no task waits.
-func (g *generation) armHostCheck() {
-	r := g.r
-	if g.hostCheck != nil || r.decision != nil || len(r.awaitingHosts()) == 0 ||
-		workflow.GetVersion(g.ctx, ChangeMoveFromGoneHosts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+// hostCheck is the timer of the next check of the waiting tasks' hosts, and how many checks it follows since
+// the last launch.
+type hostCheck struct {
+	timer workflow.Future
+	n     int
+}
+
+// maxHostCheckEvery bounds the time between checks of a run whose tasks wait long (for slots, with a long
+// startTimeout): every check writes a timer and a registry read to the run's history.
+const maxHostCheckEvery = 30 * time.Minute
+
+// hostCheckDelay is the time until check n+1 after a launch: hostCheckEvery for the first minute, by when a
+// host that had died before the launch is gone from the registry, then twice as long each time, up to
+// maxHostCheckEvery.
+func hostCheckDelay(n int) time.Duration {
+	return min(hostCheckEvery<<min(max(n-3, 0), 16), maxHostCheckEvery)
+}
+
+// armHostCheck starts the timer of the next check of the hosts while some task waits on one and none is set.
+// A launch (launched) starts the count again: the checks after it come every hostCheckEvery again.
+func (g *generation) armHostCheck(launched bool) {
+	r, c := g.r, &g.check
+	if launched {
+		c.n = 0
+	}
+	if c.timer != nil || r.decision != nil {
 		return
 	}
-	timer := workflow.NewTimerWithOptions(g.genCtx, hostCheckEvery, workflow.TimerOptions{
-		Summary: "check that the hosts of placed tasks that have not started are live"})
-	g.hostCheck = timer
+	waiting := r.awaitingHosts()
+	if len(waiting) == 0 || workflow.GetVersion(g.ctx, ChangeMoveFromGoneHosts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	delay := hostCheckDelay(c.n)
+	c.n++
+	timer := workflow.NewTimerWithOptions(g.genCtx, delay, workflow.TimerOptions{
+		Summary: fmt.Sprintf("check that the hosts of %d placed tasks that have not started are live", len(waiting))})
+	c.timer = timer
 	g.sel.AddFuture(timer, func(f workflow.Future) {
-		g.hostCheck = nil
+		c.timer = nil
 		r.todo.checkHosts = f.Get(g.ctx, nil) == nil
 	})
 }

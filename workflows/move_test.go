@@ -98,3 +98,20 @@ func TestMove_ATaskLostBeforeItStartedLaunchesElsewhere(t *testing.T) {
 	assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues["worker-0"], "the host with more room lost it")
 	assert.Contains(t, h.hosts.ids, LeaseID("worker-0", 1, 2))
 }
+
+// The checks come every hostCheckEvery for the first minute after a launch, then twice as far apart each time,
+// up to maxHostCheckEvery: a run whose tasks wait days for slots writes a few checks an hour.
+func TestMove_ChecksComeFurtherApartAsTasksWait(t *testing.T) {
+	var delays []time.Duration
+	for n := range 12 {
+		delays = append(delays, hostCheckDelay(n))
+	}
+	s := time.Second
+	assert.Equal(t, []time.Duration{15 * s, 15 * s, 15 * s, 15 * s, 30 * s, 60 * s, 120 * s, 240 * s, 480 * s, 960 * s, 1800 * s, 1800 * s}, delays)
+	checks, at := 0, time.Duration(0)
+	for n := 0; at < 720*time.Hour; n++ {
+		at += hostCheckDelay(n)
+		checks++
+	}
+	assert.Less(t, checks, 1450, "a startTimeout of 720h (the most) checks at most every 30 minutes")
+}
