@@ -211,7 +211,9 @@ func (r *run) contactLost(ctx workflow.Context, t *task, res TaskResult, err err
 	var appErr *temporal.ApplicationError
 	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
 	if !t.placed || detachedBeforeStart {
-		t.movedFrom = t.placedHost // its next placement avoids that host while the registry still lists it
+		if !(errors.As(err, &appErr) && appErr.Type() == ErrShardLost) {
+			t.movedFrom = t.placedHost // its next placement avoids that host while the registry still lists it
+		}
 		r.relaunch(ctx, t, fmt.Sprintf("%s lost its host before its process started", t.Name))
 		return
 	}
