@@ -252,7 +252,7 @@ func TestE2E_ATaskPlacedOnADeadHostMoves(t *testing.T) {
 	}
 	moved := 0
 	for _, task := range st.Tasks {
-		if strings.HasPrefix(task.Moved, "moved off host-b, which has not reported for ") {
+		if strings.HasPrefix(task.Moved, "moved off host-b, which has not reported for ") && strings.HasSuffix(task.Moved, " before it started the task") {
 			moved++
 		}
 	}

@@ -68,6 +68,9 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 	case sameAttempt:
 		t.lease++
 		t.placed, t.released, t.mapSent, t.preplaced = false, false, false, false
+		if t.waitNote != "" {
+			t.status.Error = t.waitNote // where it waits now says more than why it left
+		}
 	case reattach:
 		t.preplaced = false
 		t.lease++
@@ -128,7 +131,7 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	}
 	res, err := leaseResult(ctx, t.future)
 	if r.movedOn(t, err) {
-		r.relaunch(ctx, t, fmt.Sprintf("%s moved off host %s, which had not taken it up", t.Name, t.movedFrom))
+		r.relaunch(ctx, t, fmt.Sprintf("%s moved off host %s before it started there", t.Name, t.movedFrom))
 		return
 	}
 	switch end := leaseEndOf(err, t.attached); {

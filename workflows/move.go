@@ -100,8 +100,8 @@ func (r *run) moveFromGoneHosts(waiting []*task, hosts []HostEntry, now time.Tim
 		for _, m := range g.tasks {
 			if m.group == g && m.awaitsHost() {
 				m.moving, m.movedFrom = true, g.host
-				m.status.Error = fmt.Sprintf("moving %s: host %s %s (clusterrun hosts), and had not taken it up", m.Name, g.host, gone)
-				m.status.Moved = fmt.Sprintf("moved off %s, which %s before it took the task up", g.host, gone)
+				m.status.Error = fmt.Sprintf("moving %s: host %s %s (clusterrun hosts) before it started the task", m.Name, g.host, gone)
+				m.status.Moved = fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
 			}
 		}
 		g.cancel()

@@ -386,7 +386,7 @@ type TaskStatus struct {
 	// MaxEarlierAttempts, oldest first): their logs are on those hosts.
 	Earlier []AttemptPlace `json:"earlier,omitempty"`
 	// Moved says which host the current attempt left before it started there, and why: the run had placed it on
-	// a host that then stopped reporting (or was drained) before it took the task up.
+	// a host that then stopped reporting (or was drained) before it started the task.
 	Moved string `json:"moved,omitempty"`
 }
 

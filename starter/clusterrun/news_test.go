@@ -55,7 +55,7 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 // A task that moved off a host that was gone before it started says so when it runs, alone or in a large run,
 // where it does not share the line of the tasks that did not move.
 func TestFollower_SaysWhereATaskMovedFrom(t *testing.T) {
-	const moved = "moved off host-c, which has not reported for 31s before it took the task up"
+	const moved = "moved off host-c, which has not reported for 31s before it started the task"
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out)
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "host-a", Attempt: 1, Moved: moved}}})
