@@ -413,11 +413,14 @@ func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
 	a := newHarness(t)
 	a.host.starts.window, a.host.starts.maxWindow = time.Minute, time.Minute // gathered until after() below
 	var mu sync.Mutex
-	var placed []string
+	var placed, started []string
 	a.server.onPlaced = func(_, _ string, p workflows.Placement) {
 		mu.Lock()
 		defer mu.Unlock()
 		placed = append(placed, p.Task)
+		if p.Started {
+			started = append(started, p.Task)
+		}
 	}
 	var eps []workflows.Endpoint
 	for _, name := range []string{"worker-0", "worker-1"} {
@@ -442,7 +445,10 @@ func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
 	assert.NotNil(t, stopped.Exits[0].StartTime, "the answer carries the start time")
 	require.NoError(t, a.host.starts.after(t.Context(), testWorkflowID, testRunID))
 	mu.Lock()
-	assert.Equal(t, []string{"worker-1"}, placed, "only the start of the task still running went out")
+	// A chosen port another process took meanwhile (the suite's packages run side by side) makes its task place
+	// itself on another port: a placement, not a start.
+	assert.NotContains(t, started, "worker-0", "the start of the attempt the run stopped did not go out")
+	assert.Contains(t, placed, "worker-1", "the start (or placement) of the task still running went out")
 	mu.Unlock()
 	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
 	require.NoError(t, err)
