@@ -274,6 +274,42 @@ func TestE2E_ATaskPlacedOnADeadHostMoves(t *testing.T) {
 	assert.Equal(t, 1, canceled, "and was canceled")
 }
 
+// A task placed on a host whose slots another run took waits there; once another host of its pool has room
+// (here one that comes up), the run moves it there, where it used to wait until a slot freed on its host or
+// its startTimeout (3 minutes here) failed it.
+func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "1"))
+	waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
+	gate := t.TempDir() + "/go"
+	blocker, waiting := runID(t)+"-blocker", runID(t)
+	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 1}}}`, gate)),
+		"--id", blocker, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "the blocker running on host-a", time.Minute, func() bool {
+		st, ok := c.query(t, blocker)
+		return ok && len(st.Tasks) == 1 && st.Tasks[0].State == workflows.TaskRunning
+	})
+	r = c.cli(t, "run", writeSpec(t, `{name: waiting, command: [sh, -c, 'echo ran'], startTimeout: 3m, tasks: {worker: {replicas: 1}}}`),
+		"--id", waiting, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "the task placed on host-a", time.Minute, func() bool {
+		st, ok := c.query(t, waiting)
+		return ok && len(st.Tasks) == 1 && st.Tasks[0].Host == "host-a"
+	})
+	require.NoError(t, c.startWorker("host-b", "--slots", "1"))
+	st, err := c.outcome(t, waiting)
+	require.NoError(t, err, "%+v", st.Tasks)
+	require.Len(t, st.Tasks, 1)
+	assert.Equal(t, "host-b", st.Tasks[0].Host)
+	assert.Equal(t, "moved off host-a, which had no free slot for it while other hosts of pool default had", st.Tasks[0].Moved)
+	assert.Equal(t, 1, st.Tasks[0].Attempt)
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	_, err = c.outcome(t, blocker)
+	require.NoError(t, err)
+}
+
 // A host worker restarted with SIGTERM (as make up and upgrades do) leaves the host registry readable. It used
 // to take the workflow task of its own last report while stopping and drop it, and the registry, with every
 // launch's read of it, then waited for the workflow task timeout (10 s; the first launches after `make up`

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -78,34 +79,76 @@ func hostGone(h HostEntry, listed bool, now time.Time) string {
 	return ""
 }
 
-// moveFromGoneHosts cancels the leases of the waiting tasks whose hosts are gone by hosts, the registry, when
-// none of a lease's tasks has started, and marks those tasks moving: leaseEnded launches them again.
-func (r *run) moveFromGoneHosts(waiting []*task, hosts []HostEntry, now time.Time) {
+// moveWaiting cancels the leases of waiting tasks that are better elsewhere by hosts, the registry, when none
+// of a lease's tasks has started, and marks those tasks moving: leaseEnded launches them again. A lease moves
+// off a host that is gone, and off a live host with no free slot while the other live hosts of its pool have
+// room for all its tasks (another run took the slots its placement counted on, and a host came up or freed
+// slots since).
+func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) {
 	byName := map[string]HostEntry{}
 	for _, h := range hosts {
 		byName[h.Host] = h
 	}
+	room := freeSlots(hosts)
 	seen := map[*leaseGroup]bool{}
 	for _, t := range waiting {
 		g := t.group
-		h, listed := byName[g.host]
-		gone := hostGone(h, listed, now)
-		if seen[g] || gone == "" {
+		if seen[g] {
 			continue
 		}
 		seen[g] = true
 		if !g.untouched() {
 			continue
 		}
+		h, listed := byName[g.host]
+		pool := g.tasks[0].Pool
+		var why, moved string
+		if gone := hostGone(h, listed, now); gone != "" {
+			why = fmt.Sprintf("host %s %s (clusterrun hosts) before it started the task", g.host, gone)
+			moved = fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
+		} else if h.Slots-h.Unpinned <= 0 && claimRoom(room[pool], g.host, g.waiting()) {
+			why = fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool)
+			moved = fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool)
+		} else {
+			continue
+		}
 		for _, m := range g.tasks {
 			if m.group == g && m.awaitsHost() {
 				m.moving, m.movedFrom = true, g.host
-				m.status.Error = fmt.Sprintf("moving %s: host %s %s (clusterrun hosts) before it started the task", m.Name, g.host, gone)
-				m.status.Moved = fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
+				m.status.Error = fmt.Sprintf("moving %s: %s", m.Name, why)
+				m.status.Moved = moved
 			}
 		}
 		g.cancel()
 	}
+}
+
+// claimRoom takes n of the free slots f counts on hosts other than except, when they have that many.
+func claimRoom(f *poolSlots, except string, n int) bool {
+	if f == nil || f.free-f.hostFree[except] < n {
+		return false
+	}
+	for _, h := range sortedKeys(f.hostFree) {
+		take := min(f.hostFree[h], n)
+		if h == except || take == 0 {
+			continue
+		}
+		f.hostFree[h] -= take
+		f.free -= take
+		n -= take
+	}
+	return true
+}
+
+// waiting counts the lease's tasks that wait for it.
+func (g *leaseGroup) waiting() int {
+	n := 0
+	for _, t := range g.tasks {
+		if t.group == g && t.awaitsHost() {
+			n++
+		}
+	}
+	return n
 }
 
 // untouched says no task of the lease has started or ended on its own: its host never took the lease up.
@@ -118,7 +161,7 @@ func (g *leaseGroup) untouched() bool {
 	return true
 }
 
-// checkHosts reads the registry and moves the tasks waiting on hosts that are gone, when some task waits.
+// checkHosts reads the registry and moves the waiting tasks that are better elsewhere, when some task waits.
 func (g *generation) checkHosts() {
 	r := g.r
 	waiting := r.awaitingHosts()
@@ -130,7 +173,7 @@ func (g *generation) checkHosts() {
 		workflow.GetLogger(g.ctx).Warn("cannot read the host registry to check the hosts of waiting tasks", "error", err)
 		return
 	}
-	r.moveFromGoneHosts(waiting, hosts, workflow.Now(g.ctx))
+	r.moveWaiting(waiting, hosts, workflow.Now(g.ctx))
 }
 
 // hostCheck is the timer of the next check of the waiting tasks' hosts, and how many checks it follows since
@@ -184,4 +227,15 @@ func (r *run) movedOn(t *task, err error) bool {
 	}
 	t.moving = false
 	return temporal.IsCanceledError(err) && !t.terminated
+}
+
+// sortedKeys lists m's keys in order, so that what the workflow does with them replays alike.
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	//workflowcheck:ignore
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -115,3 +115,52 @@ func TestMove_ChecksComeFurtherApartAsTasksWait(t *testing.T) {
 	}
 	assert.Less(t, checks, 1450, "a startTimeout of 720h (the most) checks at most every 30 minutes")
 }
+
+// A lease waiting on a live host with no free slot (another run took the slots its placement counted on)
+// moves when the other hosts of its pool have room for all its tasks: here a host that came up since.
+func TestMove_ALeaseOnAFullHostGoesWhereThereIsRoom(t *testing.T) {
+	shortChecks(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2), poolHost("h2", 2, 0)}}}
+	testRegistry = reg.read
+	h.hosts.untaken = func(queue string) bool { return queue == PlacedQueue("default", "h1") }
+	st, err := h.run(t, mustSpec(t, twoWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	for _, w := range []string{"worker-0", "worker-1"} {
+		assert.Equal(t, PlacedQueue("default", "h2"), h.hosts.queues[w], w)
+		assert.Equal(t, "moved off h1, which had no free slot for it while other hosts of pool default had", st.Task(w).Moved, w)
+		assert.Equal(t, 1, st.Task(w).Attempt)
+	}
+}
+
+// A lease on a full host stays when the other hosts have no room for it: moving would only wait elsewhere.
+func TestMove_AFullHostKeepsALeaseNoOtherHostHasRoomFor(t *testing.T) {
+	shortChecks(t, 50*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2), poolHost("h2", 2, 2)}}}
+	testRegistry = reg.read
+	start := time.Now()
+	h.hosts.untaken = func(queue string) bool {
+		return queue == PlacedQueue("default", "h1") && time.Since(start) < 600*time.Millisecond
+	}
+	st, err := h.run(t, mustSpec(t, twoWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	for _, w := range []string{"worker-0", "worker-1"} {
+		assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues[w], w)
+		assert.Empty(t, st.Task(w).Moved)
+	}
+	assert.GreaterOrEqual(t, reg.count(), 3, "the hosts were checked while the lease waited")
+}
+
+// claimRoom counts the room other hosts have, and what earlier moves of the same check took of it.
+func TestClaimRoom(t *testing.T) {
+	f := freeSlots([]HostEntry{poolHost("a", 4, 4), poolHost("b", 4, 1), poolHost("c", 2, 0)})["default"]
+	assert.False(t, claimRoom(f, "a", 6), "b and c have 5 free")
+	assert.True(t, claimRoom(f, "a", 4))
+	assert.False(t, claimRoom(f, "a", 2), "1 left")
+	assert.True(t, claimRoom(f, "a", 1))
+	assert.Equal(t, 0, f.free)
+	assert.False(t, claimRoom(nil, "a", 1), "a pool with no live host")
+}
