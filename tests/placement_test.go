@@ -283,6 +283,7 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 	require.NoError(t, c.startWorker("host-a", "--slots", "1"))
 	waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
 	gate := t.TempDir() + "/go"
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // the blocker ends, whatever the test's outcome
 	blocker, waiting := runID(t)+"-blocker", runID(t)
 	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 1}}}`, gate)),
 		"--id", blocker, "--detach")
