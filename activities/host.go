@@ -179,12 +179,14 @@ func (h *Host) sweep() {
 }
 
 // Shutdown refuses new attempts and lets go of every lease: the RunTasks return TaskDetached, and the processes
-// go on under their supervisors, for the next worker with this host name to take up. With stopTasks (and
+// go on under their supervisors, for the next worker with this host name to take up; batch members still
+// waiting for a slot give theirs up unstarted, for their run to launch again. With stopTasks (and
 // always for attempts of runs started before leases) it stops the processes instead (SIGTERM, grace,
 // SIGKILL); those tasks end failed ("host worker shut down"), so their restart policy applies. It returns once
 // every RunTask on this host has returned, or after timeout.
 func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 	h.reg.close()
+	h.slots.close() // members waiting for a slot give their lease up, unstarted
 	if h.stopLoops != nil {
 		h.stopLoops()
 	}

@@ -110,6 +110,8 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 			return res, temporal.NewCanceledError(res)
 		case ml.hb.verdictNow() == leaseGone:
 			return res, detachedError("the server no longer knows this lease; "+in.Task.Name+" was not started", res)
+		case h.reg.closed():
+			return res, detachedError(fmt.Sprintf("host worker %s is shutting down; %s was not started", h.Name, in.Task.Name), res)
 		case ctx.Err() != nil:
 			return res, detachedError(leaseEnded(ctx)+"; "+in.Task.Name+" was not started", res)
 		}

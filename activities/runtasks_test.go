@@ -356,3 +356,26 @@ func TestRunTasks_ShutdownCompletesWithoutHoldingBack(t *testing.T) {
 	}
 	assert.Equal(t, 2, a.host.Running(), "the processes run on")
 }
+
+// A member waiting for a slot when its worker shuts down gives its lease up unstarted, for its run to launch
+// again: the worker's stop waits for its batches, and waited for the slot or the startTimeout (up.sh, which
+// restarts workers, hung so behind a task that waited for a slot).
+func TestRunTasks_ShutdownGivesUpAMemberWaitingForASlot(t *testing.T) {
+	a := newHarness(t)
+	a.host.slots.max = 1
+	holder := a.runBatch(leaseOn(named("worker-0", "sleep", "300")))
+	waitFor(t, "the slot to be taken", func() bool { return a.host.Running() == 1 })
+	in := leaseOn(named("worker-1", "true"))
+	in.StartTimeout = 5 * time.Minute // beyond the wait's 30 s
+	waiter := a.runBatch(in)
+	waitFor(t, "the second member to wait for the slot", func() bool { return a.host.slots.waiting() == 1 })
+	a.host.Shutdown(false, time.Second, 10*time.Second)
+	res, err := waiter()
+	require.NoError(t, err, "it completed, within the wait's 30 s")
+	x := endOf(t, res, "worker-1")
+	require.NotNil(t, x.Error)
+	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
+	assert.Equal(t, "host worker test-host is shutting down; worker-1 was not started", x.Error.Message)
+	_, err = holder()
+	require.NoError(t, err)
+}

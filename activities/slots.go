@@ -14,13 +14,16 @@ import (
 type slots struct {
 	max int // per pool; 0: no bound
 
-	mu    sync.Mutex
-	used  map[string]int
-	freed chan struct{} // closed, and replaced, whenever a slot is freed
+	mu     sync.Mutex
+	used   map[string]int
+	freed  chan struct{} // closed, and replaced, whenever a slot is freed
+	closed chan struct{} // closed when the host worker shuts down: no wait for a slot goes on
+	// waiters counts the acquires waiting.
+	waiters int
 }
 
-// acquire waits for a slot of pool until deadline (zero: no deadline), ctx is done, or stop is closed, and
-// returns what frees it (once). ok is false when none came.
+// acquire waits for a slot of pool until deadline (zero: no deadline), ctx is done, stop is closed, or the host
+// shuts down (close), and returns what frees it (once). ok is false when none came.
 func (s *slots) acquire(ctx context.Context, stop <-chan struct{}, pool string, deadline time.Time) (release func(), ok bool) {
 	if s.max <= 0 {
 		return func() {}, true
@@ -38,18 +41,32 @@ func (s *slots) acquire(ctx context.Context, stop <-chan struct{}, pool string, 
 			s.mu.Unlock()
 			return release, true
 		}
-		freed := s.wakeup()
+		freed, closed := s.wakeup(), s.closing()
+		s.waiters++
 		s.mu.Unlock()
+		gotOne := false
 		select {
 		case <-freed:
+			gotOne = true
+		case <-closed:
 		case <-timeout:
-			return nil, false
 		case <-ctx.Done():
-			return nil, false
 		case <-stop:
+		}
+		s.mu.Lock()
+		s.waiters--
+		s.mu.Unlock()
+		if !gotOne {
 			return nil, false
 		}
 	}
+}
+
+// waiting counts the members waiting for a slot.
+func (s *slots) waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiters
 }
 
 // take counts a slot of pool as used, free or not (a task that is already running), and returns what frees it.
@@ -79,6 +96,27 @@ func (s *slots) takeLocked(pool string) func() {
 				s.freed = nil
 			}
 		})
+	}
+}
+
+// closing is the channel closed when the host shuts down; s.mu is held.
+func (s *slots) closing() chan struct{} {
+	if s.closed == nil {
+		s.closed = make(chan struct{})
+	}
+	return s.closed
+}
+
+// close ends every wait for a slot, and refuses the waits to come: the host worker is shutting down, and its
+// stop waits for the batches whose members wait here.
+func (s *slots) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.closing()
+	select {
+	case <-c:
+	default:
+		close(c)
 	}
 }
 

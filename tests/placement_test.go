@@ -311,6 +311,61 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A worker stopped with SIGTERM (make up's restart, an upgrade) while a batch it took waits for one of its
+// slots gives that batch's task back unstarted and exits. Its stop waited for the batch, so until a slot freed
+// or the task's startTimeout (3 minutes here), and up.sh with it; the run could not move on meanwhile. The run
+// launches the task again, and the host's next worker runs it once a slot frees.
+func TestE2E_AWorkerStopsWhileATaskWaitsForASlot(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
+	gate := t.TempDir() + "/go"
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	blocker, waiting := runID(t)+"-blocker", runID(t)
+	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 2}}}`, gate)),
+		"--id", blocker, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "the blocker's two tasks running", time.Minute, func() bool {
+		st, ok := c.query(t, blocker)
+		return ok && len(st.Tasks) == 2 && st.Tasks[0].State == workflows.TaskRunning && st.Tasks[1].State == workflows.TaskRunning
+	})
+	r = c.cli(t, "run", writeSpec(t, `{name: waiting, command: [sh, -c, 'echo ran'], startTimeout: 3m, tasks: {worker: {replicas: 1}}}`),
+		"--id", waiting, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "host-a to take the waiting task's lease (it waits there for a slot)", time.Minute, func() bool {
+		d, err := c.client.DescribeWorkflowExecution(context.Background(), waiting, "")
+		if err != nil {
+			return false
+		}
+		for _, a := range d.GetPendingActivities() {
+			if a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
+				return true
+			}
+		}
+		return false
+	})
+	c.mu.Lock()
+	w := c.workers["host-a"]
+	delete(c.workers, "host-a")
+	c.mu.Unlock()
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-w.done:
+	case <-time.After(time.Minute):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+		t.Fatal("host-a's worker did not exit within a minute of its SIGTERM: it waited for the task waiting for a slot")
+	}
+	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	st, err := c.outcome(t, waiting)
+	require.NoError(t, err, "%+v", st.Tasks)
+	assert.Equal(t, "host-a", st.Tasks[0].Host)
+	_, err = c.outcome(t, blocker)
+	require.NoError(t, err)
+}
+
 // A host worker restarted with SIGTERM (as make up and upgrades do) leaves the host registry readable. It used
 // to take the workflow task of its own last report while stopping and drop it, and the registry, with every
 // launch's read of it, then waited for the workflow task timeout (10 s; the first launches after `make up`
