@@ -73,7 +73,8 @@ func TestE2E_PlacementAndHosts(t *testing.T) {
 }
 
 // A task placed on a host that died right before (still live in the registry for 30s) waits there, not started,
-// until startTimeout fails it, naming the host: the limit docs/operations.md describes. The host killed is the
+// and with a startTimeout shorter than the run's first check of its hosts (15 s), the timeout fails it, naming
+// the host (TestE2E_ATaskPlacedOnADeadHostMoves has the move that a longer one allows). The host killed is the
 // one that ran the registry's last workflow task, so the run's read of the registry first waits for a worker
 // that is gone (it must still place, not fall back to the pool's queue).
 func TestE2E_PlacedOnADeadHost(t *testing.T) {
@@ -98,7 +99,7 @@ func TestE2E_PlacedOnADeadHost(t *testing.T) {
 	for _, task := range st.Tasks {
 		if task.State == workflows.TaskFailed {
 			lost++
-			assert.Contains(t, task.Error, "within startTimeout 3s: is a clusterrun-worker running for host "+dead+", where the run placed it from pool default")
+			assert.Contains(t, task.Error, "within startTimeout 3s on host "+dead+", where the run placed it from pool default: its worker was down")
 		} else {
 			assert.Equal(t, alive, task.Host)
 		}

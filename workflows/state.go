@@ -271,6 +271,12 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s: is a clusterrun-worker running for %s?",
 				t.Name, r.plan.StartTimeout, placeOf(t))
+			if t.Host == "" && t.placedHost != "" {
+				// Its host's queue takes as many leases at once as the host has slots: a live host whose slots
+				// stayed taken leaves the lease there too.
+				st.Error = fmt.Sprintf("no host worker picked up %s within startTimeout %s on host %s, where the run placed it from pool %s: "+
+					"its worker was down, or its slots (--slots) stayed taken (clusterrun hosts shows which)", t.Name, r.plan.StartTimeout, t.placedHost, t.Pool)
+			}
 			var hostSaid *temporal.ApplicationError
 			if errors.As(timeout.Unwrap(), &hostSaid) {
 				// Its host took its lease up but had no free slot for it (a batch member).
