@@ -120,6 +120,9 @@ type fakeHosts struct {
 	batchEnds func(ctx context.Context, in RunTasksInput)
 }
 
+// stoppedHoldBack is the fakes' hold-back of a stopped member's report (a host's is exitHoldBack, 1 s).
+const stoppedHoldBack = 200 * time.Millisecond
+
 func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, int, int) behavior) *fakeHosts {
 	f := &fakeHosts{env: env, script: script, released: map[string]chan ClusterMap{}, stop: map[string]chan struct{}{},
 		queues: map[string]string{}, maps: map[string]ClusterMap{}, barrier: map[string]chan string{}, waiterAttempt: map[string]int{}, passed: map[string][]string{},
@@ -203,6 +206,11 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 			}
 			end := TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true, Error: LeaseErrorOf(err)}
 			if in.ReportExit && !f.quietEnds {
+				if res.Stopped {
+					// A host holds back the end of an attempt a StopTasks stopped (exitHoldBack): the stop's
+					// answer, which has it, comes first.
+					time.Sleep(stoppedHoldBack)
+				}
 				f.report(in.ReportTo, end)
 			}
 			mu.Lock()
