@@ -9,16 +9,18 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Moving tasks off hosts that are gone. A run places an unpinned task on a host the registry lists as live,
-// and the registry lists a host as live for LiveFor after its last report. A launch in the seconds after a
-// host's worker died (SIGKILL, a lost machine) or was drained may so place tasks there, and their leases then
-// wait in that host's queue, which nobody polls, until startTimeout (5 minutes by default) fails them. A lease
-// a host took needs none of this: when the host dies its heartbeat times out, and the run launches again what
-// had not started (contactLost). So while some task placed on a host has not started, the run reads the
-// registry every hostCheckEvery, and moves the tasks whose host the registry no longer counts: silent for
-// LiveFor, drained, or not listed. It cancels their lease (one that no worker took ends at once) and launches
-// them again, elsewhere when it can. A lease of several tasks moves only when none of them has started: a
-// started one says its host took the lease, whose heartbeat then tells what became of them.
+// Moving placed tasks that have not started. A run places an unpinned task on a host the registry lists as
+// live, and the registry lists a host as live for LiveFor after its last report. A launch in the seconds after
+// a host's worker died (SIGKILL, a lost machine) or was drained may so place tasks there, and their leases then
+// wait in that host's queue, which nobody polls, until startTimeout (5 minutes by default) fails them; a task
+// placed where the reports showed room that another run took since waits for a slot there however many other
+// hosts have room. A lease a host took needs none of this when the host dies: its heartbeat times out, and the
+// run launches again what had not started (contactLost). So while some task placed on a host has not started,
+// the run reads the registry (hostCheckDelay) and moves the leases whose host the registry no longer counts
+// (silent for LiveFor, drained, or not listed), and those on a full host while other hosts of their pool have
+// room for them. It cancels the lease (one that no worker took ends at once) and launches its tasks again,
+// elsewhere when it can. A lease of several tasks moves only when none of them has started: a started one says
+// its host took the lease, whose heartbeat then tells what became of them.
 
 // ChangeMoveFromGoneHosts marks runs that check the hosts of their placed tasks that have not started, and
 // place a task launched again after its host lost it elsewhere when they can.
