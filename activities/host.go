@@ -87,6 +87,7 @@ type Host struct {
 	gate       arrivalGate
 	reg        registry
 	slots      slots
+	waiting    waitingMembers // batch members waiting for a slot, which their run may take back
 	maps       sharedMaps
 	running    atomic.Int64 // attempts whose process runs, for the gauge
 	contact    contact

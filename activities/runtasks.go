@@ -101,7 +101,20 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 		return h.serve(ctx, in, ml)
 	}
 	res := workflows.TaskResult{Task: in.Task.Name, Host: h.Name, Attempt: in.Attempt}
-	release, ok := h.slots.acquire(ctx, ml.hb.verdicts(), in.Task.Pool, deadline)
+	k := memberKey{task: in.Task.Name, attempt: in.Attempt, lease: in.Lease}
+	if in.Run != nil {
+		k.workflowID, k.runID = in.Run.WorkflowID, in.Run.RunID
+	}
+	wctx, wm := h.waiting.enter(ctx, k)
+	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, deadline)
+	if why := h.waiting.leave(k, wm); why != "" {
+		// Its run took it back for a host with room: a slot that came meanwhile goes to the next waiter.
+		if ok {
+			release()
+		}
+		ml.hb.drop(ml.beat)
+		return res, detachedError(why, res)
+	}
 	if !ok {
 		ml.hb.drop(ml.beat)
 		switch {

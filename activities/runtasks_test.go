@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -376,6 +377,43 @@ func TestRunTasks_ShutdownGivesUpAMemberWaitingForASlot(t *testing.T) {
 	require.NotNil(t, x.Error)
 	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
 	assert.Equal(t, "host worker test-host is shutting down; worker-1 was not started", x.Error.Message)
+	_, err = holder()
+	require.NoError(t, err)
+}
+
+// A member waiting for a slot that its run takes back (WithdrawTasks) ends unstarted, saying why, and its run
+// launches it elsewhere; a member that runs is not given up, nor one already given up.
+func TestRunTasks_WithdrawGivesUpOnlyAWaitingMember(t *testing.T) {
+	a := newHarness(t)
+	a.host.slots.max = 1
+	holder := a.runBatch(leaseOn(named("worker-0", "sleep", "300")))
+	waitFor(t, "the slot to be taken", func() bool { return a.host.Running() == 1 })
+	in := leaseOn(named("worker-1", "true"))
+	in.StartTimeout = 5 * time.Minute
+	waiter := a.runBatch(in)
+	waitFor(t, "the second member to wait for the slot", func() bool { return a.host.slots.waiting() == 1 })
+	ask := workflows.WithdrawTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "other hosts have room",
+		Members: []workflows.LeaseAttempt{{Task: "worker-0", Attempt: 1, Lease: 1}, {Task: "worker-1", Attempt: 1, Lease: 2}}}
+	got, err := a.host.WithdrawTasks(context.Background(), ask)
+	require.NoError(t, err)
+	assert.Empty(t, got.Withdrawn, "worker-0 runs, and worker-1 waits under lease 1, not 2")
+	ask.Members[1].Lease = 1
+	got, err = a.host.WithdrawTasks(context.Background(), ask)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-1"}, got.Withdrawn)
+	res, err := waiter()
+	require.NoError(t, err)
+	x := endOf(t, res, "worker-1")
+	require.NotNil(t, x.Error)
+	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
+	assert.Equal(t, "host test-host gave worker-1 back before it started: other hosts have room", x.Error.Message)
+	assert.Zero(t, x.Result.PID)
+	assert.Equal(t, x, a.server.reported()["worker-1"], "its end went to the run by signal")
+	got, err = a.host.WithdrawTasks(context.Background(), ask)
+	require.NoError(t, err)
+	assert.Empty(t, got.Withdrawn, "nothing waits any more")
+	assert.Equal(t, 1, a.host.Running(), "worker-0 runs on")
+	a.host.Shutdown(true, time.Second, 10*time.Second)
 	_, err = holder()
 	require.NoError(t, err)
 }

@@ -30,6 +30,8 @@ const (
 	ActivitySignalTasks = "SignalTasks"
 	ActivityControlHost = "ControlHost"
 	ActivityUpdateMap   = "UpdateMap"
+	// ActivityWithdrawTasks takes waiting batch members back from a host (WithdrawTasksInput).
+	ActivityWithdrawTasks = "WithdrawTasks"
 )
 
 // ChangeLeases marks, with workflow.GetVersion, runs that use leases: RunTask attempts that the workflow

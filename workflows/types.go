@@ -198,6 +198,29 @@ type StopTasksInput struct {
 	Reason      string         `json:"reason"`
 }
 
+// WithdrawTasksInput takes back from one host batch members of a run that wait there for a slot: the run
+// launches them on a host with room. Each names its attempt and lease, so that only that wait is given up.
+type WithdrawTasksInput struct {
+	WorkflowID string         `json:"workflowId"`
+	RunID      string         `json:"runId"`
+	Members    []LeaseAttempt `json:"members"`
+	// Reason is why, for the member's end: "it had no free slot for it, and ...".
+	Reason string `json:"reason"`
+}
+
+// LeaseAttempt names one lease of a task attempt.
+type LeaseAttempt struct {
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	Lease   int    `json:"lease"`
+}
+
+// WithdrawTasksResult names the members the host gave up unstarted; each ends its lease as detached, with
+// no process (PID 0), and reports so by signal. A member not named had started (or ended) by then.
+type WithdrawTasksResult struct {
+	Withdrawn []string `json:"withdrawn"`
+}
+
 // StopTasksResult names the tasks whose processes were stopped and confirmed gone, and how each ended. A task
 // whose process had already ended on its own is not listed: its RunTask reports that ending.
 type StopTasksResult struct {

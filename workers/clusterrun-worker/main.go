@@ -387,6 +387,7 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(host.UpdateMap, activity.RegisterOptions{Name: workflows.ActivityUpdateMap})
 		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
 		w.RegisterActivityWithOptions(host.ControlHost, activity.RegisterOptions{Name: workflows.ActivityControlHost})
+		w.RegisterActivityWithOptions(host.WithdrawTasks, activity.RegisterOptions{Name: workflows.ActivityWithdrawTasks})
 		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
 		w.RegisterActivityWithOptions(host.RunTasks, activity.RegisterOptions{Name: workflows.ActivityRunTasks})
 	})
