@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -310,6 +311,84 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
 	_, err = c.outcome(t, blocker)
 	require.NoError(t, err)
+}
+
+// A lease half started on a host moves in part. Two runs launch between two of host-a's reports, so the
+// second's placement counts the slot the first took as free: both its tasks share a lease on host-a, one
+// starts, and the other waits for a slot there. When host-b comes up with room, the run takes the waiting
+// task back from host-a (its started one runs on) and runs it on host-b. Before, it waited on host-a until a
+// slot freed or its startTimeout failed it.
+func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	hostA := func() (workflows.HostEntry, bool) {
+		for _, h := range c.hostEntries(t) {
+			if h.Host == "host-a" {
+				return h, true
+			}
+		}
+		return workflows.HostEntry{}, false
+	}
+	var first workflows.HostEntry
+	waitUntil(t, "host-a in the registry", time.Minute, func() bool {
+		var ok bool
+		first, ok = hostA()
+		return ok
+	})
+	waitUntil(t, "a fresh report of host-a (the next comes in 10 s)", time.Minute, func() bool {
+		h, ok := hostA()
+		return ok && h.LastSeen.After(first.LastSeen)
+	})
+	dir := t.TempDir()
+	t.Cleanup(func() { _ = os.WriteFile(dir+"/go", nil, 0o644) }) // every task ends, whatever the test's outcome
+	wait := fmt.Sprintf(`[sh, -c, 'while [ ! -e %s/go ]; do sleep 0.1; done']`, dir)
+	blocker, waiting := runID(t)+"-blocker", runID(t)
+	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: %s, tasks: {worker: {replicas: 1}}}`, wait)),
+		"--id", blocker, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "the blocker running on host-a", time.Minute, func() bool {
+		st, ok := c.query(t, blocker)
+		return ok && len(st.Tasks) == 1 && st.Tasks[0].State == workflows.TaskRunning
+	})
+	r = c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: waiting, command: %s, startTimeout: 3m, tasks: {worker: {replicas: 2}}}`, wait)),
+		"--id", waiting, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "one task running on host-a, the other placed there and waiting", time.Minute, func() bool {
+		st, ok := c.query(t, waiting)
+		if !ok || len(st.Tasks) != 2 || st.Tasks[0].Host != "host-a" || st.Tasks[1].Host != "host-a" {
+			return false
+		}
+		return (st.Tasks[0].State == workflows.TaskRunning) != (st.Tasks[1].State == workflows.TaskRunning)
+	})
+	require.NoError(t, c.startWorker("host-b", "--slots", "1"))
+	var moved, stayed workflows.TaskStatus
+	waitUntil(t, "the waiting task running on host-b", 2*time.Minute, func() bool {
+		st, ok := c.query(t, waiting)
+		if !ok || len(st.Tasks) != 2 {
+			return false
+		}
+		for _, x := range st.Tasks {
+			if x.Host == "host-b" && x.State == workflows.TaskRunning {
+				moved = x
+			} else {
+				stayed = x
+			}
+		}
+		return moved.Name != ""
+	})
+	assert.Equal(t, "moved off host-a, which had no free slot for it while other hosts of pool default had", moved.Moved)
+	assert.Equal(t, 1, moved.Attempt, "a move is no restart")
+	assert.Equal(t, "host-a", stayed.Host)
+	assert.Equal(t, workflows.TaskRunning, stayed.State, "the task that started runs on")
+	assert.Empty(t, stayed.Moved)
+	require.NoError(t, os.WriteFile(dir+"/go", nil, 0o644))
+	st, err := c.outcome(t, waiting)
+	require.NoError(t, err, "%+v", st.Tasks)
+	_, err = c.outcome(t, blocker)
+	require.NoError(t, err)
+	log, _ := os.ReadFile(filepath.Join(c.workDir, "worker-host-a.log"))
+	assert.Contains(t, string(log), "gave back tasks waiting for a slot")
 }
 
 // A worker stopped with SIGTERM (make up's restart, an upgrade) while a batch it took waits for one of its

@@ -268,3 +268,30 @@ tasks:
 	assert.Len(t, batchesOn(h), 4, "each shard got its lease")
 	assert.Less(t, time.Since(began), 5*time.Second, "before the placements that would have brought them")
 }
+
+// A task terminated while it shared a lease and had not started, whose host then gave it up unstarted (a worker
+// stopping, a withdrawal), ends terminated: it is not launched again only to be stopped once placed.
+func TestBatches_ATerminatedTaskItsHostGaveUpUnstartedEnds(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a run with a shard per task holds a lease per task")
+	}
+	h := newHarness(t, nil)
+	h.hosts.loseBeforePlacing = func(in RunTaskInput) bool {
+		if in.Task.Name != "worker-1" || in.Lease != 1 {
+			return false
+		}
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "worker-1"})
+		return true // its end, detached before it started, is reported after the terminate
+	}
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 2*time.Second)
+	st, _ := h.run(t, mustSpec(t, `
+name: term
+command: [x]
+chiefExit: wait
+tasks:
+  worker: {replicas: 2, hosts: [host-a]}
+`))
+	assert.Equal(t, TaskTerminated, st.Task("worker-1").State)
+	assert.Equal(t, []string{"a1.l1 launch"}, leasesOf(h, "worker-1"), "never launched again")
+	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}

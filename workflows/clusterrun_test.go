@@ -115,6 +115,13 @@ type fakeHosts struct {
 	stopQueues []string
 	// stopHold, when set, runs as a StopTasks begins, before the fake takes its lock: a host slow to answer.
 	stopHold func(in StopTasksInput)
+	// waitsForSlot, while it says so of a batch member on a queue, holds that member before it starts, as a
+	// host without a free slot does; withdrawTasks gives such members back (withdrawals lists its calls, which
+	// fail while withdrawFails is set).
+	waitsForSlot   func(queue string, in RunTaskInput) bool
+	waitingMembers map[LeaseAttempt]chan struct{}
+	withdrawals    []WithdrawTasksInput
+	withdrawFails  bool
 	// batchEnds, when set, runs before a batch completes, once all its members have ended: a host's batch
 	// completes only once its lease's cancellation reaches it on a heartbeat.
 	batchEnds func(ctx context.Context, in RunTasksInput)
@@ -148,6 +155,7 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.notifyStop, activity.RegisterOptions{Name: ActivityNotifyStop})
 	env.RegisterActivityWithOptions(f.signalTasks, activity.RegisterOptions{Name: ActivitySignalTasks})
 	env.RegisterActivityWithOptions(f.updateMap, activity.RegisterOptions{Name: ActivityUpdateMap})
+	env.RegisterActivityWithOptions(f.withdrawTasks, activity.RegisterOptions{Name: ActivityWithdrawTasks})
 	return f
 }
 
@@ -190,17 +198,31 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 	if fails != nil {
 		mctx = context.WithoutCancel(ctx) // the processes outlive the lease, and report nothing
 	}
-	// A host takes up every member at once: the fakes record them all before any is served.
+	// A host takes up every member at once: the fakes record them all before any is served, but for those that
+	// wait for a slot.
 	taken := make([]lease, len(in.Members))
+	waits := make([]bool, len(in.Members))
 	for i, m := range in.Members {
-		taken[i] = f.take(ctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+		if waits[i] = f.waitsForSlot != nil && f.waitsForSlot(activity.GetInfo(ctx).TaskQueue, in.MemberInput(m)); !waits[i] {
+			taken[i] = f.take(ctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+		}
 	}
+	queue := activity.GetInfo(ctx).TaskQueue
 	for i := range in.Members {
 		m := in.Members[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := f.serveTaken(mctx, in.MemberInput(m), taken[i])
+			var res TaskResult
+			var err error
+			if waits[i] {
+				res, err = f.awaitSlot(mctx, queue, in, m)
+				if err == nil {
+					res, err = f.serve(mctx, in.MemberInput(m), LeaseID(m.Task.Name, m.Attempt, m.Lease))
+				}
+			} else {
+				res, err = f.serveTaken(mctx, in.MemberInput(m), taken[i])
+			}
 			if fails != nil {
 				return
 			}
@@ -227,6 +249,56 @@ func (f *fakeHosts) runTasks(ctx context.Context, in RunTasksInput) (RunTasksRes
 	wg.Wait()
 	if f.batchEnds != nil {
 		f.batchEnds(ctx, in)
+	}
+	return out, nil
+}
+
+// awaitSlot holds member m of a batch on queue while waitsForSlot says so of it, as a host holds a member
+// that waits for a slot, until the lease is canceled or the run takes the member back (withdrawTasks): then
+// it ends unstarted, as a host's member does.
+func (f *fakeHosts) awaitSlot(ctx context.Context, queue string, in RunTasksInput, m LeaseMember) (TaskResult, error) {
+	res := TaskResult{Task: m.Task.Name, Attempt: m.Attempt}
+	back := make(chan struct{})
+	k := LeaseAttempt{Task: m.Task.Name, Attempt: m.Attempt, Lease: m.Lease}
+	f.mu.Lock()
+	if f.waitingMembers == nil {
+		f.waitingMembers = map[LeaseAttempt]chan struct{}{}
+	}
+	f.waitingMembers[k] = back
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.waitingMembers, k)
+		f.mu.Unlock()
+	}()
+	for f.waitsForSlot(queue, in.MemberInput(m)) {
+		select {
+		case <-back:
+			return res, temporal.NewNonRetryableApplicationError("the host gave it back before it started", ErrTaskDetached, nil, res)
+		case <-ctx.Done():
+			res.Stopped = true
+			return res, temporal.NewCanceledError(res)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return res, nil
+}
+
+// withdrawTasks gives back the named members that wait for a slot (awaitSlot).
+func (f *fakeHosts) withdrawTasks(_ context.Context, in WithdrawTasksInput) (WithdrawTasksResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.withdrawals = append(f.withdrawals, in)
+	if f.withdrawFails {
+		return WithdrawTasksResult{}, errors.New("no such activity: a host from before WithdrawTasks")
+	}
+	var out WithdrawTasksResult
+	for _, m := range in.Members {
+		if back, ok := f.waitingMembers[m]; ok {
+			close(back)
+			delete(f.waitingMembers, m)
+			out.Withdrawn = append(out.Withdrawn, m.Task)
+		}
 	}
 	return out, nil
 }

@@ -130,8 +130,13 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 		return
 	}
 	res, err := leaseResult(ctx, t.future)
-	if r.movedOn(t, err) {
+	if r.movedOn(t, res, err) {
 		r.relaunch(ctx, t, fmt.Sprintf("%s moved off host %s before it started there", t.Name, t.movedFrom))
+		return
+	}
+	if t.terminated && detachedUnstarted(res, err) && workflow.GetVersion(ctx, ChangeWithdrawWaiting, workflow.DefaultVersion, 1) == 1 {
+		// Its host gave it up before it started, and the user asked to stop it: nothing is left to stop.
+		r.endTerminated(ctx, t)
 		return
 	}
 	switch end := leaseEndOf(err, t.attached); {
@@ -212,8 +217,7 @@ func leaseEndOf(err error, attached bool) leaseEnd {
 // starts again wherever it lands.
 func (r *run) contactLost(ctx workflow.Context, t *task, res TaskResult, err error) {
 	var appErr *temporal.ApplicationError
-	detachedBeforeStart := errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
-	if !t.placed || detachedBeforeStart {
+	if !t.placed || detachedUnstarted(res, err) {
 		if !(errors.As(err, &appErr) && appErr.Type() == ErrShardLost) {
 			t.movedFrom = t.placedHost // its next placement avoids that host while the registry still lists it
 		}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -81,12 +82,14 @@ func hostGone(h HostEntry, listed bool, now time.Time) string {
 	return ""
 }
 
-// moveWaiting cancels the leases of waiting tasks that are better elsewhere by hosts, the registry, when none
-// of a lease's tasks has started, and marks those tasks moving: leaseEnded launches them again. A lease moves
-// off a host that is gone, and off a live host with no free slot while the other live hosts of its pool have
-// room for all its tasks (another run took the slots its placement counted on, and a host came up or freed
-// slots since).
-func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) {
+// moveWaiting moves the waiting tasks that are better elsewhere by hosts, the registry. A lease none of whose
+// tasks has started moves off a host that is gone, and off a live host with no free slot while the other live
+// hosts of its pool have room for all its tasks (another run took the slots its placement counted on, and a
+// host came up or freed slots since): it is canceled, its tasks marked moving, and leaseEnded launches them
+// again. A lease some of whose tasks started moves only in part, off a full host: its waiting tasks are to be
+// taken back from that host (withdrawals, which checkHosts sends); a host that is gone ends such a lease by its
+// heartbeat.
+func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (withdrawals []withdrawal) {
 	byName := map[string]HostEntry{}
 	for _, h := range hosts {
 		byName[h.Host] = h
@@ -99,30 +102,42 @@ func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) {
 			continue
 		}
 		seen[g] = true
-		if !g.untouched() {
-			continue
-		}
+		untouched := g.untouched()
 		h, listed := byName[g.host]
 		pool := g.tasks[0].Pool
 		var why, moved string
-		if gone := hostGone(h, listed, now); gone != "" {
+		gone := hostGone(h, listed, now)
+		switch {
+		case gone != "" && untouched:
 			why = fmt.Sprintf("host %s %s (clusterrun hosts) before it started the task", g.host, gone)
 			moved = fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
-		} else if h.Slots-h.Unpinned <= 0 && claimRoom(room[pool], g.host, g.waiting()) {
+		case gone == "" && h.Slots-h.Unpinned <= 0 && claimRoom(room[pool], g.host, g.waiting()):
 			why = fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool)
 			moved = fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool)
-		} else {
+		default:
 			continue
 		}
-		for _, m := range g.tasks {
-			if m.group == g && m.awaitsHost() {
-				m.moving, m.movedFrom = true, g.host
-				m.status.Error = fmt.Sprintf("moving %s: %s", m.Name, why)
-				m.status.Moved = moved
-			}
+		if !untouched {
+			withdrawals = append(withdrawals, withdrawal{host: g.host, tasks: g.waitingTasks(), why: why, moved: moved,
+				reason: fmt.Sprintf("it had no free slot for it, and other hosts of pool %s have", pool)})
+			continue
+		}
+		for _, m := range g.waitingTasks() {
+			m.markMoving(g.host, why, moved)
 		}
 		g.cancel()
 	}
+	return withdrawals
+}
+
+// movingNote begins the status note of a task being moved.
+func movingNote(task string) string { return "moving " + task + ": " }
+
+// markMoving records that t's lease on host is being given up, to launch t elsewhere.
+func (t *task) markMoving(host, why, moved string) {
+	t.moving, t.movedFrom = true, host
+	t.status.Error = movingNote(t.Name) + why
+	t.status.Moved = moved
 }
 
 // claimRoom takes n of the free slots f counts on hosts other than except, when they have that many.
@@ -142,16 +157,19 @@ func claimRoom(f *poolSlots, except string, n int) bool {
 	return true
 }
 
-// waiting counts the lease's tasks that wait for it.
-func (g *leaseGroup) waiting() int {
-	n := 0
+// waitingTasks lists the lease's tasks that wait for it.
+func (g *leaseGroup) waitingTasks() []*task {
+	var out []*task
 	for _, t := range g.tasks {
 		if t.group == g && t.awaitsHost() {
-			n++
+			out = append(out, t)
 		}
 	}
-	return n
+	return out
 }
+
+// waiting counts the lease's tasks that wait for it.
+func (g *leaseGroup) waiting() int { return len(g.waitingTasks()) }
 
 // untouched says no task of the lease has started or ended on its own: its host never took the lease up.
 func (g *leaseGroup) untouched() bool {
@@ -175,7 +193,9 @@ func (g *generation) checkHosts() {
 		workflow.GetLogger(g.ctx).Warn("cannot read the host registry to check the hosts of waiting tasks", "error", err)
 		return
 	}
-	r.moveWaiting(waiting, hosts, workflow.Now(g.ctx))
+	for _, w := range r.moveWaiting(waiting, hosts, workflow.Now(g.ctx)) {
+		g.withdraw(w)
+	}
 }
 
 // hostCheck is the timer of the next check of the waiting tasks' hosts, and how many checks it follows since
@@ -223,12 +243,18 @@ func (g *generation) armHostCheck(launched bool) {
 
 // movedOn says whether the lease of a task being moved ended as the move meant (canceled before any host
 // took it), so that the task is to be launched again.
-func (r *run) movedOn(t *task, err error) bool {
+func (r *run) movedOn(t *task, res TaskResult, err error) bool {
 	if !t.moving {
 		return false
 	}
 	t.moving = false
-	return temporal.IsCanceledError(err) && !t.terminated
+	return (temporal.IsCanceledError(err) || detachedUnstarted(res, err)) && !t.terminated
+}
+
+// detachedUnstarted says a lease ended with its host giving the task up before its process started.
+func detachedUnstarted(res TaskResult, err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTaskDetached && res.PID == 0
 }
 
 // sortedKeys lists m's keys in order, so that what the workflow does with them replays alike.

@@ -164,3 +164,65 @@ func TestClaimRoom(t *testing.T) {
 	assert.Equal(t, 0, f.free)
 	assert.False(t, claimRoom(nil, "a", 1), "a pool with no live host")
 }
+
+// A lease some of whose tasks started on a host that has no slot for the rest moves in part: the run takes the
+// waiting ones back from the host (WithdrawTasks) and launches them where there is room, as the same attempt.
+// In a sharded run the lease is its shard's, and the member's end reaches the run through the shard.
+func TestMove_TheWaitingPartOfAHalfStartedLeaseGoesWhereThereIsRoom(t *testing.T) {
+	for name, src := range map[string]string{
+		"one execution": twoWorkers,
+		"sharded":       `{name: m, command: [x], tasksPerShard: 2, tasks: {worker: {replicas: 3}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if shardedRuns() && src == twoWorkers {
+				t.Skip("a run with a shard per task holds a lease per task")
+			}
+			shortChecks(t, 100*time.Millisecond)
+			h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+			reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 3, 0)}, {poolHost("h1", 3, 3), poolHost("h2", 2, 0)}}}
+			testRegistry = reg.read
+			h.hosts.waitsForSlot = func(queue string, in RunTaskInput) bool {
+				return queue == PlacedQueue("default", "h1") && in.Task.Name == "worker-1"
+			}
+			st, err := h.run(t, mustSpec(t, src))
+			require.NoError(t, err)
+			assert.Equal(t, StatusSucceeded, st.Status)
+			shared := slices.ContainsFunc(h.hosts.batches, func(in RunTasksInput) bool {
+				return len(in.Members) == 2 && in.Members[0].Task.Name == "worker-0" && in.Members[1].Task.Name == "worker-1"
+			})
+			assert.True(t, shared, "worker-0 and worker-1 shared their first lease")
+			assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues["worker-0"])
+			assert.Empty(t, st.Task("worker-0").Moved)
+			assert.Equal(t, PlacedQueue("default", "h2"), h.hosts.queues["worker-1"])
+			assert.Equal(t, "moved off h1, which had no free slot for it while other hosts of pool default had", st.Task("worker-1").Moved)
+			assert.Equal(t, 1, st.Task("worker-1").Attempt, "a move is no restart")
+			require.Len(t, h.hosts.withdrawals, 1)
+			assert.Equal(t, []LeaseAttempt{{Task: "worker-1", Attempt: 1, Lease: 1}}, h.hosts.withdrawals[0].Members)
+			assert.Equal(t, "it had no free slot for it, and other hosts of pool default have", h.hosts.withdrawals[0].Reason)
+		})
+	}
+}
+
+// A host that cannot give a waiting task back (a worker from before WithdrawTasks, or one that did not answer)
+// keeps it: the task runs there once a slot frees, with no note of a move, and later checks ask again.
+func TestMove_AHostThatKeepsAWaitingTaskRunsItThere(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a run with a shard per task holds a lease per task")
+	}
+	shortChecks(t, 50*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2), poolHost("h2", 2, 0)}}}
+	testRegistry = reg.read
+	h.hosts.withdrawFails = true
+	start := time.Now()
+	h.hosts.waitsForSlot = func(queue string, in RunTaskInput) bool {
+		return queue == PlacedQueue("default", "h1") && in.Task.Name == "worker-1" && time.Since(start) < 800*time.Millisecond
+	}
+	st, err := h.run(t, mustSpec(t, twoWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues["worker-1"])
+	assert.Empty(t, st.Task("worker-1").Moved)
+	assert.Empty(t, st.Task("worker-1").Error)
+	assert.GreaterOrEqual(t, len(h.hosts.withdrawals), 2, "each check asked again")
+}

@@ -23,13 +23,19 @@ func (r *run) onTerminate(ctx workflow.Context, req TaskControl) {
 		// It waits to restart: nothing runs, so it ends here and now.
 		t.cancelBackoff()
 		t.backoff, t.cancelBackoff, t.held = nil, nil, false
-		now := workflow.Now(ctx)
-		t.done = true
-		t.status.State, t.status.Error, t.status.EndTime = TaskTerminated, "terminated by the user", &now
-		r.taskOver(t)
+		r.endTerminated(ctx, t)
 		return
 	}
 	r.todo.terminate = append(r.todo.terminate, t)
+}
+
+// endTerminated ends a terminated task that has nothing running: it waited to restart, or its host gave it up
+// before it started.
+func (r *run) endTerminated(ctx workflow.Context, t *task) {
+	now := workflow.Now(ctx)
+	t.done = true
+	t.status.State, t.status.Error, t.status.EndTime = TaskTerminated, "terminated by the user", &now
+	r.taskOver(t)
 }
 
 // terminate cancels t's RunTask and, if it was placed, stops its process on its host; it returns the StopTasks
