@@ -114,6 +114,15 @@ func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (wi
 		case gone == "" && h.Slots-h.Unpinned <= 0 && claimRoom(room[pool], g.host, g.waiting()):
 			why = fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool)
 			moved = fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool)
+		case gone == "" && h.Slots-h.Unpinned <= 0:
+			// Full, and no other host has room: it starts there as a task ends, and says so meanwhile.
+			for _, m := range g.waitingTasks() {
+				if m.status.Error == "" {
+					m.status.Error = fmt.Sprintf("%s%s: its %s of pool %s are taken (clusterrun hosts); it starts there as a task "+
+						"ends, or moves to another host of the pool that shows room", slotNotePrefix, g.host, slotCount(h.Slots), pool)
+				}
+			}
+			continue
 		default:
 			continue
 		}

@@ -144,12 +144,21 @@ func TestMove_AFullHostKeepsALeaseNoOtherHostHasRoomFor(t *testing.T) {
 	h.hosts.untaken = func(queue string) bool {
 		return queue == PlacedQueue("default", "h1") && time.Since(start) < 600*time.Millisecond
 	}
+	var waiting RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&waiting))
+	}, 300*time.Millisecond)
 	st, err := h.run(t, mustSpec(t, twoWorkers))
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
 	for _, w := range []string{"worker-0", "worker-1"} {
 		assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues[w], w)
 		assert.Empty(t, st.Task(w).Moved)
+		assert.Equal(t, "waiting for a free slot on h1: its 2 slots of pool default are taken (clusterrun hosts); it starts "+
+			"there as a task ends, or moves to another host of the pool that shows room", waiting.Task(w).Error, "while it waited")
+		assert.Empty(t, st.Task(w).Error, "once it ran")
 	}
 	assert.GreaterOrEqual(t, reg.count(), 3, "the hosts were checked while the lease waited")
 }
