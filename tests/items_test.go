@@ -461,3 +461,41 @@ func itemsExecution(t *testing.T, id string) string {
 	}
 	return d.WorkflowExecutionInfo.GetExecution().GetRunId()
 }
+
+// A gang restart brings every task back to its host and port: the new generation's TF_CONFIG holds the cluster
+// of the first. Unpinned tasks on the suite's shared hosts, pre-placed (the workers announce port ranges):
+// before, the new generation got the port allocator's next ports, and spread placement's pick of hosts.
+func TestE2E_AGangRestartKeepsEveryAddress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: gang-addr
+command: [sh, -c, 'printf "%%s" "$TF_CONFIG" > %s/$CLUSTERRUN_TASK.$CLUSTERRUN_RESTART_COUNT; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then exit 1; fi; sleep 1']
+restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms, scope: all}
+tasks: {chief: {replicas: 1}, worker: {replicas: 3}}
+`, dir))
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.RestartCount)
+	clusterOf := func(name string) map[string]any {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		var tf struct {
+			Cluster map[string]any `json:"cluster"`
+		}
+		require.NoError(t, json.Unmarshal(b, &tf), string(b))
+		return tf.Cluster
+	}
+	for _, task := range []string{"chief-0", "worker-0", "worker-1", "worker-2"} {
+		first, again := clusterOf(task+".0"), clusterOf(task+".1")
+		require.Len(t, first["worker"], 3, task)
+		assert.Equal(t, first, again, "%s's TF_CONFIG after the gang restart", task)
+	}
+	for _, ts := range st.Tasks {
+		require.Len(t, ts.Earlier, 1, ts.Name)
+		assert.Equal(t, ts.Earlier[0].Host, ts.Host, "%s came back to its host", ts.Name)
+	}
+}

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,5 +83,60 @@ func TestAddresses_AMovedTaskUpdatesItsPeers(t *testing.T) {
 		if e.Task == "ps-0" {
 			assert.Equal(t, 7002, e.Port)
 		}
+	}
+}
+
+// A gang restart brings every task back to the host of its last attempt, at the port it had: the new
+// generation's pre-placed launch carries the map the first one did, though the port allocator's cursor has moved
+// on (it gives the ports asked for), and though host-b now has more free slots, where spread would put the first
+// tasks.
+func TestAddresses_AGangRestartKeepsEveryAddress(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	var failed atomic.Bool
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		switch {
+		case generation > 0:
+			return exits(0)
+		case task == "worker-1":
+			failed.Store(true)
+			return exits(1)
+		}
+		return blocks
+	})
+	before, after := registryOf(true), registryOf(true)
+	after[1].Slots = 16
+	testRegistry = func() []HostEntry {
+		if failed.Load() {
+			return after
+		}
+		return before
+	}
+	st, err := h.run(t, mustSpec(t, `{name: g, command: [x], restart: {policy: OnFailure, maxRestarts: 1, backoff: 1ms, scope: all}, tasks: {worker: {replicas: 4}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 1, st.RestartCount)
+	maps := map[int]ClusterMap{}
+	h.hosts.mu.Lock()
+	for _, in := range h.hosts.inputs {
+		if in.Cluster != nil {
+			maps[in.Generation] = *in.Cluster
+		}
+	}
+	h.hosts.mu.Unlock()
+	require.Len(t, maps, 2, "both generations were pre-placed")
+	places := func(m ClusterMap) map[string]string {
+		out := map[string]string{}
+		for _, ep := range m.Endpoints {
+			out[ep.Task] = fmt.Sprintf("%s %s:%d", ep.Host, ep.Addr, ep.Port)
+		}
+		return out
+	}
+	assert.Len(t, places(maps[0]), 4)
+	assert.Equal(t, places(maps[0]), places(maps[1]), "every task kept its host and port")
+	for _, ts := range st.Tasks {
+		require.Len(t, ts.Earlier, 1, ts.Name)
+		assert.Equal(t, ts.Earlier[0].Host, ts.Host, "%s ran on its first host again", ts.Name)
 	}
 }

@@ -26,6 +26,9 @@ const (
 	// ChangeStableAddresses marks runs whose restarted tasks go back to their host (and port) when it is live,
 	// and whose hosts are told the new map when a task moves.
 	ChangeStableAddresses = "clusterrun-stable-addresses"
+	// ChangeGangKeepsAddresses marks runs whose gang restarts bring each task back to the host of its last
+	// attempt, and ask the port allocator for the port it had there; asked only at a gang restart's launch.
+	ChangeGangKeepsAddresses = "clusterrun-gang-keeps-addresses"
 )
 
 // ReportEvery is how often a host worker reports; a host silent for LiveFor is not live.
@@ -235,6 +238,20 @@ func inPool(pools []string, pool string) bool {
 	return false
 }
 
+// gangKeepsAddresses says whether this launch, a gang restart's (a generation after the first), brings its
+// tasks back to their hosts and ports.
+func (r *run) gangKeepsAddresses(ctx workflow.Context) bool {
+	return r.generation > 0 && workflow.GetVersion(ctx, ChangeGangKeepsAddresses, workflow.DefaultVersion, 1) == 1
+}
+
+// lastHost is the host of the last attempt st keeps among its earlier ones ("" when none started).
+func lastHost(st TaskStatus) string {
+	if len(st.Earlier) == 0 {
+		return ""
+	}
+	return st.Earlier[len(st.Earlier)-1].Host
+}
+
 // testRegistry stands in for the host registry in the workflow tests with fake hosts, which script leases to
 // the mocked clock: a local activity there runs on the wall clock beside them. Placement itself is tested by
 // placeTasks' tests and end to end. Nil outside those tests.
@@ -261,11 +278,15 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 		unpinned = append(unpinned, o)
 		req := placeRequest{pool: o.t.Pool}
 		if o.how == newAttempt && o.t.attempt > 0 {
+			last := o.t.status.Host
+			if last == "" && r.gangKeepsAddresses(ctx) {
+				last = lastHost(o.t.status) // a gang restart's: its status starts afresh
+			}
 			switch {
 			case workflow.GetVersion(ctx, ChangeStableAddresses, workflow.DefaultVersion, 1) == workflow.DefaultVersion, o.t.lostHost:
-				req.avoid = o.t.status.Host // runs from before, and a task lost with its host: elsewhere when it can
+				req.avoid = last // runs from before, and a task lost with its host: elsewhere when it can
 			default:
-				req.prefer = o.t.status.Host // a restart comes back where it was, at its address, when that host is live
+				req.prefer = last // a restart comes back where it was, at its address, when that host is live
 			}
 		}
 		if o.how == sameAttempt && o.t.movedFrom != "" && workflow.GetVersion(ctx, ChangeMoveFromGoneHosts, workflow.DefaultVersion, 1) == 1 {

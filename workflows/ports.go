@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -40,6 +41,10 @@ type PortCount struct {
 	Addr  string    `json:"addr"`
 	Range PortRange `json:"range"`
 	Held  []int     `json:"held,omitempty"`
+	// Prefer is, for each of the first ports asked, the port wanted there (0: any): a gang restart's tasks
+	// ask for the ports they had. A wanted port is given when it is in the range, not held and not given to
+	// another of the request; else the next one is.
+	Prefer []int `json:"prefer,omitempty"`
 }
 
 // PortGrant is the ports given, host by host, in the order asked.
@@ -114,26 +119,48 @@ func (st *PortAllocatorState) allocate(req PortRequest) (PortGrant, error) {
 		for _, p := range c.Held {
 			given[space][p] = true
 		}
+		ports := make([]int, c.Count)
+		for i, p := range c.Prefer[:min(len(c.Prefer), c.Count)] {
+			if p >= rng.From && p <= rng.To && !given[space][p] {
+				ports[i] = p
+				given[space][p] = true
+			}
+		}
 		next := st.Next[space]
 		if next < rng.From || next > rng.To {
 			next = rng.From // a new host, or a new range
 		}
-		for tried := 0; len(out.Ports[c.Host]) < c.Count; tried++ {
-			if tried > rng.To-rng.From {
-				return PortGrant{}, fmt.Errorf("%d ports asked of host %s, whose range %d-%d has %d free", c.Count, c.Host,
-					rng.From, rng.To, len(out.Ports[c.Host]))
-			}
-			if !given[space][next] {
-				out.Ports[c.Host] = append(out.Ports[c.Host], next)
-				given[space][next] = true
-			}
-			if next++; next > rng.To {
-				next = rng.From
+		tried := 0
+		for i := range ports {
+			for ; ports[i] == 0; tried++ {
+				if tried > rng.To-rng.From {
+					return PortGrant{}, fmt.Errorf("%d ports asked of host %s, whose range %d-%d has %d free", c.Count, c.Host,
+						rng.From, rng.To, countGiven(ports))
+				}
+				if !given[space][next] {
+					ports[i] = next
+					given[space][next] = true
+				}
+				if next++; next > rng.To {
+					next = rng.From
+				}
 			}
 		}
+		out.Ports[c.Host] = ports
 		st.Next[space] = next
 	}
 	return out, nil
+}
+
+// countGiven counts the ports given so far (not 0).
+func countGiven(ports []int) int {
+	n := 0
+	for _, p := range ports {
+		if p != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // portSpace names the ports a range covers on an address.
@@ -142,8 +169,10 @@ func portSpace(addr string, rng PortRange) string {
 }
 
 // portRequest is what a launch asks of the allocator: count ports on each host, in the order given, with what
-// the registry (hosts) says of their ports.
-func portRequest(order []string, count map[string]int, hosts []HostEntry) PortRequest {
+// the registry (hosts) says of their ports, and the ports its tasks want there (prefer). A port a task wants
+// is not counted as held: its holder, by the registry's last report, was that task's own attempt, which its
+// gang restart ended (a port another program took since is found taken by the host, which moves the task).
+func portRequest(order []string, count map[string]int, prefer map[string][]int, hosts []HostEntry) PortRequest {
 	held := map[string][]int{}
 	for _, h := range hosts {
 		if h.Ports != nil {
@@ -157,8 +186,12 @@ func portRequest(order []string, count map[string]int, hosts []HostEntry) PortRe
 	var req PortRequest
 	for _, name := range order {
 		h := byName[name]
-		req.Hosts = append(req.Hosts, PortCount{Host: name, Count: count[name], Addr: h.Addr, Range: *h.Ports,
-			Held: held[portSpace(h.Addr, *h.Ports)]})
+		c := PortCount{Host: name, Count: count[name], Addr: h.Addr, Range: *h.Ports, Held: held[portSpace(h.Addr, *h.Ports)]}
+		if slices.ContainsFunc(prefer[name], func(p int) bool { return p != 0 }) {
+			c.Prefer = prefer[name]
+			c.Held = slices.DeleteFunc(slices.Clone(c.Held), func(p int) bool { return slices.Contains(c.Prefer, p) })
+		}
+		req.Hosts = append(req.Hosts, c)
 	}
 	return req
 }

@@ -58,6 +58,8 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 	}
 	var order []string
 	count := map[string]int{}
+	prefer := map[string][]int{} // a gang restart's tasks want the ports they had, in the orders' order
+	keep := r.gangKeepsAddresses(ctx)
 	for _, o := range orders {
 		h := leaseHost(o)
 		if _, ok := known[h]; !ok {
@@ -70,8 +72,13 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 			order = append(order, h)
 		}
 		count[h]++
+		want := 0
+		if keep {
+			want = o.t.ports[h]
+		}
+		prefer[h] = append(prefer[h], want)
 	}
-	req := portRequest(order, count, hosts)
+	req := portRequest(order, count, prefer, hosts)
 	grant, err := allocatePorts(ctx, req)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("no ports from the port allocator; the launch waits for its placements", "error", err)

@@ -167,6 +167,25 @@ func TestAllocatePorts(t *testing.T) {
 	assert.EqualError(t, err, "host host-z announces no valid port range (10-9)")
 }
 
+// A request that prefers ports gets each one it may have, in place, and the next ports for the rest; a launch
+// does not count as held the ports its tasks want (their last attempts held them).
+func TestAllocatePorts_Preferred(t *testing.T) {
+	st := PortAllocatorState{Next: map[string]int{portSpace("10.0.0.1", PortRange{From: 100, To: 109}): 105}}
+	rng := PortRange{From: 100, To: 109}
+	g, err := st.allocate(PortRequest{Hosts: []PortCount{{Host: "host-a", Addr: "10.0.0.1", Range: rng, Count: 5,
+		Prefer: []int{101, 0, 102, 500, 107}, Held: []int{107}}}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{101, 105, 102, 106, 108}, g.Ports["host-a"], "107 is held, 500 not in the range")
+
+	hosts := []HostEntry{{HostReport: HostReport{Host: "host-a", Addr: "10.0.0.1", Ports: &rng, PortsInUse: []int{101, 102, 103}}}}
+	req := portRequest([]string{"host-a"}, map[string]int{"host-a": 2}, map[string][]int{"host-a": {101, 103}}, hosts)
+	assert.Equal(t, []int{102}, req.Hosts[0].Held)
+	assert.Equal(t, []int{101, 103}, req.Hosts[0].Prefer)
+	req = portRequest([]string{"host-a"}, map[string]int{"host-a": 2}, map[string][]int{"host-a": {0, 0}}, hosts)
+	assert.Equal(t, []int{101, 102, 103}, req.Hosts[0].Held, "a first launch wants none")
+	assert.Nil(t, req.Hosts[0].Prefer)
+}
+
 // The allocator workflow answers its update and keeps its cursors.
 func TestPortAllocator_Workflow(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
