@@ -238,6 +238,28 @@ func inPool(pools []string, pool string) bool {
 	return false
 }
 
+// startingTogether counts, per pool, the unpinned tasks that start with these: tasks, and while the
+// generation's rendezvous is not complete, those launched before them that wait at it for them (each holding a
+// slot of its host). A launch's overflow held back and launched again is so still counted with its whole gang:
+// 2 held tasks of a 6-task gang on 4 slots can never start, though the other 4 are placed.
+func (r *run) startingTogether(tasks []*task) map[string]int {
+	need := map[string]int{}
+	launching := map[*task]bool{}
+	for _, t := range tasks {
+		need[t.Pool]++
+		launching[t] = true
+	}
+	if r.released {
+		return need
+	}
+	for _, t := range r.tasks {
+		if !launching[t] && t.Host == "" && t.future != nil && !t.done && !t.released {
+			need[t.Pool]++
+		}
+	}
+	return need
+}
+
 // gangKeepsAddresses says whether this launch, a gang restart's (a generation after the first), brings its
 // tasks back to their hosts and ports.
 func (r *run) gangKeepsAddresses(ctx workflow.Context) bool {
@@ -306,10 +328,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
 		tasks[i].placedHost, tasks[i].waitNote = h, ""
 	}
-	need := map[string]int{}
-	for _, t := range tasks {
-		need[t.Pool]++
-	}
+	need := r.startingTogether(tasks)
 	held := r.holdOverflow(ctx, tasks, unpinned, hosts, need)
 	placed := map[string]int{}
 	for _, t := range tasks {

@@ -181,3 +181,48 @@ func TestOverflow_TheTimeHeldCountsAgainstStartTimeout(t *testing.T) {
 	w := r.tasks[0]
 	assert.Equal(t, 200*time.Millisecond, r.nextLease(w, launchOrder{t: w, how: newAttempt, holds: 2}).Options.ScheduleToStart)
 }
+
+// A launch larger than its pool's slots in all counts its whole gang in every note: after the holds, its
+// overflow placed on a full host says it can never start there (the launch's first tasks hold the slots,
+// waiting at the rendezvous for it), not that it starts as other tasks end; each later hold says so too.
+func TestOverflow_AGangLargerThanItsPoolSaysItCanNeverStart(t *testing.T) {
+	shortHolds(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2)}}}
+	testRegistry = reg.read
+	h.hosts.untaken = func(queue string) bool { // h1 takes the first lease; its two slots are then taken
+		h.hosts.mu.Lock()
+		defer h.hosts.mu.Unlock()
+		return len(h.hosts.batches) > 0
+	}
+	var second, after RunStatus
+	query := func(into *RunStatus) func() {
+		return func() {
+			v, err := h.env.QueryWorkflow(QueryStatus)
+			require.NoError(t, err)
+			require.NoError(t, v.Get(into))
+		}
+	}
+	h.env.RegisterDelayedCallback(query(&second), holdEvery*3/2)
+	h.env.RegisterDelayedCallback(query(&after), holdEvery*(OverflowHolds+2))
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, holdEvery*(OverflowHolds+3))
+	_, err := h.run(t, mustSpec(t, `{name: o, command: [x], stopGracePeriod: 1s, tasks: {worker: {replicas: 4}}}`))
+	require.NoError(t, err)
+	notes := func(st RunStatus) (out []string) {
+		for _, ts := range st.Tasks {
+			if ts.Error != "" {
+				out = append(out, ts.Error)
+			}
+		}
+		return out
+	}
+	require.Len(t, notes(second), 2, "%+v", second.Tasks)
+	for _, n := range notes(second) {
+		assert.Contains(t, n, "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the host registry lists 2 slots")
+	}
+	require.Len(t, notes(after), 2, "%+v", after.Tasks)
+	for _, n := range notes(after) {
+		assert.Equal(t, "waiting for a free slot on h1: this launch's 4 tasks of pool default start together, and the pool's live hosts "+
+			"have 2 slots in all (--slots): add hosts to the pool, raise their --slots, or run fewer replicas", n)
+	}
+}
