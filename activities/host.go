@@ -212,10 +212,14 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 	if h.busy(stopTasks) {
 		h.Logger.Warn("tasks still held after the shutdown timeout", "timeout", timeout)
 	}
+	h.retireEnded(time.Now().Add(min(time.Until(deadline), retireOnShutdown)))
 	for _, e := range h.reg.all() {
 		h.closeControl(e)
 	}
 }
+
+// retireOnShutdown bounds the last retirement of ended attempts (retireEnded) in a worker's shutdown.
+const retireOnShutdown = 3 * time.Second
 
 // Close lets the host's lock go, for the next worker of this host and state folder: a worker's last step,
 // after Shutdown and after its pollers and its last registry report stopped. (Exiting lets it go too.)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -47,11 +48,36 @@ func (h *Host) reconcileNow() {
 
 // reconcile asks each run that has unheld attempts here about them, and retires those it is done with.
 func (h *Host) reconcile(ctx context.Context) {
+	for e, why := range h.doneWith(ctx, func(e *entry) bool { return e.process() != nil || e.exited() != nil }, true) {
+		go h.retire(e, why)
+	}
+}
+
+// retireEnded forgets, as the worker shuts down, the ended attempts of runs that have ended, which the
+// reconciler would have retired within ReconcileEvery: their records and sockets would otherwise wait in the
+// runtime folder for the host's next worker (until the machine's next boot, for a host name that never starts
+// again). It asks for at most until deadline; a server that cannot answer leaves them to the next worker, and
+// so do runs still running (their status is a query, which the worker shutting down may be the one to answer).
+func (h *Host) retireEnded(deadline time.Time) {
+	if !h.contact.ok() {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for e, why := range h.doneWith(ctx, func(e *entry) bool { return e.exited() != nil }, false) {
+		h.retire(e, why)
+	}
+}
+
+// doneWith asks each run with unheld attempts here that pick chooses which of them it no longer counts as this
+// host's, and says why for each (of a run still running, only when queryRunning). A run that cannot be asked
+// now keeps its attempts.
+func (h *Host) doneWith(ctx context.Context, pick func(e *entry) bool, queryRunning bool) map[*entry]string {
 	type runRef struct{ workflowID, runID string }
 	var runs []runRef
 	byRun := map[runRef][]*entry{}
 	for _, e := range h.reg.all() {
-		if held, _ := e.held(); held || (e.process() == nil && e.exited() == nil) {
+		if held, _ := e.held(); held || !pick(e) {
 			continue // a lease holds it, or its launch is under way
 		}
 		r := runRef{e.ref.WorkflowID, e.ref.RunID}
@@ -60,20 +86,21 @@ func (h *Host) reconcile(ctx context.Context) {
 		}
 		byRun[r] = append(byRun[r], e)
 	}
+	out := map[*entry]string{}
 	for _, r := range runs {
-		verdicts, err := h.ownership(ctx, r.workflowID, r.runID, byRun[r])
+		verdicts, err := h.ownership(ctx, r.workflowID, r.runID, byRun[r], queryRunning)
 		if err != nil {
 			h.Logger.Debug("cannot check the run's tasks now; trying again later", "run", r.workflowID, "error", err)
 			continue
 		}
-		for e, why := range verdicts {
-			go h.retire(e, why)
-		}
+		maps.Copy(out, verdicts)
 	}
+	return out
 }
 
-// ownership returns, for each attempt of es that its run no longer counts as this host's, why.
-func (h *Host) ownership(ctx context.Context, workflowID, runID string, es []*entry) (map[*entry]string, error) {
+// ownership returns, for each attempt of es that its run no longer counts as this host's, why: all of them when
+// the run has ended; for a run still running, what its status says (queryRunning), or none.
+func (h *Host) ownership(ctx context.Context, workflowID, runID string, es []*entry, queryRunning bool) (map[*entry]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	all := func(why string) map[*entry]string {
@@ -93,6 +120,9 @@ func (h *Host) ownership(ctx context.Context, workflowID, runID string, es []*en
 	}
 	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return all(fmt.Sprintf("run %s has ended (%s)", workflowID, st)), nil
+	}
+	if !queryRunning {
+		return nil, nil
 	}
 	v, err := h.Client.QueryWorkflow(ctx, workflowID, runID, workflows.QueryStatus)
 	if err != nil {

@@ -780,3 +780,32 @@ func TestLookupSettled_WaitsForAStartUnderWay(t *testing.T) {
 	require.Same(t, e, got)
 	assert.NotNil(t, got.process())
 }
+
+// A worker that shuts down right after its run ended forgets the run's ended attempts on its way out, as its
+// reconciler would have within ReconcileEvery: their records and sockets do not wait in the runtime folder for
+// the host's next worker. Those of a run still running stay (asking it means a query), for the next worker.
+func TestShutdown_ForgetsTheEndedAttemptsOfRunsThatEnded(t *testing.T) {
+	for _, ended := range []bool{true, false} {
+		t.Run("run ended "+strconv.FormatBool(ended), func(t *testing.T) {
+			a := newHarness(t)
+			_, err := a.run(leased(taskSpec("true")))()
+			require.NoError(t, err)
+			e := a.host.reg.all()[0]
+			a.host.stopLoops() // no reconciler: what follows is the shutdown's own doing
+			_, err = os.Stat(a.host.recordDir(e.key))
+			require.NoError(t, err, "the ended attempt's record waits for its run to be done with it")
+			a.server.mu.Lock()
+			a.server.ended = ended
+			a.server.status = &workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", Attempt: 1, State: workflows.TaskSucceeded}}}
+			a.server.mu.Unlock()
+			a.host.Shutdown(false, time.Second, 10*time.Second)
+			_, err = os.Stat(a.host.recordDir(e.key))
+			if ended {
+				assert.True(t, os.IsNotExist(err), "its record is gone: %v", err)
+				assert.Empty(t, a.host.reg.all())
+			} else {
+				assert.NoError(t, err, "a running run's attempt is left to the next worker")
+			}
+		})
+	}
+}

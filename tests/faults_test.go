@@ -528,6 +528,32 @@ func TestFault_StopTasksOnExit(t *testing.T) {
 	assert.Contains(t, st.Reason, "host worker "+host+" shut down")
 }
 
+// A worker stopped right after its run ended (make down, an upgrade) leaves no record of the run's tasks in its
+// runtime folder: it forgets the ended attempts of ended runs on its way out. Before, they waited for the host's
+// next worker (its reconciler runs every 10 s), and a host name that never started again kept them until the
+// machine rebooted.
+func TestFault_AWorkerStoppedRightAfterItsRunLeavesNoRecords(t *testing.T) {
+	t.Parallel()
+	host := "brief-" + randomHex(2)
+	require.NoError(t, env.startWorker(host))
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`{name: brief, command: ["true"], tasks: {worker: {replicas: 3, hosts: [%s]}}}`, host))
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	records := func() (out []string) {
+		files, _ := filepath.Glob(filepath.Join(env.runtime, "records-*", "*", "task.json"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"`+id+`"`) {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	before := records()
+	env.stopWorker(host, syscall.SIGTERM)
+	assert.Empty(t, records(), "the run's records, %d of them when its run ended", len(before))
+}
+
 // The server dies while a run starts up, with tasks waiting for their rendezvous (the cluster map): once it is
 // back, the tasks start (each once, on attempt 1) and the run completes.
 func TestFault_ServerDiesDuringTheRendezvous(t *testing.T) {
