@@ -115,13 +115,7 @@ func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (wi
 			why = fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool)
 			moved = fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool)
 		case gone == "" && h.Slots-h.Unpinned <= 0:
-			// Full, and no other host has room: it starts there as a task ends, and says so meanwhile.
-			for _, m := range g.waitingTasks() {
-				if m.status.Error == "" {
-					m.status.Error = fmt.Sprintf("%s%s: its %s of pool %s are taken (clusterrun hosts); it starts there as a task "+
-						"ends, or moves to another host of the pool that shows room", slotNotePrefix, g.host, slotCount(h.Slots), pool)
-				}
-			}
+			g.noteFull(h) // and no other host has room: it starts there as a task ends
 			continue
 		default:
 			continue
@@ -137,6 +131,17 @@ func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (wi
 		g.cancel()
 	}
 	return withdrawals
+}
+
+// noteFull says, in the status of each task waiting for the lease that has no note yet, that it waits for a
+// slot of h, which the registry shows full (it showed only Placed, like a task whose process is starting).
+func (g *leaseGroup) noteFull(h HostEntry) {
+	for _, t := range g.waitingTasks() {
+		if t.status.Error == "" {
+			t.status.Error = fmt.Sprintf("%s%s: its %s of pool %s are taken (clusterrun hosts); it starts there as a task "+
+				"ends, or moves to another host of the pool that shows room", slotNotePrefix, g.host, slotCount(h.Slots), t.Pool)
+		}
+	}
 }
 
 // movingNote begins the status note of a task being moved.
@@ -251,7 +256,7 @@ func (g *generation) armHostCheck(launched bool) {
 }
 
 // movedOn says whether the lease of a task being moved ended as the move meant (canceled before any host
-// took it), so that the task is to be launched again.
+// took it, or given back unstarted by its host), so that the task is to be launched again.
 func (r *run) movedOn(t *task, res TaskResult, err error) bool {
 	if !t.moving {
 		return false
