@@ -342,7 +342,9 @@ func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 	})
 	dir := t.TempDir()
 	t.Cleanup(func() { _ = os.WriteFile(dir+"/go", nil, 0o644) }) // every task ends, whatever the test's outcome
-	wait := fmt.Sprintf(`[sh, -c, 'while [ ! -e %s/go ]; do sleep 0.1; done']`, dir)
+	// Each task keeps, as it ends, the run's map as its cluster file then says.
+	wait := fmt.Sprintf(`[sh, -c, 'printf "%%s" "$TF_CONFIG" > %[1]s/$CLUSTERRUN_RUN_ID.$CLUSTERRUN_TASK.tf; `+
+		`while [ ! -e %[1]s/go ]; do sleep 0.1; done; cp "$CLUSTERRUN_CLUSTER_FILE" %[1]s/$CLUSTERRUN_RUN_ID.$CLUSTERRUN_TASK']`, dir)
 	blocker, waiting := runID(t)+"-blocker", runID(t)
 	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: %s, tasks: {worker: {replicas: 1}}}`, wait)),
 		"--id", blocker, "--detach")
@@ -389,6 +391,31 @@ func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 	require.NoError(t, err)
 	log, _ := os.ReadFile(filepath.Join(c.workDir, "worker-host-a.log"))
 	assert.Contains(t, string(log), "gave back tasks waiting for a slot")
+	// The task that stayed started with its peer's first place in its map (a pre-placed launch): its cluster
+	// file has the new one.
+	raw, err := os.ReadFile(filepath.Join(dir, waiting+"."+stayed.Name))
+	require.NoError(t, err)
+	var m workflows.ClusterMap
+	require.NoError(t, json.Unmarshal(raw, &m), string(raw))
+	var where workflows.Endpoint
+	for _, ep := range m.Endpoints {
+		if ep.Task == moved.Name {
+			where = ep
+		}
+	}
+	assert.Equal(t, "host-b", where.Host, string(raw))
+	assert.Equal(t, moved.Port, where.Port, string(raw))
+	// Its TF_CONFIG, fixed at its start, still has the first place (docs/design.md says so).
+	raw, err = os.ReadFile(filepath.Join(dir, waiting+"."+stayed.Name+".tf"))
+	require.NoError(t, err)
+	var tf struct {
+		Cluster map[string][]string `json:"cluster"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &tf), string(raw))
+	require.Len(t, tf.Cluster["worker"], 2, string(raw))
+	firstPlace := tf.Cluster["worker"][moved.Index]
+	assert.NotEqual(t, fmt.Sprintf("%s:%d", where.Addr, where.Port), firstPlace, "a pre-placed launch: it started with the first place")
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, firstPlace)
 }
 
 // A worker stopped with SIGTERM (make up's restart, an upgrade) while a batch it took waits for one of its
