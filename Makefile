@@ -29,7 +29,7 @@ BACKEND_TOOLS := $(if $(filter postgres,$(BACKEND)),$(POSTGRES_TOOLS))
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all tools postgres-tools build up down demo test test-unit test-e2e test-scale test-postgres test-race check fmt vet lint cross fuzz bench clean record-histories
+.PHONY: all tools postgres-tools build up down demo demo-hosts test test-unit test-e2e test-scale test-postgres test-race check fmt vet lint cross fuzz bench clean record-histories
 
 all: build
 
@@ -79,9 +79,16 @@ up: $(TEMPORAL) $(BACKEND_TOOLS) build
 down:
 	./deployments/dev/down.sh
 
-demo: up
+demo: demo-hosts up
 	TEMPORAL_ADDRESS=127.0.0.1:$${TEMPORAL_PORT:-7233} $(BIN)/clusterrun run examples/demo.yaml
 	@echo "The Temporal server keeps running (Web UI: http://localhost:$${TEMPORAL_UI_PORT:-8233}); stop it with: make down"
+
+# The demo pins its tasks to host-a and host-b: a CLUSTERRUN_DEV_HOSTS without them would leave it waiting for
+# them for its startTimeout (5 minutes).
+demo-hosts:
+	@for h in host-a host-b; do case " $${CLUSTERRUN_DEV_HOSTS:-host-a host-b} " in *" $$h "*) ;; *) \
+		echo "make demo: examples/demo.yaml runs on hosts host-a and host-b, and CLUSTERRUN_DEV_HOSTS=\"$$CLUSTERRUN_DEV_HOSTS\" has no $$h: unset CLUSTERRUN_DEV_HOSTS, or add host-a and host-b to it" >&2; \
+		exit 2;; esac; done
 
 # Every test, and the gate CI enforces: format, vet, static checks, workflow determinism checks, race-enabled unit
 # and workflow tests, the end-to-end suite against real dev servers with several host worker processes (tests/

@@ -150,3 +150,20 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 	assert.Regexp(t, `run demo-\d+ Succeeded`, session)
 	assert.Contains(t, session, "down: stopped Temporal server")
 }
+
+// make demo with CLUSTERRUN_DEV_HOSTS naming other hosts says at once that the demo runs on host-a and host-b,
+// and starts nothing: before, it brought up the other hosts and the demo waited 5 minutes for its own.
+func TestMakeDemo_SaysWhenItsHostsAreNotAmongTheDevHosts(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "demo")
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), "CLUSTERRUN_DEV_HOSTS=u-a u-b", "CLUSTERRUN_STATE="+state)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 2, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), `make demo: examples/demo.yaml runs on hosts host-a and host-b, and CLUSTERRUN_DEV_HOSTS="u-a u-b" has no host-a: unset CLUSTERRUN_DEV_HOSTS, or add host-a and host-b to it`)
+	entries, _ := os.ReadDir(state)
+	assert.Empty(t, entries, "nothing was started")
+}
