@@ -393,14 +393,17 @@ func TestRunTasks_WithdrawGivesUpOnlyAWaitingMember(t *testing.T) {
 	waiter := a.runBatch(in)
 	waitFor(t, "the second member to wait for the slot", func() bool { return a.host.slots.waiting() == 1 })
 	ask := workflows.WithdrawTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "other hosts have room",
-		Members: []workflows.LeaseAttempt{{Task: "worker-0", Attempt: 1, Lease: 1}, {Task: "worker-1", Attempt: 1, Lease: 2}}}
+		Members: []workflows.LeaseAttempt{{Task: "worker-0", Attempt: 1, Lease: 1}, {Task: "worker-1", Attempt: 1, Lease: 2},
+			{Task: "worker-9", Attempt: 1, Lease: 1}}}
 	got, err := a.host.WithdrawTasks(context.Background(), ask)
 	require.NoError(t, err)
 	assert.Empty(t, got.Withdrawn, "worker-0 runs, and worker-1 waits under lease 1, not 2")
+	assert.Equal(t, []string{"worker-1", "worker-9"}, got.Unknown, "no lease of worker-9 reached this host, nor lease 2 of worker-1")
 	ask.Members[1].Lease = 1
 	got, err = a.host.WithdrawTasks(context.Background(), ask)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"worker-1"}, got.Withdrawn)
+	assert.Equal(t, []string{"worker-9"}, got.Unknown)
 	res, err := waiter()
 	require.NoError(t, err)
 	x := endOf(t, res, "worker-1")

@@ -72,14 +72,18 @@ func (w *waitingMembers) withdraw(k memberKey, reason string) bool {
 }
 
 // WithdrawTasks gives up the named members of a run that still wait here for a slot: each ends its lease
-// unstarted (its report says why), and the run launches it on another host. It names those it gave up.
+// unstarted (its report says why), and the run launches it on another host. It names those it gave up, and
+// those it does not hold at all (a lease its workers have not taken).
 func (h *Host) WithdrawTasks(_ context.Context, in workflows.WithdrawTasksInput) (workflows.WithdrawTasksResult, error) {
 	var out workflows.WithdrawTasksResult
 	for _, m := range in.Members {
 		k := memberKey{workflowID: in.WorkflowID, runID: in.RunID, task: m.Task, attempt: m.Attempt, lease: m.Lease}
 		why := fmt.Sprintf("host %s gave %s back before it started: %s", h.Name, m.Task, in.Reason)
-		if h.waiting.withdraw(k, why) {
+		switch {
+		case h.waiting.withdraw(k, why):
 			out.Withdrawn = append(out.Withdrawn, m.Task)
+		case h.reg.lookup(in.WorkflowID, in.RunID, m.Task, m.Attempt) == nil:
+			out.Unknown = append(out.Unknown, m.Task) // its lease not taken yet, or the attempt is over here
 		}
 	}
 	h.Logger.Info("gave back tasks waiting for a slot, for their run to launch elsewhere", "workflowID", in.WorkflowID,

@@ -278,39 +278,50 @@ func TestE2E_ATaskPlacedOnADeadHostMoves(t *testing.T) {
 
 // A task placed on a host whose slots another run took waits there; once another host of its pool has room
 // (here one that comes up), the run moves it there, where it used to wait until a slot freed on its host or
-// its startTimeout (3 minutes here) failed it.
+// its startTimeout (3 minutes here) failed it. With one slot, host-a does not take the task's lease (its one
+// lease at a time is the blocker's), which the run cancels; with two, it takes it and the task waits there for
+// a slot, and host-a gives it back when asked (WithdrawTasks).
 func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 	t.Parallel()
-	c := isolated(t)
-	require.NoError(t, c.startWorker("host-a", "--slots", "1"))
-	waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
-	gate := t.TempDir() + "/go"
-	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // the blocker ends, whatever the test's outcome
-	blocker, waiting := runID(t)+"-blocker", runID(t)
-	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: 1}}}`, gate)),
-		"--id", blocker, "--detach")
-	require.Equal(t, 0, r.code, r.stderr)
-	waitUntil(t, "the blocker running on host-a", time.Minute, func() bool {
-		st, ok := c.query(t, blocker)
-		return ok && len(st.Tasks) == 1 && st.Tasks[0].State == workflows.TaskRunning
-	})
-	r = c.cli(t, "run", writeSpec(t, `{name: waiting, command: [sh, -c, 'echo ran'], startTimeout: 3m, tasks: {worker: {replicas: 1}}}`),
-		"--id", waiting, "--detach")
-	require.Equal(t, 0, r.code, r.stderr)
-	waitUntil(t, "the task placed on host-a", time.Minute, func() bool {
-		st, ok := c.query(t, waiting)
-		return ok && len(st.Tasks) == 1 && st.Tasks[0].Host == "host-a"
-	})
-	require.NoError(t, c.startWorker("host-b", "--slots", "1"))
-	st, err := c.outcome(t, waiting)
-	require.NoError(t, err, "%+v", st.Tasks)
-	require.Len(t, st.Tasks, 1)
-	assert.Equal(t, "host-b", st.Tasks[0].Host)
-	assert.Equal(t, "moved off host-a, which had no free slot for it while other hosts of pool default had", st.Tasks[0].Moved)
-	assert.Equal(t, 1, st.Tasks[0].Attempt)
-	require.NoError(t, os.WriteFile(gate, nil, 0o644))
-	_, err = c.outcome(t, blocker)
-	require.NoError(t, err)
+	for _, slots := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d slots", slots), func(t *testing.T) {
+			t.Parallel()
+			c := isolated(t)
+			require.NoError(t, c.startWorker("host-a", "--slots", fmt.Sprint(slots)))
+			waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
+			gate := t.TempDir() + "/go"
+			t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // the blocker ends, whatever the test's outcome
+			blocker, waiting := runID(t)+"-blocker", runID(t)
+			r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s ]; do sleep 0.1; done'], tasks: {worker: {replicas: %d}}}`, gate, slots)),
+				"--id", blocker, "--detach")
+			require.Equal(t, 0, r.code, r.stderr)
+			waitUntil(t, "the blocker running on host-a", time.Minute, func() bool {
+				st, ok := c.query(t, blocker)
+				return ok && len(st.Tasks) == slots && st.Tasks[0].State == workflows.TaskRunning && st.Tasks[slots-1].State == workflows.TaskRunning
+			})
+			r = c.cli(t, "run", writeSpec(t, `{name: waiting, command: [sh, -c, 'echo ran'], startTimeout: 3m, tasks: {worker: {replicas: 1}}}`),
+				"--id", waiting, "--detach")
+			require.Equal(t, 0, r.code, r.stderr)
+			waitUntil(t, "the task placed on host-a", time.Minute, func() bool {
+				st, ok := c.query(t, waiting)
+				return ok && len(st.Tasks) == 1 && st.Tasks[0].Host == "host-a"
+			})
+			require.NoError(t, c.startWorker("host-b", "--slots", "1"))
+			st, err := c.outcome(t, waiting)
+			require.NoError(t, err, "%+v", st.Tasks)
+			require.Len(t, st.Tasks, 1)
+			assert.Equal(t, "host-b", st.Tasks[0].Host)
+			assert.Equal(t, "moved off host-a, which had no free slot for it while other hosts of pool default had", st.Tasks[0].Moved)
+			assert.Equal(t, 1, st.Tasks[0].Attempt)
+			log, _ := os.ReadFile(filepath.Join(c.workDir, "worker-host-a.log"))
+			if slots == 2 {
+				assert.Contains(t, string(log), `"withdrawn": ["worker-0"]`, "host-a gave the waiting task back")
+			}
+			require.NoError(t, os.WriteFile(gate, nil, 0o644))
+			_, err = c.outcome(t, blocker)
+			require.NoError(t, err)
+		})
+	}
 }
 
 // A lease half started on a host moves in part. Two runs launch between two of host-a's reports, so the

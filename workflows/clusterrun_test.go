@@ -284,7 +284,8 @@ func (f *fakeHosts) awaitSlot(ctx context.Context, queue string, in RunTasksInpu
 	return res, nil
 }
 
-// withdrawTasks gives back the named members that wait for a slot (awaitSlot).
+// withdrawTasks gives back the named members that wait for a slot (awaitSlot), and names those whose lease no
+// fake took.
 func (f *fakeHosts) withdrawTasks(_ context.Context, in WithdrawTasksInput) (WithdrawTasksResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -298,6 +299,8 @@ func (f *fakeHosts) withdrawTasks(_ context.Context, in WithdrawTasksInput) (Wit
 			close(back)
 			delete(f.waitingMembers, m)
 			out.Withdrawn = append(out.Withdrawn, m.Task)
+		} else if !slices.Contains(f.ids, LeaseID(m.Task, m.Attempt, m.Lease)) {
+			out.Unknown = append(out.Unknown, m.Task) // a lease no fake took (untaken)
 		}
 	}
 	return out, nil

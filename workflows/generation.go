@@ -23,16 +23,17 @@ type generation struct {
 // actions are what the handlers of one wait decided to do. act carries them out, always in this order, which
 // is the order the handlers of runs started before leases issued them in (recorded histories replay).
 type actions struct {
-	terminate  []*task       // cancel their RunTask and stop their process (terminate-task)
-	launch     []launchOrder // start a lease
-	restart    []*task       // start a restart's backoff timer
-	release    []*task       // send the cluster map (all share one host per Release; grouped in act)
-	deliver    []delivery    // barrier outcomes to publish
-	moved      []string      // tasks whose address changed after the rendezvous: tell every host the new map
-	notifyStop bool          // tell every host its tasks should stop, and start the grace timer
-	askStop    bool          // tell every host the tasks are asked to stop (keepRun), or no longer are
-	warn       bool          // send the deadline warning to every task
-	checkHosts bool          // move the tasks waiting on hosts that are gone (move.go)
+	terminate  []*task               // cancel their RunTask and stop their process (terminate-task)
+	launch     []launchOrder         // start a lease
+	restart    []*task               // start a restart's backoff timer
+	release    []*task               // send the cluster map (all share one host per Release; grouped in act)
+	deliver    []delivery            // barrier outcomes to publish
+	moved      []string              // tasks whose address changed after the rendezvous: tell every host the new map
+	notifyStop bool                  // tell every host its tasks should stop, and start the grace timer
+	askStop    bool                  // tell every host the tasks are asked to stop (keepRun), or no longer are
+	warn       bool                  // send the deadline warning to every task
+	checkHosts bool                  // move the tasks waiting on hosts that are gone (move.go)
+	cancel     []workflow.CancelFunc // cancel these leases, none of whose tasks started (withdraw.go)
 }
 
 // launchOrder starts one lease on a task.
@@ -148,6 +149,9 @@ func (g *generation) act() {
 	r.todo = actions{}
 	for _, t := range todo.terminate {
 		g.watch(r.terminate(g.genCtx, g.info, t))
+	}
+	for _, cancel := range todo.cancel {
+		cancel()
 	}
 	held := r.place(g.genCtx, todo.launch)
 	waits := map[*task]bool{}

@@ -83,12 +83,12 @@ func hostGone(h HostEntry, listed bool, now time.Time) string {
 }
 
 // moveWaiting moves the waiting tasks that are better elsewhere by hosts, the registry. A lease none of whose
-// tasks has started moves off a host that is gone, and off a live host with no free slot while the other live
-// hosts of its pool have room for all its tasks (another run took the slots its placement counted on, and a
-// host came up or freed slots since): it is canceled, its tasks marked moving, and leaseEnded launches them
-// again. A lease some of whose tasks started moves only in part, off a full host: its waiting tasks are to be
-// taken back from that host (withdrawals, which checkHosts sends); a host that is gone ends such a lease by its
-// heartbeat.
+// tasks has started moves off a host that is gone: it is canceled, its tasks marked moving, and leaseEnded
+// launches them again. Waiting tasks move off a live host with no free slot while the other live hosts of
+// their pool have room for all of them (another run took the slots their placement counted on, and a host came
+// up or freed slots since): they are to be taken back from that host (withdrawals, which checkHosts sends), and
+// a lease its host has not taken is canceled. A host that is gone ends a lease some of whose tasks started by
+// its heartbeat.
 func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (withdrawals []withdrawal) {
 	byName := map[string]HostEntry{}
 	for _, h := range hosts {
@@ -105,30 +105,27 @@ func (r *run) moveWaiting(waiting []*task, hosts []HostEntry, now time.Time) (wi
 		untouched := g.untouched()
 		h, listed := byName[g.host]
 		pool := g.tasks[0].Pool
-		var why, moved string
 		gone := hostGone(h, listed, now)
 		switch {
 		case gone != "" && untouched:
-			why = fmt.Sprintf("host %s %s (clusterrun hosts) before it started the task", g.host, gone)
-			moved = fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
+			why := fmt.Sprintf("host %s %s (clusterrun hosts) before it started the task", g.host, gone)
+			moved := fmt.Sprintf("moved off %s, which %s before it started the task", g.host, gone)
+			for _, m := range g.waitingTasks() {
+				m.markMoving(g.host, why, moved)
+			}
+			g.cancel()
 		case gone == "" && h.Slots-h.Unpinned <= 0 && claimRoom(room[pool], g.host, g.waiting()):
-			why = fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool)
-			moved = fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool)
+			w := withdrawal{host: g.host, tasks: g.waitingTasks(),
+				why:    fmt.Sprintf("host %s has no free slot for it, and other hosts of pool %s have (clusterrun hosts)", g.host, pool),
+				moved:  fmt.Sprintf("moved off %s, which had no free slot for it while other hosts of pool %s had", g.host, pool),
+				reason: fmt.Sprintf("it had no free slot for it, and other hosts of pool %s have", pool)}
+			if untouched {
+				w.cancel = g.cancel // its host may not have taken the lease: then it is canceled
+			}
+			withdrawals = append(withdrawals, w)
 		case gone == "" && h.Slots-h.Unpinned <= 0:
 			g.noteFull(h) // and no other host has room: it starts there as a task ends
-			continue
-		default:
-			continue
 		}
-		if !untouched {
-			withdrawals = append(withdrawals, withdrawal{host: g.host, tasks: g.waitingTasks(), why: why, moved: moved,
-				reason: fmt.Sprintf("it had no free slot for it, and other hosts of pool %s have", pool)})
-			continue
-		}
-		for _, m := range g.waitingTasks() {
-			m.markMoving(g.host, why, moved)
-		}
-		g.cancel()
 	}
 	return withdrawals
 }

@@ -235,3 +235,43 @@ func TestMove_AHostThatKeepsAWaitingTaskRunsItThere(t *testing.T) {
 	assert.Empty(t, st.Task("worker-1").Error)
 	assert.GreaterOrEqual(t, len(h.hosts.withdrawals), 2, "each check asked again")
 }
+
+// A whole lease on a full host is asked back too: a host that took it, its tasks waiting for slots, gives them
+// up (none is started and stopped if a slot frees meanwhile); a host that has not taken it (it holds none of
+// its tasks), or cannot say (a worker from before WithdrawTasks), has the lease canceled, as before.
+func TestMove_AWholeLeaseOnAFullHostIsAskedBackFirst(t *testing.T) {
+	for name, c := range map[string]struct{ taken, fails bool }{
+		"taken, its tasks waiting": {taken: true},
+		"not taken":                {},
+		"a host from before":       {fails: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			shortChecks(t, 100*time.Millisecond)
+			h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+			reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2), poolHost("h2", 2, 0)}}}
+			testRegistry = reg.read
+			onH1 := func(queue string) bool { return queue == PlacedQueue("default", "h1") }
+			if c.taken {
+				h.hosts.waitsForSlot = func(queue string, _ RunTaskInput) bool { return onH1(queue) }
+			} else {
+				h.hosts.untaken = onH1
+			}
+			h.hosts.withdrawFails = c.fails
+			st, err := h.run(t, mustSpec(t, twoWorkers))
+			require.NoError(t, err)
+			assert.Equal(t, StatusSucceeded, st.Status)
+			for _, w := range []string{"worker-0", "worker-1"} {
+				assert.Equal(t, PlacedQueue("default", "h2"), h.hosts.queues[w], w)
+				assert.Equal(t, "moved off h1, which had no free slot for it while other hosts of pool default had", st.Task(w).Moved, w)
+				assert.Equal(t, 1, st.Task(w).Attempt, w)
+			}
+			asked := map[string]bool{}
+			for _, in := range h.hosts.withdrawals {
+				for _, m := range in.Members {
+					asked[m.Task] = true
+				}
+			}
+			assert.Equal(t, map[string]bool{"worker-0": true, "worker-1": true}, asked, "the host was asked first")
+		})
+	}
+}

@@ -216,9 +216,11 @@ type LeaseAttempt struct {
 }
 
 // WithdrawTasksResult names the members the host gave up unstarted; each ends its lease as detached, with
-// no process (PID 0), and reports so by signal. A member not named had started (or ended) by then.
+// no process (PID 0), and reports so by signal. Unknown names those the host holds no attempt of (its lease
+// not taken yet; hosts from before it name none). A member in neither had started (or ended) by then.
 type WithdrawTasksResult struct {
 	Withdrawn []string `json:"withdrawn"`
+	Unknown   []string `json:"unknown,omitempty"`
 }
 
 // StopTasksResult names the tasks whose processes were stopped and confirmed gone, and how each ended. A task

@@ -9,24 +9,30 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Moving part of a lease. A batch some of whose tasks started on their host holds the others there while they
-// wait for a slot: the lease cannot be canceled without stopping the started ones. So the run asks the host for
-// the waiting ones back (WithdrawTasks on its downlink). The host gives up those that still wait, under the
-// same lock their slots are taken under: each ends its lease unstarted, by report, and leaseEnded launches it
-// elsewhere (movedOn); one that got its slot first runs where it is. A host from before this answers with an
-// error, and its tasks wait there as before.
+// Taking waiting tasks back from a full host. A batch some of whose tasks started on their host holds the others
+// there while they wait for a slot: the lease cannot be canceled without stopping the started ones. So the run
+// asks the host for the waiting ones back (WithdrawTasks on its downlink). The host gives up those that still
+// wait, under the same lock their slots are taken under: each ends its lease unstarted, by report, and
+// leaseEnded launches it elsewhere (movedOn); one that got its slot first runs where it is. A lease none of
+// whose tasks started is asked for the same way, so that a task whose slot freed just then is not started and
+// stopped; only a lease the host has not taken (it holds none of its tasks) is canceled, as before. A host from
+// before this answers with an error: a lease of its that has not started is canceled, and the tasks of one that
+// has wait there.
 
 // ChangeWithdrawWaiting marks runs that take the waiting tasks of a half-started lease back from a full host;
 // it is asked only when such a withdrawal is due, so other runs write no marker.
 const ChangeWithdrawWaiting = "clusterrun-withdraw-waiting"
 
 // withdrawal is the waiting tasks of a lease on host that the run takes back from it: why and moved are their
-// status's note while it is under way and once it is done, reason is what the host says of each.
+// status's note while it is under way and once it is done, reason is what the host says of each. cancel, set
+// for a lease none of whose tasks started, cancels it when its host holds none of them (it has not taken the
+// lease) or cannot say (a host from before WithdrawTasks).
 type withdrawal struct {
 	host       string
 	tasks      []*task
 	why, moved string
 	reason     string
+	cancel     workflow.CancelFunc
 }
 
 // withdrawTimeout bounds a WithdrawTasks: a host that does not answer by then keeps its tasks.
@@ -36,6 +42,12 @@ const withdrawTimeout = 10 * time.Second
 // takes the mark off those the host kept.
 func (g *generation) withdraw(w withdrawal) {
 	if workflow.GetVersion(g.ctx, ChangeWithdrawWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		if w.cancel != nil { // runs from before cancel a whole lease at once
+			for _, t := range w.tasks {
+				t.markMoving(w.host, w.why, w.moved)
+			}
+			w.cancel()
+		}
 		return
 	}
 	r := g.r
@@ -51,9 +63,14 @@ func (g *generation) withdraw(w withdrawal) {
 	f := workflow.ExecuteActivity(actx, ActivityWithdrawTasks, in)
 	g.sel.AddFuture(f, func(f workflow.Future) {
 		var res WithdrawTasksResult
-		if err := f.Get(g.ctx, &res); err != nil {
-			workflow.GetLogger(g.ctx).Warn("a host did not give back the tasks waiting for its slots; they wait there",
+		err := f.Get(g.ctx, &res)
+		if err != nil {
+			workflow.GetLogger(g.ctx).Warn("a host did not say whether it gave back the tasks waiting for its slots",
 				"host", w.host, "error", err)
+		}
+		if w.cancel != nil && (err != nil || len(res.Unknown) == len(in.Members)) {
+			r.todo.cancel = append(r.todo.cancel, w.cancel) // its host has not taken the lease, or cannot say
+			return
 		}
 		r.withdrawAnswered(in, prev, w.tasks, res)
 	})
