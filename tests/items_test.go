@@ -463,10 +463,17 @@ func itemsExecution(t *testing.T, id string) string {
 }
 
 // A gang restart brings every task back to its host and port: the new generation's TF_CONFIG holds the cluster
-// of the first. Unpinned tasks on the suite's shared hosts, pre-placed (the workers announce port ranges):
+// of the first. Unpinned tasks on two hosts, pre-placed (the workers announce port ranges):
 // before, the new generation got the port allocator's next ports, and spread placement's pick of hosts.
 func TestE2E_AGangRestartKeepsEveryAddress(t *testing.T) {
 	t.Parallel()
+	// Hosts of its own: on the suite's shared hosts, other tests' tasks may take a host's slots between the
+	// generations, and the preference for the last host is soft (a full host is not waited for).
+	c := isolated(t)
+	for _, h := range []string{"host-a", "host-b"} {
+		require.NoError(t, c.startWorker(h, "--slots", "4"))
+	}
+	waitUntil(t, "both hosts in the registry", time.Minute, func() bool { return len(c.hostEntries(t)) == 2 })
 	dir := t.TempDir()
 	id := runID(t)
 	spec := writeSpec(t, fmt.Sprintf(`
@@ -475,9 +482,9 @@ command: [sh, -c, 'printf "%%s" "$TF_CONFIG" > %s/$CLUSTERRUN_TASK.$CLUSTERRUN_R
 restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms, scope: all}
 tasks: {chief: {replicas: 1}, worker: {replicas: 3}}
 `, dir))
-	r := cli(t, "run", spec, "--id", id)
+	r := c.cli(t, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
-	st, err := outcome(t, id)
+	st, err := c.outcome(t, id)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.RestartCount)
 	clusterOf := func(name string) map[string]any {
