@@ -105,9 +105,15 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 	if in.Run != nil {
 		k.workflowID, k.runID = in.Run.WorkflowID, in.Run.RunID
 	}
-	wctx, wm := h.waiting.enter(ctx, k)
+	wctx, wm, refused := h.waiting.enter(ctx, k)
+	if refused != "" {
+		// Its run took it back before its lease came here: it starts where the run launched it instead.
+		ml.hb.drop(ml.beat)
+		return res, detachedError(refused, res)
+	}
+	defer h.waiting.done(k, wm)
 	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, deadline)
-	if why := h.waiting.leave(k, wm); why != "" {
+	if why := h.waiting.leave(k, wm, ok); why != "" {
 		// Its run took it back for a host with room: a slot that came meanwhile goes to the next waiter.
 		if ok {
 			release()

@@ -420,3 +420,56 @@ func TestRunTasks_WithdrawGivesUpOnlyAWaitingMember(t *testing.T) {
 	_, err = holder()
 	require.NoError(t, err)
 }
+
+// A member asked back before its lease reached the host (the run then cancels the lease) is refused when the
+// lease comes after all, in the moment before the cancel: it never starts there, even with a slot free. Other
+// leases of the task, and other tasks, start as ever.
+func TestRunTasks_AMemberAskedBackBeforeItsLeaseCameNeverStarts(t *testing.T) {
+	a := newHarness(t)
+	a.host.slots.max = 2
+	ask := workflows.WithdrawTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "other hosts have room",
+		Members: []workflows.LeaseAttempt{{Task: "worker-1", Attempt: 1, Lease: 1}}}
+	got, err := a.host.WithdrawTasks(context.Background(), ask)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-1"}, got.Unknown)
+	marker := filepath.Join(t.TempDir(), "started")
+	res, err := a.runBatch(leaseOn(named("worker-1", "touch", marker), named("worker-2", "true")))()
+	require.NoError(t, err)
+	x := endOf(t, res, "worker-1")
+	require.NotNil(t, x.Error)
+	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
+	assert.Equal(t, "host test-host gave worker-1 back before it started: other hosts have room", x.Error.Message)
+	assert.Zero(t, x.Result.PID)
+	assert.NoFileExists(t, marker, "worker-1 was refused, not started")
+	assert.Nil(t, endOf(t, res, "worker-2").Error, "worker-2 was not asked back")
+
+	in := leaseOn(named("worker-1", "touch", marker))
+	in.Members[0].Lease = 2
+	res, err = a.runBatch(in)()
+	require.NoError(t, err)
+	assert.Nil(t, endOf(t, res, "worker-1").Error, "its next lease, wherever the run sends it, is not refused")
+	assert.FileExists(t, marker)
+}
+
+// A member that got its slot is kept from then on, also in the moment before its process is registered.
+func TestWaitingMembers_OneThatGotItsSlotIsKept(t *testing.T) {
+	var w waitingMembers
+	k := memberKey{workflowID: "wf", runID: "r", task: "worker-0", attempt: 1, lease: 1}
+	notHeld := func() bool { return false }
+	_, wm, refused := w.enter(context.Background(), k)
+	require.Empty(t, refused)
+	assert.Empty(t, w.leave(k, wm, true))
+	assert.Equal(t, memberKept, w.withdraw(k, "asked", notHeld, time.Now()))
+	w.done(k, wm)
+	assert.Equal(t, memberRefused, w.withdraw(k, "asked", notHeld, time.Now()), "served and gone: a lease of it that comes now is refused")
+	_, _, refused = w.enter(context.Background(), k)
+	assert.Equal(t, "asked", refused)
+	_, wm, refused = w.enter(context.Background(), k)
+	assert.Empty(t, refused, "a refusal is used once")
+	w.done(k, wm)
+
+	old := memberKey{workflowID: "wf", runID: "r", task: "worker-9", attempt: 1, lease: 1}
+	assert.Equal(t, memberRefused, w.withdraw(old, "asked", notHeld, time.Now().Add(-2*refusalKept)))
+	w.withdraw(k, "asked", notHeld, time.Now())
+	assert.NotContains(t, w.refused, old, "refusals are forgotten after refusalKept")
+}
