@@ -527,6 +527,38 @@ func TestE2E_SDKStartAndQuery(t *testing.T) {
 	assert.JSONEq(t, `{"ok":true}`, string(st.Task("chief-0").Result))
 }
 
+// A run with maxRunTime and a deadline warning that is canceled ends Canceled, its tasks never warned: the
+// cancel also cancels the run's maxRunTime and warning timers, and the run once took their resolving for the
+// time passing (seen as a user: canceled after a minute, the run said "TimedOut: maxRunTime 10m0s reached").
+func TestE2E_ACanceledRunWithAMaxRunTimeEndsCanceled(t *testing.T) {
+	id := runID(t)
+	marks := t.TempDir()
+	spec := writeSpec(t, fmt.Sprintf(`
+name: cancel-before-deadline
+maxRunTime: 1h
+deadlineWarning: {signal: SIGUSR1, before: 30m}
+stopGracePeriod: 5s
+command: [sh, -c, 'trap "touch %s/warned-$CLUSTERRUN_TASK" USR1; trap "exit 0" TERM; while :; do sleep 0.2; done']
+tasks: {worker: {replicas: 2}}
+`, marks))
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "both workers running", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-0").State == workflows.TaskRunning && st.Task("worker-1").State == workflows.TaskRunning
+	})
+	c := cli(t, "cancel", id)
+	assert.Equal(t, 0, c.code, c.String())
+	assert.Contains(t, c.stdout, "Canceled")
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusCanceled, st.Status, st.Reason)
+	assert.Equal(t, workflows.ReasonCanceled, st.Reason)
+	warned, err := os.ReadDir(marks)
+	require.NoError(t, err)
+	assert.Empty(t, warned, "no task was sent the deadline warning")
+}
+
 // Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
 func TestE2E_RunInterruptedCancels(t *testing.T) {
 	id := runID(t)

@@ -135,13 +135,32 @@ func (r *run) wait(ctx workflow.Context, d time.Duration, deadline workflow.Futu
 		end = &decision{status: StatusCanceled, reason: ReasonCanceled}
 	})
 	if deadline != nil {
-		sel.AddFuture(deadline, func(workflow.Future) {
-			end = &decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)}
+		sel.AddFuture(deadline, func(f workflow.Future) {
+			if fired(ctx, f) {
+				end = &decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)}
+			}
 		})
 	}
 	sel.Select(ctx)
 	return end
 }
+
+// fired says a timer's time came. A timer canceled with its context (the run canceled: the maxRunTime and
+// deadline-warning timers are the run's own) resolves too, with an error, and on a worker it does so within the
+// cancellation, ahead of the context's Done: a handler that took any resolution for the time passing ended a
+// canceled run TimedOut ("maxRunTime reached") and sent its tasks the deadline warning as they were stopped.
+// Runs from before (no ChangeCanceledTimers marker, asked only when such a timer resolves canceled) keep
+// that reading, so that their histories replay.
+func fired(ctx workflow.Context, f workflow.Future) bool {
+	if f.Get(ctx, nil) == nil {
+		return true
+	}
+	return workflow.GetVersion(ctx, ChangeCanceledTimers, workflow.DefaultVersion, 1) == workflow.DefaultVersion
+}
+
+// ChangeCanceledTimers marks runs in which a canceled maxRunTime, deadline-warning or grace timer is not taken
+// for its time passing.
+const ChangeCanceledTimers = "clusterrun-canceled-timers"
 
 // finish turns the final decision into the workflow's outcome.
 func (r *run) finish(ctx workflow.Context) (*RunStatus, error) {

@@ -995,6 +995,39 @@ func TestClusterRun_CancelStopsEverything(t *testing.T) {
 	}
 }
 
+// A run with maxRunTime (and a deadline warning) that is canceled ends canceled: the cancel also cancels the
+// maxRunTime timer, whose future then resolves, and that is not the deadline passing (nor the warning's time).
+// The test environment settles a canceled timer after the context's Done, where a worker settles it first, so
+// the order that broke on a real server is tested end to end (TestE2E_ACanceledRunWithAMaxRunTimeEndsCanceled);
+// this covers each place the timers are awaited, the gang restart's backoff among them.
+func TestClusterRun_CancelWithAMaxRunTimeIsNoTimeout(t *testing.T) {
+	for _, spec := range []string{
+		`{name: c, command: [x], maxRunTime: 10m, tasks: {worker: {replicas: 2}}}`,
+		`{name: c, command: [x], maxRunTime: 10m, deadlineWarning: {signal: SIGUSR1, before: 5m}, tasks: {worker: {replicas: 2}}}`,
+		`{name: c, command: [x], maxRunTime: 10m, restart: {policy: OnFailure, maxRestarts: 1, backoff: 1h, scope: all}, tasks: {worker: {replicas: 2}}}`,
+		`{name: c, command: [x], maxRunTime: 10m, items: {}, tasks: {chief: {replicas: 1}, worker: {replicas: 2}}}`,
+		`{name: c, command: [x], maxRunTime: 10m, tasks: {worker: {replicas: 2}, ps: {replicas: 1, hosts: [gpu-z]}}}`,
+	} {
+		t.Run(spec, func(t *testing.T) {
+			failed := strings.Contains(spec, "scope: all")
+			h := newHarness(t, func(task string, _, _ int) behavior {
+				if failed && task == "worker-0" {
+					return exits(1) // the gang restarts, and the cancel comes in its backoff
+				}
+				return behavior{block: true}
+			})
+			h.env.RegisterWorkflow(ClusterItems)
+			h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 200*time.Millisecond)
+			st, err := h.run(t, mustSpec(t, spec))
+			var canceled *temporal.CanceledError
+			require.True(t, errors.As(err, &canceled), "got %v", err)
+			assert.Equal(t, StatusCanceled, st.Status)
+			assert.Equal(t, ReasonCanceled, st.Reason)
+			assert.Empty(t, h.hosts.signals, "no deadline warning was sent")
+		})
+	}
+}
+
 func TestClusterRun_QueryStatus(t *testing.T) {
 	h := newHarness(t, nil)
 	var seen RunStatus

@@ -126,14 +126,16 @@ func (g *generation) listen() {
 	})
 	g.sel.AddReceive(g.ch.stop, func(workflow.ReceiveChannel, bool) { g.takeStop() })
 	if g.ch.deadline != nil {
-		g.sel.AddFuture(g.ch.deadline, func(workflow.Future) {
-			r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
+		g.sel.AddFuture(g.ch.deadline, func(f workflow.Future) {
+			if fired(ctx, f) {
+				r.decide(decision{status: StatusTimedOut, reason: fmt.Sprintf("maxRunTime %s reached", r.plan.MaxRunTime)})
+			}
 		})
 	}
 	if g.ch.warning != nil && !g.ch.warned {
-		g.sel.AddFuture(g.ch.warning, func(workflow.Future) {
+		g.sel.AddFuture(g.ch.warning, func(f workflow.Future) {
 			g.ch.warned = true
-			r.todo.warn = true
+			r.todo.warn = fired(ctx, f)
 		})
 	}
 	g.sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
@@ -186,7 +188,11 @@ func (g *generation) act() {
 	if todo.notifyStop {
 		g.watch(r.notifyStop(g.genCtx, g.info))
 		grace := workflow.NewTimerWithOptions(g.genCtx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
-		g.sel.AddFuture(grace, func(workflow.Future) { r.decide(r.stopDecision(true)) })
+		g.sel.AddFuture(grace, func(f workflow.Future) {
+			if fired(g.ctx, f) {
+				r.decide(r.stopDecision(true))
+			}
+		})
 	}
 	if todo.askStop && !todo.notifyStop {
 		g.watch(r.askStop(g.genCtx, g.info))
