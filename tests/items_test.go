@@ -95,6 +95,37 @@ func TestE2E_ItemsSurviveAKilledWorker(t *testing.T) {
 	assert.LessOrEqual(t, counts.Retried, int64(32), "only the items in flight at the kill (one batch at most)")
 }
 
+// An item that kills every worker that runs it (a segfault, an out-of-memory on one input) fails on its own
+// after maxAttempts; the items that went out in the same batch with it are done. Before, each loss of the batch
+// counted against every item in it, and the whole batch failed with the poison item.
+func TestE2E_APoisonItemFailsAloneNotItsBatch(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-poison
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "100", POISON: "50"}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_poison.py")+`]
+items: {maxAttempts: 3}
+stopGracePeriod: 2s
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 2, hosts: [host-a, host-b], restart: {policy: OnFailure, maxRestarts: 8, backoff: 100ms}}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	st, err := outcome(t, id)
+	require.NoError(t, err, "%+v", st)
+	var got struct {
+		Done   int               `json:"done"`
+		Failed map[string]string `json:"failed"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.Equal(t, 99, got.Done, "every item but the poison one: %v", got.Failed)
+	require.Contains(t, got.Failed, "50")
+	assert.Contains(t, got.Failed["50"], "handed out 3 times without a result (maxAttempts), alone, after a batch it was in was lost")
+	assert.Len(t, got.Failed, 1)
+	restarts := st.Task("worker-0").Attempt + st.Task("worker-1").Attempt - 2
+	assert.Equal(t, 4, restarts, "the poison item killed a worker once in its batch and 3 times alone")
+}
+
 // Work items from a shell: schedule prints an id, fetch its result, join raises the first error once; the
 // items command lists every hand-out; a fetch that times out leaves what it was handed for the next; a run
 // without items says how to turn them on.

@@ -120,6 +120,10 @@ const ErrItemsMoving = "ItemsMoving"
 
 var errItemsMoving = temporal.NewApplicationError("the run's items are moving to a new history; send the request again", ErrItemsMoving)
 
+// ChangeItemsRetryAlone marks items workflows that do not count a lost hand-out shared with other items
+// toward maxAttempts, and hand such an item out alone from then on (itemState.RetryAlone).
+const ChangeItemsRetryAlone = "clusterrun-items-retry-alone"
+
 // ClusterItems is the work-item workflow; see the top of this file.
 func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 	s := in.State
@@ -127,6 +131,9 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 		s = newItemState(in.Config)
 	}
 	s.init()
+	if !s.RetryAlone && workflow.GetVersion(ctx, ChangeItemsRetryAlone, workflow.DefaultVersion, 1) == 1 {
+		s.RetryAlone = true // carried to the next history with the state: asked once per run's items
+	}
 	w := &itemsWorkflow{s: s}
 	if err := w.register(ctx); err != nil {
 		return err

@@ -23,7 +23,9 @@ var (
 )
 
 func newItems(queue int) *itemState {
-	return newItemState(spec.Items{Queue: queue, Lease: time.Minute, MaxAttempts: 3})
+	s := newItemState(spec.Items{Queue: queue, Lease: time.Minute, MaxAttempts: 3})
+	s.RetryAlone = true // as every items workflow since ChangeItemsRetryAlone
+	return s
 }
 
 func steps(n int) []NewItem {
@@ -48,9 +50,17 @@ func TestItems_LostWorkerItemsGoToAnother(t *testing.T) {
 
 	s.seen(TaskAttempt{Task: "worker-0", Attempt: 2}, t0.Add(time.Second))
 	assert.Equal(t, ItemCounts{Scheduled: 3, Queued: 3, Retried: 2}, s.Counts)
-	again := s.take(worker1, serve, 3, t0.Add(2*time.Second))
+	var again []Lease
+	for i, want := range [][]int64{{1}, {2}, {3}} {
+		got := s.take(worker1, serve, 3, t0.Add(time.Duration(2+i)*time.Second))
+		var ids []int64
+		for _, l := range got {
+			ids = append(ids, l.ID)
+		}
+		assert.Equal(t, want, ids, "lost items go first, each alone (they were lost together), then the rest")
+		again = append(again, got...)
+	}
 	require.Len(t, again, 3)
-	assert.Equal(t, []int64{1, 2, 3}, []int64{again[0].ID, again[1].ID, again[2].ID}, "lost items go first")
 	assert.Equal(t, "lost: worker-0 attempt 1 ended", s.Items[1].Attempts[0].Outcome)
 
 	// The dead attempt's result, had it come, would be a duplicate once another's is in.
@@ -62,6 +72,59 @@ func TestItems_LostWorkerItemsGoToAnother(t *testing.T) {
 	assert.JSONEq(t, `"a"`, string(got[0].Result), "the first result wins")
 	assert.Empty(t, s.Items, "delivered items without a key are let go")
 	assert.Zero(t, s.Bytes)
+}
+
+// A worker that dies holding a batch of items (one of them killed it, say) costs none of them an attempt: which
+// one did is unknown. Each goes out alone from then on, so the one that kills its worker fails after
+// maxAttempts losses of its own, and the rest of the batch is done.
+func TestItems_ABatchLostWithItsWorkerIsRetriedOneItemAtATime(t *testing.T) {
+	s := newItems(100)
+	sched(t, s, chief, steps(5), false, t0)
+	const poison = 3
+	now := t0
+	attempt := 1
+	for range 20 {
+		who := TaskAttempt{Task: "worker-0", Attempt: attempt}
+		held := s.take(who, serve, 32, now)
+		if len(held) == 0 {
+			break
+		}
+		now = now.Add(time.Second)
+		var done []ItemOutcome
+		for _, l := range held {
+			if l.ID == poison {
+				break // the worker dies in this item; what it finished before is not reported either
+			}
+			done = append(done, ok(l, `"r"`))
+		}
+		if len(done) == len(held) {
+			s.complete(done, now)
+			continue
+		}
+		attempt++ // restarted: its first call voids the attempt that died
+		s.seen(TaskAttempt{Task: "worker-0", Attempt: attempt}, now)
+	}
+	for id := int64(1); id <= 5; id++ {
+		it := s.Items[id]
+		if id == poison {
+			assert.Equal(t, ItemFailed, it.State)
+			assert.Equal(t, 4, it.Handouts, "once in the batch, then 3 times alone")
+			assert.Contains(t, it.Error, "handed out 3 times without a result (maxAttempts), alone, after a batch it was in was lost")
+			continue
+		}
+		assert.Equal(t, ItemDone, it.State, "item %d", id)
+		assert.LessOrEqual(t, it.Handouts, 2, "item %d: the batch, then alone", id)
+	}
+	assert.Equal(t, ItemCounts{Scheduled: 5, Done: 4, Failed: 1, Retried: 7}, s.Counts)
+
+	// Items workflows from before count every lost hand-out: there the whole batch fails with the poison.
+	old := newItemState(spec.Items{Queue: 100, Lease: time.Minute, MaxAttempts: 3})
+	sched(t, old, chief, steps(5), false, t0)
+	for a := 1; a <= 3; a++ {
+		require.Len(t, old.take(TaskAttempt{Task: "worker-0", Attempt: a}, serve, 32, t0), 5)
+		old.seen(TaskAttempt{Task: "worker-0", Attempt: a + 1}, t0)
+	}
+	assert.Equal(t, int64(5), old.Counts.Failed)
 }
 
 // A lease with no result and no renewal expires: the item goes round again, and never sits in running forever.
@@ -308,6 +371,7 @@ func TestItems_KeyedResultsAreBounded(t *testing.T) {
 // room an item takes reserves its history, which keeps the last 5 hand-outs.
 func TestItems_StateStaysBoundedWhenItemsGoRound(t *testing.T) {
 	s := newItemState(spec.Items{Queue: 100_000, Lease: time.Second, MaxAttempts: 100})
+	s.RetryAlone = true
 	for {
 		ids := sched(t, s, chief, []NewItem{{Fn: "step", Args: json.RawMessage(`[1]`), Key: ""}}, false, t0)
 		if len(ids) == 0 {
@@ -317,20 +381,22 @@ func TestItems_StateStaysBoundedWhenItemsGoRound(t *testing.T) {
 	held := len(s.Items)
 	assert.Greater(t, held, 500)
 	now := t0
-	for range 100 {
-		s.take(worker0, serve, held, now)
+	for range 101 {
+		for s.Counts.Queued > 0 {
+			s.take(worker0, serve, held, now) // after the first loss each item goes out alone
+		}
 		now = now.Add(2 * time.Second)
 		s.expire(now)
 	}
 	for _, it := range s.Items {
 		require.Equal(t, ItemFailed, it.State)
-		require.Equal(t, 100, it.Handouts)
+		require.Equal(t, 101, it.Handouts, "100 counted, and the first, shared, not")
 		require.Len(t, it.Attempts, 5, "the last 5 hand-outs")
 	}
 	b, err := json.Marshal(s)
 	require.NoError(t, err)
 	assert.Less(t, len(b), 2<<20, "%d held items, %d bytes carried", held, len(b))
-	t.Logf("%d held items, all handed out 100 times: %d bytes carried", held, len(b))
+	t.Logf("%d held items, all handed out 101 times: %d bytes carried", held, len(b))
 	assert.LessOrEqual(t, s.Bytes, MaxItemBytes)
 }
 

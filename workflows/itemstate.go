@@ -78,6 +78,9 @@ type Item struct {
 	// Handouts counts the item's hand-outs; Attempts keeps the most recent ones (at most 5).
 	Handouts int           `json:"handouts,omitempty"`
 	Attempts []ItemAttempt `json:"attempts,omitempty"`
+	// Alone: a hand-out of it shared with other items was lost with its worker (which item ended the worker is
+	// unknown). That hand-out does not count toward maxAttempts, and it is handed out alone from then on.
+	Alone bool `json:"alone,omitempty"`
 }
 
 // ItemAttempt is one hand-out of an item: to which task attempt, under which lease, and how it ended.
@@ -90,6 +93,8 @@ type ItemAttempt struct {
 	End      time.Time `json:"end,omitzero"`
 	// Outcome is empty while it runs, then done, failed, duplicate, or why the lease was lost.
 	Outcome string `json:"outcome,omitempty"`
+	// Shared: other items went out in the same take.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // ItemResult is a finished item as its scheduler sees it.
@@ -149,6 +154,9 @@ type itemState struct {
 	// Bytes counts the held items toward MaxItemBytes; KeyedBytes the kept keyed results toward MaxKeyedBytes.
 	Bytes      int `json:"bytes"`
 	KeyedBytes int `json:"keyedBytes"`
+	// RetryAlone: a lost hand-out shared with other items is not counted, and the item goes out alone
+	// (ChangeItemsRetryAlone); items workflows from before count every lost hand-out.
+	RetryAlone bool `json:"retryAlone,omitempty"`
 }
 
 func newItemState(cfg spec.Items) *itemState {
@@ -299,17 +307,20 @@ func (s *itemState) hasWork(fns map[string]bool) bool {
 	return false
 }
 
-// take leases up to max queued items of the given functions to a worker, oldest first.
+// take leases up to max queued items of the given functions to a worker, oldest first. An item to be handed
+// out alone (Item.Alone) goes out only as the first of a take, and ends it.
 func (s *itemState) take(who TaskAttempt, fns map[string]bool, max int, now time.Time) []Lease {
 	s.seen(who, now)
 	var out []Lease
+	full := false
 	rest := s.Queue[:0]
 	for _, id := range s.Queue {
 		it := s.Items[id]
-		if len(out) >= max || !fns[it.Fn] {
+		if len(out) >= max || full || !fns[it.Fn] || (it.Alone && len(out) > 0) {
 			rest = append(rest, id)
 			continue
 		}
+		full = it.Alone
 		s.NextLease++
 		deadline := now.Add(s.Config.Lease)
 		it.State = ItemRunning
@@ -323,6 +334,12 @@ func (s *itemState) take(who TaskAttempt, fns map[string]bool, max int, now time
 		out = append(out, Lease{ID: id, Lease: s.NextLease, Fn: it.Fn, Args: it.Args, Deadline: deadline, LeaseFor: s.Config.Lease})
 	}
 	s.Queue = rest
+	if s.RetryAlone && len(out) > 1 {
+		for _, l := range out {
+			it := s.Items[l.ID]
+			it.Attempts[len(it.Attempts)-1].Shared = true
+		}
+	}
 	return out
 }
 
@@ -417,8 +434,22 @@ func (s *itemState) requeue(it *Item, now time.Time, why string) {
 	a := &it.Attempts[len(it.Attempts)-1]
 	a.End, a.Outcome = now, why
 	s.Counts.Running--
-	if it.Handouts >= s.Config.MaxAttempts {
-		s.finish(it, ItemFailed, fmt.Sprintf("handed out %d times without a result (maxAttempts); last: %s", it.Handouts, why))
+	if s.RetryAlone && a.Shared {
+		// Lost with the other items of its take: any one of them may have ended the worker (a crash, say).
+		// Counting the loss against each would fail a whole batch for one bad item; handed out alone from now
+		// on, each loss is its own.
+		it.Alone = true
+	}
+	counted := it.Handouts
+	if it.Alone {
+		counted-- // its one shared hand-out
+	}
+	if counted >= s.Config.MaxAttempts {
+		msg := fmt.Sprintf("handed out %d times without a result (maxAttempts); last: %s", counted, why)
+		if it.Alone {
+			msg = fmt.Sprintf("handed out %d times without a result (maxAttempts), alone, after a batch it was in was lost; last: %s", counted, why)
+		}
+		s.finish(it, ItemFailed, msg)
 		return
 	}
 	it.State = ItemQueued
