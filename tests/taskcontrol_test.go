@@ -51,6 +51,7 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 		{[]string{"terminate-task", id, "worker-2"}, "worker-2 is not running (it is Terminated)"},
 		{[]string{"start-task", id, "worker", "--index", "0"}, "worker-0 has not ended (it is Running, attempt 1)"},
 		{[]string{"start-task", id, "gpu"}, `has no task type "gpu" (it has chief, worker)`},
+		{[]string{"start-task", id, "worker-9"}, "worker-9 would leave a gap: worker has indices 0 to 2, and TF_CONFIG lists a type's tasks by index; a new worker is worker-3"},
 		{[]string{"terminate-task", "no-such-run", "worker-0"}, `no run with ID "no-such-run"`},
 	} {
 		r := cli(t, tc.args...)

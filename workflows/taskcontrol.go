@@ -75,6 +75,10 @@ const ChangeStartTaskComesBack = "clusterrun-start-task-comes-back"
 // onStart records the user's request to start a task that is not running: an ended one again (its attempts go
 // on counting), or a new index of a type (a copy of the type's first task, with the next rank). The request is
 // logged and ignored when it cannot be served; `clusterrun start-task` checks first and says why.
+// ChangeStartTaskNoGaps marks runs whose start-task refuses a new index past the next of its type; asked only
+// when one comes, so runs from before, which added it, replay as they were.
+const ChangeStartTaskNoGaps = "clusterrun-start-task-no-gaps"
+
 func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 	logger := workflow.GetLogger(ctx)
 	var proto *task
@@ -116,6 +120,12 @@ func (r *run) onStart(ctx workflow.Context, req TaskControl) {
 	}
 	if index < 0 {
 		logger.Warn("ignoring start-task: negative index", "index", index)
+		return
+	}
+	if index != count && workflow.GetVersion(ctx, ChangeStartTaskNoGaps, workflow.DefaultVersion, 1) == 1 {
+		// TF_CONFIG lists a type's addresses by index: worker-5 beside worker-0 and worker-1 would be index 5
+		// of a list of three, and every other worker's list would put it at index 2.
+		logger.Warn("ignoring start-task: a new index must be the next of its type", "task", name, "next", fmt.Sprintf("%s-%d", req.Type, count))
 		return
 	}
 	if most := MaxTasksOf(r.sharded); len(r.tasks) >= most {

@@ -95,6 +95,22 @@ func TestTaskControl_StartTaskKeepsTheTaskLimit(t *testing.T) {
 	assert.Nil(t, st.Task("worker-5000"))
 }
 
+// A new index must be the next of its type: TF_CONFIG lists a type's addresses by index, so a worker-5 beside
+// worker-0 and worker-1 would be index 5 of a list of three. A request with a gap (the temporal CLI's signal;
+// clusterrun refuses it before it is sent) is ignored; the next index is started.
+func TestTaskControl_StartTaskLeavesNoGap(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(5)})
+		h.env.SignalWorkflow(SignalStartTask, TaskControl{Type: "worker", Index: index(2)})
+	}, 2*time.Second)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 3*time.Second)
+	st, _ := h.run(t, mustSpec(t, `{name: tc, command: [x], chiefExit: wait, tasks: {worker: {replicas: 2}}}`))
+	assert.Nil(t, st.Task("worker-5"))
+	require.NotNil(t, st.Task("worker-2"))
+	assert.Equal(t, TaskStopped, st.Task("worker-2").State, "it ran until the cancel")
+}
+
 // A task started again by hand comes back like a restart: to the host and port of its last attempt, when that
 // host is live, and its status keeps where its earlier attempts ran (their logs are there).
 func TestTaskControl_StartedAgainComesBackToItsHost(t *testing.T) {

@@ -33,8 +33,9 @@ A new task gets the current cluster map; tasks already running keep the one they
 Usage: clusterrun start-task RUN TYPE [--index N]
        clusterrun start-task RUN TASK
 
-Without --index, the next free index of TYPE is started. A task's name (worker-3) is the same as its type
-with --index. The same works with the temporal CLI:
+Without --index, the next free index of TYPE is started; a new index must be that one, as TF_CONFIG lists a
+type's tasks by index. A task's name (worker-3) is the same as its type with --index. The same works with the
+temporal CLI:
   temporal workflow signal --workflow-id RUN --name start-task --input '{"type": "worker", "index": 3}'
 
 Example:
@@ -104,6 +105,9 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		if t := st.Task(name); t != nil && active(t.State) {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s has not ended (it is %s, attempt %d); terminate it first to start it again", name, t.State, t.Attempt)}
 		}
+		if st.Task(name) == nil && index != count {
+			return nil, "", &exitError{code: 1, msg: gapMessage(typ, index, count)}
+		}
 		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
 		}
@@ -117,6 +121,17 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		t := st.Task(name)
 		return t != nil && t.State != workflows.TaskPending
 	}, "")
+}
+
+// gapMessage refuses a new index that is not the next of its type: TF_CONFIG lists a type's addresses by
+// index, so worker-5 beside worker-0 and worker-1 would be told it is index 5 of a list of three.
+func gapMessage(typ string, index, count int) string {
+	next := fmt.Sprintf("%s-%d", typ, count)
+	if index < 0 {
+		return fmt.Sprintf("--index %d is negative; the next new %s is %s", index, typ, next)
+	}
+	return fmt.Sprintf("%s-%d would leave a gap: %s has indices 0 to %d, and TF_CONFIG lists a type's tasks by index; "+
+		"a new %s is %s (start-task RUN %s), or start one of the others again", typ, index, typ, count-1, typ, next, typ)
 }
 
 // splitTaskName reads a task's name, TYPE-INDEX, as its type and index. A type's name has no '-', so a word
