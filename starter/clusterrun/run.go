@@ -74,7 +74,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err := startRun(ctx, c, *id, s); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "run %s started (%d tasks)\n", *id, countTasks(s))
+	if n := countTasks(s); n == 1 {
+		fmt.Fprintf(stderr, "run %s started (1 task)\n", *id)
+	} else {
+		fmt.Fprintf(stderr, "run %s started (%d tasks)\n", *id, n)
+	}
 	if link := uiLink(*id); link != "" {
 		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
