@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,4 +40,32 @@ func TestE2E_List(t *testing.T) {
 	assert.NotContains(t, running.stdout, ok)
 	bad := cli(t, "list", "--limit", "0")
 	assert.Equal(t, 2, bad.code)
+
+	// Filters: a state as the STATE column shows it (a timeout is not a failure), a spec name, a list filter.
+	timedOut := cli(t, "list", "--limit", "100", "--state", "TimedOut")
+	require.Equal(t, 0, timedOut.code, timedOut.String())
+	assert.Regexp(t, slow+`\s+listed-slow\s+TimedOut`, timedOut.stdout)
+	assert.NotContains(t, timedOut.stdout, ok)
+	succeeded := cli(t, "list", "--limit", "100", "--state", "Succeeded,Failed")
+	assert.Contains(t, succeeded.stdout, ok)
+	assert.Contains(t, succeeded.stdout, plain, "a run without clusterrun's attributes has Temporal's status")
+	assert.NotContains(t, succeeded.stdout, slow, "it failed as Temporal sees it, but timed out")
+	byName := cli(t, "list", "--limit", "100", "--name", "listed-ok")
+	assert.Contains(t, byName.stdout, ok)
+	assert.NotContains(t, byName.stdout, slow)
+	byQuery := cli(t, "list", "--limit", "100", "--query", "WorkflowId = '"+plain+"'")
+	assert.Contains(t, byQuery.stdout, plain)
+	assert.NotContains(t, byQuery.stdout, ok)
+	none := cli(t, "list", "--name", "no-such-name")
+	assert.Equal(t, 0, none.code)
+	assert.Contains(t, none.stderr, "no runs match")
+	for _, tc := range []struct{ args, want string }{
+		{"--state Lost", `--state "Lost": a run's state is one of Canceled, Failed, Running, Succeeded, Terminated, TimedOut`},
+		{"--query Bogus=1", `--query "Bogus=1": the server refused it`},
+		{"--running --state Failed", "--running and --state: give one"},
+	} {
+		r := cli(t, append([]string{"list"}, strings.Fields(tc.args)...)...)
+		assert.Equal(t, 2, r.code, r.String())
+		assert.Contains(t, r.stderr, tc.want)
+	}
 }

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
@@ -20,19 +23,76 @@ import (
 
 const listUsage = `List runs, newest first: running ones and those that ended.
 
-Usage: clusterrun list [--limit N] [--running]
+Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] [--query FILTER]
 
 The name comes from the run's memo and the state from its ClusterRunState search attribute (registered by make
-up; see docs/operations.md), or from Temporal's own status for runs started without it.
+up; see docs/operations.md), or from Temporal's own status for runs started without it. --state keeps the runs
+in one of the states the STATE column shows (Running, Succeeded, Failed, TimedOut, Canceled, Terminated);
+--name those of one spec name (its ClusterRunName search attribute); --query adds a Temporal list filter, as
+temporal workflow list --query takes.
 
 Example:
   clusterrun list --limit 50
+  clusterrun list --state Failed,TimedOut --name mnist
+  clusterrun list --query "StartTime > '2026-11-20T00:00:00Z'"
 `
+
+// listStates maps each state --state takes to the Temporal status its runs have; the state itself is then
+// told apart as the STATE column tells it (runState): a run that timed out and one that failed both failed.
+var listStates = map[string]string{
+	workflows.StatusRunning:   "Running",
+	workflows.StatusSucceeded: "Completed",
+	workflows.StatusFailed:    "Failed",
+	workflows.StatusTimedOut:  "Failed', 'TimedOut",
+	workflows.StatusCanceled:  "Canceled",
+	"Terminated":              "Terminated",
+}
+
+// listQuery is the list filter of the runs asked for, and the states to keep (nil: all).
+func listQuery(states, name, extra string) (string, map[string]bool, error) {
+	query := fmt.Sprintf("WorkflowType = '%s'", workflows.WorkflowType)
+	var keep map[string]bool
+	if states != "" {
+		keep = map[string]bool{}
+		var in []string
+		for _, st := range strings.Split(states, ",") {
+			st = strings.TrimSpace(st)
+			status, ok := listStates[st]
+			if !ok {
+				valid := make([]string, 0, len(listStates))
+				for k := range listStates {
+					valid = append(valid, k)
+				}
+				return "", nil, usageErrorf("--state %q: a run's state is one of %s", st, strings.Join(sortStrings(valid), ", "))
+			}
+			if !keep[st] {
+				keep[st] = true
+				in = append(in, "'"+status+"'")
+			}
+		}
+		query += " AND ExecutionStatus IN (" + strings.Join(in, ", ") + ")"
+	}
+	if name != "" {
+		if !runNameRE.MatchString(name) {
+			return "", nil, usageErrorf("--name %q: a run's name holds only lowercase letters, digits and '-'", name)
+		}
+		query += fmt.Sprintf(" AND %s = '%s'", workflows.SearchAttrName, name)
+	}
+	if extra != "" {
+		query += " AND (" + extra + ")"
+	}
+	return query, keep, nil
+}
+
+var runNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	limit := fs.Int("limit", 20, "at most this many runs")
-	running := fs.Bool("running", false, "only runs still running")
+	running := fs.Bool("running", false, "only runs still running (--state Running)")
+	states := fs.String("state", "", "only runs in these states, comma-separated: Running, Succeeded, Failed, TimedOut, Canceled, Terminated")
+	name := fs.String("name", "", "only runs of this spec name")
+	extra := fs.String("query", "", "only runs this Temporal list filter also matches")
 	output, checkOutput := addOutputFlag(fs)
 	if _, err := parse(fs, listUsage, args, 0, 0, stderr); err != nil {
 		return err
@@ -43,6 +103,16 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	if *limit < 1 {
 		return usageErrorf("--limit %d: must be at least 1", *limit)
 	}
+	if *running && *states != "" {
+		return usageErrorf("--running and --state: give one (--running is --state Running)")
+	}
+	if *running {
+		*states = workflows.StatusRunning
+	}
+	query, keep, err := listQuery(*states, *name, *extra)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := dial(ctx)
@@ -50,10 +120,6 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	query := fmt.Sprintf("WorkflowType = '%s'", workflows.WorkflowType)
-	if *running {
-		query += " AND ExecutionStatus = 'Running'"
-	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	if *output == "table" {
 		fmt.Fprintln(tw, "RUN\tNAME\tSTATE\tSTARTED\tDURATION")
@@ -64,7 +130,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	for shown < *limit {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: int32(min(*limit, 100))})
 		if err != nil {
-			return fmt.Errorf("list runs: %w", err)
+			return listError(err, *name != "", *extra)
 		}
 		for _, e := range resp.GetExecutions() {
 			if shown == *limit {
@@ -78,6 +144,9 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 			r := listedRun{RunID: e.GetExecution().GetWorkflowId(), Name: payloadString(e.GetMemo().GetFields()[workflows.MemoName]),
 				State:     runState(e.GetStatus(), payloadString(e.GetSearchAttributes().GetIndexedFields()[workflows.SearchAttrState])),
 				StartTime: start, Seconds: end.Sub(start).Seconds()}
+			if keep != nil && !keep[r.State] {
+				continue // a failed run when timed out ones were asked for, or the other way round
+			}
 			if e.GetCloseTime() != nil {
 				r.EndTime = &end
 			}
@@ -98,10 +167,29 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if shown == 0 {
+	switch {
+	case shown == 0 && (*states != "" || *name != "" || *extra != ""):
+		fmt.Fprintln(stderr, "no runs match")
+	case shown == 0:
 		fmt.Fprintln(stderr, "no runs yet; start one with: clusterrun run SPEC")
 	}
 	return nil
+}
+
+// listError says what the server refused in a list: the query the user added, or a search attribute the
+// cluster does not have.
+func listError(err error, byName bool, extra string) error {
+	var invalid *serviceerror.InvalidArgument
+	switch {
+	case !errors.As(err, &invalid):
+		return fmt.Errorf("list runs: %w", err)
+	case byName && strings.Contains(err.Error(), workflows.SearchAttrName):
+		return &exitError{code: 1, msg: fmt.Sprintf("list runs: the server does not know the search attribute %s, which --name reads: "+
+			"register it as docs/operations.md says (%v)", workflows.SearchAttrName, err)}
+	case extra != "":
+		return usageErrorf("--query %q: the server refused it: %v (Temporal's list filter: https://docs.temporal.io/list-filter)", extra, err)
+	}
+	return fmt.Errorf("list runs: %w", err)
 }
 
 // listedRun is one run of `clusterrun list -o json`.
