@@ -844,6 +844,14 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 	assert.Empty(t, h.hosts.stoppedTasks(), "with chiefExit wait nothing is stopped")
 }
 
+// A run of one task that succeeded says so by the task's name, not "all 1 tasks".
+func TestClusterRun_OneTaskSucceededSaysWhich(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	st, err := h.run(t, mustSpec(t, `{name: one, command: [x], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "worker-0 exited 0", st.Reason)
+}
+
 func TestClusterRun_TaskRestartSucceedsOnAttempt2(t *testing.T) {
 	h := newHarness(t, func(task string, attempt, _ int) behavior {
 		if task == "worker-1" && attempt == 1 {
@@ -858,6 +866,7 @@ tasks: {worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 2, backo
 `))
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, "all 2 tasks exited 0", st.Reason)
 	assert.Equal(t, 2, st.Task("worker-1").Attempt)
 	assert.Equal(t, 1, st.Task("worker-0").Attempt)
 	// The restarted attempt was released on its own, with the current map.

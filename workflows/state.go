@@ -416,6 +416,9 @@ func (r *run) verdict() decision {
 			failed = append(failed, t.Name)
 		}
 	}
+	if len(failed) == 0 && len(r.tasks) == 1 {
+		return decision{status: StatusSucceeded, reason: r.tasks[0].Name + " exited 0"}
+	}
 	if len(failed) == 0 {
 		return decision{status: StatusSucceeded, reason: fmt.Sprintf("all %d tasks exited 0", len(r.tasks))}
 	}
