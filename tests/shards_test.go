@@ -290,3 +290,40 @@ func (c *cluster) shardHolding(t *testing.T, id, task string) string {
 	}
 	return ""
 }
+
+// A run ID given again (the temporal CLI allows it once the run has ended) right after that run was terminated:
+// the earlier run's shards are still stopping its tasks under the shard IDs. The new run's shards cannot start
+// under them; their leases go out again through each shard's next take, and the run runs. Before, every task
+// of the new run failed at once with "child workflow execution already started".
+func TestE2E_ARunIDGivenAgainWhileItsShardsStillStop(t *testing.T) {
+	id := runID(t)
+	specJSON := filepath.Join(t.TempDir(), "spec.json")
+	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"given-again","tasksPerShard":1,"stopGracePeriod":"20s",`+
+		`"command":["sh","-c","trap 'sleep 8; exit 0' TERM; while :; do sleep 0.2; done; echo given-again-marker"],"tasks":{"worker":{"replicas":2}}}`), 0o644))
+	temporal := func(args ...string) {
+		out, err := temporalCLI(t, args...)
+		require.NoError(t, err, "temporal %v: %s", args, out)
+	}
+	start := []string{"workflow", "start", "--type", workflows.WorkflowType, "--task-queue", workflows.TaskQueue,
+		"--workflow-id", id, "--input-file", specJSON}
+	allRunning := func() bool {
+		st, ok := query(t, id)
+		return ok && st.Status == workflows.StatusRunning && st.Task("worker-0").State == workflows.TaskRunning &&
+			st.Task("worker-1").State == workflows.TaskRunning
+	}
+	temporal(start...)
+	waitUntil(t, "both workers of the first run running", time.Minute, allRunning)
+	temporal("workflow", "terminate", "--workflow-id", id, "--reason", "given again in a test")
+	temporal(start...)
+	d, err := env.client.DescribeWorkflowExecution(context.Background(), workflows.ShardWorkflowID(id, 0, 0), "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus(),
+		"the first run's shard still stops its task (the test's premise)")
+
+	waitUntil(t, "both workers of the second run running", time.Minute, allRunning)
+	assert.Equal(t, workflows.ShardTakeID(id, 0, 0, 2), env.shardHolding(t, id, "worker-0"))
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+	st, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusCanceled, st.Status, st.Reason)
+	assert.Empty(t, markedProcessesOf(t, "given-again-marker"))
+}

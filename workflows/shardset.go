@@ -19,6 +19,11 @@ import (
 // for them forever.
 const ChangeShardLoss = "clusterrun-shard-loss"
 
+// ChangeShardStartRetaken marks runs in which a shard that cannot start (its ID taken) hands its leases back as
+// contact lost, to go out again through the shard's next take; asked only when a start fails. Runs before it
+// failed those tasks.
+const ChangeShardStartRetaken = "clusterrun-shard-start-retaken"
+
 // shardSet is a run's side of its shards in one generation: which shard holds which task, the leases and
 // cancellations not yet sent to each, and the futures the run waits on for each lease a shard holds.
 type shardSet struct {
@@ -258,6 +263,12 @@ func (g *generation) startShard(sh *shardRef, budget *int) {
 		}
 		sh.starting = false
 		if err := f.Get(g.ctx, nil); err != nil {
+			if g.r.shards.retaken(g.ctx) && workflow.GetVersion(g.ctx, ChangeShardStartRetaken, workflow.DefaultVersion, 1) == 1 {
+				// Its ID is in use: the shard of an earlier run under this run's ID, still stopping its tasks
+				// (the ID given again right after that run was terminated), say. The next take has an ID of its own.
+				g.r.shards.gone(sh, id, err)
+				return
+			}
 			g.r.shards.lost(id, err)
 			return
 		}
