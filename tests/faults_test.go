@@ -503,11 +503,16 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 	assert.Equal(t, 2, st.Task("worker-0").Attempt)
 	assert.JSONEq(t, `{"host": "d1"}`, string(st.Task("worker-0").Result))
 
+	// A host the registry does not list, or lists as stopped, is refused at once: its worker would not answer.
 	bad := c.cli(t, "drain", "nosuchhost")
 	assert.Equal(t, 1, bad.code)
-	assert.Contains(t, bad.stderr, "host nosuchhost did not answer: is a clusterrun-worker with --host nosuchhost running?")
+	assert.Contains(t, bad.stderr, "no host nosuchhost has reported to the host registry; the live hosts are d1, d2 (clusterrun hosts)")
 	usage := c.cli(t, "drain", "d1", "--now", "--undo")
 	assert.Equal(t, 2, usage.code)
+	c.stopWorker("d1", syscall.SIGTERM)
+	stopped := c.cli(t, "drain", "d1")
+	assert.Equal(t, 1, stopped.code, stopped.String())
+	assert.Contains(t, stopped.stderr, "host d1's clusterrun-worker stopped")
 }
 
 // With --stop-tasks-on-exit, a worker that gets SIGTERM stops its tasks; they end failed, so their policy

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -29,6 +30,44 @@ Example:
   clusterrun drain gpu-a --now
   clusterrun drain gpu-a --undo
 `
+
+// checkHostUp refuses at once a host the registry does not list, or lists as gone: its worker would not answer,
+// and the drain would wait for it in vain. A registry that cannot be read leaves the answer to the host.
+func checkHostUp(ctx context.Context, c client.Client, host string) error {
+	hosts, err := readHosts(ctx, c)
+	if errors.Is(err, errNoHosts) {
+		return err
+	}
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, h := range hosts {
+		switch {
+		case h.Host != host:
+			if h.Live {
+				names = append(names, h.Host)
+			}
+		case h.Stopping:
+			return &exitError{code: 1, msg: fmt.Sprintf("host %s's clusterrun-worker stopped %s ago (clusterrun hosts --all); start it again, "+
+				"then drain it", host, time.Since(h.LastSeen).Round(time.Second))}
+		case !h.Live:
+			return &exitError{code: 1, msg: fmt.Sprintf("host %s has not reported for %s (clusterrun hosts --all): is its clusterrun-worker "+
+				"running and in reach of the server?", host, time.Since(h.LastSeen).Round(time.Second))}
+		default:
+			return nil
+		}
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("no host %s has reported to the host registry; the live hosts are %s (clusterrun hosts): "+
+		"check the name, or start clusterrun-worker --host %s", host, orNone(names), host)}
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(sortStrings(names), ", ")
+}
 
 func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
@@ -55,6 +94,9 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if err := checkHostUp(ctx, c, host); err != nil {
+		return err
+	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       fmt.Sprintf("clusterrun-host-%s-%d", host, time.Now().UnixNano()),
 		TaskQueue:                workflows.TaskQueue,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -45,16 +46,8 @@ func cmdHosts(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	v, err := c.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return &exitError{code: 1, msg: "no host worker has reported yet; start one with clusterrun-worker (or make up)"}
-	}
+	hosts, err := readHosts(ctx, c)
 	if err != nil {
-		return fmt.Errorf("read the host registry (is a clusterrun-worker running?): %w", err)
-	}
-	var hosts []workflows.HostEntry
-	if err := v.Get(&hosts); err != nil {
 		return err
 	}
 	shown := hosts[:0]
@@ -81,6 +74,26 @@ func cmdHosts(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "no live host; see every host that ever reported with --all")
 	}
 	return nil
+}
+
+// errNoHosts is readHosts' answer when no host worker has ever reported.
+var errNoHosts = &exitError{code: 1, msg: "no host worker has reported yet; start one with clusterrun-worker (or make up)"}
+
+// readHosts reads the host registry: every host worker that has reported, live or not.
+func readHosts(ctx context.Context, c client.Client) ([]workflows.HostEntry, error) {
+	v, err := c.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil, errNoHosts
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the host registry (is a clusterrun-worker running?): %w", err)
+	}
+	var hosts []workflows.HostEntry
+	if err := v.Get(&hosts); err != nil {
+		return nil, err
+	}
+	return hosts, nil
 }
 
 func hostState(h workflows.HostEntry) string {
