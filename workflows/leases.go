@@ -152,7 +152,11 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	default:
 		r.settle(t, res, err, now)
 	}
-	if r.restartDue(t) {
+	r.checkRestartBudget(ctx)
+	switch {
+	case r.restartDue(t) && r.noRestarts != "":
+		r.restartRefused(t)
+	case r.restartDue(t):
 		r.queueRestart(t)
 		return
 	}

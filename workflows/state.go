@@ -80,8 +80,9 @@ type run struct {
 	byName       map[string]*task
 	generation   int
 	restartCount int
-	released     bool // the current generation's rendezvous is complete (or its launch was pre-placed)
-	mapRevision  int  // the cluster map's changes in this generation (ClusterMap.Revision)
+	noRestarts   string // why no restart is made any more (its history is past the budget), or ""
+	released     bool   // the current generation's rendezvous is complete (or its launch was pre-placed)
+	mapRevision  int    // the cluster map's changes in this generation (ClusterMap.Revision)
 	prePlaced    *prePlacement
 	status       string
 	reason       string
@@ -384,8 +385,11 @@ func (r *run) judge(t *task) {
 		}
 		cause := failureText(st)
 		if p.Scope == spec.ScopeAll && p.Gang.Restartable(code) && r.restartCount < p.Gang.MaxRestarts {
-			r.decide(decision{restart: true, reason: cause})
-			return
+			if r.noRestarts == "" {
+				r.decide(decision{restart: true, reason: cause})
+				return
+			}
+			cause += "; no gang restart: " + r.noRestarts
 		}
 		if t.Type == "chief" {
 			r.decide(decision{status: StatusFailed, reason: cause})

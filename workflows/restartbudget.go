@@ -1,0 +1,48 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// Restarts within the history's limits. Every restart writes a lease's events and a backoff's timer to the
+// run's history, which Temporal ends at 51,200 events (or 50 MB): the server then terminates the run, and its
+// tasks are left to their hosts' reconcilers. A restart budget of maxRestarts per task (up to 1,000) can write
+// more than that: 64 tasks restarting 100 times each did. So past the history budget that barriers keep too, a
+// restart that is due is not made: the task ends failed, its error saying why, and the run's policies act on
+// it, with room left in the history to stop every task and end the run cleanly.
+
+// ChangeRestartHistoryBudget marks runs that stop restarting past the history budget; asked only when the
+// budget is first found spent, so other runs write nothing.
+const ChangeRestartHistoryBudget = "clusterrun-restart-history-budget"
+
+// checkRestartBudget records, once the run's history is past the budget, that it restarts nothing more
+// (r.noRestarts says why).
+func (r *run) checkRestartBudget(ctx workflow.Context) {
+	if r.noRestarts != "" {
+		return
+	}
+	info := workflow.GetInfo(ctx)
+	why := ""
+	if n := info.GetCurrentHistoryLength(); n > BarrierHistoryBudget {
+		why = fmt.Sprintf("the run's history holds %d events, past clusterrun's budget of %d for restarts (Temporal ends a run at 51,200)",
+			n, BarrierHistoryBudget)
+	} else if size := info.GetCurrentHistorySize(); size > BarrierHistoryBytesBudget {
+		why = fmt.Sprintf("the run's history holds %d MB, past clusterrun's budget of %d MB for restarts (Temporal ends a run at 50 MB)",
+			size>>20, BarrierHistoryBytesBudget>>20)
+	}
+	if why != "" && workflow.GetVersion(ctx, ChangeRestartHistoryBudget, workflow.DefaultVersion, 1) == 1 {
+		workflow.GetLogger(ctx).Warn("restarting no more tasks", "why", why)
+		r.noRestarts = why
+	}
+}
+
+// restartRefused notes on a task whose restart was due that it is not made, and why.
+func (r *run) restartRefused(t *task) {
+	if t.status.Error == "" {
+		t.status.Error = "not restarted: " + r.noRestarts
+		return
+	}
+	t.status.Error += "; not restarted: " + r.noRestarts
+}
