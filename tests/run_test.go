@@ -559,6 +559,35 @@ tasks: {worker: {replicas: 2}}
 	assert.Empty(t, warned, "no task was sent the deadline warning")
 }
 
+// A run canceled in a gang restart's backoff ends Canceled there, with no next generation: the cancel also
+// cancels the backoff's timer and the maxRunTime timer, and neither is the time passing.
+func TestE2E_ARunCanceledInAGangBackoffStartsNoNextGeneration(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: cancel-in-backoff
+maxRunTime: 1h
+restart: {policy: OnFailure, maxRestarts: 3, backoff: 5m, scope: all}
+stopGracePeriod: 2s
+command: [sh, -c, 'if [ "$CLUSTERRUN_TASK" = worker-0 ]; then exit 3; fi; exec sleep 309']
+tasks: {worker: {replicas: 2}}
+`)
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "the gang restart's backoff", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && strings.Contains(st.Reason, "gang restart 1 of 3")
+	})
+	c := cli(t, "cancel", id)
+	assert.Equal(t, 0, c.code, c.String())
+	st, err := outcome(t, id)
+	require.Error(t, err)
+	assert.Equal(t, workflows.StatusCanceled, st.Status, st.Reason)
+	for _, task := range st.Tasks {
+		assert.Equal(t, 1, task.Attempt, "%s: no next generation was launched", task.Name)
+	}
+	assert.Empty(t, markedProcessesOf(t, "sleep 309"))
+}
+
 // Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
 func TestE2E_RunInterruptedCancels(t *testing.T) {
 	id := runID(t)

@@ -127,10 +127,13 @@ func (c *channels) dropLate() {
 // wait sleeps through a gang-restart backoff unless the run is canceled or times out meanwhile.
 func (r *run) wait(ctx workflow.Context, d time.Duration, deadline workflow.Future) *decision {
 	var end *decision
+	over := false
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
 	defer cancelTimer()
 	sel := workflow.NewSelector(ctx)
-	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "restart backoff"}), func(workflow.Future) {})
+	sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, d, workflow.TimerOptions{Summary: "restart backoff"}), func(f workflow.Future) {
+		over = fired(ctx, f) // canceled with the run: its Done says so next
+	})
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
 		end = &decision{status: StatusCanceled, reason: ReasonCanceled}
 	})
@@ -141,14 +144,17 @@ func (r *run) wait(ctx workflow.Context, d time.Duration, deadline workflow.Futu
 			}
 		})
 	}
-	sel.Select(ctx)
+	for end == nil && !over {
+		sel.Select(ctx)
+	}
 	return end
 }
 
 // fired says a timer's time came. A timer canceled with its context (the run canceled: the maxRunTime and
 // deadline-warning timers are the run's own) resolves too, with an error, and on a worker it does so within the
 // cancellation, ahead of the context's Done: a handler that took any resolution for the time passing ended a
-// canceled run TimedOut ("maxRunTime reached") and sent its tasks the deadline warning as they were stopped.
+// canceled run TimedOut ("maxRunTime reached"), sent its tasks the deadline warning as they were stopped, and
+// took a gang restart's canceled backoff for its end, launching the next generation of a canceled run.
 // Runs from before (no ChangeCanceledTimers marker, asked only when such a timer resolves canceled) keep
 // that reading, so that their histories replay.
 func fired(ctx workflow.Context, f workflow.Future) bool {
