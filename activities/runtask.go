@@ -294,6 +294,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 			h.abortShim(e, pending)
 		}
 		h.forget(e)
+		h.dropRuntimeFolders(e)
 		return &ending{res, err}
 	}
 	if n, ok := h.maps.newer(h.runFolder(e.ref), cluster); ok {

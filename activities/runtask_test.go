@@ -348,6 +348,14 @@ func TestRunTask_StartFailureIsPermanent(t *testing.T) {
 	assert.Equal(t, workflows.ErrTaskStartFailed, e.Type())
 	assert.Contains(t, e.Message(), `worker-0 cannot start on host test-host: command "no-such-binary-xyz" not found`)
 	assert.Empty(t, a.host.reg.all(), "nothing is left of an attempt that never started")
+	// Nor of its run on this host, in the runtime folder: its socket's folder and the run's cluster file went
+	// with it (they stayed in /dev/shm, seen after a user's run whose command was missing).
+	left, err := os.ReadDir(SocketDir(a.host.SocketDir))
+	require.NoError(t, err)
+	for _, d := range left {
+		assert.True(t, strings.HasPrefix(d.Name(), "records-") || strings.HasSuffix(d.Name(), ".sock") || strings.HasSuffix(d.Name(), ".log"),
+			"left in the runtime folder: %s", d.Name())
+	}
 }
 
 // A pre-placed attempt (its run chose the port) is reported started once its process runs and its record is

@@ -282,12 +282,21 @@ func (h *Host) retire(e *entry, reason string) {
 		<-e.ended
 	}
 	h.closeControl(e)
-	h.reg.whileCurrent(e, func() {
-		_ = os.RemoveAll(e.record)
-		_ = os.RemoveAll(filepath.Dir(e.shimSocket))
-	})
+	h.reg.whileCurrent(e, func() { _ = os.RemoveAll(e.record) })
+	h.dropRuntimeFolders(e)
 	h.reg.remove(e)
 	h.unfollowIfIdle(e.ref.WorkflowID, e.ref.RunID)
+	if !h.reg.hasRun(e.ref.WorkflowID, e.ref.RunID) {
+		h.maps.forget(h.runFolder(e.ref))
+	}
+}
+
+// dropRuntimeFolders removes an attempt's socket folder (unless a newer lease of the attempt holds it), and its
+// run's folder of shared files once no attempt of the run is left on this host.
+func (h *Host) dropRuntimeFolders(e *entry) {
+	if e.key != "" { // never the runtime folder itself
+		h.reg.whileCurrent(e, func() { _ = os.RemoveAll(h.socketFolder(e.key)) }) // its control and supervisor sockets
+	}
 	if !h.reg.hasRun(e.ref.WorkflowID, e.ref.RunID) {
 		h.maps.forget(h.runFolder(e.ref))
 	}
