@@ -13,9 +13,8 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // RunSpec is one cluster run as the user describes it. It is also the ClusterRun workflow's input, so
@@ -167,8 +166,11 @@ func (e *InvalidSpecError) Error() string {
 // Parse decodes a YAML or JSON run spec and validates it. A syntax error is returned as is; every other problem
 // is returned at once as an *InvalidSpecError.
 func Parse(data []byte) (*RunSpec, error) {
-	js, err := yaml.YAMLToJSON(data)
+	js, err := yamlToJSON(data)
 	if err != nil {
+		if strings.Contains(err.Error(), "cannot start any token") && bytes.ContainsRune(data, '\t') {
+			return nil, fmt.Errorf("run spec is not valid YAML or JSON: %w (a tab? YAML indents with spaces only)", err)
+		}
 		return nil, fmt.Errorf("run spec is not valid YAML or JSON: %w", err)
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
@@ -244,7 +246,16 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 		return nil
 	}
 	if want, ok := jsonKindOK(v, t); !ok {
-		return []Problem{{Path: path, Message: fmt.Sprintf("must be %s, not %s", want, describeJSON(v))}}
+		msg := fmt.Sprintf("must be %s, not %s", want, describeJSON(v))
+		if t.Kind() == reflect.String {
+			if _, isList := v.([]any); !isList {
+				if _, isObj := v.(map[string]any); !isObj {
+					// YAML reads true, yes, 1.0 or 0755 unquoted as a boolean or a number.
+					msg += "; quote the value in YAML (unquoted, yes, no, true and numbers are not strings)"
+				}
+			}
+		}
+		return []Problem{{Path: path, Message: msg}}
 	}
 	var problems []Problem
 	switch t.Kind() {
@@ -312,7 +323,7 @@ func describeJSON(v any) string {
 	case string:
 		return "the string " + short(x)
 	case float64:
-		return fmt.Sprintf("the number %v", x)
+		return "the number " + scalar(x)
 	case bool:
 		return fmt.Sprintf("%v", x)
 	case []any:
@@ -323,6 +334,14 @@ func describeJSON(v any) string {
 	return fmt.Sprintf("%v", v)
 }
 
+// scalar writes a decoded JSON boolean or number as the YAML that gave it: 1000000, not 1e+06.
+func scalar(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
 func join(path, key string) string {
 	if path == "" {
 		return key
@@ -330,10 +349,30 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// closest returns the field name that differs from k only by case, or is within edit distance 2, if any.
+// peerNames maps the names other launchers give a field (Kubeflow and Kubernetes, Slurm, Docker Compose) to
+// this spec's, for the hint on an unknown field. Keys are lowercase, without '_' or '-'.
+var peerNames = map[string]string{
+	"workdir": "workingDir", "cwd": "workingDir", "chdir": "workingDir", "dir": "workingDir",
+	"args": "command", "cmd": "command", "entrypoint": "command", "argv": "command",
+	"environment":  "env",
+	"replicaspecs": "tasks", "tfreplicaspecs": "tasks", "pytorchreplicaspecs": "tasks", "roles": "tasks",
+	"count": "replicas", "instances": "replicas", "numreplicas": "replicas",
+	"nodelist": "hosts", "nodes": "hosts", "nodeselector": "hosts",
+	"partition": "pool", "queue": "pool",
+	"restartpolicy": "restart", "retries": "restart", "retrypolicy": "restart",
+	"backofflimit": "maxRestarts", "maxretries": "maxRestarts",
+	"time": "maxRunTime", "timelimit": "maxRunTime", "activedeadlineseconds": "maxRunTime",
+	"terminationgraceperiodseconds": "stopGracePeriod", "graceperiod": "stopGracePeriod", "killwait": "stopGracePeriod",
+}
+
+// closest returns the field name that differs from k only by case, or is within edit distance 2, or is the
+// name other launchers use for it, if any.
 func closest(k string, names []string) string {
 	if len(k) > 64 {
 		return "" // a key that long is no typo, and the distance would cost len(k) per name
+	}
+	if ours, ok := peerNames[strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(k))]; ok && contains(names, ours) {
+		return ours
 	}
 	best, bestD := "", 3
 	for _, n := range names {

@@ -329,3 +329,69 @@ func mustParse(t *testing.T, src string) *RunSpec {
 	require.NoError(t, err)
 	return s
 }
+
+func TestValidate_NamesFromOtherLaunchersAreHinted(t *testing.T) {
+	_, err := Parse([]byte(`
+name: x
+command: ["true"]
+workdir: /tmp
+tfReplicaSpecs: {}
+tasks:
+  worker: {replicas: 1, nodelist: [a], restart: {policy: always, backoffLimit: 3}}
+`))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	for _, want := range []string{
+		`workdir: unknown field (did you mean "workingDir"?)`,
+		`tfReplicaSpecs: unknown field (did you mean "tasks"?)`,
+		`tasks.worker.nodelist: unknown field (did you mean "hosts"?)`,
+		`tasks.worker.restart.backoffLimit: unknown field (did you mean "maxRestarts"?)`,
+		`tasks.worker.restart.policy: "always" is not one of Never, OnFailure, ExitCode, Always: did you mean "Always"?`,
+	} {
+		assert.Contains(t, invalid.Error(), want)
+	}
+}
+
+func TestValidate_AValueThatDidNotDecodeHasOneProblem(t *testing.T) {
+	_, err := Parse([]byte("name: x\ncommand: [true]\nenv: {M: 1000000}\ntasks:\n  worker: {replicas: 1}\n"))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Len(t, invalid.Problems, 2, invalid.Error())
+	assert.Contains(t, invalid.Error(), "command[0]: must be a string, not true; quote the value in YAML")
+	assert.Contains(t, invalid.Error(), "env.M: must be a string, not the number 1000000;")
+	assert.NotContains(t, invalid.Error(), "program name is empty")
+}
+
+// YAML 1.1 read N, Y, yes, no, on and off as booleans: env {N: "1", Y: "2"} gave a task variables named false
+// and true, and a key given twice kept its last value without a word.
+func TestParse_YAMLIsReadAsYAML12(t *testing.T) {
+	s, err := Parse([]byte(`
+name: x
+command: ["true"]
+env: {N: "1", Y: "2", on: "3", "off": "4", DAY: 2026-11-27}
+tasks:
+  worker: {replicas: 1, env: &common {A: "a"}}
+  ps: {replicas: 1, env: *common}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"N": "1", "Y": "2", "on": "3", "off": "4", "DAY": "2026-11-27"}, s.Env)
+	assert.Equal(t, s.Tasks["worker"].Env, s.Tasks["ps"].Env, "an alias reads as its anchor")
+
+	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\nenv: {A: \"1\"}\nenv: {B: \"2\"}\ntasks: {w: {replicas: 1}}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `mapping key "env" already defined at line 3`)
+
+	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\ntasks: {w: {replicas: .inf}}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `tasks.w.replicas: must be a whole number, not the string "+Inf"`)
+
+	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\ntasks:\n\tw: {replicas: 1}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "line 4: found character that cannot start any token (a tab? YAML indents with spaces only)")
+}
+
+func TestParse_JSONWithTabsIsRead(t *testing.T) {
+	s, err := Parse([]byte("{\n\t\"name\": \"x\",\n\t\"command\": [\"true\"],\n\t\"tasks\": {\"w\": {\"replicas\": 2}}\n}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 2, s.Tasks["w"].Replicas)
+}

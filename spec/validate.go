@@ -204,7 +204,28 @@ func (s *RunSpec) Validate() []Problem {
 		v.add("tasks", "the tasks carry %d MiB of command, env and workingDir in all; at most %d MiB (each task's share travels in "+
 			"every attempt's input, kept in the run's history): pass large values in a file instead", planBytes>>20, MaxPlanBytes>>20)
 	}
-	return capped(v.problems)
+	return capped(v.withoutFollowOns(len(s.decodeProblems)))
+}
+
+// withoutFollowOns drops the problems found in a value that did not decode (the first n problems are the
+// decoder's): a command of [true] is "must be a string", not also "the program name is empty".
+func (v *validator) withoutFollowOns(n int) []Problem {
+	out := v.problems[:n:n]
+	for _, p := range v.problems[n:] {
+		if !undecoded(p.Path, v.problems[:n]) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func undecoded(path string, decode []Problem) bool {
+	for _, d := range decode {
+		if path == d.Path || strings.HasPrefix(path, d.Path+".") || strings.HasPrefix(path, d.Path+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // liveness checks hostLossGrace, stopAfterDisconnect, hangTimeout and hangSignal at prefix (the run's, or a task
@@ -281,9 +302,16 @@ func (v *validator) pool(path, pool string) {
 }
 
 func (v *validator) oneOf(path, value string, allowed ...string) {
-	if value != "" && !contains(allowed, value) {
-		v.add(path, "%s is not one of %s", short(value), strings.Join(allowed, ", "))
+	if value == "" || contains(allowed, value) {
+		return
 	}
+	for _, a := range allowed {
+		if strings.EqualFold(a, value) {
+			v.add(path, "%s is not one of %s: did you mean %q? (the values are case-sensitive)", short(value), strings.Join(allowed, ", "), a)
+			return
+		}
+	}
+	v.add(path, "%s is not one of %s", short(value), strings.Join(allowed, ", "))
 }
 
 func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
