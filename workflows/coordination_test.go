@@ -297,3 +297,18 @@ func TestStop_AClearRightAfterItsRequestInOneWorkflowTaskClears(t *testing.T) {
 	require.NotNil(t, after.StopAsked)
 	assert.Equal(t, "worker-0", after.StopAsked.Task)
 }
+
+// A cancel during a stop request's grace period does not start a grace period of its own: what still runs gets
+// SIGTERM at once and SIGKILL when the stop request's grace period ends.
+func TestStop_ACancelDuringTheGracePeriodKeepsItsEnd(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return blocks }) // ignore should-stop
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 100*time.Millisecond)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 900*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`))
+	require.Error(t, err)
+	assert.Equal(t, StatusCanceled, st.Status)
+	require.NotEmpty(t, h.hosts.stops)
+	for _, in := range h.hosts.stops {
+		assert.Equal(t, 1200*time.Millisecond, in.GracePeriod.Round(100*time.Millisecond), "the 2s that began 0.8s before the cancel")
+	}
+}

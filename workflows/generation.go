@@ -187,6 +187,7 @@ func (g *generation) act() {
 	r.deliver(g.genCtx, todo.deliver)
 	if todo.notifyStop {
 		g.watch(r.notifyStop(g.genCtx, g.info))
+		r.stopDeadline = workflow.Now(g.ctx).Add(r.plan.StopGracePeriod)
 		grace := workflow.NewTimerWithOptions(g.genCtx, r.plan.StopGracePeriod, workflow.TimerOptions{Summary: "stop grace period"})
 		g.sel.AddFuture(grace, func(f workflow.Future) {
 			if fired(g.ctx, f) {

@@ -92,6 +92,7 @@ type run struct {
 	barriers     map[string]*barrier
 	barrierOrder []string
 	stopReq      *StopRequest
+	stopDeadline time.Time        // when the stop request's grace period ends: a later stop does not extend it
 	stopAsked    *StopRequest     // a keepRun request standing until clear-stop
 	cleared      map[string]int64 // per task, the Seq of the latest clear-stop it sent that the run took
 	signals      int              // signals received, against the run's signal budget

@@ -45,6 +45,10 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 		// The stop request's grace period is over: what still runs is a straggler and is killed at once.
 		in.GracePeriod = 0
 		r.markStragglers()
+	} else if !r.stopDeadline.IsZero() {
+		// A cancel (or maxRunTime) during a stop request's grace period: SIGTERM now, SIGKILL when that grace
+		// period ends, not a whole grace period later.
+		in.GracePeriod = max(0, min(in.GracePeriod, r.stopDeadline.Sub(workflow.Now(ctx))))
 	}
 	// A gang restart's stop waits for every answer: its next generation starts on those hosts.
 	hearEnds := r.leased && !d.restart
