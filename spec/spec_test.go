@@ -338,6 +338,8 @@ workdir: /tmp
 tfReplicaSpecs: {}
 tasks:
   worker: {replicas: 1, nodelist: [a], restart: {policy: always, backoffLimit: 3}}
+  PS: {replicas: 1}
+  param-server: {replicas: 1}
 `))
 	var invalid *InvalidSpecError
 	require.True(t, errors.As(err, &invalid), "got %v", err)
@@ -347,6 +349,8 @@ tasks:
 		`tasks.worker.nodelist: unknown field (did you mean "hosts"?)`,
 		`tasks.worker.restart.backoffLimit: unknown field (did you mean "maxRestarts"?)`,
 		`tasks.worker.restart.policy: "always" is not one of Never, OnFailure, ExitCode, Always: did you mean "Always"?`,
+		`tasks.PS: task type "PS" may hold only lowercase letters, digits and '_', starting with a letter (did you mean "ps"?)`,
+		`(did you mean "param_server"?)`,
 	} {
 		assert.Contains(t, invalid.Error(), want)
 	}

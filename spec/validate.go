@@ -148,7 +148,12 @@ func (s *RunSpec) Validate() []Problem {
 		case len(typ) > MaxTypeNameLength:
 			v.add(path, "task type %s is %d characters; at most %d", short(typ), len(typ), MaxTypeNameLength)
 		case !typeNameRE().MatchString(typ):
-			v.add(path, "task type %s may hold only lowercase letters, digits and '_', starting with a letter", short(typ))
+			hint := ""
+			// Kubeflow's replica types are Chief, Worker, PS and Evaluator; TF_CONFIG's are lowercase.
+			if lower := strings.ReplaceAll(strings.ToLower(typ), "-", "_"); typeNameRE().MatchString(lower) && s.Tasks[lower].Replicas == 0 {
+				hint = fmt.Sprintf(" (did you mean %q?)", lower)
+			}
+			v.add(path, "task type %s may hold only lowercase letters, digits and '_', starting with a letter%s", short(typ), hint)
 		}
 		switch {
 		case t.Replicas < 1:
