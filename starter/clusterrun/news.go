@@ -228,8 +228,50 @@ func (f *follower) release(all bool) {
 		}
 		ready = append(ready, n.t)
 	}
-	f.tell(ready)
+	ready, later = stopsWait(ready, later, blocked)
+	f.tell(stopsLast(ready))
 	f.held = later
+}
+
+// stopsWait holds the stops of a look at the run while another task's lines wait for their output: a stop is
+// the consequence of another task's end (or of a user's request), so a task that failed and stopped the rest
+// is said first, not after the stops it made.
+func stopsWait(ready []workflows.TaskStatus, later []note, blocked map[string]bool) ([]workflows.TaskStatus, []note) {
+	if len(blocked) == 0 {
+		return ready, later
+	}
+	var kept []workflows.TaskStatus
+	for i, t := range ready {
+		if t.State == workflows.TaskStopped && !blocked[t.Name] && lastOfItsTask(ready, i) {
+			later = append(later, note{t: t, after: t.Attempt})
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept, later
+}
+
+// stopsLast says the stops of a look at the run after its other lines, each task's lines in their order.
+func stopsLast(ready []workflows.TaskStatus) []workflows.TaskStatus {
+	var first, stops []workflows.TaskStatus
+	for i, t := range ready {
+		if t.State == workflows.TaskStopped && lastOfItsTask(ready, i) {
+			stops = append(stops, t)
+		} else {
+			first = append(first, t)
+		}
+	}
+	return append(first, stops...)
+}
+
+// lastOfItsTask says whether ready[i] is its task's last line in ready.
+func lastOfItsTask(ready []workflows.TaskStatus, i int) bool {
+	for _, t := range ready[i+1:] {
+		if t.Name == ready[i].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // readAll says whether the streams named have been read to their end.

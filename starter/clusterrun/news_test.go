@@ -44,8 +44,8 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	ended[7].State, ended[7].Error = workflows.TaskFailed, "worker-7 exited with code 3 on host-b (attempt 1): boom"
 	f.update(workflows.RunStatus{Tasks: ended})
 	f.release(true)
-	assert.Equal(t, "[999 tasks]  ── stopped (SIGTERM): worker-0, worker-1, worker-2 and 996 more\n"+
-		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String())
+	assert.Equal(t, "[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n"+
+		"[999 tasks]  ── stopped (SIGTERM): worker-0, worker-1, worker-2 and 996 more\n", out.String(), "the cause before the stops")
 
 	out.Reset()
 	f.tell([]workflows.TaskStatus{ended[63], ended[96], ended[108]})
@@ -158,4 +158,25 @@ func TestFollower_SaysAPlacedTaskStartsWhenEveryTaskIsPlaced(t *testing.T) {
 	f := newFollower(nil, "run", &out)
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPlaced, Host: "host-b", Attempt: 1}}})
 	assert.Equal(t, "[worker-0] ── placed on host-b (attempt 1), starts when every task is placed\n", out.String())
+}
+
+// A failure that stopped the rest is said before the stops, also when its output is still being read as the
+// stops are seen: the stops wait for it.
+func TestFollower_StopsWaitForTheFailureThatMadeThem(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.open(workflows.TaskStatus{Name: "worker-1", Host: "h"}, 1, false)
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskStopped, Signal: "SIGTERM", Host: "h", Attempt: 1},
+		{Name: "worker-0", State: workflows.TaskStopped, Signal: "SIGTERM", Host: "h", Attempt: 1},
+		{Name: "worker-1", State: workflows.TaskFailed, Error: "worker-1 exited with code 3", Host: "h", Attempt: 1},
+	}})
+	assert.Empty(t, out.String(), "worker-1's output is not read yet, and the stops wait for its failure")
+	for _, s := range f.streams {
+		s.closed = true
+	}
+	f.release(false)
+	assert.Equal(t, "[worker-1] ── failed: worker-1 exited with code 3\n"+
+		"[chief-0]  ── stopped (SIGTERM)\n"+
+		"[worker-0] ── stopped (SIGTERM)\n", out.String())
 }
