@@ -263,14 +263,23 @@ func (h *Host) askSupervisor(e *entry, by, reason string, grace time.Duration) {
 	e.stopTaken(grace)
 }
 
-// signalEntry sends a signal to an attempt's process group (and cgroup).
+// signalEntry sends a notice (the deadline warning, mapChangeSignal) to an attempt's process group (and
+// cgroup), or, with the spec's signalTo: main, to its own process only.
 func (h *Host) signalEntry(e *entry, sig syscall.Signal) error {
 	if e.process() == nil || e.exited() != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return h.shimClient(e).Signal(ctx, sig)
+	c := h.shimClient(e)
+	if e.task.SignalMain {
+		err := c.SignalMain(ctx, sig)
+		if !errors.Is(err, shim.ErrNoSignalMain) {
+			return err
+		}
+		h.Logger.Warn("the task's supervisor predates signalTo: main, so its whole group gets the signal", "task", e.ref.Task, "signal", sig, "error", err)
+	}
+	return c.Signal(ctx, sig)
 }
 
 // retire stops an attempt that is no longer this host's to run, then forgets it: its record and sockets go

@@ -59,6 +59,8 @@ type Task struct {
 	HangSignal string `json:"hangSignal,omitempty"`
 	// LogCap: keep at most this many bytes of each log stream (0: the host's --log-cap).
 	LogCap int64 `json:"logCap,omitempty"`
+	// SignalMain: the deadline warning and mapChangeSignal go to the task's own process only, not its group.
+	SignalMain bool `json:"signalMain,omitempty"`
 }
 
 // Restart is a resolved restart policy.
@@ -160,6 +162,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		hang := mustDuration(ts.HangTimeout, mustDuration(s.HangTimeout, 0))
 		hangSignal := SignalName(or(ts.HangSignal, or(s.HangSignal, DefaultHangSignal)))
 		logCap := mustSize(ts.LogCap, mustSize(s.LogCap, 0))
+		signalMain := or(ts.SignalTo, s.SignalTo) == SignalToMain
 		if p.Scope == ScopeAll {
 			// The workflow restarts the whole cluster; a single attempt per task.
 			restart.MaxRestarts = 0
@@ -181,6 +184,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 				HangTimeout:         hang,
 				HangSignal:          hangSignal,
 				LogCap:              logCap,
+				SignalMain:          signalMain,
 			}
 			if len(ts.Hosts) > 0 {
 				t.Host = ts.Hosts[i%len(ts.Hosts)]

@@ -82,6 +82,11 @@ type RunSpec struct {
 	// (it restarted on another host, or its port was taken), once its cluster file (CLUSTERRUN_CLUSTER_FILE)
 	// holds the new map. Optional: default none (tasks read the file when they need it).
 	MapChangeSignal string `json:"mapChangeSignal,omitempty"`
+	// SignalTo says which of a task's processes get its notices, the deadline warning and mapChangeSignal:
+	// group (default: its whole process group, and its cgroup, as Slurm's --signal does) or main (its own
+	// process only, for a program whose children would die of a signal they do not handle: PyTorch's
+	// DataLoader workers, a multiprocessing pool). Stops and hangSignal always go to the group.
+	SignalTo string `json:"signalTo,omitempty"`
 	// Items turns on work items (ClusterCoordinator's schedule/fetch/join/done) for the run's tasks.
 	// Optional: default off. `items: {}` turns them on with the defaults.
 	Items *ItemsSpec `json:"items,omitempty"`
@@ -113,6 +118,8 @@ type TaskSpec struct {
 	StopAfterDisconnect Duration `json:"stopAfterDisconnect,omitempty"`
 	HangTimeout         Duration `json:"hangTimeout,omitempty"`
 	HangSignal          string   `json:"hangSignal,omitempty"`
+	// SignalTo overrides the run's for this type.
+	SignalTo string `json:"signalTo,omitempty"`
 	// LogCap overrides the run's for this type.
 	LogCap Size `json:"logCap,omitempty"`
 }

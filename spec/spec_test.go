@@ -399,3 +399,17 @@ func TestParse_JSONWithTabsIsRead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, s.Tasks["w"].Replicas)
 }
+
+func TestPlan_SignalToMainIsPerTaskType(t *testing.T) {
+	s, err := Parse([]byte(`{name: x, command: ["true"], signalTo: main, tasks: {worker: {replicas: 1}, ps: {replicas: 1, signalTo: group}}}`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	assert.True(t, p.Tasks[0].SignalMain || p.Tasks[1].SignalMain)
+	for _, task := range p.Tasks {
+		assert.Equal(t, task.Type == "worker", task.SignalMain, task.Name)
+	}
+	_, err = Parse([]byte(`{name: x, command: ["true"], tasks: {worker: {replicas: 1, signalTo: leader}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `tasks.worker.signalTo: "leader" is not one of group, main`)
+}

@@ -49,6 +49,9 @@ const (
 
 	StragglersIgnore = "ignore"
 	StragglersFail   = "fail"
+
+	SignalToGroup = "group"
+	SignalToMain  = "main"
 )
 
 // The names' patterns compile at their first use, not at every start of each program that imports the package
@@ -109,6 +112,7 @@ func (s *RunSpec) Validate() []Problem {
 	v.logCap("logCap", s.LogCap)
 	v.items("items", s.Items)
 	v.oneOf("stragglers", s.Stragglers, StragglersIgnore, StragglersFail)
+	v.oneOf("signalTo", s.SignalTo, SignalToGroup, SignalToMain)
 	if n := s.TasksPerShard; n < 0 || n > MaxTasksPerShard {
 		v.add("tasksPerShard", "%d is out of range: 1 to %d (0 or unset for %d)", n, MaxTasksPerShard, DefaultTasksPerShard)
 	}
@@ -190,6 +194,7 @@ func (s *RunSpec) Validate() []Problem {
 			}
 		}
 		v.logCap(path+".logCap", t.LogCap)
+		v.oneOf(path+".signalTo", t.SignalTo, SignalToGroup, SignalToMain)
 		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
 		if t.Restart != nil && gang {
 			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")

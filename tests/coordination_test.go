@@ -153,6 +153,25 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
 	assert.Contains(t, r.stdout, "[chief-0]  checkpointing on USR1")
 }
 
+// signalTo: main gives the deadline warning to the task's own process: its child, which does not handle the
+// signal (a DataLoader worker, a pool process), lives on. The default, the group, kills such a child.
+func TestE2E_DeadlineWarningToTheMainProcessSparesItsChildren(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: deadline-main
+maxRunTime: 8s
+deadlineWarning: {signal: SIGUSR1, before: 5s}
+command: [sh, -c, 'sh -c "while :; do sleep 0.1; done" & child=$!;
+  trap "sleep 0.3; if grep -qs \"^State:[[:space:]]*[RSD]\" /proc/$child/status; then echo child alive after USR1; else echo child dead after USR1; fi; kill $child 2>/dev/null; exit 0" USR1;
+  while :; do sleep 0.1; done']
+tasks: {worker: {replicas: 1, signalTo: main}, ps: {replicas: 1}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "[worker-0] child alive after USR1", r.stdout)
+	assert.Contains(t, r.stdout, "[ps-0]     child dead after USR1", r.stdout)
+}
+
 func TestE2E_ProgressInStatus(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `{name: progress, command: [sh, -c, 'clusterrun task progress 3 10 --message "epoch 3" && sleep 306'], tasks: {worker: {replicas: 1}}, stopGracePeriod: 1s}`)

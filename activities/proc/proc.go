@@ -302,6 +302,19 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// SignalMain sends sig to the process itself, not to its group: its children keep their own dispositions.
+func (p *Process) SignalMain(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal process %d: %w", p.pid, err)
+	}
+	return nil
+}
+
 // Kill kills the group (and cgroup) at once, whether or not a Stop is under way: the grace period is cut short.
 func (p *Process) Kill() {
 	select {

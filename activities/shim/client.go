@@ -340,6 +340,25 @@ func (c Client) Signal(ctx context.Context, sig syscall.Signal) error {
 	return c.call(ctx, request{Op: "signal", Signal: int(sig)})
 }
 
+// ErrNoSignalMain: the task's supervisor, from before signal-main, refused it.
+var ErrNoSignalMain = errors.New("the task's supervisor cannot signal its main process alone")
+
+// SignalMain sends a signal to the task's own process only. A supervisor from before refuses the op: that is
+// ErrNoSignalMain, and the caller may signal the group instead.
+func (c Client) SignalMain(ctx context.Context, sig syscall.Signal) error {
+	err := c.call(ctx, request{Op: "signal-main", Signal: int(sig)})
+	var refused supervisorRefusal
+	if errors.As(err, &refused) {
+		return fmt.Errorf("%w: %v", ErrNoSignalMain, err)
+	}
+	return err
+}
+
+// supervisorRefusal is a supervisor's answer that refuses a request, in its words.
+type supervisorRefusal string
+
+func (r supervisorRefusal) Error() string { return string(r) }
+
 func (c Client) call(ctx context.Context, req request) error {
 	conn, err := c.dial(ctx)
 	if err != nil {
@@ -357,7 +376,7 @@ func (c Client) call(ctx context.Context, req request) error {
 		return fmt.Errorf("%w: %v", ErrGone, err)
 	}
 	if m.Error != "" {
-		return errors.New(m.Error)
+		return supervisorRefusal(m.Error)
 	}
 	return nil
 }

@@ -237,6 +237,34 @@ func TestShim_SignalReachesTheGroup(t *testing.T) {
 	assert.Equal(t, "got USR1\n", string(b))
 }
 
+// signal-main reaches the task's own process and spares its children, which do not handle the signal; signal,
+// to the group, kills them.
+func TestShim_SignalMainSparesTheChildren(t *testing.T) {
+	for _, main := range []bool{true, false} {
+		dir, cfg := record(t, `sh -c 'sleep 1; echo survived > "$DIR/child"' & child=$!
+trap 'echo got USR1 > "$DIR/usr1"; wait $child; exit 0' USR1
+echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+		launch(t, dir, cfg)
+		w := watch(t, cfg)
+		waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+		c := Client{Socket: cfg.Socket}
+		if main {
+			require.NoError(t, c.SignalMain(context.Background(), syscall.SIGUSR1))
+		} else {
+			require.NoError(t, c.Signal(context.Background(), syscall.SIGUSR1))
+		}
+		assert.Equal(t, 0, ended(t, w).Code)
+		b, _ := os.ReadFile(filepath.Join(dir, "usr1"))
+		assert.Equal(t, "got USR1\n", string(b))
+		b, _ = os.ReadFile(filepath.Join(dir, "child"))
+		if main {
+			assert.Equal(t, "survived\n", string(b), "the child did not get the signal")
+		} else {
+			assert.Empty(t, b, "the child died of the signal")
+		}
+	}
+}
+
 // The task outlives the process that launched its shim, even a SIGKILLed one: that is the point.
 func TestShim_TaskOutlivesItsLauncher(t *testing.T) {
 	dir, cfg := record(t, `exec sleep 300`, func(c *Config) { c.OrphanAfter = time.Hour })
@@ -615,4 +643,28 @@ func TestShim_StartWatchedWithAnOlderSupervisor(t *testing.T) {
 	assert.Equal(t, 4242, st.PID)
 	assert.Nil(t, w, "no watch from a supervisor that does not keep the connection")
 	assert.Equal(t, "start", (<-asked).Op)
+}
+
+// A task's supervisor from before signal-main answers it as the older supervisor did, with its refusal of an
+// unknown op: the client says so (ErrNoSignalMain), so that the host can signal the group instead.
+func TestShim_SignalMainToAnOlderSupervisor(t *testing.T) {
+	sockDir, err := os.MkdirTemp("", "shim")
+	require.NoError(t, err)
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "task.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = bufio.NewReader(conn).ReadBytes('\n')
+		writeMessage(conn, message{Error: `unknown op "signal-main": use watch, stop or signal`})
+	}()
+	err = Client{Socket: sock}.SignalMain(context.Background(), syscall.SIGUSR1)
+	assert.ErrorIs(t, err, ErrNoSignalMain)
+	assert.Contains(t, err.Error(), `unknown op "signal-main"`)
 }

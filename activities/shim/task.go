@@ -258,8 +258,15 @@ func (t *task) serve(conn net.Conn) {
 		}
 		t.logger.Printf("sent signal %d to the task", req.Signal)
 		writeMessage(conn, message{OK: true})
+	case "signal-main":
+		if err := t.p.SignalMain(syscall.Signal(req.Signal)); err != nil {
+			writeMessage(conn, message{Error: err.Error()})
+			return
+		}
+		t.logger.Printf("sent signal %d to the task's own process", req.Signal)
+		writeMessage(conn, message{OK: true})
 	default:
-		writeMessage(conn, message{Error: fmt.Sprintf("unknown op %q: use watch, stop or signal", req.Op)})
+		writeMessage(conn, message{Error: fmt.Sprintf("unknown op %q: use watch, stop, signal or signal-main", req.Op)})
 	}
 }
 
