@@ -588,6 +588,35 @@ tasks: {worker: {replicas: 2}}
 	assert.Empty(t, markedProcessesOf(t, "sleep 309"))
 }
 
+// A second Ctrl-C while the cancel waits for tasks that ignore SIGTERM gives the terminal back at once; the
+// run goes on stopping them and kills them at the end of their stopGracePeriod.
+func TestE2E_RunInterruptedTwiceDetachesWhileTheStopGoesOn(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: interrupted, command: [sh, -c, 'trap "" TERM; exec sleep 304'], stopGracePeriod: 12s, tasks: {worker: {replicas: 1}}}`)
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	waitUntil(t, "the task running", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 304")) == 1 })
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	waitUntil(t, "the cancel", 30*time.Second, func() bool { return strings.Contains(out.String(), "canceling run "+id) })
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, 130, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "detached; run "+id+" is still stopping its tasks")
+	st := cli(t, "status", id, "-o", "json")
+	assert.Contains(t, st.stdout, `"status": "Stopping"`, "the stop goes on without the CLI")
+
+	final, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusCanceled, final.Status)
+	assert.Empty(t, markedProcessesOf(t, "sleep 304"), "killed at the end of its stopGracePeriod")
+}
+
 // Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
 func TestE2E_RunInterruptedCancels(t *testing.T) {
 	id := runID(t)

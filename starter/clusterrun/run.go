@@ -159,13 +159,20 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			f.clearBlock()
 			return report(o.st, o.err, id, stdout, jsonOut)
 		case sig := <-sigs:
-			if canceling {
-				continue
-			}
 			f.clearBlock()
+			if canceling {
+				// Tasks that ignore SIGTERM hold the stop for their stopGracePeriod, up to an hour: a second
+				// Ctrl-C leaves the stop to the run and gives the terminal back.
+				if sig == syscall.SIGTERM {
+					continue
+				}
+				fmt.Fprintf(stderr, "detached; run %s is still stopping its tasks (each gets SIGKILL after stopGracePeriod). "+
+					"Follow it with: clusterrun status %s\n", id, id)
+				return &exitError{code: 130}
+			}
 			if sig == syscall.SIGTERM || !isTerminal(os.Stdin) || askCancel(id, sigs, stderr) {
 				canceling = true
-				fmt.Fprintf(stderr, "\ncanceling run %s: stopping every task...\n", id)
+				fmt.Fprintf(stderr, "\ncanceling run %s: stopping every task (Ctrl-C again to detach; the stop goes on)...\n", id)
 				if err := c.CancelWorkflow(ctx, id, ""); err != nil {
 					return fmt.Errorf("cancel run %s: %w", id, err)
 				}
