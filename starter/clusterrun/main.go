@@ -49,8 +49,10 @@ Commands:
   cancel RUN      stop every task of a run at once and end it as canceled
   drain HOST      a host takes no new tasks (--now: and stops its tasks; --undo: takes tasks again)
   hosts           the host workers: pools, slots, tasks running, last seen
+  items RUN       a run's work items: counts, and each item with its hand-outs
   validate SPEC   check a spec and list every problem
-  task ...        barrier, progress, stop, should-stop, info: from inside a task
+  task ...        from inside a task: barrier, progress, stop, clear-stop, should-stop, wait-for-stop, info,
+                  and work items (schedule, fetch, join, done)
   codec-server    serve the payload codec to the Web UI and the temporal CLI
   codec-key ID    print a new encryption key line for a codec key file
   completion SHELL  print a completion script for bash, zsh, fish or powershell, e.g.

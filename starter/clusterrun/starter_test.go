@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -330,5 +331,12 @@ func BenchmarkFollower_PrintARead(b *testing.B) {
 				f.flush()
 			}
 		})
+	}
+}
+
+// Every command is in the top help (items was missing).
+func TestHelp_ListsEveryCommand(t *testing.T) {
+	for _, c := range commands() {
+		assert.Regexp(t, "\n  "+regexp.QuoteMeta(c.name)+" ", topUsage, "clusterrun --help lists %s", c.name)
 	}
 }
