@@ -27,7 +27,7 @@ Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] 
 
 The name comes from the run's memo and the state from its ClusterRunState search attribute (registered by make
 up; see docs/operations.md), or from Temporal's own status for runs started without it. --state keeps the runs
-in one of the states the STATE column shows (Running, Succeeded, Failed, TimedOut, Canceled, Terminated);
+in one of the states the STATE column shows (Running, Succeeded, Failed, TimedOut, Canceled, Terminated; any case);
 --name those of one spec name (its ClusterRunName search attribute); --query adds a Temporal list filter, as
 temporal workflow list --query takes.
 
@@ -48,6 +48,16 @@ var listStates = map[string]string{
 	"Terminated":              "Terminated",
 }
 
+// canonicalState spells a state as the STATE column does, whatever its case: --state failed is Failed.
+func canonicalState(st string) string {
+	for k := range listStates {
+		if strings.EqualFold(k, st) {
+			return k
+		}
+	}
+	return st
+}
+
 // listQuery is the list filter of the runs asked for, and the states to keep (nil: all).
 func listQuery(states, name, extra string) (string, map[string]bool, error) {
 	query := fmt.Sprintf("WorkflowType = '%s'", workflows.WorkflowType)
@@ -56,7 +66,7 @@ func listQuery(states, name, extra string) (string, map[string]bool, error) {
 		keep = map[string]bool{}
 		var in []string
 		for _, st := range strings.Split(states, ",") {
-			st = strings.TrimSpace(st)
+			st = canonicalState(strings.TrimSpace(st))
 			status, ok := listStates[st]
 			if !ok {
 				valid := make([]string, 0, len(listStates))

@@ -340,3 +340,10 @@ func TestHelp_ListsEveryCommand(t *testing.T) {
 		assert.Regexp(t, "\n  "+regexp.QuoteMeta(c.name)+" ", topUsage, "clusterrun --help lists %s", c.name)
 	}
 }
+
+func TestList_StatesInAnyCase(t *testing.T) {
+	q, keep, err := listQuery("failed, TIMEDOUT", "", "")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{workflows.StatusFailed: true, workflows.StatusTimedOut: true}, keep)
+	assert.Contains(t, q, "ExecutionStatus IN ('Failed', ")
+}
