@@ -44,6 +44,7 @@ func addOutputFlag(fs *flag.FlagSet) (format *string, check func() error) {
 	fs.StringVar(format, "output", "table", "table or json")
 	fs.StringVar(format, "o", "table", "short for --output")
 	return format, func() error {
+		*format = strings.ToLower(*format)
 		if *format != "table" && *format != "json" {
 			return usageErrorf("-o %q: use table or json", *format)
 		}

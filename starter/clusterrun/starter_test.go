@@ -347,3 +347,13 @@ func TestList_StatesInAnyCase(t *testing.T) {
 	assert.Equal(t, map[string]bool{workflows.StatusFailed: true, workflows.StatusTimedOut: true}, keep)
 	assert.Contains(t, q, "ExecutionStatus IN ('Failed', ")
 }
+
+func TestOutputFlag_AnyCase(t *testing.T) {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	format, check := addOutputFlag(fs)
+	require.NoError(t, fs.Parse([]string{"-o", "JSON"}))
+	require.NoError(t, check())
+	assert.Equal(t, "json", *format)
+	require.NoError(t, fs.Parse([]string{"-o", "yaml"}))
+	assert.ErrorContains(t, check(), `-o "yaml": use table or json`)
+}
