@@ -374,10 +374,12 @@ name: x
 command: ["true"]
 env: {N: "1", Y: "2", on: "3", "off": "4", DAY: 2026-11-27}
 tasks:
-  worker: {replicas: 1, env: &common {A: "a"}}
+  worker: &worker {replicas: 1, env: &common {A: "a"}}
   ps: {replicas: 1, env: *common}
+  evaluator: {<<: *worker, replicas: 2}
 `))
 	require.NoError(t, err)
+	assert.Equal(t, TaskSpec{Replicas: 2, Env: map[string]string{"A": "a"}}, s.Tasks["evaluator"], "a << merge takes the anchor's fields")
 	assert.Equal(t, map[string]string{"N": "1", "Y": "2", "on": "3", "off": "4", "DAY": "2026-11-27"}, s.Env)
 	assert.Equal(t, s.Tasks["worker"].Env, s.Tasks["ps"].Env, "an alias reads as its anchor")
 
