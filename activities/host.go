@@ -224,6 +224,9 @@ const retireOnShutdown = 3 * time.Second
 // Close lets the host's lock go, for the next worker of this host and state folder: a worker's last step,
 // after Shutdown and after its pollers and its last registry report stopped. (Exiting lets it go too.)
 func (h *Host) Close() {
+	// A records folder left empty goes too (rmdir refuses one that holds a record): a host with no task left
+	// leaves nothing in the runtime folder. The lock is still held, so no worker of this host adds one meanwhile.
+	_ = os.Remove(h.recordRoot())
 	if h.lock != nil {
 		h.lock.Close()
 		h.lock = nil

@@ -808,11 +808,15 @@ func TestShutdown_ForgetsTheEndedAttemptsOfRunsThatEnded(t *testing.T) {
 			a.server.mu.Unlock()
 			a.host.Shutdown(false, time.Second, 10*time.Second)
 			_, err = os.Stat(a.host.recordDir(e.key))
+			a.host.Close()
+			_, rootErr := os.Stat(a.host.recordRoot())
 			if ended {
 				assert.True(t, os.IsNotExist(err), "its record is gone: %v", err)
 				assert.Empty(t, a.host.reg.all())
+				assert.True(t, os.IsNotExist(rootErr), "the records folder, empty, is gone too: %v", rootErr)
 			} else {
 				assert.NoError(t, err, "a running run's attempt is left to the next worker")
+				assert.NoError(t, rootErr, "the records folder holds it")
 			}
 		})
 	}
