@@ -252,7 +252,7 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 
 // workerCommand is the command of a clusterrun-worker for host that reaches the server at address.
 func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd {
-	args := append([]string{"--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
+	args := append([]string{"--address", address, "--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--state-dir", filepath.Join(c.workDir, "state"),
 		"--socket-dir", c.runtime, "--shutdown-grace", "2s", "--supervisor-idle", "500ms"}, extra...)
 	if os.Getuid() == 0 && !slices.Contains(extra, "--run-as") {
 		args = append(args, "--run-as", "root") // a worker running as root must say whom its tasks run as
@@ -266,8 +266,8 @@ func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd
 	cmd := exec.Command(filepath.Join(c.bin, "clusterrun-worker"), args...)
 	cmd.Dir = c.root
 	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
-	// settings and its own configuration.
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+address, "CLUSTERRUN_E2E_MARK="+c.marker,
+	// settings and its own configuration. The server's address goes as the flag, which the whole suite so tests.
+	cmd.Env = append(os.Environ(), "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
 	return cmd
 }

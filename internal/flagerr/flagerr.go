@@ -29,6 +29,15 @@ func Problem(fs *flag.FlagSet, err error, hint string) string {
 	var value, name string
 	if _, e := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); e == nil {
 		name = strings.TrimSuffix(name, ":")
+		// A flag's own Set says what is wrong in its words; the number and duration parsers only say that it
+		// did not parse.
+		if _, reason, ok := strings.Cut(msg, "for flag -"+name+": "); ok && reason != "parse error" && reason != "value out of range" &&
+			!strings.HasPrefix(reason, "time: ") {
+			if strings.HasSuffix(name, "key") || strings.Contains(name, "token") || strings.Contains(name, "password") {
+				return fmt.Sprintf("--%s (value not shown): %s%s", name, reason, hint) // a secret stays off the terminal and the logs
+			}
+			return fmt.Sprintf("--%s %q: %s%s", name, value, reason, hint)
+		}
 		return fmt.Sprintf("--%s %q: want %s%s", name, value, valueKind(fs.Lookup(name)), hint)
 	}
 	if _, e := fmt.Sscanf(msg, "invalid boolean value %q for -%s", &value, &name); e == nil {

@@ -21,7 +21,10 @@ import (
 
 // dial connects with the connection flags of the command (or the environment and config file).
 func dial(ctx context.Context) (client.Client, error) {
-	sc, err := starter.Dial(ctx, connection)
+	c := connection
+	sc, err := starter.Dial(ctx, starter.Connection{Address: c.Address, Namespace: c.Namespace, APIKey: c.APIKey, Profile: c.Profile,
+		ConfigFile: c.ConfigFile, TLS: c.TLS, TLSCertPath: c.TLSCertPath, TLSKeyPath: c.TLSKeyPath, TLSCAPath: c.TLSCAPath,
+		TLSServerName: c.TLSServerName, TLSDisableHostVerification: c.TLSDisableHostVerification})
 	if err != nil {
 		return nil, err
 	}

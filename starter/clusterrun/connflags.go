@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/clusterrun/clusterrun/starter"
+	"github.com/clusterrun/clusterrun/internal/conn"
 )
 
 // talksToTemporal says whether a command dials the Temporal server (and so takes the connection flags).
@@ -15,27 +15,14 @@ func talksToTemporal(fs *flag.FlagSet) bool {
 }
 
 // connection is the command's connection flags, which dial passes to the library.
-var connection starter.Connection
+var connection conn.Connection
 
-// addConnectionFlags gives a command the temporal CLI's connection flags. Each wins over its TEMPORAL_*
-// variable and the config file's profile; unset, they leave them. dial passes them on.
+// addConnectionFlags gives a command that dials the Temporal server the temporal CLI's connection flags.
 func addConnectionFlags(fs *flag.FlagSet) {
-	if !talksToTemporal(fs) {
-		return
+	if talksToTemporal(fs) {
+		conn.AddFlags(fs, &connection)
+		conn.AddAPIKeyFlag(fs, &connection)
 	}
-	c := &connection
-	fs.StringVar(&c.Address, "address", "", "Temporal server host:port [TEMPORAL_ADDRESS; default localhost:7233]")
-	fs.StringVar(&c.Namespace, "namespace", "", "Temporal namespace [TEMPORAL_NAMESPACE; default default]")
-	fs.StringVar(&c.Namespace, "n", "", "short for --namespace")
-	fs.StringVar(&c.APIKey, "api-key", "", "API key for the Temporal server; turns TLS on [TEMPORAL_API_KEY]")
-	fs.BoolVar(&c.TLS, "tls", false, "connect with TLS [TEMPORAL_TLS]")
-	fs.StringVar(&c.TLSCertPath, "tls-cert-path", "", "client certificate for mTLS [TEMPORAL_TLS_CLIENT_CERT_PATH]")
-	fs.StringVar(&c.TLSKeyPath, "tls-key-path", "", "client key for mTLS [TEMPORAL_TLS_CLIENT_KEY_PATH]")
-	fs.StringVar(&c.TLSCAPath, "tls-ca-path", "", "CA certificate that signs the server's [TEMPORAL_TLS_SERVER_CA_CERT_PATH]")
-	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "server name the certificate must carry [TEMPORAL_TLS_SERVER_NAME]")
-	fs.BoolVar(&c.TLSDisableHostVerification, "tls-disable-host-verification", false, "do not check the server's host name [TEMPORAL_TLS_DISABLE_HOST_VERIFICATION]")
-	fs.StringVar(&c.Profile, "profile", "", "profile of the temporal CLI's config file [TEMPORAL_PROFILE; default default]")
-	fs.StringVar(&c.ConfigFile, "config-file", "", "the temporal CLI's config file [TEMPORAL_CONFIG_FILE; default <config dir>/temporalio/temporal.toml]")
 }
 
 // addOutputFlag gives a command that prints state -o/--output table|json; check validates it after parsing.

@@ -61,6 +61,7 @@ type config struct {
 	heartbeatThrottle   time.Duration
 	metricsAddr         string
 	logFormat, logLevel string
+	connection          conn.Connection // the temporal CLI's connection flags; the API key comes only from the environment
 }
 
 const usage = `clusterrun-worker runs the processes of clusterrun tasks on this machine.
@@ -68,8 +69,11 @@ const usage = `clusterrun-worker runs the processes of clusterrun tasks on this 
 Usage: clusterrun-worker [flags]
 
 Every flag can also be set by an environment variable (shown in brackets); a flag wins.
-The Temporal connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and
-the temporal CLI's config file, exactly as for the temporal CLI (default localhost:7233, namespace default).
+The Temporal connection comes from the temporal CLI's flags (--address, --namespace, --tls-*, --profile,
+--config-file), variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*) and config
+file, as for the temporal CLI (default localhost:7233, namespace default). The API key has no flag here: a
+flag can be read by every process on the host, tasks included. --addr is this host's address for its tasks'
+peers, not the server's.
 
 Each run's tasks here run under a supervisor of their own (clusterrun-shim, found beside this program or on
 PATH), so stopping, restarting or upgrading the worker leaves the tasks running; the next worker with the same --host takes them
@@ -127,6 +131,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
 	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
 	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
+	conn.AddFlags(fs, &c.connection)
+	fs.Func("api-key", "not taken here: a flag can be read by every process on this host, tasks included; set TEMPORAL_API_KEY or the config file's profile", func(string) error {
+		return errors.New("not taken by the worker, whose command line every process on this host can read: set TEMPORAL_API_KEY, or api_key in the config file's profile")
+	})
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.SetOutput(io.Discard) // a problem is said in one line, below
 	err := fs.Parse(args)
@@ -300,6 +308,7 @@ func run(args []string) error {
 	defer func() { _ = zl.Sync() }()
 	logger := conn.NewZapLogger(zl.With(zap.String("host", c.host)))
 
+	conn.SetConnection(c.connection)
 	if c.codecKeyFile != "" {
 		conn.SetCodecKeyFile(c.codecKeyFile)
 	}

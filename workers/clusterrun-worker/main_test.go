@@ -116,3 +116,19 @@ func TestParseFlags_FlagProblemsAreSaidInOneLine(t *testing.T) {
 	_, err = parseFlags([]string{"--host", "h", "--slots", "abc"})
 	require.EqualError(t, err, `--slots "abc": want a whole number (see clusterrun-worker --help)`)
 }
+
+// The worker takes the temporal CLI's connection flags, but not --api-key: a flag is in /proc/PID/cmdline, which
+// the host's tasks can read.
+func TestParseFlags_TemporalConnection(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim, "--address", "temporal.example:7233", "-n", "training", "--tls"})
+	require.NoError(t, err)
+	assert.Equal(t, "temporal.example:7233", c.connection.Address)
+	assert.Equal(t, "training", c.connection.Namespace)
+	assert.True(t, c.connection.TLS)
+
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--api-key", "secret"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--api-key (value not shown): not taken by the worker, whose command line every process on this host can read: set TEMPORAL_API_KEY")
+	assert.NotContains(t, err.Error(), "secret", "the key is not echoed")
+}
