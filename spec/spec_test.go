@@ -372,7 +372,7 @@ func TestParse_YAMLIsReadAsYAML12(t *testing.T) {
 	s, err := Parse([]byte(`
 name: x
 command: ["true"]
-env: {N: "1", Y: "2", on: "3", "off": "4", DAY: 2026-11-27}
+env: {N: "1", Y: "2", on: "3", "off": "4", DAY: 2026-11-27, TRUE: "5"}
 tasks:
   worker: &worker {replicas: 1, env: &common {A: "a"}}
   ps: {replicas: 1, env: *common}
@@ -380,12 +380,16 @@ tasks:
 `))
 	require.NoError(t, err)
 	assert.Equal(t, TaskSpec{Replicas: 2, Env: map[string]string{"A": "a"}}, s.Tasks["evaluator"], "a << merge takes the anchor's fields")
-	assert.Equal(t, map[string]string{"N": "1", "Y": "2", "on": "3", "off": "4", "DAY": "2026-11-27"}, s.Env)
+	assert.Equal(t, map[string]string{"N": "1", "Y": "2", "on": "3", "off": "4", "DAY": "2026-11-27", "TRUE": "5"}, s.Env)
 	assert.Equal(t, s.Tasks["worker"].Env, s.Tasks["ps"].Env, "an alias reads as its anchor")
 
 	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\nenv: {A: \"1\"}\nenv: {B: \"2\"}\ntasks: {w: {replicas: 1}}\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `mapping key "env" already defined at line 3`)
+
+	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\nenv: {~: \"1\"}\ntasks: {w: {replicas: 1}}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `env.~: "~" is not a valid environment variable name`, "a key is the text it was written as")
 
 	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\ntasks: {w: {replicas: .inf}}\n"))
 	require.Error(t, err)

@@ -18,7 +18,7 @@ func yamlToJSON(data []byte) ([]byte, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, err
 	}
-	datesAsText(&doc)
+	asWritten(&doc)
 	var v any
 	if err := doc.Decode(&v); err != nil {
 		return nil, err
@@ -26,19 +26,23 @@ func yamlToJSON(data []byte) ([]byte, error) {
 	return json.Marshal(jsonable(v))
 }
 
-// datesAsText makes every date or time written without quotes a string, as it was written. Aliases are not
-// followed: their anchors are in the tree once, so the walk is linear in the document.
-func datesAsText(n *yaml.Node) {
+// asWritten makes every key, and every date or time written without quotes, the string it was written as: a
+// key TRUE, ~ or 1.0 is "TRUE", "~" or "1.0", not true, null or 1. Aliases are not followed: their anchors are
+// in the tree once, so the walk is linear in the document.
+func asWritten(n *yaml.Node) {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!timestamp" {
 		n.Tag = "!!str"
 	}
-	for _, c := range n.Content {
-		datesAsText(c)
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 && c.Kind == yaml.ScalarNode && c.ShortTag() != "!!merge" {
+			c.Tag = "!!str"
+		}
+		asWritten(c)
 	}
 }
 
-// jsonable turns what YAML decoded into what JSON can hold: keys that are numbers or booleans become their
-// text, and infinities and NaN become text too, for the schema check to name.
+// jsonable turns what YAML decoded into what JSON can hold: keys that are not strings (a complex key) become
+// their text, and infinities and NaN become text too, for the schema check to name.
 func jsonable(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
