@@ -561,4 +561,16 @@ func TestE2E_TasksNoHostCanTakeSayWhy(t *testing.T) {
 	assert.NotContains(t, r.stdout, "[ps-0]     ── waiting", "its host is live")
 	st, _ := outcome(t, id)
 	assert.Contains(t, st.Task("chief-0").Error, "no host worker picked up chief-0 within startTimeout 20s")
+
+	// Canceled while its lease waits on a host that has no worker.
+	id = runID(t)
+	spec = writeSpec(t, `{name: nohost, command: [sleep, "1"], tasks: {chief: {replicas: 1, hosts: [host-nope]}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the wait for host-nope in the status", 30*time.Second, func() bool {
+		return strings.Contains(cli(t, "status", id).stdout, "waiting for host host-nope")
+	})
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+	st, _ = outcome(t, id)
+	assert.Equal(t, "stopped before it started: it was waiting for host host-nope: the host registry has no live clusterrun-worker "+
+		"--host host-nope (clusterrun hosts lists the live ones)", st.Task("chief-0").Error)
 }

@@ -254,6 +254,9 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 		if canceled.HasDetails() && canceled.Details(&res) == nil {
 			r.record(t, res)
 		}
+		if why, ok := stoppedWaiting(st.Error); ok && st.StartTime == nil && res.PID == 0 {
+			st.Error = why
+		}
 	case !timedOut && errors.As(err, &appErr):
 		if appErr.HasDetails() && appErr.Details(&res) == nil {
 			r.record(t, res)
@@ -304,6 +307,15 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 	if t.terminated && st.State != TaskSucceeded {
 		st.State, st.Error = TaskTerminated, "terminated by the user"
 	}
+}
+
+// stoppedWaiting is the error of a task stopped before it started, from the note of what it waited for (a host,
+// a slot, a host of its pool), which alone read as if it still waited; ok is false for a note of another kind.
+func stoppedWaiting(note string) (why string, ok bool) {
+	if !strings.HasPrefix(note, "waiting for ") {
+		return "", false
+	}
+	return "stopped before it started: it was " + note, true
 }
 
 func (r *run) record(t *task, res TaskResult) {

@@ -112,7 +112,8 @@ func (r *run) endTheRest(ctx workflow.Context, silent []string) {
 		case t.between():
 			now := workflow.Now(ctx)
 			t.done, t.backoff = true, nil
-			t.status.State, t.status.Error, t.status.EndTime = TaskStopped, "", &now
+			why, _ := stoppedWaiting(t.status.Error)
+			t.status.State, t.status.Error, t.status.EndTime = TaskStopped, why, &now
 		default:
 			unconfirmed := t.status.State == TaskUnreachable || unanswered[t.status.Host]
 			res, err := leaseResult(ctx, t.future)
