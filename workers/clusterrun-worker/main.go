@@ -191,6 +191,7 @@ func parseFlags(args []string) (config, error) {
 	if c.ports, err = parsePorts(*ports); err != nil {
 		return c, err
 	}
+	c.cgroup, c.logFormat, c.logLevel = strings.ToLower(c.cgroup), strings.ToLower(c.logFormat), strings.ToLower(c.logLevel)
 	if c.cgroup != "auto" && c.cgroup != "off" {
 		return c, fmt.Errorf("--cgroup %q: use auto or off", c.cgroup)
 	}
@@ -211,7 +212,7 @@ const defaultPorts = "20000-29999"
 
 // parsePorts reads --ports: FROM-TO, or off.
 func parsePorts(s string) (*workflows.PortRange, error) {
-	if s == "off" {
+	if strings.EqualFold(strings.TrimSpace(s), "off") {
 		return nil, nil
 	}
 	from, to, ok := strings.Cut(s, "-")

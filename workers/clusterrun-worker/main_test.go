@@ -132,3 +132,13 @@ func TestParseFlags_TemporalConnection(t *testing.T) {
 	assert.Contains(t, err.Error(), "--api-key (value not shown): not taken by the worker, whose command line every process on this host can read: set TEMPORAL_API_KEY")
 	assert.NotContains(t, err.Error(), "secret", "the key is not echoed")
 }
+
+func TestParseFlags_ChoicesInAnyCase(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim, "--cgroup", "OFF", "--log-format", "JSON", "--log-level", "Warn", "--ports", "Off"})
+	require.NoError(t, err)
+	assert.Equal(t, "off", c.cgroup)
+	assert.Equal(t, "json", c.logFormat)
+	assert.Equal(t, "warn", c.logLevel)
+	assert.Nil(t, c.ports)
+}
