@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,12 +41,16 @@ func runOf(c client.Client, id string) *starter.Run {
 	return starter.NewClient(c, ns).Run(id)
 }
 
-// loadSpec reads and validates a spec file; every problem is listed, one per line.
+// stdin is where a spec named "-" is read from.
+var stdin io.Reader = os.Stdin
+
+// loadSpec reads and validates a spec file, or standard input for "-"; every problem is listed, one per line.
 func loadSpec(path string) (*spec.RunSpec, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSpec(path)
 	if err != nil {
 		return nil, usageErrorf("read spec: %v", err)
 	}
+	path = specName(path)
 	s, err := spec.Parse(data)
 	var invalid *spec.InvalidSpecError
 	switch {
@@ -59,6 +64,26 @@ func loadSpec(path string) (*spec.RunSpec, error) {
 		return nil, usageErrorf("%s: %v", path, err)
 	}
 	return s, nil
+}
+
+// readSpec reads a spec file, or standard input for "-".
+func readSpec(path string) ([]byte, error) {
+	if path != "-" {
+		return os.ReadFile(path)
+	}
+	data, err := io.ReadAll(stdin)
+	if err == nil && len(bytes.TrimSpace(data)) == 0 {
+		err = errors.New("standard input is empty; pipe a YAML or JSON spec in, as in: clusterrun run - < train.yaml")
+	}
+	return data, err
+}
+
+// specName is how messages name a spec's source.
+func specName(path string) string {
+	if path == "-" {
+		return "standard input"
+	}
+	return path
 }
 
 // live is a run's status with the last heartbeat of each running task.

@@ -206,7 +206,7 @@ const validateUsage = `Check a run spec and list every problem with its field pa
 
 Usage: clusterrun validate SPEC
 
-Exits 0 for a valid spec and 2 otherwise.
+SPEC is a file, or - for standard input. Exits 0 for a valid spec and 2 otherwise.
 
 Example:
   clusterrun validate examples/demo.yaml
@@ -234,7 +234,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		}
 		names = append(names, fmt.Sprintf("%s (%s)", t.Name, where))
 	}
-	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", pos[0], p.Name, len(p.Tasks), strings.Join(names, ", "))
+	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", specName(pos[0]), p.Name, len(p.Tasks), strings.Join(names, ", "))
 	return nil
 }
 

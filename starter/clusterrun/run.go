@@ -28,15 +28,16 @@ const runUsage = `Start a run from a YAML or JSON spec and follow it.
 
 Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json]
 
-Streams every task's output with a [task] prefix, prints the result table (with -o json: the tasks' output
-goes to stderr and the final status, as JSON, alone to stdout), and exits with 0 on success, the
-chief's (or else the first failed task's) exit code on failure, 124 on maxRunTime, 130 when canceled, and 2 for
-an invalid spec or usage error. Ctrl-C asks whether to cancel the run or detach from it (without a terminal,
+SPEC is a file, or - for standard input. Streams every task's output with a [task] prefix, prints the result
+table (with -o json: the tasks' output goes to stderr and the final status, as JSON, alone to stdout), and
+exits with 0 on success, the chief's (or else the first failed task's) exit code on failure, 124 on
+maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run or detach from it (without a terminal,
 Ctrl-C cancels).
 
 Example:
   clusterrun run examples/demo.yaml
   clusterrun run train.yaml --id mnist-42 --detach
+  render-spec | clusterrun run -
 `
 
 func cmdRun(args []string, stdout, stderr io.Writer) error {

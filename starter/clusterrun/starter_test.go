@@ -357,3 +357,21 @@ func TestOutputFlag_AnyCase(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"-o", "yaml"}))
 	assert.ErrorContains(t, check(), `-o "yaml": use table or json`)
 }
+
+func TestValidate_ReadsASpecFromStandardInputForADash(t *testing.T) {
+	defer func(r io.Reader) { stdin = r }(stdin)
+	var out, errb bytes.Buffer
+	stdin = strings.NewReader("name: piped\ncommand: [sleep, '1']\ntasks: {w: {replicas: 2}}\n")
+	assert.Equal(t, 0, mainWithCode([]string{"validate", "-"}, &out, &errb), errb.String())
+	assert.Equal(t, "standard input: valid run spec \"piped\" with 2 task(s): w-0 (pool default), w-1 (pool default)\n", out.String())
+
+	out.Reset()
+	stdin = strings.NewReader("name: piped\ntasks: {w: {replicas: 2}}\n")
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", "-"}, &out, &errb))
+	assert.Contains(t, errb.String(), "standard input is not a valid run spec (1 problem(s)):")
+
+	errb.Reset()
+	stdin = strings.NewReader(" \n")
+	assert.Equal(t, exitUsage, mainWithCode([]string{"run", "-", "--detach"}, &out, &errb))
+	assert.Contains(t, errb.String(), "standard input is empty; pipe a YAML or JSON spec in, as in: clusterrun run - < train.yaml")
+}
