@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -78,11 +79,22 @@ func (e *StartError) Error() string {
 	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir":
 		return fmt.Sprintf("working directory %q does not exist on this host: create it or fix workingDir", e.Dir)
 	case errors.Is(e.Err, os.ErrPermission):
-		return fmt.Sprintf("command %q is not executable: %v", e.Argv[0], e.Err)
+		return fmt.Sprintf("command %q is not executable%s: make it so (chmod +x) or run it through its interpreter, as in command: [sh, %q]",
+			e.Argv[0], e.from(), e.Argv[0])
+	case errors.Is(e.Err, os.ErrNotExist) && filepath.IsAbs(e.Argv[0]):
+		return fmt.Sprintf("command %q does not exist on this host: install it there or fix the path", e.Argv[0])
 	case errors.Is(e.Err, os.ErrNotExist):
-		return fmt.Sprintf("command %q does not exist on this host", e.Argv[0])
+		return fmt.Sprintf("command %q does not exist on this host%s: fix the path, or set workingDir", e.Argv[0], e.from())
 	}
 	return fmt.Sprintf("start %q: %v", strings.Join(e.Argv, " "), e.Err)
+}
+
+// from names the folder a relative command path was taken from, when there is one.
+func (e *StartError) from() string {
+	if filepath.IsAbs(e.Argv[0]) || e.Dir == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (taken from the task's working directory %s)", e.Dir)
 }
 
 func (e *StartError) Unwrap() error { return e.Err }
@@ -178,7 +190,11 @@ func fork(cfg Config) (int, error) {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: err}
+		dir := cfg.Dir
+		if dir == "" {
+			dir, _ = os.Getwd() // the child's, which is this process's
+		}
+		return 0, &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
 	}
 	// The process is reaped by pid (wait), not through os.Process: that would hold a pidfd for its whole life,
 	// and every later task's exec in this process walks every descriptor held here (close-on-exec), so a

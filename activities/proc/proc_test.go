@@ -221,7 +221,15 @@ func TestStart_Errors(t *testing.T) {
 	assert.Contains(t, err.Error(), `working directory "/no/such/dir" does not exist`)
 
 	_, err = Start(Config{Argv: []string{"/no/such/program"}, Env: os.Environ()})
-	assert.Contains(t, err.Error(), `"/no/such/program" does not exist`)
+	assert.Contains(t, err.Error(), `command "/no/such/program" does not exist on this host: install it there or fix the path`)
+
+	dir := t.TempDir()
+	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "./train.sh" does not exist on this host (taken from the task's working directory `+dir+`): fix the path, or set workingDir`)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "train.sh"), []byte("echo hi\n"), 0o644))
+	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "./train.sh" is not executable (taken from the task's working directory `+dir+`): make it so (chmod +x) or run it through its interpreter, as in command: [sh, "./train.sh"]`)
 
 	_, err = Start(Config{})
 	assert.Error(t, err)
