@@ -29,10 +29,13 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts:
 	all := cli(t, "logs", id)
 	require.Equal(t, 0, all.code, all.String())
 	for _, task := range []string{"worker-0", "worker-1", "ps-0"} {
-		assert.Contains(t, all.stdout, "["+task+"]", task)
-		assert.Regexp(t, `\[`+task+`\]\s+`+task+` line 5\n`, all.stdout)
+		assert.Regexp(t, `\[`+task+`\]\s+`+task+` line 5\n\[`+task+`\]\s+`+task+` complains\n`, all.stdout,
+			"stdout and stderr together by default, in the order written")
 	}
-	assert.NotContains(t, all.stdout, "complains", "stdout only by default")
+	outOnly := cli(t, "logs", id, "--stdout")
+	require.Equal(t, 0, outOnly.code, outOnly.String())
+	assert.Contains(t, outOnly.stdout, "[ps-0]     ps-0 line 5\n")
+	assert.NotContains(t, outOnly.stdout, "complains")
 
 	one := cli(t, "logs", id, "worker-1", "--stderr")
 	require.Equal(t, 0, one.code, one.String())
@@ -41,9 +44,11 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts:
 	tail := cli(t, "logs", id, "--tasks", "worker-*", "--tail", "2")
 	require.Equal(t, 0, tail.code, tail.String())
 	assert.NotContains(t, tail.stdout, "ps-0")
-	assert.NotContains(t, tail.stdout, "line 3")
-	assert.Contains(t, tail.stdout, "worker-1 line 4")
-	assert.Contains(t, tail.stdout, "worker-0 line 5")
+	assert.NotContains(t, tail.stdout, "line 4")
+	assert.Contains(t, tail.stdout, "worker-1 line 5\n[worker-1] worker-1 complains\n", "the last 2 lines of both streams together")
+	tail = cli(t, "logs", id, "worker-0", "--stdout", "--tail", "2")
+	require.Equal(t, 0, tail.code, tail.String())
+	assert.Equal(t, "worker-0 line 4\nworker-0 line 5\n", tail.stdout)
 
 	r := cli(t, "logs", id, "worker-0", "--attempt", "2")
 	assert.Equal(t, 1, r.code)

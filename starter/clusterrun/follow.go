@@ -54,6 +54,8 @@ type follower struct {
 	// SIGTERM notices of the tasks its exit stopped, although those come in the same read.
 	inOrder bool
 	batch   []datedLine
+	// merge, for a listing of both streams, prints each task's stdout and stderr lines in the order written.
+	merge *merger
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
 	restarts int             // the run's gang restarts already told
@@ -263,7 +265,7 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		k := open[(f.next+i)%len(open)]
 		s := f.streams[k]
 		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset,
-			Flush: s.done, Max: per, Times: f.timestamps || f.inOrder, Deflate: true}
+			Flush: s.done, Max: per, Times: f.timestamps || f.inOrder || f.merge != nil, Deflate: true}
 		if s.offset == 0 {
 			req.Since = f.since
 			if s.tailLines > 0 {
@@ -298,7 +300,7 @@ func (f *follower) readable() []string {
 	first := f.firstUnread()
 	var open []string
 	for _, k := range f.order {
-		if s := f.streams[k]; !s.closed && s.attempt == first[s.task] {
+		if s := f.streams[k]; !s.closed && s.attempt == first[s.task] && (f.merge == nil || !f.merge.full(s.task, s.name)) {
 			open = append(open, k)
 		}
 	}
@@ -362,7 +364,7 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 		data = lastLines(data, s.tailLines)
 		s.tailLines = 0
 	}
-	f.print(s.task, data, lineTimes(c, data))
+	f.print(s.task, s.name, data, lineTimes(c, data))
 	moved := c.Next != s.offset
 	s.offset = c.Next
 	if s.done && (c.EOF || c.Missing) {
@@ -375,6 +377,7 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 // and says which tasks ended: tasks that wrote nothing leave no stream to read.
 func (f *follower) drain(ctx context.Context) error {
 	defer f.release(true)
+	defer f.emitMerged(true)
 	for idle := 0; f.pending() && idle < 10; {
 		got, err := f.poll(ctx)
 		if err != nil {
@@ -413,11 +416,13 @@ func (f *follower) close() {
 	}
 }
 
-func (f *follower) print(task string, data []byte, times []time.Time) {
+func (f *follower) print(task, name string, data []byte, times []time.Time) {
 	if len(data) == 0 {
 		return
 	}
-	if !f.prefix && !f.timestamps && !f.inOrder {
+	// A stream merged with no other left to read, and nothing held, goes straight out.
+	merging := f.merge != nil && !(f.merge.idle(task) && f.onlyOpen(task, name))
+	if !f.prefix && !f.timestamps && !f.inOrder && !merging {
 		_, _ = f.out.Write(data) // one task's output as it was written
 		return
 	}
@@ -442,26 +447,63 @@ func (f *follower) print(task string, data []byte, times []time.Time) {
 		}
 		ends = append(ends, buf.Len())
 	}
-	if !f.inOrder {
+	if !f.inOrder && !merging {
 		// One write per chunk: lines from different tasks never interleave mid-line.
 		_, _ = f.out.Write(buf.Bytes())
 		return
 	}
+	var dated []datedLine
 	text, start := buf.String(), 0
 	for i, end := range ends {
 		d := datedLine{text: text[start:end], untimed: i >= len(times)}
 		if !d.untimed {
 			d.at = times[i].UnixNano()
 		}
-		f.batch = append(f.batch, d)
+		dated = append(dated, d)
 		start = end
 	}
+	if merging {
+		f.merge.add(task, name, dated)
+		return
+	}
+	f.batch = append(f.batch, dated...)
+}
+
+// emitMerged prints the lines a listing of both streams can place now; final, what is left.
+func (f *follower) emitMerged(final bool) {
+	if f.merge == nil {
+		return
+	}
+	var buf bytes.Buffer
+	f.merge.emit(&buf, f.streamNames, f.streamOpen, final)
+	_, _ = f.out.Write(buf.Bytes())
+}
+
+// onlyOpen reports whether a task's streams other than name have all been read to their ends.
+func (f *follower) onlyOpen(task, name string) bool {
+	for _, k := range f.byTask[task] {
+		if s := f.streams[k]; s.name != name && !s.closed {
+			return false
+		}
+	}
+	return true
+}
+
+// streamOpen reports whether a task's stream of that name may still bring output.
+func (f *follower) streamOpen(task, name string) bool {
+	for _, k := range f.byTask[task] {
+		if s := f.streams[k]; s.name == name && !s.closed {
+			return true
+		}
+	}
+	return false
 }
 
 // flush prints a read's batch in the order its lines were written. A stream's lines are dated in the order it
 // has them (each by the first of its host's samples that saw it, a few times a second, or by the file's last
 // write), so the stable sort keeps each task's own order; should any line be undated, the read's order stands.
 func (f *follower) flush() {
+	f.emitMerged(false)
 	if len(f.batch) == 0 {
 		return
 	}

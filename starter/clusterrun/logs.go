@@ -16,10 +16,13 @@ import (
 
 const logsUsage = `Print the output of a run's tasks, read from whichever host ran each task.
 
-Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stderr] [--tail N] [--since T] [--timestamps] [--follow]
+Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stdout|--stderr] [--tail N] [--since T]
+       [--timestamps] [--follow]
 
 Without TASK or --tasks, every task is shown. Lines carry a [task] prefix when several tasks are shown. By
-default each task's latest attempt is read. Output that a host's log cap dropped before it was read is
+default each task's latest attempt is read, stdout and stderr together, their lines in the order their host
+saw them written (to within 250ms; lines dated alike put stdout first); --stdout or --stderr
+reads one of them, exactly as it was written. Output that a host's log cap dropped before it was read is
 reported on stderr with its size. Reading costs one LogSession workflow execution however long it lasts.
 
 Example:
@@ -32,8 +35,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0'")
 	attempt := fs.Int("attempt", 0, "read this attempt (default: each task's latest)")
-	errStream := fs.Bool("stderr", false, "read stderr instead of stdout")
-	tail := fs.Int("tail", 0, "only the last N lines of each task")
+	outOnly := fs.Bool("stdout", false, "read only stdout")
+	errOnly := fs.Bool("stderr", false, "read only stderr")
+	tail := fs.Int("tail", 0, "only the last N lines of each task (following both streams: of each stream)")
 	follow := fs.Bool("follow", false, "keep printing new output until the run ends")
 	timestamps := fs.Bool("timestamps", false, "begin each line with when it was written (RFC 3339, UTC, to within 250ms)")
 	sinceFlag := fs.String("since", "", "only output written in this last while (e.g. 10m, 2h) or since this time (RFC 3339)")
@@ -73,20 +77,21 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if live && len(tasks) == 0 {
 		fmt.Fprintf(stderr, "clusterrun logs: no task to follow has started yet; waiting for them to start\n")
 	}
-	stream := "stdout"
-	if *errStream {
-		stream = "stderr"
-	}
 	f := newFollower(c, id, stdout)
 	defer f.close()
-	f.quiet, f.streamNames, f.tail, f.notes = true, []string{stream}, *tail, stderr
+	f.quiet, f.streamNames, f.tail, f.notes = true, logStreams(*outOnly, *errOnly), *tail, stderr
 	f.prefix, f.timestamps, f.since = len(tasks) > 1, *timestamps, since
 	if live {
 		f.prefix = len(filterStatus(st.RunStatus, chosen).Tasks) > 1
 	}
-	// Following several tasks, their lines come as they were written; a listing keeps each task's output
-	// together, and one task's output is its file, byte for byte.
-	f.inOrder = live && f.prefix
+	// Following several tasks, or both streams, their lines come as they were written; a listing keeps each
+	// task's output together, its two streams merged in the order written, and one stream of one task is its
+	// file, byte for byte.
+	both := len(f.streamNames) > 1
+	f.inOrder = live && (f.prefix || both)
+	if both && !live {
+		f.merge = &merger{tail: *tail}
+	}
 	for _, t := range tasks {
 		f.width = max(f.width, len(t.Name))
 	}
@@ -109,6 +114,17 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d log(s) could not be read (see the lines above)", f.unreadable)}
 	}
 	return nil
+}
+
+// logStreams are the streams --stdout and --stderr pick: both when neither or both are given.
+func logStreams(outOnly, errOnly bool) []string {
+	switch {
+	case outOnly && !errOnly:
+		return []string{"stdout"}
+	case errOnly && !outOnly:
+		return []string{"stderr"}
+	}
+	return []string{"stdout", "stderr"}
 }
 
 // followLogs reads the open streams to their ends; with follow, it keeps reading new output and new attempts

@@ -375,3 +375,63 @@ func TestValidate_ReadsASpecFromStandardInputForADash(t *testing.T) {
 	assert.Equal(t, exitUsage, mainWithCode([]string{"run", "-", "--detach"}, &out, &errb))
 	assert.Contains(t, errb.String(), "standard input is empty; pipe a YAML or JSON spec in, as in: clusterrun run - < train.yaml")
 }
+
+func TestFollower_AListingMergesATasksStreamsInTheOrderWritten(t *testing.T) {
+	at := func(ms int64) int64 {
+		return time.Date(2026, 11, 27, 2, 40, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
+	}
+	chunk := func(data string, marks ...workflows.LogMark) workflows.LogChunk {
+		return workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true}, Data: []byte(data),
+			Next: int64(len(data)), Marks: marks, EOF: true}
+	}
+	listing := func(tail int) (*follower, *bytes.Buffer, *stream, *stream) {
+		var out bytes.Buffer
+		f := newFollower(nil, "run", &out)
+		f.prefix, f.merge = false, &merger{tail: tail}
+		f.open(workflows.TaskStatus{Name: "worker-0", Host: "a"}, 1, true)
+		return f, &out, f.streams["worker-0/1/stdout"], f.streams["worker-0/1/stderr"]
+	}
+	stdout := chunk("epoch 1\nepoch 2\nsaving\n", workflows.LogMark{Size: 8, At: at(0)}, workflows.LogMark{Size: 16, At: at(500)},
+		workflows.LogMark{Size: 23, At: at(1000)})
+	stderr := chunk("warning: slow disk\nTraceback: boom\n", workflows.LogMark{Size: 19, At: at(250)}, workflows.LogMark{Size: 35, At: at(1000)})
+
+	f, out, so, se := listing(0)
+	f.take(so, stdout)
+	f.flush()
+	assert.Empty(t, out.String(), "stdout waits: stderr, not read yet, may hold earlier lines")
+	f.take(se, stderr)
+	f.flush()
+	assert.Equal(t, "epoch 1\nwarning: slow disk\nepoch 2\nsaving\nTraceback: boom\n", out.String(),
+		"in the order written; lines dated alike put stdout first")
+
+	// With --tail, the last lines of the two streams together.
+	f, out, so, se = listing(2)
+	f.take(so, stdout)
+	f.take(se, stderr)
+	f.flush()
+	assert.Equal(t, "saving\nTraceback: boom\n", out.String())
+
+	// A stream whose host stopped answering holds nothing back at the end.
+	f, out, so, _ = listing(0)
+	f.take(so, stdout)
+	f.flush()
+	f.emitMerged(true)
+	assert.Equal(t, "epoch 1\nepoch 2\nsaving\n", out.String())
+
+	// Once the other stream is read to its end and nothing is held, one task's output is its file, byte for byte.
+	f, out, so, se = listing(0)
+	f.take(se, chunk(""))
+	f.take(so, chunk("no newline at the end"))
+	f.flush()
+	assert.Equal(t, "no newline at the end", out.String())
+
+	// A stream that has queued a lot is not read further until the other catches up.
+	f, _, so, se = listing(0)
+	big := strings.Repeat("x", 1023) + "\n"
+	f.take(so, chunk(strings.Repeat(big, mergeHold/1024), workflows.LogMark{Size: mergeHold, At: at(0)}))
+	so.closed = false
+	assert.Equal(t, []string{"worker-0/1/stderr"}, f.readable())
+	f.take(se, stderr)
+	f.flush()
+	assert.Len(t, f.readable(), 1, "stdout, drained, is read again")
+}
