@@ -76,7 +76,7 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 		if st := e.process(); st != nil {
 			x := e.exited()
 			exit := workflows.TaskExit{Task: e.ref.Task, Attempt: e.ref.Attempt, ExitCode: x.Code, Signal: x.Signal,
-				Logs: logSizes(AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task))}
+				Logs: logSizes(AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)), Error: killedNote(*x)}
 			if started := st.StartedAt; !started.IsZero() {
 				exit.StartTime = &started
 			}

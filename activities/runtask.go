@@ -513,7 +513,7 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 	res.Logs = logSizes(dir)
 	switch {
 	case x.Stopped && x.By == stopByRun:
-		res.Stopped = true
+		res.Stopped, res.Error = true, killedNote(x)
 		if ctx.Err() != nil {
 			return res, temporal.NewCanceledError(res)
 		}
@@ -527,6 +527,14 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		return res, workflows.TaskFailure(in.Task, res)
 	}
 	return res, workflows.AttemptOutcome(in, res)
+}
+
+// killedNote says why a stopped task was killed, when it outlived its stop's grace period; else it is empty.
+func killedNote(x shim.Exit) string {
+	if x.KilledAfter <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("it did not exit within its %s grace period (stopGracePeriod) after SIGTERM", x.KilledAfter)
 }
 
 // heartbeatEvery picks the heartbeat period: half the timeout, so a beat whose RPC is as slow as a period

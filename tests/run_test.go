@@ -615,6 +615,11 @@ func TestE2E_RunInterruptedTwiceDetachesWhileTheStopGoesOn(t *testing.T) {
 	final, _ := outcome(t, id)
 	assert.Equal(t, workflows.StatusCanceled, final.Status)
 	assert.Empty(t, markedProcessesOf(t, "sleep 304"), "killed at the end of its stopGracePeriod")
+	w := final.Task("worker-0")
+	assert.Equal(t, workflows.TaskStopped, w.State)
+	assert.Equal(t, "SIGKILL", w.Signal)
+	assert.Equal(t, "it did not exit within its 12s grace period (stopGracePeriod) after SIGTERM", w.Error, "the status says why it was killed")
+	assert.Contains(t, cli(t, "status", id).stdout, "it did not exit within its 12s grace period (stopGracePeriod) after SIGTERM")
 }
 
 // Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.

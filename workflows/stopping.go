@@ -273,7 +273,7 @@ func (r *run) confirmStopped(ctx workflow.Context, res StopTasksResult) {
 		for _, x := range res.Exits {
 			if x.Task == name {
 				code := x.ExitCode
-				t.status.ExitCode, t.status.Signal, t.status.Logs = &code, x.Signal, x.Logs
+				t.status.ExitCode, t.status.Signal, t.status.Logs, t.status.Error = &code, x.Signal, x.Logs, x.Error
 				if t.status.StartTime == nil && x.StartTime != nil {
 					t.status.StartTime = x.StartTime // its start's report was not sent: the stop came first
 				}

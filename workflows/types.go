@@ -237,6 +237,8 @@ type TaskExit struct {
 	ExitCode int       `json:"exitCode"`
 	Signal   string    `json:"signal,omitempty"`
 	Logs     *LogSizes `json:"logs,omitempty"`
+	// Error says why the stop had to kill the task (it outlived its grace period), or is empty.
+	Error string `json:"error,omitempty"`
 	// StartTime is when the process started (nil from hosts before it was sent): the start of a task stopped
 	// within a second of it may not have been reported.
 	StartTime *time.Time `json:"startTime,omitempty"`

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,6 +109,7 @@ type Process struct {
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Stop was first called
+	overran  atomic.Int64  // the grace period that ran out before the group was killed (ns); 0 if none did
 }
 
 // StragglerWait bounds how long Done waits for other group members after the leader exits and they were killed.
@@ -340,6 +342,20 @@ func (p *Process) Kill() {
 	}
 }
 
+// KillAfterGrace kills the group because a stop's grace period ran out, and remembers that it did (Overran).
+func (p *Process) KillAfterGrace(grace time.Duration) {
+	select {
+	case <-p.done:
+	default:
+		p.overran.CompareAndSwap(0, int64(grace))
+		p.kill()
+	}
+}
+
+// Overran is the grace period after which KillAfterGrace killed the group, or 0. The process may have ended on
+// its own just before: only an exit by SIGKILL says the kill was what ended it.
+func (p *Process) Overran() time.Duration { return time.Duration(p.overran.Load()) }
+
 // Stop ends the process group: SIGTERM, up to grace for it to exit, then SIGKILL; it returns once the group is
 // gone. Calling it again, or at the same time, waits for the same stop.
 func (p *Process) Stop(grace time.Duration) Exit {
@@ -354,7 +370,7 @@ func (p *Process) Stop(grace time.Duration) Exit {
 			case <-p.done:
 			case <-t.C:
 				// The grace period is over: nothing in the group may ignore this one.
-				p.Kill()
+				p.KillAfterGrace(grace)
 			}
 		}()
 	})

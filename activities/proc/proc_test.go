@@ -116,6 +116,7 @@ func TestProcess_Stop_KillsGroupAndGrandchildren(t *testing.T) {
 
 	exit := p.Stop(5 * time.Second)
 	assert.Equal(t, "SIGTERM", exit.Signal)
+	assert.Zero(t, p.Overran(), "it ended within its grace period")
 	assert.False(t, alive(gc), "grandchild %d survived the stop", gc)
 	assert.False(t, GroupAlive(p.Pid()))
 	assert.True(t, p.Stopping())
@@ -132,6 +133,7 @@ func TestProcess_Stop_SIGTERMIgnoredUntilGracePeriod(t *testing.T) {
 	assert.Equal(t, "SIGKILL", exit.Signal)
 	assert.GreaterOrEqual(t, time.Since(began), grace, "SIGKILL came before the grace period was over")
 	assert.False(t, GroupAlive(p.Pid()))
+	assert.Equal(t, grace, p.Overran(), "the kill is known to be the grace period's end")
 }
 
 func TestProcess_Stop_Idempotent(t *testing.T) {

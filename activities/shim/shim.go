@@ -109,10 +109,13 @@ type Exit struct {
 	Signal string `json:"signal,omitempty"`
 	// Stopped says a stop request ended the task (it did not end on its own). By says who asked (the host
 	// worker's word for it, or ByOrphan, BySignal, ByReap), and Reason why.
-	Stopped bool      `json:"stopped,omitempty"`
-	By      string    `json:"by,omitempty"`
-	Reason  string    `json:"reason,omitempty"`
-	EndedAt time.Time `json:"endedAt"`
+	Stopped bool   `json:"stopped,omitempty"`
+	By      string `json:"by,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// KilledAfter is the stop's grace period when the task did not end within it after SIGTERM and was killed
+	// (SIGKILL); 0 otherwise, and from a supervisor from before this field.
+	KilledAfter time.Duration `json:"killedAfter,omitempty"`
+	EndedAt     time.Time     `json:"endedAt"`
 }
 
 // Who stopped a task, when the shim decided it itself.

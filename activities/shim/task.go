@@ -149,6 +149,9 @@ func (t *task) finish() {
 	t.sampler.finish(t.logs)
 	t.mu.Lock()
 	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now()}
+	if x.Signal == "SIGKILL" {
+		t.exit.KilledAfter = t.p.Overran()
+	}
 	if t.orphan != nil {
 		t.orphan.Stop()
 	}
@@ -201,7 +204,7 @@ func (t *task) stop(req Stop) {
 	if req.Grace <= 0 {
 		t.p.Kill()
 	} else {
-		time.AfterFunc(req.Grace, t.p.Kill)
+		time.AfterFunc(req.Grace, func() { t.p.KillAfterGrace(req.Grace) })
 	}
 }
 

@@ -178,10 +178,17 @@ func describeState(t workflows.TaskStatus) string {
 	case workflows.TaskSucceeded:
 		return "exited 0"
 	case workflows.TaskStopped:
+		line := "stopped"
 		if t.Signal != "" {
-			return "stopped (" + t.Signal + ")"
+			line += " (" + t.Signal + ")"
 		}
-		return "stopped"
+		switch {
+		case strings.HasPrefix(t.Error, "stopped "):
+			return t.Error // it says so itself ("stopped before it started: ...")
+		case t.Error != "":
+			return line + ": " + t.Error
+		}
+		return line
 	case workflows.TaskFailed:
 		if t.Error != "" {
 			return "failed: " + t.Error

@@ -180,3 +180,11 @@ func TestFollower_StopsWaitForTheFailureThatMadeThem(t *testing.T) {
 		"[chief-0]  ── stopped (SIGTERM)\n"+
 		"[worker-0] ── stopped (SIGTERM)\n", out.String())
 }
+
+func TestDescribeState_AStoppedTaskSaysWhyItWasKilled(t *testing.T) {
+	killed := workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGKILL", Error: "it did not exit within its 3s grace period (stopGracePeriod) after SIGTERM"}
+	assert.Equal(t, "stopped (SIGKILL): it did not exit within its 3s grace period (stopGracePeriod) after SIGTERM", describeState(killed))
+	waited := workflows.TaskStatus{State: workflows.TaskStopped, Error: "stopped before it started: it was waiting for host a: no worker"}
+	assert.Equal(t, "stopped before it started: it was waiting for host a: no worker", describeState(waited))
+	assert.Equal(t, "stopped (SIGTERM)", describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGTERM"}))
+}
