@@ -468,6 +468,13 @@ tasks: {worker: {replicas: 1}}
 		assert.Equal(t, "d2", task.Host, "%s landed on the drained host", task.Name)
 	}
 	assert.True(t, alive(pid), "draining must not touch the running task")
+	// A task pinned to the drained host waits for it and says why; it runs once the host takes tasks again.
+	pinned := writeSpec(t, `{name: pinned, pool: p, command: ["true"], tasks: {worker: {replicas: 1, hosts: [d1]}}}`)
+	pinnedID := runID(t) + "-pinned"
+	require.Equal(t, 0, c.cli(t, "run", pinned, "--id", pinnedID, "--detach").code)
+	waitUntil(t, "the drained host named in the status", 30*time.Second, func() bool {
+		return strings.Contains(c.cli(t, "status", pinnedID).stdout, "waiting for host d1: it is drained and takes no new tasks")
+	})
 	touch(t, filepath.Join(dir, "long.go"))
 	st, err = c.outcome(t, longID)
 	require.NoError(t, err)
@@ -477,6 +484,9 @@ tasks: {worker: {replicas: 1}}
 	r = c.cli(t, "drain", "d1", "--undo")
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "host d1 takes tasks again")
+	st, err = c.outcome(t, pinnedID)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status, "the pinned task ran once its host was undrained")
 	r = c.cli(t, "drain", "d1", "--undo", "-o", "json")
 	require.Equal(t, 0, r.code, r.String())
 	var state workflows.HostState

@@ -355,20 +355,26 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 	return held
 }
 
-// noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, that it waits for
-// that host: a misspelt host name, or a host whose worker is down, otherwise showed only as Pending until
-// startTimeout.
+// noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, or lists as drained,
+// that it waits for that host: a misspelt host name, a host whose worker is down, or one an operator drained,
+// otherwise showed only as Pending (or placed there) until startTimeout.
 func noteAbsentHosts(orders []launchOrder, hosts []HostEntry) {
-	live := map[string]bool{}
+	live, open := map[string]bool{}, map[string]bool{}
 	for _, h := range hosts {
 		live[h.Host] = live[h.Host] || h.Live
+		open[h.Host] = open[h.Host] || (h.Live && !h.Drained)
 	}
 	for _, o := range orders {
 		if t := o.t; o.how != reattach && t.Host != "" {
-			t.waitNote = ""
-			if !live[t.Host] {
+			switch {
+			case !live[t.Host]:
 				t.waitNote = fmt.Sprintf("waiting for host %s: the host registry has no live clusterrun-worker --host %s "+
 					"(clusterrun hosts lists the live ones)", t.Host, t.Host)
+			case !open[t.Host]:
+				t.waitNote = fmt.Sprintf("waiting for host %s: it is drained and takes no new tasks "+
+					"(clusterrun drain %s --undo takes them again)", t.Host, t.Host)
+			default:
+				t.waitNote = ""
 			}
 		}
 	}

@@ -124,4 +124,8 @@ func TestNoteAbsentHosts(t *testing.T) {
 	assert.Equal(t, "waiting for host host-c: the host registry has no live clusterrun-worker --host host-c (clusterrun hosts lists the live ones)", c.waitNote)
 	assert.Empty(t, a.waitNote)
 	assert.Contains(t, b.waitNote, "waiting for host host-b: ")
+
+	hosts[0].Drained = true // an operator drained host-a
+	noteAbsentHosts([]launchOrder{{t: a, how: newAttempt}}, hosts)
+	assert.Equal(t, "waiting for host host-a: it is drained and takes no new tasks (clusterrun drain host-a --undo takes them again)", a.waitNote)
 }

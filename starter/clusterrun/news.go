@@ -165,6 +165,9 @@ func placedLine(on string, attempt int) string {
 func describeState(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskPlaced:
+		if strings.HasPrefix(t.Error, "waiting ") {
+			return t.Error // why it may not start there soon ("waiting for host X: it is drained ...")
+		}
 		return placedLine(t.Host, t.Attempt)
 	case workflows.TaskRunning:
 		return runningLine(t.Host, t)

@@ -188,3 +188,10 @@ func TestDescribeState_AStoppedTaskSaysWhyItWasKilled(t *testing.T) {
 	assert.Equal(t, "stopped before it started: it was waiting for host a: no worker", describeState(waited))
 	assert.Equal(t, "stopped (SIGTERM)", describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGTERM"}))
 }
+
+func TestDescribeState_APlacedTaskSaysWhatItWaitsFor(t *testing.T) {
+	placed := workflows.TaskStatus{State: workflows.TaskPlaced, Host: "u-a", Attempt: 1}
+	assert.Equal(t, "placed on u-a (attempt 1), starts when every task is placed", describeState(placed))
+	placed.Error = "waiting for host u-a: it is drained and takes no new tasks (clusterrun drain u-a --undo takes them again)"
+	assert.Equal(t, placed.Error, describeState(placed))
+}
