@@ -140,7 +140,7 @@ func (r *run) onPrePlaced(t *task, p Placement, now time.Time) bool {
 		if p.StartedAt != nil && !p.StartedAt.IsZero() {
 			start = *p.StartedAt // the report may come up to startsMaxWindow after the process started
 		}
-		st.State, st.StartTime = TaskRunning, &start
+		st.State, st.StartTime, st.Error = TaskRunning, &start, "" // what it waited for is over
 	}
 	if t.terminated {
 		r.todo.terminate = append(r.todo.terminate, t) // its stop may have reached the host before the lease did

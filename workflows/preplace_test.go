@@ -88,6 +88,30 @@ func TestPrePlaced_TheStartTimeIsTheProcesss(t *testing.T) {
 	assert.True(t, started.Equal(*chief.StartTime), "start time %v, the host said %v", *chief.StartTime, started)
 }
 
+// A task pinned to a drained host is placed there and says it waits for the host; once its host starts it (an
+// undrain), what it waited for no longer shows.
+func TestPrePlaced_AStartedTaskNoLongerSaysWhatItWaitedFor(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.hosts.registry = registryOf(true)
+	h.hosts.registry[0].Drained = true
+	var seen RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&seen))
+		h.env.CancelWorkflow()
+	}, 2*time.Second)
+	_, _ = h.run(t, mustSpec(t, batchSpec))
+	require.NotEmpty(t, seen.Tasks)
+	for _, task := range seen.Tasks {
+		assert.Equal(t, TaskRunning, task.State, task.Name)
+		assert.Empty(t, task.Error, task.Name)
+	}
+}
+
 // A host that finds a chosen port taken places the task as usual: the run releases it at its new port and
 // tells the other hosts of the new map, one revision on.
 func TestPrePlaced_ATakenPortMovesTheTask(t *testing.T) {
