@@ -435,3 +435,9 @@ func TestFollower_AListingMergesATasksStreamsInTheOrderWritten(t *testing.T) {
 	f.flush()
 	assert.Len(t, f.readable(), 1, "stdout, drained, is read again")
 }
+
+func TestStartTask_RefusesANegativeIndex(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"start-task", "run-1", "worker", "--index", "-1"}, &out, &errb))
+	assert.Contains(t, errb.String(), "--index -1 is negative: give a task's index (0 or more), or leave --index out to start the next new worker")
+}

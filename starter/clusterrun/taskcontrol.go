@@ -73,6 +73,9 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	id, typ := pos[0], pos[1]
+	if *idx < 0 && flagGiven(fs, "index") {
+		return usageErrorf("--index %d is negative: give a task's index (0 or more), or leave --index out to start the next new %s", *idx, typ)
+	}
 	if t, i, ok := splitTaskName(typ); ok {
 		if *idx >= 0 && *idx != i {
 			return usageErrorf("%s is index %d of %s, and --index says %d: give the task's name or its type with --index", typ, i, t, *idx)
@@ -121,6 +124,13 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		t := st.Task(name)
 		return t != nil && t.State != workflows.TaskPending
 	}, "")
+}
+
+// flagGiven reports whether the command line set the named flag.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // gapMessage refuses a new index that is not the next of its type: TF_CONFIG lists a type's addresses by
