@@ -54,6 +54,9 @@ type follower struct {
 	// SIGTERM notices of the tasks its exit stopped, although those come in the same read.
 	inOrder bool
 	batch   []datedLine
+	// tailing, in a batch, maps each task whose first --tail read it holds to the lines to keep of its streams
+	// together.
+	tailing map[string]int
 	// merge, for a listing of both streams, prints each task's stdout and stderr lines in the order written.
 	merge *merger
 	// notes receives the follower's own lines (state changes, notices); default out.
@@ -73,6 +76,7 @@ type datedLine struct {
 	at      int64 // unix nanoseconds
 	untimed bool
 	text    string
+	task    string
 }
 
 type progressShown struct {
@@ -362,6 +366,12 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	}
 	if s.tailLines > 0 {
 		data = lastLines(data, s.tailLines)
+		if f.inOrder {
+			if f.tailing == nil {
+				f.tailing = map[string]int{}
+			}
+			f.tailing[s.task] = s.tailLines
+		}
 		s.tailLines = 0
 	}
 	f.print(s.task, s.name, data, lineTimes(c, data))
@@ -455,7 +465,7 @@ func (f *follower) print(task, name string, data []byte, times []time.Time) {
 	var dated []datedLine
 	text, start := buf.String(), 0
 	for i, end := range ends {
-		d := datedLine{text: text[start:end], untimed: i >= len(times)}
+		d := datedLine{text: text[start:end], untimed: i >= len(times), task: task}
 		if !d.untimed {
 			d.at = times[i].UnixNano()
 		}
@@ -510,6 +520,7 @@ func (f *follower) flush() {
 	if !slices.ContainsFunc(f.batch, func(d datedLine) bool { return d.untimed }) {
 		slices.SortStableFunc(f.batch, func(a, b datedLine) int { return cmp.Compare(a.at, b.at) })
 	}
+	f.keepTails()
 	n := 0
 	for _, d := range f.batch {
 		n += len(d.text)
@@ -520,6 +531,30 @@ func (f *follower) flush() {
 	}
 	_, _ = f.out.Write(buf.Bytes()) // one write: lines never interleave mid-line
 	f.batch = f.batch[:0]
+}
+
+// keepTails cuts, in a batch, each task's first --tail read to its last lines of all its streams together:
+// each stream's tail was read, and the older of them are dropped.
+func (f *follower) keepTails() {
+	if len(f.tailing) == 0 {
+		return
+	}
+	kept := map[string]int{}
+	keep := make([]bool, len(f.batch))
+	for i := len(f.batch) - 1; i >= 0; i-- {
+		d := f.batch[i]
+		n, ok := f.tailing[d.task]
+		keep[i] = !ok || kept[d.task] < n
+		kept[d.task]++
+	}
+	out := f.batch[:0]
+	for i, d := range f.batch {
+		if keep[i] {
+			out = append(out, d)
+		}
+	}
+	f.batch = out
+	clear(f.tailing)
 }
 
 // timestampLayout is how --timestamps dates lines (RFC 3339, milliseconds, UTC).

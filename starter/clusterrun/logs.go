@@ -37,7 +37,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	attempt := fs.Int("attempt", 0, "read this attempt (default: each task's latest)")
 	outOnly := fs.Bool("stdout", false, "read only stdout")
 	errOnly := fs.Bool("stderr", false, "read only stderr")
-	tail := fs.Int("tail", 0, "only the last N lines of each task (following both streams: of each stream)")
+	tail := fs.Int("tail", 0, "only the last N lines of each task")
 	follow := fs.Bool("follow", false, "keep printing new output until the run ends")
 	timestamps := fs.Bool("timestamps", false, "begin each line with when it was written (RFC 3339, UTC, to within 250ms)")
 	sinceFlag := fs.String("since", "", "only output written in this last while (e.g. 10m, 2h) or since this time (RFC 3339)")

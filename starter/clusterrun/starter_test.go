@@ -441,3 +441,25 @@ func TestStartTask_RefusesANegativeIndex(t *testing.T) {
 	assert.Equal(t, exitUsage, mainWithCode([]string{"start-task", "run-1", "worker", "--index", "-1"}, &out, &errb))
 	assert.Contains(t, errb.String(), "--index -1 is negative: give a task's index (0 or more), or leave --index out to start the next new worker")
 }
+
+func TestFollower_FollowingBothStreamsTailKeepsTheTasksLastLines(t *testing.T) {
+	at := func(ms int64) int64 { return time.Date(2026, 11, 27, 2, 50, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond) }
+	chunk := func(data string, marks ...workflows.LogMark) workflows.LogChunk {
+		return workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true}, Data: []byte(data), Next: int64(len(data)), Marks: marks}
+	}
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.prefix, f.inOrder, f.tail = false, true, 2
+	f.open(workflows.TaskStatus{Name: "worker-0", Host: "a"}, 1, false)
+	f.take(f.streams["worker-0/1/stdout"], chunk("step 1\nstep 2\nstep 3\n", workflows.LogMark{Size: 7, At: at(0)},
+		workflows.LogMark{Size: 14, At: at(500)}, workflows.LogMark{Size: 21, At: at(1000)}))
+	f.take(f.streams["worker-0/1/stderr"], chunk("warn a\nwarn b\n", workflows.LogMark{Size: 7, At: at(250)}, workflows.LogMark{Size: 14, At: at(750)}))
+	f.flush()
+	assert.Equal(t, "warn b\nstep 3\n", out.String(), "the last 2 lines of the task, not of each stream")
+
+	out.Reset()
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true, Offset: 21},
+		Data: []byte("step 4\nstep 5\nstep 6\n"), Next: 42, Marks: []workflows.LogMark{{Size: 42, At: at(2000)}}})
+	f.flush()
+	assert.Equal(t, "step 4\nstep 5\nstep 6\n", out.String(), "later reads are whole")
+}
