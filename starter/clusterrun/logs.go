@@ -106,6 +106,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		f.open(t, a, !*follow || ended || *attempt > 0)
+		if *attempt == 0 && !active(t.State) && t.Logs != nil {
+			f.readTo(t.Name, a, *t.Logs) // an ended attempt's streams known empty need no read
+		}
 	}
 	if err := followLogs(ctx, c, f, id, chosen, live); err != nil {
 		return err
