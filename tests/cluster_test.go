@@ -219,23 +219,10 @@ func (c *cluster) startWorker(host string, extra ...string) error {
 
 // startWorkerVia starts a clusterrun-worker for host that reaches the server at address (a proxy, say).
 func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
-	logPath := filepath.Join(c.workDir, "worker-"+host+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	w, logPath, readyBefore, err := c.launchWorker(host, address, extra...)
 	if err != nil {
 		return err
 	}
-	cmd := c.workerCommand(host, address, extra...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
-	before, _ := os.ReadFile(logPath)
-	readyBefore := bytes.Count(before, []byte("clusterrun-worker ready"))
-	w, err := startOwned(cmd)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.workers[host] = w
-	c.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if b, _ := os.ReadFile(logPath); bytes.Count(b, []byte("clusterrun-worker ready")) > readyBefore {
@@ -248,6 +235,28 @@ func (c *cluster) startWorkerVia(host, address string, extra ...string) error {
 	}
 	b, _ := os.ReadFile(logPath)
 	return fmt.Errorf("worker %s did not become ready:\n%s", host, b)
+}
+
+// launchWorker starts a clusterrun-worker for host without waiting for it to be ready: it returns the worker,
+// its log and how many times that log said "ready" before.
+func (c *cluster) launchWorker(host, address string, extra ...string) (w *owned, logPath string, readyBefore int, err error) {
+	logPath = filepath.Join(c.workDir, "worker-"+host+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	cmd := c.workerCommand(host, address, extra...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The log holds earlier lives of this host's worker: wait for one more "ready" than it had.
+	before, _ := os.ReadFile(logPath)
+	readyBefore = bytes.Count(before, []byte("clusterrun-worker ready"))
+	if w, err = startOwned(cmd); err != nil {
+		return nil, "", 0, err
+	}
+	c.mu.Lock()
+	c.workers[host] = w
+	c.mu.Unlock()
+	return w, logPath, readyBefore, nil
 }
 
 // workerCommand is the command of a clusterrun-worker for host that reaches the server at address.

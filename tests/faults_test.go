@@ -145,6 +145,55 @@ tasks:
 	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
 }
 
+// A worker started while the server is down (a restart or an upgrade during an outage) keeps the tasks the
+// worker before it left running, waits for the server, and serves them once it is back: the task keeps its
+// pid and its attempt. The outage outlasts the supervisors' orphan timer (hostLossGrace + heartbeatTimeout),
+// which stopped such tasks when the worker gave up on the server at its start.
+func TestFault_WorkerStartedDuringAServerOutageKeepsItsTasks(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	host := "late-" + randomHex(2)
+	require.NoError(t, c.startWorker(host))
+	dir := t.TempDir()
+	spec := writeSpec(t, fmt.Sprintf(`
+name: late-worker
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
+heartbeatTimeout: 2s
+hostLossGrace: 10s
+tasks: {worker: {replicas: 1, hosts: [%[2]s]}}
+`, dir, host))
+	id := runID(t)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	pid := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
+
+	c.dev.kill()
+	c.stopWorker(host, syscall.SIGTERM) // its task keeps running, for the next worker
+	w, logPath, _, err := c.launchWorker(host, c.address)
+	require.NoError(t, err)
+	const waits = "cannot reach the Temporal server: this worker keeps this host's tasks"
+	waitUntil(t, "the worker to say it waits for the server", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return bytes.Contains(b, []byte(waits)) || w.exited()
+	})
+	require.False(t, w.exited(), "the worker gave up on the server")
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		require.True(t, alive(pid), "the task died while its worker waited for the server")
+		require.False(t, w.exited(), "the worker exited while it waited for the server")
+	}
+	require.NoError(t, c.dev.start(), "start the server again on the same data")
+	waitUntil(t, "the worker to reach the server", time.Minute, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return bytes.Contains(b, []byte("reached the Temporal server")) && bytes.Contains(b, []byte("clusterrun-worker ready"))
+	})
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status, st.Reason)
+	assert.JSONEq(t, `{"attempt": 1}`, string(st.Task("worker-0").Result), "the task ran on, not again")
+	b, _ := os.ReadFile(filepath.Join(dir, "worker-0.pid"))
+	assert.Equal(t, strconv.Itoa(pid), strings.TrimSpace(string(b)), "the task was launched a second time")
+}
+
 func TestFault_WorkerSIGKILLThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGKILL) }
 
 func TestFault_WorkerSIGTERMThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGTERM) }

@@ -164,6 +164,55 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 	return c, nil
 }
 
+// NewLazyClient makes a client as Dial does, without contacting the server: Reach does that. Only a
+// configuration problem fails it.
+func NewLazyClient(identity string, logger log.Logger, metrics client.MetricsHandler) (client.Client, error) {
+	opts, err := Options()
+	if err != nil {
+		return nil, err
+	}
+	opts.Identity = identity
+	if logger != nil {
+		opts.Logger = sdkLogger{logger}
+	}
+	if metrics != nil {
+		opts.MetricsHandler = metrics
+	}
+	return client.NewLazyClient(opts)
+}
+
+// Reach checks, within DialTimeout, that the server answers c, and says what to do when it does not.
+func Reach(ctx context.Context, c client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		opts, _ := Options()
+		return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err}
+	}
+	return nil
+}
+
+// ReachError says the server did not answer, or refused.
+type ReachError struct {
+	Address, Namespace string
+	Err                error
+}
+
+func (e *ReachError) Error() string {
+	return fmt.Sprintf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point --address "+
+		"(or TEMPORAL_ADDRESS) at yours", e.Address, e.Namespace, e.Err)
+}
+
+func (e *ReachError) Unwrap() error { return e.Err }
+
+// Unreachable reports whether err says the server did not answer (down, or not listening yet), as opposed to
+// answering with a refusal (credentials, namespace).
+func Unreachable(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // sdkLogger is the logger Dial gives the SDK. One of the SDK's info lines is no news: an activity that
 // completes after its run ended, which the server no longer takes ("workflow execution already completed"). A
 // run whose every task reported its end does not wait for its stop's answers (docs/design.md, "Stopping: fast

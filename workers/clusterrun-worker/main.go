@@ -323,7 +323,9 @@ func run(args []string) error {
 		return err
 	}
 	defer metricsCloser.Close()
-	cl, err := conn.Dial(ctx, fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger, metrics)
+	// The server is reached after this host's tasks are taken up (awaitServer): a worker started while the
+	// server is down keeps them.
+	cl, err := conn.NewLazyClient(fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger, metrics)
 	if err != nil {
 		return err
 	}
@@ -337,7 +339,7 @@ func run(args []string) error {
 	host.SupervisorIdle = c.supervisorIdle
 	host.LogCap = c.logCap
 	host.TaskEnv = c.taskEnv
-	host.DataConverter, _ = conn.DataConverter() // the dial checked it
+	host.DataConverter, _ = conn.DataConverter() // NewLazyClient checked it
 	host.Policy = c.policy
 	host.Slots = c.slots
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
@@ -363,6 +365,16 @@ func run(args []string) error {
 	warnPolicy(c, logger)
 	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
 	if err := host.Start(); err != nil {
+		return err
+	}
+	if err := awaitServer(ctx, cl, host, logger); err != nil {
+		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
+		host.Close()
+		if ctx.Err() != nil {
+			logger.Info("clusterrun-worker stopped before the Temporal server answered; this host's tasks keep running for the next worker",
+				"running", host.Running())
+			return nil
+		}
 		return err
 	}
 
@@ -451,6 +463,49 @@ func run(args []string) error {
 	host.Close()
 	logger.Info("clusterrun-worker stopped")
 	return nil
+}
+
+// serverRetry is how often a worker that keeps its tasks tries the server again; serverNag, how often it says
+// it still cannot reach it.
+const (
+	serverRetry = 5 * time.Second
+	serverNag   = time.Minute
+)
+
+// awaitServer waits for the Temporal server to answer. A worker that cannot reach it fails, as it always did,
+// unless this host has tasks that a worker before it left running: those it keeps (their supervisors see a
+// worker attached, so they do not stop them as orphans after hostLossGrace + heartbeatTimeout), and it tries
+// again every serverRetry until the server answers, or it is told to stop. A server that answers with a
+// refusal (credentials, TLS) fails it at once.
+func awaitServer(ctx context.Context, cl client.Client, host *activities.Host, logger log.Logger) error {
+	err := conn.Reach(ctx, cl)
+	if err == nil || !conn.Unreachable(err) || host.Running() == 0 {
+		return err
+	}
+	logger.Warn("cannot reach the Temporal server: this worker keeps this host's tasks, and tries again every "+serverRetry.String(),
+		"running", host.Running(), "error", err)
+	began, nagged := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(serverRetry):
+		}
+		err = conn.Reach(ctx, cl)
+		switch {
+		case err == nil:
+			logger.Info("reached the Temporal server", "after", time.Since(began).Round(time.Second).String())
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !conn.Unreachable(err):
+			return err
+		case time.Since(nagged) >= serverNag:
+			nagged = time.Now()
+			logger.Warn("still cannot reach the Temporal server; this host's tasks keep running", "for", time.Since(began).Round(time.Second).String(),
+				"running", host.Running(), "error", err)
+		}
+	}
 }
 
 // releaseSticky tells the server to stop sending the host registry's and the port allocator's tasks to this
