@@ -143,23 +143,15 @@ func compression() (client.GrpcCompression, error) {
 
 // Dial connects to the Temporal server and checks that it answers. metrics may be nil.
 func Dial(ctx context.Context, identity string, logger log.Logger, metrics client.MetricsHandler) (client.Client, error) {
-	opts, err := Options()
+	opts, err := clientOptions(identity, logger, metrics)
 	if err != nil {
 		return nil, err
-	}
-	opts.Identity = identity
-	if logger != nil {
-		opts.Logger = sdkLogger{logger}
-	}
-	if metrics != nil {
-		opts.MetricsHandler = metrics
 	}
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point --address (or TEMPORAL_ADDRESS) at yours",
-			opts.HostPort, opts.Namespace, err)
+		return nil, &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err}
 	}
 	return c, nil
 }
@@ -167,9 +159,18 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 // NewLazyClient makes a client as Dial does, without contacting the server: Reach does that. Only a
 // configuration problem fails it.
 func NewLazyClient(identity string, logger log.Logger, metrics client.MetricsHandler) (client.Client, error) {
-	opts, err := Options()
+	opts, err := clientOptions(identity, logger, metrics)
 	if err != nil {
 		return nil, err
+	}
+	return client.NewLazyClient(opts)
+}
+
+// clientOptions are Options with who connects, and where its logs and metrics go (logger and metrics may be nil).
+func clientOptions(identity string, logger log.Logger, metrics client.MetricsHandler) (client.Options, error) {
+	opts, err := Options()
+	if err != nil {
+		return opts, err
 	}
 	opts.Identity = identity
 	if logger != nil {
@@ -178,7 +179,7 @@ func NewLazyClient(identity string, logger log.Logger, metrics client.MetricsHan
 	if metrics != nil {
 		opts.MetricsHandler = metrics
 	}
-	return client.NewLazyClient(opts)
+	return opts, nil
 }
 
 // Reach checks, within DialTimeout, that the server answers c, and says what to do when it does not.
