@@ -443,7 +443,9 @@ func TestStartTask_RefusesANegativeIndex(t *testing.T) {
 }
 
 func TestFollower_FollowingBothStreamsTailKeepsTheTasksLastLines(t *testing.T) {
-	at := func(ms int64) int64 { return time.Date(2026, 11, 27, 2, 50, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond) }
+	at := func(ms int64) int64 {
+		return time.Date(2026, 11, 27, 2, 50, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
+	}
 	chunk := func(data string, marks ...workflows.LogMark) workflows.LogChunk {
 		return workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true}, Data: []byte(data), Next: int64(len(data)), Marks: marks}
 	}
