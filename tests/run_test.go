@@ -232,7 +232,7 @@ tasks:
 	}
 	first := cli(t, "logs", id, "worker-0", "--attempt", "1")
 	require.Equal(t, 0, first.code, first.String())
-	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\n", w.Earlier[0].Host), first.stdout)
+	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\ncrash 1\n", w.Earlier[0].Host), first.stdout, "its stdout and stderr, in the order written")
 }
 
 func TestE2E_FailFast(t *testing.T) {
