@@ -129,13 +129,22 @@ test-race: $(TEMPORAL) build
 
 # Fuzzing: each target for FUZZTIME (go test fuzzes one target at a time). What a fuzzer finds lands in the
 # package's testdata/fuzz/<target>/ and is replayed by every plain `go test` from then on: commit it with the fix.
+# Go before 1.27 may fail a target with a bare "context deadline exceeded" as FUZZTIME ends, on a busy machine
+# (go.dev/issue/75804: its coordinator's stop races its workers; no input is at fault, none is written): such a
+# run is said and tried once more; any other failure, or a second one, fails.
 FUZZTIME ?= 5m
 CI_FUZZTIME ?= 15s
 FUZZ_TARGETS = ./spec:FuzzParse ./spec:FuzzWorkflowInput ./activities:FuzzControlRequests
 fuzz:
 	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz: $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
-		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} 2>&1) || { echo "$$out"; exit 1; }; \
+		for try in 1 2; do \
+			if out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} 2>&1); then break; fi; \
+			if [ $$try = 1 ] && echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
+				echo "fuzz: $${t#*:} ended on Go's fuzztime race (go.dev/issue/75804), with no failing input; once more"; continue; \
+			fi; \
+			echo "$$out"; exit 1; \
+		done; \
 		echo "$$out" | tail -n 3; \
 	done
 
