@@ -128,8 +128,9 @@ type stream struct {
 	attempt          int
 	tailLines        int // > 0: keep only the last lines of the first read
 	offset           int64
-	done             bool // the attempt has ended: read what is left, then close
-	closed           bool // nothing more to read
+	done             bool  // the attempt has ended: read what is left, then close
+	closed           bool  // nothing more to read
+	lastAt           int64 // the date of the last line read (unix nanoseconds)
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
@@ -374,13 +375,26 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 		}
 		s.tailLines = 0
 	}
-	f.print(s.task, s.name, data, lineTimes(c, data))
+	f.print(s.task, s.name, data, s.inOrder(lineTimes(c, data)))
 	moved := c.Next != s.offset
 	s.offset = c.Next
 	if s.done && (c.EOF || c.Missing) {
 		s.closed = true
 	}
 	return moved || c.Dropped > 0
+}
+
+// inOrder dates each line no earlier than the stream's line before it. A host dates the lines past its last
+// mark by the file's modification time, which the kernel keeps on a coarse clock: it can read a few
+// milliseconds before that mark, and a sort by date would then print those lines first.
+func (s *stream) inOrder(times []time.Time) []time.Time {
+	for i, t := range times {
+		if t.UnixNano() < s.lastAt {
+			times[i] = time.Unix(0, s.lastAt)
+		}
+		s.lastAt = times[i].UnixNano()
+	}
+	return times
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,

@@ -465,3 +465,31 @@ func TestFollower_FollowingBothStreamsTailKeepsTheTasksLastLines(t *testing.T) {
 	f.flush()
 	assert.Equal(t, "step 4\nstep 5\nstep 6\n", out.String(), "later reads are whole")
 }
+
+// A host dates the lines past its last mark by the file's modification time, which the kernel keeps on a
+// coarse clock: it can read a few milliseconds before the mark that came first. A stream's lines still come
+// in the order it has them, within a read and from one read to the next. (Seen in CI: logs --follow printed a
+// task's lines 10502 onwards before lines 0 to 10501.)
+func TestFollower_AStreamKeepsItsOrderWhenItsFileIsDatedBeforeItsLastMark(t *testing.T) {
+	at := func(ms int64) int64 {
+		return time.Date(2026, 11, 27, 4, 40, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
+	}
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.prefix, f.inOrder = false, true
+	f.open(workflows.TaskStatus{Name: "worker-0", Host: "a"}, 1, false)
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true},
+		Data: []byte("line 0\nline 1\n"), Next: 14, Marks: []workflows.LogMark{{Size: 7, At: at(10)}}, ModTime: at(6)})
+	f.take(f.streams["worker-0/1/stderr"], workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true},
+		Data: []byte("warn\n"), Next: 5, Marks: []workflows.LogMark{{Size: 5, At: at(8)}}})
+	f.flush()
+	assert.Equal(t, "warn\nline 0\nline 1\n", out.String(), "line 1 was written after line 0, whatever the file's time says")
+
+	out.Reset()
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true, Offset: 14},
+		Data: []byte("line 2\n"), Next: 21, ModTime: at(7)})
+	f.take(f.streams["worker-0/1/stderr"], workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Times: true, Offset: 5},
+		Data: []byte("later warn\n"), Next: 16, Marks: []workflows.LogMark{{Size: 16, At: at(9)}}})
+	f.flush()
+	assert.Equal(t, "later warn\nline 2\n", out.String(), "a read is never dated before the stream's last line")
+}
