@@ -235,6 +235,42 @@ tasks:
 	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\ncrash 1\n", w.Earlier[0].Host), first.stdout, "its stdout and stderr, in the order written")
 }
 
+// A task waiting out its restart backoff is said to wait while it waits, with why, not when the restart comes:
+// here the restart never comes (a backoff of an hour), and the run is canceled once the wait is said. The task
+// runs a second, so that the CLI reads its output while it runs (a task that ends between two looks is read
+// to its end at once).
+func TestE2E_ARestartWaitIsSaidWhileItWaits(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: longbackoff
+command: [sh, -c, 'echo "attempt $CLUSTERRUN_ATTEMPT"; sleep 1; echo "giving up" >&2; exit 3']
+tasks:
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 1h}}
+`)
+	run := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+	run.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var out syncBuffer
+	run.Stdout, run.Stderr = &out, &out
+	require.NoError(t, run.Start())
+	exited := make(chan struct{})
+	go func() { _ = run.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = run.Process.Kill(); <-exited })
+	waitUntil(t, "clusterrun run to say that the task waits for its restart", time.Minute, func() bool {
+		return strings.Contains(out.String(), "── waiting: restart 1 of 1 in 1h0m0s after: worker-0 exited with code 3")
+	})
+	st, ok := query(t, id)
+	require.True(t, ok)
+	assert.Equal(t, workflows.TaskPending, st.Task("worker-0").State, "still waiting:\n%s", out.String())
+	assert.Contains(t, out.String(), "[worker-0] giving up\n", "its output came first")
+	r := cli(t, "cancel", id)
+	require.Equal(t, 0, r.code, r.String())
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("clusterrun run did not end after the cancel:\n%s", out.String())
+	}
+}
+
 func TestE2E_FailFast(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `

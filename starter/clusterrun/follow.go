@@ -205,7 +205,9 @@ func (f *follower) earlier(t workflows.TaskStatus) {
 
 // current takes up a task's current attempt: its state line, and its streams.
 func (f *follower) current(t workflows.TaskStatus) {
-	if t.State != workflows.TaskRunning && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
+	// A placed task whose cluster map went out is starting: it is said running once its host confirms it.
+	starting := t.State == workflows.TaskPlaced && t.StartTime != nil
+	if t.State != workflows.TaskRunning && !starting && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
 		// This attempt started, and may have ended (a restart may be coming) between two looks: its start
 		// is said first.
 		f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
@@ -215,15 +217,21 @@ func (f *follower) current(t workflows.TaskStatus) {
 	}
 	key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
 	ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
+	// A task waiting for its restart has ended its attempt: its streams are read to their ends, so that the wait
+	// is said now, not when the restart comes.
+	waiting := t.State == workflows.TaskPending && t.EndTime != nil
 	// Pending is news only with a reason: a restart or a relaunch is coming.
-	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") {
+	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !starting {
 		f.states[t.Name] = key
 		f.hold(t)
 	}
 	for _, k := range f.byTask[t.Name] {
-		if s := f.streams[k]; s.attempt != t.Attempt || ended {
+		if s := f.streams[k]; s.attempt != t.Attempt || ended || waiting {
 			s.done = true // read what is left, then stop
 		}
+	}
+	if waiting && t.Logs != nil {
+		f.readTo(t.Name, t.Attempt, *t.Logs)
 	}
 	if t.Host == "" || t.Attempt == 0 || (t.State != workflows.TaskRunning && t.State != workflows.TaskUnreachable && !ended) {
 		return

@@ -195,3 +195,36 @@ func TestDescribeState_APlacedTaskSaysWhatItWaitsFor(t *testing.T) {
 	placed.Error = "waiting for host u-a: it is drained and takes no new tasks (clusterrun drain u-a --undo takes them again)"
 	assert.Equal(t, placed.Error, describeState(placed))
 }
+
+// A task waiting out its restart backoff says so as soon as its attempt's output is read, not when the restart
+// comes: its attempt has ended, so its streams close at the sizes its host reported. (Seen as a user: with a
+// 6 s backoff, "waiting: restart 1 of 2 in 6s" came 6 s late, just before "running (attempt 2)".)
+func TestFollower_ARestartWaitIsSaidBeforeTheRestart(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started}}})
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{Data: []byte("out\n"), Next: 4})
+	f.take(f.streams["worker-0/1/stderr"], workflows.LogChunk{Data: []byte("e\n"), Next: 2})
+	f.flush()
+	out.Reset()
+	code := 3
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Host: "h", Attempt: 1,
+		StartTime: &started, EndTime: &started, ExitCode: &code, Error: "restart 1 of 2 in 6s after: worker-0 exited with code 3",
+		Logs: &workflows.LogSizes{Stdout: 4, Stderr: 2}}}})
+	assert.Equal(t, "[worker-0] ── waiting: restart 1 of 2 in 6s after: worker-0 exited with code 3\n", out.String())
+	assert.False(t, f.pending(), "attempt 1's streams were read to their ends")
+}
+
+// A restarted task seen between its placement and its host's confirmation, its cluster map already sent, is
+// starting: it is said running once its host confirms, not running and then placed. (Seen as a user: "running
+// on u-a (attempt 2)" and then "placed on u-a (attempt 2), starts when every task is placed".)
+func TestFollower_ATaskWhoseMapWentOutIsSaidRunningOnceItRuns(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	sent := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPlaced, Host: "h", Attempt: 2, StartTime: &sent}}})
+	assert.Empty(t, out.String(), "its host has not said that it runs")
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 2, StartTime: &sent}}})
+	assert.Equal(t, "[worker-0] ── running on h (attempt 2)\n", out.String())
+}
