@@ -235,6 +235,38 @@ tasks:
 	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\ncrash 1\n", w.Earlier[0].Host), first.stdout, "its stdout and stderr, in the order written")
 }
 
+// Tasks that fail within milliseconds of one another restart together, a backoff after the first: their
+// restarts share one timer. With a timer each, the Temporal server makes the next only when the first fires
+// and puts it off to a second ahead, so all but the first restarted a whole second late (benchmarks.md).
+func TestE2E_TasksThatFailTogetherRestartTogether(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: failtogether
+command: [sh, -c, 'clusterrun task barrier crash || exit 9; [ "$CLUSTERRUN_ATTEMPT" -ge 2 ] && exit 0; sleep "0.0$CLUSTERRUN_TASK_INDEX"; exit 3']
+tasks:
+  worker: {replicas: 8, restart: {policy: OnFailure, maxRestarts: 1, backoff: 3s}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	for _, w := range st.Tasks {
+		assert.Equal(t, 2, w.Attempt, w.Name)
+	}
+	timers := 0
+	it := env.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetTimerStartedEventAttributes(); a != nil && a.GetStartToFireTimeout().AsDuration() == 3*time.Second {
+			timers++
+		}
+	}
+	// The 8 exits spread over 70 ms, and reach the run in one or more workflow tasks: one timer, or a few on a
+	// slow machine, never one each.
+	assert.Less(t, timers, 4, "backoff timers for 8 restarts")
+}
+
 // A task waiting out its restart backoff is said to wait while it waits, with why, not when the restart comes:
 // here the restart never comes (a backoff of an hour), and the run is canceled once the wait is said. The task
 // runs a second, so that the CLI reads its output while it runs (a task that ends between two looks is read

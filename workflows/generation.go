@@ -17,7 +17,8 @@ type generation struct {
 	sel       workflow.Selector
 	info      *workflow.Info
 	ch        *channels
-	check     hostCheck // the next check of waiting tasks' hosts (move.go)
+	check     hostCheck  // the next check of waiting tasks' hosts (move.go)
+	backoffs  []*backoff // restart backoffs not yet over (backoff.go)
 }
 
 // actions are what the handlers of one wait decided to do. act carries them out, always in this order, which
@@ -252,24 +253,6 @@ func (g *generation) takeStop() {
 	g.ch.stop.Receive(g.ctx, &req)
 	g.r.signals++
 	g.r.onStop(g.ctx, req)
-}
-
-// startBackoff waits out a restart's backoff, then launches the task's next attempt.
-func (g *generation) startBackoff(t *task) {
-	bctx, cancel := workflow.WithCancel(g.genCtx)
-	t.cancelBackoff = cancel
-	timer := workflow.NewTimerWithOptions(bctx, t.Restart.Backoff,
-		workflow.TimerOptions{Summary: fmt.Sprintf("restart %s (attempt %d)", t.Name, t.attempt+1)})
-	t.backoff = timer
-	g.sel.AddFuture(timer, func(f workflow.Future) {
-		if t.backoff != f {
-			return
-		}
-		t.backoff, t.cancelBackoff = nil, nil
-		if f.Get(g.ctx, nil) == nil {
-			g.r.todo.launch = append(g.r.todo.launch, launchOrder{t: t, how: newAttempt})
-		}
-	})
 }
 
 // watchReleases keeps Release futures in the loop. With leases, each answer says which tasks got the map (and

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -414,4 +415,55 @@ func TestLeases_ExitReportedBySignalEndsTheLease(t *testing.T) {
 	assert.True(t, reported, "the run asks for exit reports")
 	require.NotNil(t, w.Logs)
 	assert.Equal(t, LogSizes{Stderr: 5}, *w.Logs)
+}
+
+// Restarts queued together, with the same backoff, wait on one timer: the server makes a workflow's next
+// timer only when its earliest fires, and puts one due within a second off to a second ahead, so a timer of
+// each would restart the second task a second late.
+func TestLeases_RestartsQueuedTogetherShareOneBackoffTimer(t *testing.T) {
+	h := newHarness(t, func(_ string, attempt, _ int) behavior {
+		if attempt == 1 {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	var timers []time.Duration
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
+	st, err := h.run(t, mustSpec(t, `
+name: backoff
+command: [x]
+tasks:
+  worker: {replicas: 3, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10s}}
+`))
+	require.NoError(t, err)
+	for _, w := range st.Tasks {
+		assert.Equal(t, 2, w.Attempt, w.Name)
+		assert.Equal(t, TaskSucceeded, w.State, w.Name)
+	}
+	backoffs := slices.DeleteFunc(timers, func(d time.Duration) bool { return d != 10*time.Second })
+	assert.Len(t, backoffs, 1, "one backoff timer for the three")
+}
+
+// A task terminated while it shares a backoff timer leaves it; the others still restart when it fires.
+func TestLeases_TerminateOneOfTheTasksSharingABackoff(t *testing.T) {
+	h := newHarness(t, func(_ string, attempt, _ int) behavior {
+		if attempt == 1 {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(SignalTerminateTask, TaskControl{Task: "worker-0"})
+	}, 5*time.Second)
+	st, err := h.run(t, mustSpec(t, `
+name: backoff
+command: [x]
+tasks:
+  worker: {replicas: 2, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10s}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, TaskTerminated, st.Task("worker-0").State)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt, "no new attempt started")
+	assert.Equal(t, TaskSucceeded, st.Task("worker-1").State)
+	assert.Equal(t, 2, st.Task("worker-1").Attempt)
 }

@@ -16,8 +16,9 @@ import (
 // (make record-histories): v1/ before the lease-based runs of this version, and so on; v3-shards/ holds
 // sharded runs, one of them with a shard terminated by hand; v4/ a run recorded from a PostgreSQL server's
 // workers before ChangeStopsHearEnds; v5/ a run with maxRunTime and work items, canceled while it waited for
-// room, that ended TimedOut before ChangeCanceledTimers. A workflow change that replays any of them
-// differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
+// room, that ended TimedOut before ChangeCanceledTimers, and two runs of 8 tasks that failed milliseconds
+// apart, one before ChangeSharedBackoffs (a timer each) and one after (one shared timer). A workflow change
+// that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
 func TestReplay_RecordedHistories(t *testing.T) {
