@@ -63,7 +63,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		backoff := plan.Gang.Backoff
 		workflow.GetLogger(ctx).Info("gang restart", "reason", d.reason, "restartCount", r.restartCount+1, "backoff", backoff)
 		r.resetForGeneration()
-		r.reason = fmt.Sprintf("gang restart %d of %d after: %s", r.restartCount, plan.Gang.MaxRestarts, d.reason)
+		r.reason = fmt.Sprintf("gang restart %d of %d in %s after: %s", r.restartCount, plan.Gang.MaxRestarts, backoff, d.reason)
 		if end := r.wait(ctx, backoff, ch.deadline); end != nil {
 			r.decision = end
 			break

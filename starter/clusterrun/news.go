@@ -134,6 +134,8 @@ func (f *follower) hold(t workflows.TaskStatus) {
 
 // tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
 // their new attempts, since the ends that caused it and the stops it made fall between two looks at the run.
+// It is said once the streams still open are read to their ends: the run restarts its tasks once every one of
+// them has ended, so nothing more comes on them, and the line comes as the backoff begins, not at its end.
 func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	if st.RestartCount <= f.restarts {
 		return
@@ -148,7 +150,8 @@ func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	}
 	n := note{run: msg}
 	for _, k := range f.order {
-		if !f.streams[k].closed {
+		if s := f.streams[k]; !s.closed {
+			s.done = true
 			n.waitFor = append(n.waitFor, k)
 		}
 	}

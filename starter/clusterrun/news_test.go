@@ -228,3 +228,23 @@ func TestFollower_ATaskWhoseMapWentOutIsSaidRunningOnceItRuns(t *testing.T) {
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 2, StartTime: &sent}}})
 	assert.Equal(t, "[worker-0] ── running on h (attempt 2)\n", out.String())
 }
+
+// A gang restart is said as its backoff begins, once the ended generation's output is read, not when the new
+// generation starts. (Seen as a user: with an 8 s backoff, "gang restart 1 of 1 after: ..." came 8 s late.)
+func TestFollower_AGangRestartIsSaidAsItsBackoffBegins(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started}}})
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{Data: []byte("hello\n"), Next: 6})
+	f.flush()
+	out.Reset()
+	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 after: worker-1 exited with code 7",
+		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Attempt: 1}}})
+	for _, name := range []string{"stdout", "stderr"} {
+		s := f.streams["worker-0/1/"+name]
+		f.take(s, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: s.offset}, Next: s.offset, EOF: true})
+	}
+	f.release(false)
+	assert.Equal(t, "[clusterrun] ── gang restart 1 of 1 after: worker-1 exited with code 7\n", out.String())
+}
