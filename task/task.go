@@ -144,9 +144,12 @@ type Client struct {
 	// RetryFor bounds how long a request is retried while the socket cannot be reached or answers 503.
 	// Optional: default DefaultRetryFor.
 	RetryFor time.Duration
-	socket   string
-	http     *http.Client
-	acks     acks
+	// Waiting, when set, is told once per request that the socket has not answered for WaitNoteAfter, so a
+	// task's log says what it waits for while its host worker restarts (or its socket was given wrong).
+	Waiting io.Writer
+	socket  string
+	http    *http.Client
+	acks    acks
 }
 
 // New returns a client for the socket named in CLUSTERRUN_SOCKET.
@@ -255,6 +258,9 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 
 func body(v any) func() any { return func() any { return v } }
 
+// WaitNoteAfter is how long a request waits for its socket before it tells Client.Waiting.
+var WaitNoteAfter = 5 * time.Second
+
 // call sends one request and decodes the answer. While the socket is gone or refuses connections, or answers
 // 503, it tries again (with a short backoff) for RetryFor: a host worker that restarts serves the socket again.
 func (c *Client) call(ctx context.Context, method, path string, in func() any, out any) error {
@@ -265,6 +271,7 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	deadline := time.Now().Add(retryFor)
 	delay := 50 * time.Millisecond
 	id := requestID()
+	said := false
 	for {
 		err := c.once(ctx, method, path, id, in, out)
 		var answered *Error
@@ -274,6 +281,10 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w (tried for %s; is the task's host worker running?)", err, retryFor)
+		}
+		if c.Waiting != nil && !said && time.Until(deadline) < retryFor-WaitNoteAfter {
+			said = true
+			fmt.Fprintf(c.Waiting, "clusterrun task: %v; trying again for up to %s (its host worker may be restarting)\n", err, retryFor)
 		}
 		select {
 		case <-ctx.Done():

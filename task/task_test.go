@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,4 +224,18 @@ func reply(w http.ResponseWriter, v any) { _ = json.NewEncoder(w).Encode(v) }
 func refuse(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write([]byte(`{"error": "refused"}`))
+}
+
+// A request that waits for its socket says so once, after WaitNoteAfter, and still gives up after RetryFor.
+func TestClient_SaysOnceThatItWaitsForItsSocket(t *testing.T) {
+	defer func(d time.Duration) { WaitNoteAfter = d }(WaitNoteAfter)
+	WaitNoteAfter = 100 * time.Millisecond
+	c := NewAt(socketPath(t))
+	c.RetryFor = 600 * time.Millisecond
+	var notes bytes.Buffer
+	c.Waiting = &notes
+	_, err := c.Info(context.Background())
+	require.Error(t, err)
+	assert.Equal(t, 1, strings.Count(notes.String(), "\n"), notes.String())
+	assert.Contains(t, notes.String(), "no such file or directory; trying again for up to 600ms (its host worker may be restarting)")
 }

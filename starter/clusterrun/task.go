@@ -69,11 +69,13 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	return run(rest, stdout, stderr)
 }
 
-func taskClient() (*task.Client, error) {
+// taskClient connects to the task's control socket; a request that waits for it says so on stderr.
+func taskClient(stderr io.Writer) (*task.Client, error) {
 	c, err := task.New()
 	if err != nil {
 		return nil, &exitError{code: exitUsage, msg: err.Error()}
 	}
+	c.Waiting = stderr
 	return c, nil
 }
 
@@ -101,7 +103,7 @@ func taskBarrier(args []string, _, stderr io.Writer) error {
 	if *timeout < 0 {
 		return usageErrorf("--timeout %s: must be positive", *timeout)
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ func taskProgress(args []string, _, stderr io.Writer) error {
 		}
 		nums[i] = v
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -152,7 +154,7 @@ func taskStop(args []string, _, stderr io.Writer) error {
 	if *keep && *msg != "" {
 		return usageErrorf("--keep-run asks the tasks to stop without ending the run, so it takes no --error")
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -172,7 +174,7 @@ func taskClearStop(args []string, _, stderr io.Writer) error {
 	if _, err := parse(fs, "Usage: clusterrun task clear-stop\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
 	if *timeout < 0 {
 		return usageErrorf("--timeout %s: must be positive", *timeout)
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -215,7 +217,7 @@ func taskShouldStop(args []string, stdout, stderr io.Writer) error {
 	if _, err := parse(fs, "Usage: clusterrun task should-stop\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -239,7 +241,7 @@ func taskInfo(args []string, stdout, stderr io.Writer) error {
 	if _, err := parse(fs, "Usage: clusterrun task info\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func taskSchedule(args []string, stdout, stderr io.Writer) error {
 		}
 		item.Args = json.RawMessage(pos[1])
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 		}
 		ids = append(ids, id)
 	}
-	c, err := taskClient()
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func taskJoin(args []string, _, stderr io.Writer) error {
 	if _, err := parse(fs, "Usage: clusterrun task join [--timeout D]\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
-	return joinItems(deadlineOf(*timeout), *timeout, true)
+	return joinItems(deadlineOf(*timeout), *timeout, true, stderr)
 }
 
 func taskDone(args []string, _, stderr io.Writer) error {
@@ -136,13 +136,13 @@ func taskDone(args []string, _, stderr io.Writer) error {
 	if _, err := parse(fs, "Usage: clusterrun task done\n", args, 0, 0, stderr); err != nil {
 		return err
 	}
-	return joinItems(time.Time{}, 0, false)
+	return joinItems(time.Time{}, 0, false, stderr)
 }
 
 // joinItems waits (or with wait false, looks once) until every item this task scheduled has finished; the
 // first error not raised yet fails it, once.
-func joinItems(deadline time.Time, timeout time.Duration, wait bool) error {
-	c, err := taskClient()
+func joinItems(deadline time.Time, timeout time.Duration, wait bool, stderr io.Writer) error {
+	c, err := taskClient(stderr)
 	if err != nil {
 		return err
 	}
