@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -37,10 +38,13 @@ import uuid
 __all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop", "stop_on_exception",
            "should_stop", "stop_state", "info", "cluster_map",
            "schedule", "join", "done", "serve", "RemoteValue",
-           "ClusterrunError", "BarrierError", "NotInTaskError", "ItemError", "RETRY_FOR"]
+           "ClusterrunError", "BarrierError", "NotInTaskError", "ItemError", "RETRY_FOR", "WAIT_NOTE_AFTER"]
 
 # How long a call keeps trying while the control socket is gone or unavailable (its host worker restarting).
 RETRY_FOR = 120.0
+# A call that has waited this many seconds for the socket says so once on stderr, so the task's log shows why
+# it seems stuck.
+WAIT_NOTE_AFTER = 5.0
 
 
 class ClusterrunError(Exception):
@@ -112,12 +116,18 @@ def _call(method, path, body=None, timeout=None):
     # One id for every try of this call: a work-item call whose answer was lost (the host worker restarted
     # while it waited) is answered again, not applied again.
     request_id = uuid.uuid4().hex
+    began, said = time.monotonic(), False
     while True:
         try:
             return _once(sock_path, method, path, body() if callable(body) else body, timeout, request_id)
         except _Unavailable as e:
             if time.monotonic() > deadline:
                 raise ClusterrunError("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR))
+            if not said and time.monotonic() - began >= WAIT_NOTE_AFTER:
+                said = True
+                sys.stderr.write("clusterrun: %s; trying again for up to %gs (its host worker may be restarting)\n"
+                                 % (e, RETRY_FOR))
+                sys.stderr.flush()
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
 

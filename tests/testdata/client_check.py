@@ -1,7 +1,9 @@
 """Run as a clusterrun task by tests/coordination_test.go: exercises the Python client and bad requests."""
 import http.client
+import io
 import json
 import os
+import sys
 
 import clusterrun
 
@@ -35,6 +37,20 @@ try:
     out["client_bad_type"] = "no error"
 except clusterrun.ClusterrunError as e:
     out["client_bad_type"] = str(e)
+
+# A call whose socket does not answer says so once on stderr, then gives up after RETRY_FOR.
+real_socket, real_stderr = os.environ["CLUSTERRUN_SOCKET"], sys.stderr
+retry_for, note_after = clusterrun.RETRY_FOR, clusterrun.WAIT_NOTE_AFTER
+os.environ["CLUSTERRUN_SOCKET"] = real_socket + ".gone"
+sys.stderr, clusterrun.RETRY_FOR, clusterrun.WAIT_NOTE_AFTER = io.StringIO(), 0.6, 0.1
+try:
+    clusterrun.info()
+    out["gone_socket"] = "no error"
+except clusterrun.ClusterrunError as e:
+    out["gone_socket"] = str(e)
+out["gone_socket_note"] = sys.stderr.getvalue()
+os.environ["CLUSTERRUN_SOCKET"], sys.stderr = real_socket, real_stderr
+clusterrun.RETRY_FOR, clusterrun.WAIT_NOTE_AFTER = retry_for, note_after
 
 clusterrun.barrier("py-done", timeout=60)
 with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
