@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -806,4 +807,68 @@ tasks:
 	assert.Empty(t, w.Error, "the stop is confirmed")
 	assert.Equal(t, "SIGTERM", w.Signal)
 	assert.False(t, alive(worker), "the run ended while the hung host's task still ran")
+}
+
+// A host whose worker is SIGKILLed does not hold back the output of the tasks on the other hosts: clusterrun run
+// asks it again only after a wait (10 s, then 20 s), where it used to ask it on every read, each read then
+// waiting 5 s for it. Once its worker is back and takes its task up, that task's output comes again, all of it.
+func TestFault_ASilentHostDoesNotHoldBackTheOthersOutput(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: silent-host
+heartbeatTimeout: 2s
+hostLossGrace: 5m
+command: [sh, -c, 'for i in $(seq 1 60); do echo "$CLUSTERRUN_TASK tick $i"; sleep 1; done']
+tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [host-a]}}
+`)
+	run := exec.Command(filepath.Join(c.bin, "clusterrun"), "run", spec, "--id", id)
+	run.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
+	var out syncBuffer
+	run.Stdout, run.Stderr = &out, &out
+	require.NoError(t, run.Start())
+	exited := make(chan struct{})
+	go func() { _ = run.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = run.Process.Kill(); <-exited })
+	ticks := func(task string) int {
+		return len(regexp.MustCompile(`(?m)^\[`+task+`\] +`+task+` tick \d+$`).FindAllString(out.String(), -1))
+	}
+	waitUntil(t, "both tasks' output", time.Minute, func() bool { return ticks("worker-0") >= 2 && ticks("chief-0") >= 2 })
+	c.stopWorker("host-a", syscall.SIGKILL)
+	from := ticks("chief-0")
+	waitUntil(t, "35 more lines of the chief, on host-b", 2*time.Minute, func() bool { return ticks("chief-0") >= from+35 })
+	require.NoError(t, c.startWorker("host-a"))
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("clusterrun run did not end:\n%s", out.String())
+	}
+	assert.Equal(t, 0, run.ProcessState.ExitCode(), out.String())
+	assert.Equal(t, 60, ticks("chief-0"), out.String())
+	assert.GreaterOrEqual(t, ticks("worker-0"), 2, "the worker's output came again once its host was back:\n%s", out.String())
+
+	// The log session's reads that host-a left unanswered: at the kill, after 10 s and after 20 s more, where the
+	// follower used to ask on every read (one each 5 s or so: 7 or more in those 35 s).
+	var session string
+	waitUntil(t, "clusterrun run's log session to be listed", time.Minute, func() bool {
+		res, err := c.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = '" + workflows.LogSessionWorkflowType + "'"})
+		if err != nil || len(res.Executions) != 1 {
+			return false
+		}
+		session = res.Executions[0].GetExecution().GetWorkflowId()
+		return true
+	})
+	unanswered := 0
+	it := c.client.GetWorkflowHistory(context.Background(), session, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT {
+			unanswered++
+		}
+	}
+	assert.LessOrEqual(t, unanswered, 4, "reads host-a left unanswered")
+	assert.GreaterOrEqual(t, unanswered, 1, "host-a was asked while it was down")
 }

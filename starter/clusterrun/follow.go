@@ -61,8 +61,9 @@ type follower struct {
 	merge *merger
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
-	restarts int             // the run's gang restarts already told
-	silent   map[string]bool // hosts whose last read went unanswered, already told
+	restarts int                 // the run's gang restarts already told
+	silent   map[string]*silence // hosts whose last read went unanswered (silent.go)
+	was      map[string]string   // task -> its state at the last look
 	logs     *starter.LogReader
 	budget   int64 // bytes per read
 	next     int   // the stream the next read starts with
@@ -134,7 +135,7 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]bool{},
+	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]*silence{}, was: map[string]string{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 }
 
@@ -205,6 +206,8 @@ func (f *follower) earlier(t workflows.TaskStatus) {
 
 // current takes up a task's current attempt: its state line, and its streams.
 func (f *follower) current(t workflows.TaskStatus) {
+	f.backFrom(t, f.was[t.Name])
+	f.was[t.Name] = t.State
 	// A placed task whose cluster map went out is starting: it is said running once its host confirms it.
 	starting := t.State == workflows.TaskPlaced && t.StartTime != nil
 	if t.State != workflows.TaskRunning && !starting && t.Attempt > 0 && t.Host != "" && t.StartTime != nil {
@@ -263,6 +266,7 @@ const minShare = 16 << 10
 // lines that waited for it. It reports whether any output came.
 func (f *follower) poll(ctx context.Context) (bool, error) {
 	defer f.release(false)
+	f.unreadNow()
 	open := f.readable()
 	if len(open) == 0 {
 		return false, nil
@@ -313,7 +317,7 @@ func (f *follower) readable() []string {
 	first := f.firstUnread()
 	var open []string
 	for _, k := range f.order {
-		if s := f.streams[k]; !s.closed && s.attempt == first[s.task] && (f.merge == nil || !f.merge.full(s.task, s.name)) {
+		if s := f.streams[k]; !s.closed && s.attempt == first[s.task] && !f.skipped(s) && (f.merge == nil || !f.merge.full(s.task, s.name)) {
 			open = append(open, k)
 		}
 	}
@@ -336,8 +340,7 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	if c.Unreachable && !s.done {
 		// The task runs on; its host's worker may be restarting. Keep following, and say so once for the host,
 		// not for each of its tasks' streams.
-		if !f.silent[s.host] {
-			f.silent[s.host] = true
+		if f.hushed(s.host) {
 			f.say("clusterrun", fmt.Sprintf("%s; still following its tasks", c.Error))
 		}
 		return false

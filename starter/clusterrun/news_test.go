@@ -248,3 +248,44 @@ func TestFollower_AGangRestartIsSaidAsItsBackoffBegins(t *testing.T) {
 	f.release(false)
 	assert.Equal(t, "[clusterrun] ── gang restart 1 of 1 after: worker-1 exited with code 7\n", out.String())
 }
+
+// A host that let a read go unanswered is left out of the next reads, so that the other hosts' output is not
+// held back by its 5 s each time; it is asked again after a wait, or at once when the run shows its task
+// running again after it was unreachable. A stream of an ended attempt there is closed without a read, saying
+// how to read it later. (Seen as a user: with one of two hosts SIGKILLed, the other's task printed its lines in
+// bursts 5 s apart.)
+func TestFollower_ASilentHostDoesNotHoldTheOthersBack(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	started := time.Now()
+	running := func(name, host string, state string) workflows.TaskStatus {
+		return workflows.TaskStatus{Name: name, State: state, Host: host, Attempt: 1, StartTime: &started}
+	}
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{running("worker-0", "a", workflows.TaskRunning), running("worker-1", "b", workflows.TaskRunning)}})
+	gone := workflows.LogChunk{Unreachable: true, Error: "host a did not pick up the read within 5s"}
+	f.take(f.streams["worker-0/1/stdout"], gone)
+	f.take(f.streams["worker-0/1/stderr"], gone)
+	assert.Equal(t, []string{"worker-1/1/stdout", "worker-1/1/stderr"}, f.readable(), "host a is left out")
+	assert.Equal(t, firstSilentWait, f.silent["a"].wait, "once per read, not once per stream")
+
+	f.silent["a"].until = time.Now().Add(-time.Second)
+	assert.Len(t, f.readable(), 4, "asked again after its wait")
+	f.take(f.streams["worker-0/1/stdout"], gone)
+	assert.Equal(t, 2*firstSilentWait, f.silent["a"].wait, "a longer wait after another unanswered read")
+	assert.Len(t, f.readable(), 2)
+
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{running("worker-0", "a", workflows.TaskUnreachable), running("worker-1", "b", workflows.TaskRunning)}})
+	assert.Len(t, f.readable(), 2, "still unreachable")
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{running("worker-0", "a", workflows.TaskRunning), running("worker-1", "b", workflows.TaskRunning)}})
+	assert.Len(t, f.readable(), 4, "its worker took it up again: asked at once")
+
+	f.take(f.streams["worker-0/1/stdout"], gone)
+	out.Reset()
+	ended := running("worker-0", "a", workflows.TaskFailed)
+	ended.EndTime = &started
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{ended, running("worker-1", "b", workflows.TaskRunning)}})
+	f.unreadNow()
+	assert.Equal(t, []string{"worker-1/1/stdout", "worker-1/1/stderr"}, f.readable(), "an ended attempt's streams on a silent host are not asked for")
+	assert.Contains(t, out.String(), "[worker-0] ── cannot read stdout of attempt 1: host a does not answer (clusterrun logs run worker-0 --attempt 1 reads it once its worker is back)\n")
+	assert.Equal(t, 2, f.unreadable)
+}

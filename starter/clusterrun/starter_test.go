@@ -249,7 +249,7 @@ func TestLastRan(t *testing.T) {
 
 func TestFollower_TellsAnUnansweredHostOnce(t *testing.T) {
 	var notes bytes.Buffer
-	f := &follower{notes: &notes, out: io.Discard, width: 8, silent: map[string]bool{}}
+	f := &follower{notes: &notes, out: io.Discard, width: 8, silent: map[string]*silence{}}
 	silent := workflows.LogChunk{Unreachable: true, Error: "host host-b did not pick up the read within 5s"}
 	streams := []*stream{{host: "host-b", task: "worker-1", name: "stdout"}, {host: "host-b", task: "worker-1", name: "stderr"},
 		{host: "host-b", task: "worker-3", name: "stdout"}}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// Hosts that do not answer reads. A read asks every host it names at once and is answered once each has
+// answered or let its part go unpicked for 5 s, so one dead host held every other task's output back 5 s per
+// read, as long as the follower kept asking it (seen as a user: with one of two hosts SIGKILLed, the other's
+// task printed its lines in bursts 5 s apart). The follower asks a silent host again only after a wait that
+// doubles up to maxSilentWait, or at once when the run shows one of its tasks running again after it was
+// unreachable (its worker came back and took it up). A stream of an attempt that ended there is not asked
+// for while its host is silent: its log stays on the host, and the follower says how to read it later.
+
+// silence is a host whose last read went unanswered: when to ask it again, and the wait before that.
+type silence struct {
+	until time.Time
+	wait  time.Duration
+}
+
+const (
+	firstSilentWait = 10 * time.Second
+	maxSilentWait   = time.Minute
+)
+
+// hushed marks host silent after a read it did not answer, and reports whether it was not silent before.
+func (f *follower) hushed(host string) bool {
+	sl := f.silent[host]
+	switch {
+	case sl == nil:
+		sl = &silence{wait: firstSilentWait}
+		f.silent[host] = sl
+	case time.Now().Before(sl.until):
+		return false // another of its streams, in the same read
+	default:
+		sl.wait = min(2*sl.wait, maxSilentWait)
+	}
+	sl.until = time.Now().Add(sl.wait)
+	return sl.wait == firstSilentWait
+}
+
+// skipped says whether a read leaves s out: its host is silent, and it is not yet time to ask it again.
+func (f *follower) skipped(s *stream) bool {
+	sl := f.silent[s.host]
+	return sl != nil && time.Now().Before(sl.until)
+}
+
+// backFrom asks a silent host again at once when t, which ran there, is running again after it was unreachable.
+func (f *follower) backFrom(t workflows.TaskStatus, was string) {
+	if sl := f.silent[t.Host]; sl != nil && t.State == workflows.TaskRunning && was == workflows.TaskUnreachable {
+		sl.until = time.Time{}
+	}
+}
+
+// unreadNow closes the streams of ended attempts on silent hosts without asking those hosts again: the read
+// would wait its 5 s for nothing, and hold every other task's output back meanwhile.
+func (f *follower) unreadNow() {
+	for _, k := range f.order {
+		s := f.streams[k]
+		if sl := f.silent[s.host]; sl == nil || s.closed || !s.done || !time.Now().Before(sl.until) {
+			continue
+		}
+		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: host %s does not answer (clusterrun logs %s %s --attempt %d reads it "+
+			"once its worker is back)", s.name, s.attempt, s.host, f.runID, s.task, s.attempt))
+		f.unreadable++
+		s.closed = true
+	}
+}
