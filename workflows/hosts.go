@@ -287,6 +287,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 	if !r.leased {
 		return nil
 	}
+	notePinned(orders)
 	prePlace := r.mayPrePlace(ctx, orders)
 	var tasks []*task
 	var unpinned []launchOrder // tasks[i]'s
@@ -374,10 +375,31 @@ func noteAbsentHosts(orders []launchOrder, hosts []HostEntry) {
 				t.waitNote = fmt.Sprintf("waiting for host %s: it is drained and takes no new tasks "+
 					"(clusterrun drain %s --undo takes them again)", t.Host, t.Host)
 			default:
-				t.waitNote = ""
+				t.waitNote = lostNote(t) // the registry lists a host whose worker just died as live for LiveFor
 			}
 		}
 	}
+}
+
+// notePinned sets the note of each pinned task about to launch from what the run knows itself, before (and
+// whether or not) a registry read says more (noteAbsentHosts): a restart pinned to the host that lost its last
+// attempt waits for that host's worker, and otherwise nothing is known yet, so an older note goes.
+func notePinned(orders []launchOrder) {
+	for _, o := range orders {
+		if o.how != reattach && o.t.Host != "" {
+			o.t.waitNote = lostNote(o.t)
+		}
+	}
+}
+
+// lostNote says that t, pinned to the host that lost its last attempt, waits for that host's worker; "" for
+// any other task.
+func lostNote(t *task) string {
+	if !t.lostHost {
+		return ""
+	}
+	return fmt.Sprintf("waiting for host %s: it lost the last attempt, and starts this one once its clusterrun-worker "+
+		"--host %s is back (clusterrun hosts shows when it last reported)", t.Host, t.Host)
 }
 
 // slotNotePrefix begins every slotNote.

@@ -128,4 +128,25 @@ func TestNoteAbsentHosts(t *testing.T) {
 	hosts[0].Drained = true // an operator drained host-a
 	noteAbsentHosts([]launchOrder{{t: a, how: newAttempt}}, hosts)
 	assert.Equal(t, "waiting for host host-a: it is drained and takes no new tasks (clusterrun drain host-a --undo takes them again)", a.waitNote)
+
+	// A restart pinned to the host that lost its last attempt, which the registry still lists as live (its
+	// worker died less than LiveFor ago).
+	hosts[0].Drained = false
+	a.lostHost = true
+	noteAbsentHosts([]launchOrder{{t: a, how: newAttempt}}, hosts)
+	assert.Equal(t, "waiting for host host-a: it lost the last attempt, and starts this one once its clusterrun-worker --host host-a is back "+
+		"(clusterrun hosts shows when it last reported)", a.waitNote)
+}
+
+// A pinned launch's note comes from what the run knows before any registry read: a restart on the host that
+// lost its last attempt waits for that host's worker; any other pinned task's older note goes (a pinned restart
+// that reads no registry kept the note of its first launch).
+func TestNotePinned(t *testing.T) {
+	lost, stale, attached := &task{lostHost: true}, &task{waitNote: "waiting for host host-b: it is drained ..."}, &task{waitNote: "kept"}
+	lost.Host, stale.Host, attached.Host = "host-a", "host-b", "host-c"
+	notePinned([]launchOrder{{t: lost, how: newAttempt}, {t: stale, how: newAttempt}, {t: attached, how: reattach}})
+	assert.Equal(t, "waiting for host host-a: it lost the last attempt, and starts this one once its clusterrun-worker --host host-a is back "+
+		"(clusterrun hosts shows when it last reported)", lost.waitNote)
+	assert.Empty(t, stale.waitNote)
+	assert.Equal(t, "kept", attached.waitNote)
 }
