@@ -235,6 +235,9 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 			}
 		}
 		note := t.Error
+		if note == "" && t.Straggler {
+			note = stragglerNote
+		}
 		if note == "" && len(t.Result) > 0 {
 			note = string(t.Result)
 		}

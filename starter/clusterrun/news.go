@@ -165,6 +165,10 @@ func placedLine(on string, attempt int) string {
 	return fmt.Sprintf("placed on %s (attempt %d), starts when every task is placed", on, attempt)
 }
 
+// stragglerNote says why a straggler was killed, and how a task avoids it.
+const stragglerNote = "a straggler, still running when the stop request's grace period (stopGracePeriod) ended; " +
+	"a task that checks should-stop (clusterrun task should-stop) ends in time"
+
 func describeState(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskPlaced:
@@ -193,6 +197,8 @@ func describeState(t workflows.TaskStatus) string {
 			return t.Error // it says so itself ("stopped before it started: ...")
 		case t.Error != "":
 			return line + ": " + t.Error
+		case t.Straggler:
+			return line + ": " + stragglerNote
 		}
 		return line
 	case workflows.TaskFailed:
