@@ -201,6 +201,11 @@ func describeState(t workflows.TaskStatus) string {
 			return line + ": " + stragglerNote
 		}
 		return line
+	case workflows.TaskTerminated:
+		if strings.HasPrefix(t.Error, "terminated ") {
+			return t.Error // "terminated by the user"
+		}
+		return "terminated"
 	case workflows.TaskFailed:
 		if t.Error != "" {
 			return "failed: " + t.Error

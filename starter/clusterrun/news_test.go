@@ -187,6 +187,7 @@ func TestDescribeState_AStoppedTaskSaysWhyItWasKilled(t *testing.T) {
 	waited := workflows.TaskStatus{State: workflows.TaskStopped, Error: "stopped before it started: it was waiting for host a: no worker"}
 	assert.Equal(t, "stopped before it started: it was waiting for host a: no worker", describeState(waited))
 	assert.Equal(t, "stopped (SIGTERM)", describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGTERM"}))
+	assert.Equal(t, "terminated by the user", describeState(workflows.TaskStatus{State: workflows.TaskTerminated, Error: "terminated by the user"}))
 	assert.Equal(t, "stopped (SIGKILL): a straggler, still running when the stop request's grace period (stopGracePeriod) ended; "+
 		"a task that checks should-stop (clusterrun task should-stop) ends in time",
 		describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGKILL", Straggler: true}))
