@@ -113,9 +113,11 @@ func readFromHosts(ctx workflow.Context, in ReadLogsInput) *ReadLogsResult {
 		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue: ControlQueue(h),
-			// A host that does not answer soon is gone; say so rather than hold up the other hosts' logs.
+			// A host that does not answer soon is gone; say so rather than hold up the other hosts' logs. A read
+			// is a few file reads (no waiting for output), well under a second even at MaxLogRead: one that a
+			// host took and then died holding holds every other host's output back for this long.
 			ScheduleToStartTimeout: 5 * time.Second,
-			StartToCloseTimeout:    30 * time.Second,
+			StartToCloseTimeout:    readLogsTimeout,
 			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 			Summary:                "read logs on " + h,
 		})
@@ -137,11 +139,18 @@ func readFromHosts(ctx workflow.Context, in ReadLogsInput) *ReadLogsResult {
 	return out
 }
 
+// readLogsTimeout bounds one host's part of a read once the host took it up. It was 30 s, and a host whose
+// worker was SIGKILLed holding a read held the output of a 100-task run on four hosts back for those 30 s.
+const readLogsTimeout = 10 * time.Second
+
 // unansweredRead says why a host's read failed.
 func unansweredRead(host string, err error) string {
 	var timeout *temporal.TimeoutError
-	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+	switch {
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 		return fmt.Sprintf("host %s did not pick up the read within 5s: no clusterrun-worker --host %s is running, or it is overloaded", host, host)
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_START_TO_CLOSE:
+		return fmt.Sprintf("host %s took the read up but did not answer within %s: its clusterrun-worker stopped, or it is overloaded", host, readLogsTimeout)
 	}
 	return fmt.Sprintf("host %s could not answer: %v", host, err)
 }

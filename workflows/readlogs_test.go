@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"context"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,4 +81,12 @@ func TestLogSession_EndsWhenIdle(t *testing.T) {
 	env.ExecuteWorkflow(LogSession, LogSessionInput{RunID: "run-1", Idle: time.Minute})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
+}
+
+// A host's unanswered part of a read says which way it went unanswered.
+func TestUnansweredRead(t *testing.T) {
+	assert.Equal(t, "host a did not pick up the read within 5s: no clusterrun-worker --host a is running, or it is overloaded",
+		unansweredRead("a", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)))
+	assert.Equal(t, "host a took the read up but did not answer within 10s: its clusterrun-worker stopped, or it is overloaded",
+		unansweredRead("a", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)))
 }

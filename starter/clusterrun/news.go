@@ -77,8 +77,16 @@ func alike(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskRunning, workflows.TaskPlaced:
 		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
+	case workflows.TaskPending:
+		return waitAlike(t)
 	}
 	return describeState(t)
+}
+
+// waitAlike describes a wait without the task's own name, so that the restarts of tasks lost with one host
+// ("waiting: restart 1 of 3 in 1s after: worker-2 lost: host c did not take it up again ...") share a line.
+func waitAlike(t workflows.TaskStatus) string {
+	return strings.ReplaceAll(describeState(t), t.Name+" ", "")
 }
 
 // sharedState describes the state of a group of tasks changed alike, on hosts.
@@ -92,6 +100,8 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 		return runningLine(on, t)
 	case workflows.TaskPlaced:
 		return placedLine(on, t.Attempt)
+	case workflows.TaskPending:
+		return waitAlike(t)
 	}
 	return describeState(t)
 }

@@ -50,6 +50,18 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	out.Reset()
 	f.tell([]workflows.TaskStatus{ended[63], ended[96], ended[108]})
 	assert.Equal(t, "[3 tasks]    ── stopped (SIGTERM): worker-63, worker-96, worker-108\n", out.String(), "a large run's few changes")
+
+	// The restarts of the tasks a lost host took with it share a line: each names its own task.
+	out.Reset()
+	var waits []workflows.TaskStatus
+	for _, i := range []int{2, 6, 10, 14, 18} {
+		name := fmt.Sprintf("worker-%d", i)
+		waits = append(waits, workflows.TaskStatus{Name: name, State: workflows.TaskPending, Attempt: 1,
+			Error: "restart 1 of 1 in 1s after: " + name + " lost: host c did not take it up again within hostLossGrace 5s"})
+	}
+	f.tell(waits)
+	assert.Equal(t, "[5 tasks]    ── waiting: restart 1 of 1 in 1s after: lost: host c did not take it up again within hostLossGrace 5s: "+
+		"worker-2, worker-6, worker-10 and 2 more\n", out.String())
 }
 
 // A task that moved off a host that was gone before it started says so when it runs, alone or in a large run,
@@ -290,6 +302,22 @@ func TestFollower_ASilentHostDoesNotHoldTheOthersBack(t *testing.T) {
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{ended, running("worker-1", "b", workflows.TaskRunning)}})
 	f.unreadNow()
 	assert.Equal(t, []string{"worker-1/1/stdout", "worker-1/1/stderr"}, f.readable(), "an ended attempt's streams on a silent host are not asked for")
-	assert.Contains(t, out.String(), "[worker-0] ── cannot read stdout of attempt 1: host a does not answer (clusterrun logs run worker-0 --attempt 1 reads it once its worker is back)\n")
-	assert.Equal(t, 2, f.unreadable)
+	assert.Equal(t, "[worker-0] ── cannot read the output of attempt 1: host a does not answer (clusterrun logs run worker-0 --attempt 1 reads it once its worker is back)\n", out.String())
+	assert.Equal(t, 2, f.unreadable, "both its streams")
+}
+
+// A silent host with several ended attempts says so in one line, not one per stream.
+func TestFollower_ASilentHostsEndedAttemptsShareALine(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "big", &out)
+	for i := 0; i < 6; i++ {
+		f.open(workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), Host: "c"}, 1, true)
+	}
+	f.open(workflows.TaskStatus{Name: "worker-9", Host: "d"}, 1, true)
+	f.silent["c"] = &silence{until: time.Now().Add(time.Minute), wait: firstSilentWait}
+	f.unreadNow()
+	assert.Equal(t, "[clusterrun] ── cannot read the output of 6 ended attempts on host c, which does not answer: worker-0, worker-1, worker-2 "+
+		"and 3 more (clusterrun logs big TASK --attempt N reads each once the host's worker is back)\n", out.String())
+	assert.Equal(t, 12, f.unreadable)
+	assert.Equal(t, []string{"worker-9/1/stdout", "worker-9/1/stderr"}, f.readable(), "another host's streams are read")
 }

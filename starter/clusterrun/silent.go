@@ -56,16 +56,35 @@ func (f *follower) backFrom(t workflows.TaskStatus, was string) {
 }
 
 // unreadNow closes the streams of ended attempts on silent hosts without asking those hosts again: the read
-// would wait its 5 s for nothing, and hold every other task's output back meanwhile.
+// would wait its 5 s for nothing, and hold every other task's output back meanwhile. It says so once per task,
+// or once per host for several (a host lost with 25 tasks said it in 50 lines, one per stream).
 func (f *follower) unreadNow() {
+	var hosts []string
+	byHost := map[string][]workflows.TaskStatus{} // the tasks, each once, with the attempt
 	for _, k := range f.order {
 		s := f.streams[k]
 		if sl := f.silent[s.host]; sl == nil || s.closed || !s.done || !time.Now().Before(sl.until) {
 			continue
 		}
-		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: host %s does not answer (clusterrun logs %s %s --attempt %d reads it "+
-			"once its worker is back)", s.name, s.attempt, s.host, f.runID, s.task, s.attempt))
 		f.unreadable++
 		s.closed = true
+		ts := byHost[s.host]
+		if len(ts) > 0 && ts[len(ts)-1].Name == s.task && ts[len(ts)-1].Attempt == s.attempt {
+			continue // its other stream
+		}
+		if ts == nil {
+			hosts = append(hosts, s.host)
+		}
+		byHost[s.host] = append(ts, workflows.TaskStatus{Name: s.task, Attempt: s.attempt})
+	}
+	for _, h := range hosts {
+		ts := byHost[h]
+		if len(ts) == 1 {
+			f.say(ts[0].Name, fmt.Sprintf("cannot read the output of attempt %d: host %s does not answer (clusterrun logs %s %s --attempt %d "+
+				"reads it once its worker is back)", ts[0].Attempt, h, f.runID, ts[0].Name, ts[0].Attempt))
+			continue
+		}
+		f.say("clusterrun", fmt.Sprintf("cannot read the output of %d ended attempts on host %s, which does not answer: %s "+
+			"(clusterrun logs %s TASK --attempt N reads each once the host's worker is back)", len(ts), h, someNames(ts), f.runID))
 	}
 }
