@@ -209,6 +209,8 @@ func describeState(t workflows.TaskStatus) string {
 			return line + ": " + t.Error
 		case t.Straggler:
 			return line + ": " + stragglerNote
+		case t.ExitCode == nil && t.StartTime == nil && t.Signal == "":
+			return "stopped before it started" // placed, its peers not yet: the run ended first
 		}
 		return line
 	case workflows.TaskTerminated:

@@ -104,7 +104,7 @@ func TestFollower_EndWaitsForItsOwnAttempt(t *testing.T) {
 	f := newFollower(nil, "run", &out)
 	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 1, true) // attempt 1: read to its end
 	f.open(workflows.TaskStatus{Name: "worker-0", Host: "h"}, 2, false)
-	f.hold(workflows.TaskStatus{Name: "worker-0", State: workflows.TaskStopped, Attempt: 1})
+	f.hold(workflows.TaskStatus{Name: "worker-0", State: workflows.TaskStopped, Attempt: 1, Signal: "SIGTERM"})
 	f.release(false)
 	assert.Empty(t, out.String(), "attempt 1 still has output to read")
 	for _, s := range f.streams {
@@ -113,7 +113,7 @@ func TestFollower_EndWaitsForItsOwnAttempt(t *testing.T) {
 		}
 	}
 	f.release(false)
-	assert.Equal(t, "[worker-0] ── stopped\n", out.String(), "said once attempt 1 is read, while attempt 2 runs")
+	assert.Equal(t, "[worker-0] ── stopped (SIGTERM)\n", out.String(), "said once attempt 1 is read, while attempt 2 runs")
 }
 
 // Attempts that started and ended between two looks at the run are told in order, each after its output: its
@@ -199,6 +199,7 @@ func TestDescribeState_AStoppedTaskSaysWhyItWasKilled(t *testing.T) {
 	waited := workflows.TaskStatus{State: workflows.TaskStopped, Error: "stopped before it started: it was waiting for host a: no worker"}
 	assert.Equal(t, "stopped before it started: it was waiting for host a: no worker", describeState(waited))
 	assert.Equal(t, "stopped (SIGTERM)", describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGTERM"}))
+	assert.Equal(t, "stopped before it started", describeState(workflows.TaskStatus{State: workflows.TaskStopped}))
 	assert.Equal(t, "terminated by the user", describeState(workflows.TaskStatus{State: workflows.TaskTerminated, Error: "terminated by the user"}))
 	assert.Equal(t, "stopped (SIGKILL): a straggler, still running when the stop request's grace period (stopGracePeriod) ended; "+
 		"a task that checks should-stop (clusterrun task should-stop) ends in time",
