@@ -226,12 +226,20 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs str
 	return c, nil
 }
 
+// inBrackets is " (why)", or "" without a why.
+func inBrackets(why string) string {
+	if why == "" {
+		return ""
+	}
+	return " (" + why + ")"
+}
+
 // selectTasks picks the chosen tasks that have logs to read, and checks an explicit attempt against each. Unless
 // waiting (following a run that goes on), a named task that has not started, or nothing started at all, is an
 // error.
 func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attempt int, waiting bool) ([]workflows.TaskStatus, error) {
 	var out []workflows.TaskStatus
-	neverStarted := ""
+	neverStarted, neverStartedWhy := "", false
 	for _, t := range st.Tasks {
 		if !chosen.has(t.Name) {
 			continue
@@ -239,10 +247,13 @@ func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attemp
 		if t.StartTime == nil && t.EndTime != nil {
 			// It ended before its start (its host refused it, say): there are no logs to read.
 			if len(chosen.names) > 0 && !waiting {
-				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s never started (%s), so it has no logs", t.Name, t.Error)}
+				return nil, &exitError{code: 1, msg: fmt.Sprintf("%s never started%s, so it has no logs", t.Name, inBrackets(t.Error))}
 			}
-			if neverStarted == "" {
-				neverStarted = fmt.Sprintf(" (%s never started: %s)", t.Name, t.Error)
+			if neverStarted == "" || !neverStartedWhy && t.Error != "" { // one that says why, if any does
+				neverStarted, neverStartedWhy = fmt.Sprintf(" (%s never started: %s)", t.Name, t.Error), t.Error != ""
+				if t.Error == "" {
+					neverStarted = fmt.Sprintf(" (%s never started)", t.Name)
+				}
 			}
 			continue
 		}

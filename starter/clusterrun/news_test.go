@@ -322,3 +322,19 @@ func TestFollower_ASilentHostsEndedAttemptsShareALine(t *testing.T) {
 	assert.Equal(t, 12, f.unreadable)
 	assert.Equal(t, []string{"worker-9/1/stdout", "worker-9/1/stderr"}, f.readable(), "another host's streams are read")
 }
+
+// Logs of tasks that never started say why when their status does, and nothing empty when it does not (seen
+// as a user: "no started task matches (worker-0 never started: )").
+func TestSelectTasks_NeverStarted(t *testing.T) {
+	ended := time.Now()
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskStopped, Host: "u-a", Attempt: 1, EndTime: &ended},
+		{Name: "worker-1", State: workflows.TaskFailed, Host: "u-z", Attempt: 1, EndTime: &ended, Error: "no host worker picked up worker-1"},
+	}}
+	_, err := selectTasks("h2", st, taskChoice{}, 0, false)
+	assert.EqualError(t, err, "no started task matches (worker-1 never started: no host worker picked up worker-1); see the tasks with: clusterrun status h2")
+	_, err = selectTasks("h2", st, taskChoice{names: []string{"worker-0"}}, 0, false)
+	assert.EqualError(t, err, "worker-0 never started, so it has no logs")
+	_, err = selectTasks("h2", st, taskChoice{names: []string{"worker-1"}}, 0, false)
+	assert.EqualError(t, err, "worker-1 never started (no host worker picked up worker-1), so it has no logs")
+}
