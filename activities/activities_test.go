@@ -78,6 +78,33 @@ func TestReadLogs_WholeLinesOnly(t *testing.T) {
 	assert.Equal(t, "two\n", string(res.Chunks[1].Data), "a tail starts at a line boundary")
 }
 
+// A line still being written that the task redraws with carriage returns (a progress bar) is not handed out,
+// but its latest drawing is, to a reader that asks.
+func TestReadLogs_TheLatestDrawingOfARedrawnLine(t *testing.T) {
+	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, quiet())
+	dir := AttemptDir(h.LogDir, "run", 1, "worker-0")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stderr.log"), []byte("epoch 1\n\r  0%|   | 0/9\r 44%|#  | 4/9"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stdout.log"), []byte("loading..."), 0o644))
+
+	read := func(r workflows.ReadLogsRequest) workflows.LogChunk {
+		r.Task, r.Attempt = "worker-0", 1
+		res, err := h.ReadLogs(context.Background(), workflows.ReadLogsInput{RunID: "run", Requests: []workflows.ReadLogsRequest{r}})
+		require.NoError(t, err)
+		return res.Chunks[0]
+	}
+	c := read(workflows.ReadLogsRequest{Stream: "stderr", Redraw: true})
+	assert.Equal(t, "epoch 1\n", string(c.Data))
+	assert.Equal(t, " 44%|#  | 4/9", c.Redraw)
+	assert.Equal(t, " 44%|#  | 4/9", read(workflows.ReadLogsRequest{Stream: "stderr", Offset: c.Next, Redraw: true}).Redraw)
+	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stderr"}).Redraw, "only for a reader that asks")
+	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stdout", Redraw: true}).Redraw, "a part line with no carriage return")
+	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stderr", Redraw: true, Max: 4}).Redraw, "a read that stops short of the end")
+	last := read(workflows.ReadLogsRequest{Stream: "stderr", Offset: c.Next, Redraw: true, Flush: true})
+	assert.Equal(t, "\r  0%|   | 0/9\r 44%|#  | 4/9", string(last.Data), "a finished task's last line comes out whole")
+	assert.Empty(t, last.Redraw)
+}
+
 // Maps of runs started before endpoints carried their type still give each task its type.
 func TestEndpointType_OldMaps(t *testing.T) {
 	assert.Equal(t, "ps", EndpointType(workflows.Endpoint{Task: "ps-0", Type: "ps"}))

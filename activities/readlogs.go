@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/clusterrun/clusterrun/activities/logfile"
+	"github.com/clusterrun/clusterrun/internal/lines"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -117,7 +118,12 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 			buf = buf[i+1:]
 		}
 	}
-	buf = wholeLines(buf, limit, r.Flush && off+int64(len(buf)) == size)
+	atEnd := off+int64(len(buf)) == size
+	whole := wholeLines(buf, limit, r.Flush && atEnd)
+	if r.Redraw && atEnd {
+		c.Redraw = lines.Drawing(buf[len(whole):], workflows.MaxRedraw)
+	}
+	buf = whole
 	c.Data, c.Next = buf, off+int64(len(buf))
 	if r.Times {
 		c.Marks, c.Data = dateLines(path, off, c.Data)

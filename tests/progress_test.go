@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -66,4 +67,88 @@ tasks: {worker: {replicas: 3, hosts: [host-a, host-b]}}
 	})
 	assert.Contains(t, last, "Succeeded: all 3 tasks exited 0")
 	assert.NotContains(t, last, "100%", "the bars are gone before the final table:\n%s", last)
+}
+
+// A progress bar drawn with carriage returns (tqdm's) is one line until its newline, often a whole epoch long.
+// clusterrun run shows its latest drawing while it is drawn: in the block under the output on a terminal, as a
+// progress line without one. Once done, the line prints as its last drawing, with no carriage return to draw
+// over its prefix, and clusterrun status shows the latest drawing as the task's last output.
+func TestE2E_ARedrawnProgressBarShowsWhileItIsDrawn(t *testing.T) {
+	tmux := ensureDebian(t, "/usr/bin/tmux", "tmux", "the progress bar test")
+	bar := func(gate string) string {
+		t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // a failed test leaves no task drawing
+		return writeSpec(t, fmt.Sprintf(`
+name: tqdm
+command: [sh, -c, 'echo epoch 1; i=0; while [ ! -e %s ]; do i=$((i+1)); printf "\r%%3d%%%%|bar| step %%d" $((i%%100)) $i >&2; sleep 0.1; done; printf "\r100%%%%|bar| done\n" >&2']
+tasks: {worker: {replicas: 1}}
+`, gate))
+	}
+
+	t.Run("terminal", func(t *testing.T) {
+		id, gate := runID(t), filepath.Join(t.TempDir(), "go")
+		session := "clusterrun-" + randomHex(4)
+		script := fmt.Sprintf("cd %s && TEMPORAL_ADDRESS=%s %s run %s --id %s; echo EXITED $?; sleep 600",
+			env.root, env.address, filepath.Join(env.bin, "clusterrun"), bar(gate), id)
+		require.NoError(t, exec.Command(tmux, "new-session", "-d", "-s", session, "-x", "150", "-y", "40", script).Run())
+		t.Cleanup(func() { _ = exec.Command(tmux, "kill-session", "-t", session).Run() })
+		screen := func() string {
+			out, err := exec.Command(tmux, "capture-pane", "-p", "-t", session).Output()
+			require.NoError(t, err)
+			return strings.TrimRight(string(out), "\n ")
+		}
+		drawing := regexp.MustCompile(`\n\[worker-0\] +\d+%\|bar\| step (\d+)$`)
+		var steps []string
+		waitUntil(t, "the bar drawn at the bottom of the screen, twice", 2*time.Minute, func() bool {
+			if m := drawing.FindStringSubmatch(screen()); m != nil && (len(steps) == 0 || steps[len(steps)-1] != m[1]) {
+				steps = append(steps, m[1])
+			}
+			return len(steps) >= 2
+		})
+		require.NoError(t, exec.Command("touch", gate).Run())
+		var last string
+		waitUntil(t, "the run to end", 2*time.Minute, func() bool {
+			last = screen()
+			return strings.Contains(last, "EXITED 0")
+		})
+		assert.Contains(t, last, "[worker-0] 100%|bar| done\n", "the finished line, behind its prefix")
+		assert.NotContains(t, last, "step", "the drawing is gone with the block:\n%s", last)
+	})
+
+	t.Run("pipe", func(t *testing.T) {
+		id, gate := runID(t), filepath.Join(t.TempDir(), "go")
+		outPath := filepath.Join(t.TempDir(), "out")
+		out, err := os.Create(outPath)
+		require.NoError(t, err)
+		defer out.Close()
+		cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", bar(gate), "--id", id)
+		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = env.root, append(os.Environ(), "TEMPORAL_ADDRESS="+env.address), out, out
+		require.NoError(t, cmd.Start())
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-done
+		})
+		progress := regexp.MustCompile(`\[worker-0\] ── progress \d+%\|bar\| step \d+\n`)
+		waitUntil(t, "a progress line while the bar is drawn", 2*time.Minute, func() bool {
+			b, _ := os.ReadFile(outPath)
+			return progress.Match(b)
+		})
+		lastOutput := regexp.MustCompile(`worker-0 +Running .*  \d+%\|bar\| step \d+\n`)
+		waitUntil(t, "the latest drawing as the task's last output in its status", time.Minute, func() bool {
+			return lastOutput.MatchString(cli(t, "status", id).stdout)
+		})
+
+		require.NoError(t, exec.Command("touch", gate).Run())
+		select {
+		case err := <-done:
+			done <- err
+			require.NoError(t, err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the run did not end within 2m")
+		}
+		b, _ := os.ReadFile(outPath)
+		assert.Contains(t, string(b), "[worker-0] 100%|bar| done\n")
+		assert.NotContains(t, string(b), "\r", "no carriage return reaches the output")
+	})
 }

@@ -507,6 +507,9 @@ type ReadLogsRequest struct {
 	Deflate bool `json:"deflate,omitempty"`
 	// Flush hands out a last line that has no newline yet (the task has ended).
 	Flush bool `json:"flush,omitempty"`
+	// Redraw asks for the line the file ends on, when it has no newline yet and is redrawn with carriage
+	// returns (a progress bar such as tqdm's): its latest drawing, in the chunk's Redraw.
+	Redraw bool `json:"redraw,omitempty"`
 }
 
 // Bounds of log reads: one chunk, and all the chunks of one read together, stay well inside Temporal's 2 MB
@@ -538,7 +541,13 @@ type LogChunk struct {
 	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
 	Unreachable bool   `json:"unreachable,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// Redraw (with the request's Redraw) is the latest drawing of the line the file ends on, a line with no
+	// newline yet that the task redraws with carriage returns; plain text, at most MaxRedraw bytes.
+	Redraw string `json:"redraw,omitempty"`
 }
+
+// MaxRedraw bounds a chunk's Redraw.
+const MaxRedraw = 256
 
 // LogMark says a log file was Size bytes long at At (unix nanoseconds).
 type LogMark struct {

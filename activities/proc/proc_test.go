@@ -251,6 +251,10 @@ func TestTail_Bounded(t *testing.T) {
 	assert.Equal(t, "line three\n", Tail(path, 12))
 	assert.Equal(t, "", Tail(filepath.Join(t.TempDir(), "missing"), 10))
 	assert.Equal(t, "line th…", LastLine(path, 8))
+	// A progress bar's line, still being written: its latest drawing, not its first.
+	bar := filepath.Join(t.TempDir(), "bar")
+	require.NoError(t, os.WriteFile(bar, []byte("epoch 1\n\r  0%| | 0/9\r 44%|#| 4/9"), 0o644))
+	assert.Equal(t, "44%|#| 4/9", LastLine(bar, 80))
 
 	data, truncated, err := ReadBounded(path, 4)
 	require.NoError(t, err)

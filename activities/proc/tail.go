@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/clusterrun/clusterrun/internal/lines"
 )
 
 // Tail returns at most maxBytes from the end of the file at path, starting at a line boundary when it can.
@@ -32,13 +34,14 @@ func Tail(path string, maxBytes int64) string {
 	return strings.ToValidUTF8(string(buf), "?")
 }
 
-// LastLine returns the last non-empty line of the file, cut to maxRunes.
+// LastLine returns the last non-empty line of the file as a terminal shows it (a progress bar redrawn with
+// carriage returns: its latest drawing), cut to maxRunes.
 func LastLine(path string, maxRunes int) string {
 	tail := strings.TrimRight(Tail(path, 4096), "\r\n")
 	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
 		tail = tail[i+1:]
 	}
-	tail = strings.TrimSpace(strings.TrimRight(tail, "\r"))
+	tail = strings.TrimSpace(lines.LastDrawing(tail))
 	if utf8.RuneCountInString(tail) > maxRunes {
 		r := []rune(tail)
 		tail = string(r[:maxRunes-1]) + "…"

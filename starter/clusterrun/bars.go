@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,13 +82,13 @@ type barState struct {
 	startVal float64
 }
 
-// bars turns the tasks' latest progress into the block's lines: name, bar, done/total, percent, rate, ETA,
-// message. Tasks without progress, or no longer running, have no line.
-func (f *follower) bars(hb map[string]heartbeat, now time.Time) []string {
+// bars turns the tasks' latest progress into the text of their lines in the block: bar, done/total, percent,
+// rate, ETA, message. Tasks without progress, or no longer running, have none.
+func (f *follower) bars(hb map[string]heartbeat, now time.Time) map[string]string {
 	if f.barStates == nil {
 		f.barStates = map[string]*barState{}
 	}
-	names := make([]string, 0, len(hb))
+	text := map[string]string{}
 	for name, h := range hb {
 		if h.Progress == nil {
 			continue
@@ -100,14 +99,9 @@ func (f *follower) bars(hb map[string]heartbeat, now time.Time) []string {
 			f.barStates[name] = s
 		}
 		s.p = *h.Progress
-		names = append(names, name)
+		text[name] = barLine(*s, now)
 	}
-	sort.Strings(names)
-	lines := make([]string, 0, len(names))
-	for _, name := range names {
-		lines = append(lines, fmt.Sprintf("%-*s %s", f.width+2, "["+name+"]", barLine(*f.barStates[name], now)))
-	}
-	return lines
+	return text
 }
 
 // barLine renders one task's progress: [######------] 300/1000  30%  12.5/s  ETA 56s  epoch 3

@@ -14,6 +14,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/internal/lines"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -69,6 +70,12 @@ type follower struct {
 	next     int   // the stream the next read starts with
 	progShow map[string]progressShown
 	barriers map[string]string // barrier -> last state printed
+	// redraws asks the hosts for the latest drawing of lines still being written (redraw.go); drawn holds the
+	// drawings last shown, sayDrawn when each was said off a terminal.
+	redraws  bool
+	drawn    map[string]string
+	sayDrawn map[string]time.Time
+	hb       map[string]heartbeat // the tasks' latest heartbeats, for the block's bars
 }
 
 // datedLine is a line of output (prefix and all) waiting in a read's batch, with when its host says it was
@@ -91,8 +98,9 @@ const progressEvery = 2 * time.Second
 // progress shows each task's new progress: in the block of bars on a terminal, else as a line at most once per
 // progressEvery per task.
 func (f *follower) progress(hb map[string]heartbeat) {
+	f.hb = hb
 	if f.block != nil {
-		f.block.set(f.bars(hb, time.Now()))
+		f.block.set(f.blockLines(time.Now()))
 		return
 	}
 	if f.progShow == nil {
@@ -129,9 +137,10 @@ type stream struct {
 	attempt          int
 	tailLines        int // > 0: keep only the last lines of the first read
 	offset           int64
-	done             bool  // the attempt has ended: read what is left, then close
-	closed           bool  // nothing more to read
-	lastAt           int64 // the date of the last line read (unix nanoseconds)
+	done             bool   // the attempt has ended: read what is left, then close
+	closed           bool   // nothing more to read
+	lastAt           int64  // the date of the last line read (unix nanoseconds)
+	drawing          string // the latest drawing of a line still being written, redrawn with carriage returns
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
@@ -282,7 +291,7 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		k := open[(f.next+i)%len(open)]
 		s := f.streams[k]
 		req := workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset,
-			Flush: s.done, Max: per, Times: f.timestamps || f.inOrder || f.merge != nil, Deflate: true}
+			Flush: s.done, Max: per, Times: f.timestamps || f.inOrder || f.merge != nil, Deflate: true, Redraw: f.redraws}
 		if s.offset == 0 {
 			req.Since = f.since
 			if s.tailLines > 0 {
@@ -308,6 +317,7 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 		}
 	}
 	f.flush()
+	f.showDrawings()
 	return got, nil
 }
 
@@ -392,6 +402,7 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	if s.done && (c.EOF || c.Missing) {
 		s.closed = true
 	}
+	f.draw(s, c.Redraw)
 	return moved || c.Dropped > 0
 }
 
@@ -475,6 +486,10 @@ func (f *follower) print(task, name string, data []byte, times []time.Time) {
 		if i := len(ends); f.timestamps && i < len(times) {
 			buf.WriteString(times[i].UTC().Format(timestampLayout))
 			buf.WriteByte(' ')
+		}
+		if prefix != "" || f.timestamps {
+			// A carriage return would draw over them: a redrawn line (a progress bar) shows its last drawing.
+			line = lines.LastDrawing(strings.TrimSuffix(line, "\n"))
 		}
 		buf.WriteString(line)
 		if !strings.HasSuffix(line, "\n") {

@@ -133,7 +133,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	}()
 
 	f := newFollower(c, id, stdout)
-	f.inOrder = true
+	f.inOrder, f.redraws = true, true
 	defer f.close()
 	if isTerminal(os.Stdout) {
 		// On a terminal, progress is a block of bars under the scrolling output.

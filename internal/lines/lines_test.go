@@ -1,0 +1,28 @@
+package lines
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestLastDrawing(t *testing.T) {
+	assert.Equal(t, "100%|##########| 500/500", LastDrawing("\r  0%|          | 0/500\r 50%|#####     | 250/500\r100%|##########| 500/500"))
+	assert.Equal(t, "done", LastDrawing("done\r"), "a bar drawn as text then a carriage return")
+	assert.Equal(t, "windows line", LastDrawing("windows line\r"), "a CRLF line end")
+	assert.Equal(t, "plain line", LastDrawing("plain line"))
+	assert.Equal(t, "", LastDrawing(""))
+}
+
+func TestDrawing(t *testing.T) {
+	assert.Equal(t, "", Drawing([]byte("loading..."), 256), "a part line that is not redrawn is no drawing")
+	assert.Equal(t, " 45%|####      | 225/500", Drawing([]byte("\r  0%|          | 0/500\r 45%|####      | 225/500  "), 256),
+		"the latest drawing, its padding on the right dropped")
+	assert.Equal(t, "epoch 3 42%", Drawing([]byte("\r\x1b[32mepoch 3\x1b[0m 42%\x07\xff"), 256), "colours, bells and bad bytes go")
+	assert.Equal(t, "", Drawing([]byte("\r   \r"), 256))
+	assert.Equal(t, "ééé", Drawing([]byte("\réééé"), 7), "cut at a character's start")
+	long := "\r" + strings.Repeat("x", 10000) + "\r" + "step 9"
+	assert.Equal(t, "step 9", Drawing([]byte(long), 256))
+	assert.Equal(t, "", Drawing([]byte("\r"+strings.Repeat("x", 10000)), 256), "a drawing past the window is no progress bar")
+}
