@@ -22,8 +22,9 @@ type TaskIdentity struct {
 	ClusterFile  string // the current cluster map, CLUSTERRUN_CLUSTER_FILE
 }
 
-// TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy), then
-// the spec's env, then the clusterrun contract (which a spec may not override). Evaluators get TF_CONFIG and
+// TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy),
+// PYTHONUNBUFFERED=1 unless that sets it, then the spec's env, then the clusterrun contract (which a spec may
+// not override). Evaluators get TF_CONFIG and
 // MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	vars := map[string]string{}
@@ -38,6 +39,12 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			set(k, v)
 		}
+	}
+	if _, ok := vars["PYTHONUNBUFFERED"]; !ok {
+		// Python buffers a file's output in 8 KiB blocks, and a task's stdout is a file: its prints would show
+		// late, read as a hang to hangTimeout, and be lost when it is killed. The host or the spec may say
+		// otherwise (an empty value buffers).
+		set("PYTHONUNBUFFERED", "1")
 	}
 	for _, k := range sortedKeys(id.Task.Env) {
 		set(k, id.Task.Env[k])

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,7 +277,9 @@ func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd
 	cmd.Dir = c.root
 	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
 	// settings and its own configuration. The server's address goes as the flag, which the whole suite so tests.
-	cmd.Env = append(os.Environ(), "CLUSTERRUN_E2E_MARK="+c.marker,
+	// A host's service manager sets no PYTHONUNBUFFERED, whatever this machine's shell does.
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHONUNBUFFERED=") })
+	cmd.Env = append(base, "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
 	return cmd
 }
@@ -459,6 +462,58 @@ func (b *backgroundCLI) wait(t *testing.T, limit time.Duration) cliResult {
 		t.Fatalf("run clusterrun %v: %v", b.cmd.Args[1:], err)
 	}
 	return r
+}
+
+// fileCLI is a clusterrun command started with startCLIToFile: its output (stdout and stderr) goes to a file,
+// which the test reads while the command runs, as a user reads a piped log.
+type fileCLI struct {
+	path string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startCLIToFile starts the CLI against this cluster's server with its output in a file, and returns at once.
+// The test's end kills it if it still runs.
+func (c *cluster) startCLIToFile(t *testing.T, args ...string) *fileCLI {
+	t.Helper()
+	f := &fileCLI{path: filepath.Join(t.TempDir(), "out"), cmd: exec.Command(filepath.Join(c.bin, "clusterrun"), args...), done: make(chan error, 1)}
+	out, err := os.Create(f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	f.cmd.Dir, f.cmd.Env, f.cmd.Stdout, f.cmd.Stderr = c.root, append(os.Environ(), "TEMPORAL_ADDRESS="+c.address), out, out
+	if err := f.cmd.Start(); err != nil {
+		t.Fatalf("start clusterrun %v: %v", args, err)
+	}
+	go func() { f.done <- f.cmd.Wait() }()
+	t.Cleanup(func() { _ = f.cmd.Process.Kill() })
+	return f
+}
+
+// output is what the command has written so far.
+func (f *fileCLI) output() string {
+	b, _ := os.ReadFile(f.path)
+	return string(b)
+}
+
+// waitFor waits up to 2 minutes for the output to match re, while the command runs.
+func (f *fileCLI) waitFor(t *testing.T, what string, re *regexp.Regexp) {
+	t.Helper()
+	waitUntil(t, what, 2*time.Minute, func() bool { return re.MatchString(f.output()) })
+}
+
+// wait waits up to limit for the command to end and returns its error (an *exec.ExitError for an exit code).
+func (f *fileCLI) wait(t *testing.T, limit time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-f.done:
+		f.done <- err
+		return err
+	case <-time.After(limit):
+		t.Fatalf("clusterrun %v did not end within %s\n%s", f.cmd.Args[1:], limit, f.output())
+		return nil
+	}
 }
 
 // temporalBusy is how the Temporal server answers a request to a run that could not take the run's lock in

@@ -116,39 +116,16 @@ tasks: {worker: {replicas: 1}}
 
 	t.Run("pipe", func(t *testing.T) {
 		id, gate := runID(t), filepath.Join(t.TempDir(), "go")
-		outPath := filepath.Join(t.TempDir(), "out")
-		out, err := os.Create(outPath)
-		require.NoError(t, err)
-		defer out.Close()
-		cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", bar(gate), "--id", id)
-		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = env.root, append(os.Environ(), "TEMPORAL_ADDRESS="+env.address), out, out
-		require.NoError(t, cmd.Start())
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-done
-		})
-		progress := regexp.MustCompile(`\[worker-0\] ── progress \d+%\|bar\| step \d+\n`)
-		waitUntil(t, "a progress line while the bar is drawn", 2*time.Minute, func() bool {
-			b, _ := os.ReadFile(outPath)
-			return progress.Match(b)
-		})
+		run := env.startCLIToFile(t, "run", bar(gate), "--id", id)
+		run.waitFor(t, "a progress line while the bar is drawn", regexp.MustCompile(`\[worker-0\] ── progress \d+%\|bar\| step \d+\n`))
 		lastOutput := regexp.MustCompile(`worker-0 +Running .*  \d+%\|bar\| step \d+\n`)
 		waitUntil(t, "the latest drawing as the task's last output in its status", time.Minute, func() bool {
 			return lastOutput.MatchString(cli(t, "status", id).stdout)
 		})
 
 		require.NoError(t, exec.Command("touch", gate).Run())
-		select {
-		case err := <-done:
-			done <- err
-			require.NoError(t, err)
-		case <-time.After(2 * time.Minute):
-			t.Fatal("the run did not end within 2m")
-		}
-		b, _ := os.ReadFile(outPath)
-		assert.Contains(t, string(b), "[worker-0] 100%|bar| done\n")
-		assert.NotContains(t, string(b), "\r", "no carriage return reaches the output")
+		require.NoError(t, run.wait(t, 2*time.Minute))
+		assert.Contains(t, run.output(), "[worker-0] 100%|bar| done\n")
+		assert.NotContains(t, run.output(), "\r", "no carriage return reaches the output")
 	})
 }

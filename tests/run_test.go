@@ -712,3 +712,33 @@ func TestE2E_RunInterruptedCancels(t *testing.T) {
 	assert.Equal(t, workflows.StatusCanceled, st.Status)
 	assert.Empty(t, markedProcessesOf(t, "sleep 303"))
 }
+
+// A task's stdout is a file, which Python fills in 8 KiB blocks: a training script's prints showed only once
+// the block filled or the script ended, and were lost when it was killed. Hosts run tasks with
+// PYTHONUNBUFFERED=1 unless they or the spec set it; the suite's workers, like a host's service, have none of
+// their own. So a print shows while the task runs.
+func TestE2E_PythonPrintsShowAsTheyAreMade(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed for the Python print test")
+	}
+	id, gate := runID(t), filepath.Join(t.TempDir(), "go")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // a failed test leaves no task waiting
+	spec := writeSpec(t, fmt.Sprintf(`
+name: prints
+command:
+  - python3
+  - -c
+  - |
+    import os, time
+    print("epoch 1 loss 0.5")
+    while not os.path.exists("%s"):
+        time.sleep(0.1)
+    print("trained")
+tasks: {worker: {replicas: 1}}
+`, gate))
+	run := env.startCLIToFile(t, "run", spec, "--id", id)
+	run.waitFor(t, "the print while the task runs", regexp.MustCompile(`\[worker-0\] epoch 1 loss 0\.5\n`))
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	require.NoError(t, run.wait(t, 2*time.Minute))
+	assert.Contains(t, run.output(), "[worker-0] trained\n")
+}
