@@ -15,16 +15,21 @@ import (
 )
 
 // liveBlock keeps a block of lines (progress bars) at the bottom of a terminal: what is written through it
-// scrolls above the block, which is redrawn after each write. Writes must be whole lines.
+// scrolls above the block, which is redrawn after each write. Writes must be whole lines. The block never
+// takes more than half the screen: a line that scrolled off its top could not be erased, and every redraw
+// would leave a copy of the block in the scrollback.
 type liveBlock struct {
 	mu    sync.Mutex
 	out   io.Writer
-	fd    int // the terminal, for its width
+	fd    int    // the terminal, for its size
+	more  string // where the lines that do not fit can be seen
 	lines []string
 	drawn int
 }
 
-func newLiveBlock(out io.Writer, fd int) *liveBlock { return &liveBlock{out: out, fd: fd} }
+func newLiveBlock(out io.Writer, fd int, more string) *liveBlock {
+	return &liveBlock{out: out, fd: fd, more: more}
+}
 
 func (b *liveBlock) Write(p []byte) (int, error) {
 	b.mu.Lock()
@@ -59,20 +64,27 @@ func (b *liveBlock) erase(w *strings.Builder) {
 	b.drawn = 0
 }
 
+// maxBlock is the most lines the block takes on a screen of rows lines.
+func maxBlock(rows int) int { return max(1, min(rows/2, 16)) }
+
 // draw writes the block, each line cut to the terminal's width so that none wraps (a wrapped line would throw
-// the next erase off).
+// the next erase off), and at most maxBlock lines, the last of them counting the lines left out.
 func (b *liveBlock) draw(w *strings.Builder) {
-	width := 80
-	if ws, err := unix.IoctlGetWinsize(b.fd, unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
-		width = int(ws.Col)
+	width, rows := 80, 24
+	if ws, err := unix.IoctlGetWinsize(b.fd, unix.TIOCGWINSZ); err == nil && ws.Col > 0 && ws.Row > 0 {
+		width, rows = int(ws.Col), int(ws.Row)
 	}
-	for _, l := range b.lines {
+	lines := b.lines
+	if n := maxBlock(rows); len(lines) > n {
+		lines = append(lines[:n-1:n-1], fmt.Sprintf("… and %d more: %s", len(b.lines)-(n-1), b.more))
+	}
+	for _, l := range lines {
 		if r := []rune(l); len(r) > width-1 {
 			l = string(r[:width-1])
 		}
 		w.WriteString(l + "\n")
 	}
-	b.drawn = len(b.lines)
+	b.drawn = len(lines)
 }
 
 // barState follows one task's progress to give its rate and ETA.

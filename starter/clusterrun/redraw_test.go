@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +60,7 @@ func TestFollower_SaysADrawingNowAndThen(t *testing.T) {
 func TestFollower_TheBlockShowsTheDrawings(t *testing.T) {
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out)
-	f.redraws, f.block = true, newLiveBlock(&out, -1)
+	f.redraws, f.block = true, newLiveBlock(&out, -1, "")
 	f.open(workflows.TaskStatus{Name: "worker-1", Host: "h"}, 1, false)
 	f.width = len("worker-1")
 	f.progress(map[string]heartbeat{"worker-0": {HeartbeatDetails: workflows.HeartbeatDetails{Progress: &workflows.Progress{Current: 3, Total: 4}}}})
@@ -73,4 +75,27 @@ func TestFollower_TheBlockShowsTheDrawings(t *testing.T) {
 	f.take(f.streams["worker-1/1/stdout"], workflows.LogChunk{Data: []byte("epoch 2: 100%\n"), Next: 14})
 	f.showDrawings()
 	assert.Equal(t, []string{"[worker-0] [##################------] 3/4  75%"}, f.block.lines)
+}
+
+// The block takes at most half the screen (a 24-line one off a terminal): a line scrolled off its top could
+// not be erased. The last line counts the tasks left out and says where to see them.
+func TestLiveBlock_FitsHalfTheScreen(t *testing.T) {
+	var out bytes.Buffer
+	b := newLiveBlock(&out, -1, "clusterrun status R shows each task's progress")
+	var lines []string
+	for i := range 30 {
+		lines = append(lines, fmt.Sprintf("[worker-%d] %d%%", i, i))
+	}
+	b.set(lines)
+	drawn := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	assert.Len(t, drawn, 12)
+	assert.Equal(t, "[worker-10] 10%", drawn[10])
+	assert.Equal(t, "… and 19 more: clusterrun status R shows each task's progress", drawn[11])
+	assert.Equal(t, 30, len(b.lines), "the lines are kept whole for the next draw")
+
+	out.Reset()
+	b.set(lines[:3])
+	assert.True(t, strings.HasPrefix(out.String(), "\x1b[12F\x1b[J"), "the whole drawn block is erased")
+	assert.Equal(t, 1, maxBlock(1))
+	assert.Equal(t, 16, maxBlock(100))
 }

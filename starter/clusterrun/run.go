@@ -137,7 +137,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	defer f.close()
 	if isTerminal(os.Stdout) {
 		// On a terminal, progress is a block of bars under the scrolling output.
-		f.block = newLiveBlock(stdout, int(os.Stdout.Fd()))
+		f.block = newLiveBlock(stdout, int(os.Stdout.Fd()), "clusterrun status "+id+" shows each task's progress")
 		f.out, f.notes = f.block, f.block
 		defer f.block.close()
 	}
