@@ -5,6 +5,7 @@ package flagerr
 import (
 	"flag"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -116,4 +117,52 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(a)][len(b)]
+}
+
+// PrintDefaults lists fs's flags as the commands' usage lines and messages spell them, --name (a one-letter
+// flag -n), each with the kind of value it takes, its usage and a default that is not the zero value; the flag
+// package's own list says -name.
+func PrintDefaults(fs *flag.FlagSet) {
+	out := fs.Output()
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  " + dash + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if !isZeroValue(f) {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isString := g.Get().(string); isString {
+					line += fmt.Sprintf(" (default %q)", f.DefValue)
+					fmt.Fprintln(out, line)
+					return
+				}
+			}
+			line += fmt.Sprintf(" (default %v)", f.DefValue)
+		}
+		fmt.Fprintln(out, line)
+	})
+}
+
+// isZeroValue says whether a flag's default is its type's zero value, which the list leaves unsaid (as the
+// flag package does).
+func isZeroValue(f *flag.Flag) (zero bool) {
+	defer func() {
+		if recover() != nil {
+			zero = f.DefValue == "" // a value type whose zero cannot say itself
+		}
+	}()
+	typ := reflect.TypeOf(f.Value)
+	var z reflect.Value
+	if typ.Kind() == reflect.Pointer {
+		z = reflect.New(typ.Elem())
+	} else {
+		z = reflect.Zero(typ)
+	}
+	return f.DefValue == z.Interface().(flag.Value).String()
 }

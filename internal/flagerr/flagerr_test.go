@@ -4,7 +4,10 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -41,3 +44,30 @@ func TestProblem_SaysTheFlagsOwnReasonAndHidesSecrets(t *testing.T) {
 	err = fs.Parse([]string{"-n", "many"})
 	assert.Equal(t, `--n "many": want a whole number`, Problem(fs, err, ""))
 }
+
+// The list of flags says what the flag package's does, each name as the usage lines spell it: --name, and -n for
+// a one-letter flag.
+func TestPrintDefaults_SpellsFlagsWithTwoDashes(t *testing.T) {
+	fs := flag.NewFlagSet("cmd", flag.ContinueOnError)
+	fs.String("id", "", "run ID")
+	fs.String("o", "table", "short for --output")
+	fs.Bool("detach", false, "return at once")
+	fs.Bool("quiet", true, "say less")
+	fs.Duration("grace", 15*time.Second, "time between `SIGTERM` and SIGKILL\nper task")
+	fs.Int("slots", 0, "most tasks")
+	fs.Var(&listValue{}, "allow-dir", "allowed folders")
+	var ours, theirs strings.Builder
+	fs.SetOutput(&ours)
+	PrintDefaults(fs)
+	fs.SetOutput(&theirs)
+	fs.PrintDefaults()
+	want := regexp.MustCompile(`(?m)^  -(\w\w)`).ReplaceAllString(theirs.String(), "  --$1")
+	assert.Equal(t, want, ours.String())
+	assert.Contains(t, ours.String(), "  --grace SIGTERM\n    \ttime between SIGTERM and SIGKILL\n    \tper task (default 15s)\n")
+	assert.Contains(t, ours.String(), "  -o string\n    \tshort for --output (default \"table\")\n")
+}
+
+type listValue []string
+
+func (l *listValue) String() string     { return strings.Join(*l, ",") }
+func (l *listValue) Set(v string) error { *l = append(*l, v); return nil }

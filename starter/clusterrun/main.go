@@ -151,7 +151,7 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fmt.Fprintln(fs.Output(), "\nFlags:")
-		fs.PrintDefaults()
+		flagerr.PrintDefaults(fs)
 	}
 	var pos []string
 	for {

@@ -99,7 +99,7 @@ func parseFlags(args []string) (config, error) {
 	hostname, _ := os.Hostname()
 	home, _ := os.UserHomeDir()
 	fs := flag.NewFlagSet("clusterrun-worker", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); flagerr.PrintDefaults(fs) }
 	var c config
 	var pools string
 	fs.StringVar(&c.host, "host", env("CLUSTERRUN_WORKER_HOST", hostname), "host name that tasks pin to with hosts: [CLUSTERRUN_WORKER_HOST]")
