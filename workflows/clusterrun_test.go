@@ -974,6 +974,33 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 	}
 }
 
+// Once its backoff is over, the run's reason says the gang restart happened, not that it comes "in" the
+// backoff: a status read while the next generation runs said "gang restart 1 of 2 in 5s after: ...".
+func TestClusterRun_AGangRestartIsSaidDoneOnceItsBackoffIsOver(t *testing.T) {
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		if generation == 0 && task == "worker-1" {
+			return exits(1)
+		}
+		return blocks
+	})
+	var seen RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&seen))
+		h.env.CancelWorkflow()
+	}, time.Second)
+	_, _ = h.run(t, mustSpec(t, `
+name: gang
+command: [x]
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 10ms, scope: all}
+tasks: {worker: {replicas: 2}}
+`))
+	require.Equal(t, 1, seen.RestartCount)
+	assert.Equal(t, TaskRunning, seen.Task("worker-0").State, "the next generation runs")
+	assert.True(t, strings.HasPrefix(seen.Reason, "gang restart 1 of 2 after: worker-1 exited with code 1"), seen.Reason)
+}
+
 func TestClusterRun_GangBudgetExhausted(t *testing.T) {
 	h := newHarness(t, func(task string, _, _ int) behavior {
 		if task == "worker-0" {
