@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/clusterrun/clusterrun/internal/lines"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -153,22 +155,21 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 	return got, nil
 }
 
-// write writes one chunk of a stream: as it is, or line by line with the task's prefix.
+// write writes one chunk of a stream: as it is, or line by line with the task's prefix, a line redrawn with
+// carriage returns (a progress bar) as its last drawing, which would otherwise draw over the prefix.
 func write(w io.Writer, s *logStream, data []byte, prefix bool) error {
 	if !prefix {
 		_, err := w.Write(data)
 		return err
 	}
 	var b bytes.Buffer
-	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
-		if len(line) == 0 {
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line == "" {
 			continue
 		}
 		b.WriteString("[" + s.task + "] ")
-		b.Write(line)
-		if line[len(line)-1] != '\n' {
-			b.WriteByte('\n')
-		}
+		b.WriteString(lines.LastDrawing(strings.TrimSuffix(line, "\n")))
+		b.WriteByte('\n')
 	}
 	_, err := w.Write(b.Bytes())
 	return err
