@@ -497,10 +497,17 @@ func (f *fileCLI) output() string {
 	return string(b)
 }
 
-// waitFor waits up to 2 minutes for the output to match re, while the command runs.
+// waitFor waits up to 2 minutes for the output to match re, while the command runs, and shows the output if
+// it does not.
 func (f *fileCLI) waitFor(t *testing.T, what string, re *regexp.Regexp) {
 	t.Helper()
-	waitUntil(t, what, 2*time.Minute, func() bool { return re.MatchString(f.output()) })
+	deadline := time.Now().Add(2 * time.Minute)
+	for !re.MatchString(f.output()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 2m0s waiting for %s; clusterrun %v wrote:\n%s", what, f.cmd.Args[1:], f.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // wait waits up to limit for the command to end and returns its error (an *exec.ExitError for an exit code).

@@ -219,7 +219,7 @@ tasks:
   worker: {replicas: 1, hosts: [%[2]s], command: [sh, -c, 'i=0; while [ ! -e %[1]s/go ]; do i=$((i+1)); echo "tick $i"; sleep 0.1; done; clusterrun task barrier after-restart --timeout 120s || exit 9; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']}
   peer: {replicas: 1, hosts: [host-a]}
 `, dir, host))
-	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	run := env.startCLIToFile(t, "run", spec, "--id", id) // clusterrun run follows the run through the restart
 	pidRE := regexp.MustCompile(`worker-0\s+Running\s+` + host + `\s+1\s+(\d+)`)
 	var pid int
 	waitUntil(t, "the task's pid in status", time.Minute, func() bool {
@@ -251,12 +251,22 @@ tasks:
 
 	env.stopWorker(host, sig)
 	assert.True(t, alive(pid), "the task died with its worker (%s)", sig)
+	if sig == syscall.SIGTERM {
+		// The task is unreachable while its host has no worker (the worker says so as it shuts down, or its
+		// heartbeats stop), and clusterrun run, which follows the run, says so.
+		run.waitFor(t, "clusterrun run to say the task is unreachable", regexp.MustCompile(`\[worker-0\] ── unreachable: `))
+	}
 	require.NoError(t, env.startWorker(host))
 	waitUntil(t, "status to show the task taken up again, same pid", time.Minute, func() bool {
 		m := pidRE.FindStringSubmatch(cli(t, "status", id).stdout)
 		return m != nil && m[1] == strconv.Itoa(pid)
 	})
 
+	if sig == syscall.SIGTERM {
+		// Once the next worker takes the task up, clusterrun run says it runs on: the loss is not its last word.
+		run.waitFor(t, "clusterrun run to say the task runs on", regexp.MustCompile(
+			`\[worker-0\] ── running on `+regexp.QuoteMeta(host)+` again \(attempt 1\): its host worker took it up again\n`))
+	}
 	touch(t, filepath.Join(dir, "go"))
 	st, err := outcome(t, id)
 	require.NoError(t, err, "the barrier after the re-attach must pass")
@@ -265,6 +275,7 @@ tasks:
 	assert.Equal(t, 1, st.Task("worker-0").Attempt)
 	assert.JSONEq(t, `{"attempt": 1}`, string(st.Task("worker-0").Result))
 	require.NoError(t, follow.Wait(), out.String())
+	require.NoError(t, run.wait(t, 2*time.Minute), run.output())
 	ticks := regexp.MustCompile(`(?m)^tick (\d+)$`).FindAllStringSubmatch(out.String(), -1)
 	require.NotEmpty(t, ticks)
 	for i, m := range ticks {

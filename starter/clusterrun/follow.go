@@ -216,6 +216,9 @@ func (f *follower) earlier(t workflows.TaskStatus) {
 // current takes up a task's current attempt: its state line, and its streams.
 func (f *follower) current(t workflows.TaskStatus) {
 	f.backFrom(t, f.was[t.Name])
+	if f.was[t.Name] == workflows.TaskUnreachable && t.State == workflows.TaskRunning {
+		f.sayBack(t)
+	}
 	f.was[t.Name] = t.State
 	// A placed task whose cluster map went out is starting: it is said running once its host confirms it.
 	starting := t.State == workflows.TaskPlaced && t.StartTime != nil

@@ -71,12 +71,33 @@ func someNames(tasks []workflows.TaskStatus) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names, ", "), len(tasks)-n)
 }
 
+// stateBack is the follower's own state for a task taken up again by its host's worker after it was
+// unreachable (a worker restart, a server outage): it runs on, and the unreachable line said before would
+// otherwise be the last word on it.
+const stateBack = "back"
+
+// sayBack says a task runs on after it was unreachable, each time: a second loss is said again too. A follower
+// that never said it running (it started during the loss) says that instead.
+func (f *follower) sayBack(t workflows.TaskStatus) {
+	if !f.shown[fmt.Sprintf("%s/%s/%d", t.Name, workflows.TaskRunning, t.Attempt)] {
+		return
+	}
+	back := t
+	back.State = stateBack
+	for _, state := range []string{workflows.TaskUnreachable, stateBack} {
+		delete(f.shown, fmt.Sprintf("%s/%s/%d", t.Name, state, t.Attempt))
+	}
+	f.hold(back)
+}
+
 // alike keys the changes that can share a line: the same description, the host aside for running and placed
 // tasks (the shared line names the hosts).
 func alike(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskRunning, workflows.TaskPlaced:
 		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
+	case stateBack:
+		return fmt.Sprintf("%s/%d", t.State, t.Attempt)
 	case workflows.TaskPending:
 		return waitAlike(t)
 	}
@@ -100,10 +121,17 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 		return runningLine(on, t)
 	case workflows.TaskPlaced:
 		return placedLine(on, t.Attempt)
+	case stateBack:
+		return backLine(on, t.Attempt)
 	case workflows.TaskPending:
 		return waitAlike(t)
 	}
 	return describeState(t)
+}
+
+// backLine says a task (or a group) runs on after it was unreachable.
+func backLine(on string, attempt int) string {
+	return fmt.Sprintf("running on %s again (attempt %d): its host worker took it up again", on, attempt)
 }
 
 // runningLine says a task runs on a host (or hosts, for a group of tasks alike), and which host it moved off
@@ -190,6 +218,8 @@ func describeState(t workflows.TaskStatus) string {
 		return runningLine(t.Host, t)
 	case workflows.TaskUnreachable:
 		return "unreachable: " + t.Error
+	case stateBack:
+		return backLine(t.Host, t.Attempt)
 	case workflows.TaskPending:
 		if strings.HasPrefix(t.Error, "waiting ") {
 			return t.Error // a note that says so itself ("waiting for a free slot on ...")

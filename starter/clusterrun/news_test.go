@@ -307,6 +307,24 @@ func TestFollower_ASilentHostDoesNotHoldTheOthersBack(t *testing.T) {
 	assert.Equal(t, 2, f.unreadable, "both its streams")
 }
 
+// A task that ends with an exit its host reported tells that its host's worker is back: the host is asked at
+// once, and the ended attempt's output is read, not given up. (Seen as a lost log in the SIGKILL test: a
+// logs --follow that did not look while the task was unreachable closed its streams unread.)
+func TestFollower_AnExitItsHostReportedAsksTheSilentHostAgain(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "a", Attempt: 1, StartTime: &started}}})
+	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{Unreachable: true, Error: "host a took the read up but did not answer within 10s"})
+	require.NotNil(t, f.silent["a"])
+	zero := 0
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "a", Attempt: 1,
+		StartTime: &started, EndTime: &started, ExitCode: &zero}}})
+	f.unreadNow()
+	assert.Equal(t, []string{"worker-0/1/stdout", "worker-0/1/stderr"}, f.readable(), "its output is read")
+	assert.Zero(t, f.unreadable)
+}
+
 // A silent host with several ended attempts says so in one line, not one per stream.
 func TestFollower_ASilentHostsEndedAttemptsShareALine(t *testing.T) {
 	var out bytes.Buffer
@@ -337,4 +355,47 @@ func TestSelectTasks_NeverStarted(t *testing.T) {
 	assert.EqualError(t, err, "worker-0 never started, so it has no logs")
 	_, err = selectTasks("h2", st, taskChoice{names: []string{"worker-1"}}, 0, false)
 	assert.EqualError(t, err, "worker-1 never started (no host worker picked up worker-1), so it has no logs")
+}
+
+// A task whose host could not be reached (its worker restarting) and that its host's worker took up again is
+// said to run on, each time; the unreachable line was the last word on it. In a large run, the tasks back
+// together share a line.
+func TestFollower_SaysATaskIsBackAfterItWasUnreachable(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	task := func(state string) []workflows.TaskStatus {
+		return []workflows.TaskStatus{{Name: "worker-0", State: state, Host: "u-a", Attempt: 1,
+			Error: map[string]string{workflows.TaskUnreachable: "host worker u-a is shutting down"}[state]}}
+	}
+	for _, state := range []string{workflows.TaskRunning, workflows.TaskUnreachable, workflows.TaskRunning, workflows.TaskUnreachable, workflows.TaskRunning} {
+		f.update(workflows.RunStatus{Tasks: task(state)})
+	}
+	assert.Equal(t, "[worker-0] ── running on u-a (attempt 1)\n"+
+		"[worker-0] ── unreachable: host worker u-a is shutting down\n"+
+		"[worker-0] ── running on u-a again (attempt 1): its host worker took it up again\n"+
+		"[worker-0] ── unreachable: host worker u-a is shutting down\n"+
+		"[worker-0] ── running on u-a again (attempt 1): its host worker took it up again\n", out.String())
+
+	out.Reset()
+	f = newFollower(nil, "run", &out)
+	many := func(state string) []workflows.TaskStatus {
+		ts := make([]workflows.TaskStatus, 20)
+		for i := range ts {
+			ts[i] = workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: state, Host: "u-a", Attempt: 1}
+			if state == workflows.TaskUnreachable {
+				ts[i].Error = "host worker u-a is shutting down"
+			}
+		}
+		return ts
+	}
+	f.update(workflows.RunStatus{Tasks: many(workflows.TaskUnreachable)})
+	f.update(workflows.RunStatus{Tasks: many(workflows.TaskRunning)})
+	assert.Equal(t, "[20 tasks]  ── unreachable: host worker u-a is shutting down: worker-0, worker-1, worker-2 and 17 more\n"+
+		"[20 tasks]  ── running on u-a (attempt 1): worker-0, worker-1, worker-2 and 17 more\n", out.String(),
+		"a follower that started during the loss says them running, not running again")
+	out.Reset()
+	f.update(workflows.RunStatus{Tasks: many(workflows.TaskUnreachable)})
+	out.Reset()
+	f.update(workflows.RunStatus{Tasks: many(workflows.TaskRunning)})
+	assert.Equal(t, "[20 tasks]  ── running on u-a again (attempt 1): its host worker took it up again: worker-0, worker-1, worker-2 and 17 more\n", out.String())
 }

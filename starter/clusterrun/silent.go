@@ -48,9 +48,18 @@ func (f *follower) skipped(s *stream) bool {
 	return sl != nil && time.Now().Before(sl.until)
 }
 
-// backFrom asks a silent host again at once when t, which ran there, is running again after it was unreachable.
+// backFrom asks a silent host again at once when t, which ran there, is running again after it was unreachable
+// (its worker came back and took it up), or has just ended with an exit its host reported: a worker that
+// reports an exit answers reads too. The second was seen as a lost log: a `logs --follow` that did not look
+// while the task was unreachable closed the ended attempt's streams unread, its host back for seconds.
 func (f *follower) backFrom(t workflows.TaskStatus, was string) {
-	if sl := f.silent[t.Host]; sl != nil && t.State == workflows.TaskRunning && was == workflows.TaskUnreachable {
+	sl := f.silent[t.Host]
+	if sl == nil {
+		return
+	}
+	back := t.State == workflows.TaskRunning && was == workflows.TaskUnreachable
+	reported := t.State != was && (t.ExitCode != nil || t.Signal != "")
+	if back || reported {
 		sl.until = time.Time{}
 	}
 }
