@@ -507,9 +507,11 @@ func TestE2E_AGangRestartKeepsEveryAddress(t *testing.T) {
 	waitUntil(t, "both hosts in the registry", time.Minute, func() bool { return len(c.hostEntries(t)) == 2 })
 	dir := t.TempDir()
 	id := runID(t)
+	// worker-1 fails once every task of the first generation has written its TF_CONFIG: failing at once, it
+	// could stop a task whose process had not started yet (seen under the race detector), which wrote nothing.
 	spec := writeSpec(t, fmt.Sprintf(`
 name: gang-addr
-command: [sh, -c, 'printf "%%s" "$TF_CONFIG" > %s/$CLUSTERRUN_TASK.$CLUSTERRUN_RESTART_COUNT; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then exit 1; fi; sleep 1']
+command: [sh, -c, 'printf "%%s" "$TF_CONFIG" > %[1]s/$CLUSTERRUN_TASK.$CLUSTERRUN_RESTART_COUNT; if [ "$CLUSTERRUN_TASK" = worker-1 ] && [ "$CLUSTERRUN_RESTART_COUNT" = 0 ]; then while [ $(ls %[1]s | wc -l) -lt 4 ]; do sleep 0.05; done; exit 1; fi; sleep 1']
 restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms, scope: all}
 tasks: {chief: {replicas: 1}, worker: {replicas: 3}}
 `, dir))
