@@ -70,7 +70,7 @@ func (h *Host) idleFor(e *entry, now time.Time) (time.Duration, bool) {
 func (h *Host) stopHung(e *entry, idle time.Duration) {
 	sig := spec.SignalName(e.task.HangSignal)
 	num := spec.SignalNumber(sig)
-	reason := fmt.Sprintf("hung: no output or progress for %s (hangTimeout %s); sent %s for a stack dump, then stopped it",
+	reason := fmt.Sprintf("no output or progress for %s (hangTimeout %s); sent %s for a stack dump, then stopped it",
 		idle.Round(time.Second), e.task.HangTimeout, sig)
 	h.Logger.Warn("task hung", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "idle", idle.Round(time.Second), "signal", sig)
 	h.Metrics.Counter(metricTasksHung).Inc(1)

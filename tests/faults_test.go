@@ -486,7 +486,7 @@ tasks: {worker: {replicas: 1, hosts: [host-b], restart: {policy: OnFailure, maxR
 `)
 	r := cli(t, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
-	assert.Contains(t, r.stdout, "hung: no output or progress for")
+	assert.Contains(t, r.stdout, "worker-0 hung on host-b (attempt 1): no output or progress for")
 	st, err := outcome(t, id)
 	require.NoError(t, err)
 	assert.Equal(t, 2, st.Task("worker-0").Attempt)

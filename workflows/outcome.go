@@ -41,14 +41,15 @@ func ExitOutcome(t spec.Task, res TaskResult) error {
 	})
 }
 
-// failureMessage is "worker-3 exited with code 3 on host-b (attempt 1): <cause>".
+// failureMessage is "worker-3 exited with code 3 on host-b (attempt 1): <cause>", or "worker-3 hung on host-b
+// (attempt 1): no output or progress for 5m ..." for a task its host found hung.
 func failureMessage(t spec.Task, res TaskResult) string {
 	how := fmt.Sprintf("exited with code %d", res.ExitCode)
 	if res.Signal != "" {
 		how = fmt.Sprintf("was killed by %s", res.Signal)
 	}
 	if res.Hung {
-		how = "hung and was stopped"
+		how = "hung"
 	}
 	msg := fmt.Sprintf("%s %s on %s (attempt %d)", t.Name, how, res.Host, res.Attempt)
 	if res.Error != "" {
