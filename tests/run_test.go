@@ -743,3 +743,68 @@ tasks: {worker: {replicas: 1}}
 	assert.Equal(t, 130, exit.ExitCode(), run.output())
 	assert.Equal(t, "epoch 1 loss 0.5\n", cli(t, "logs", id, "worker-0", "--stdout").stdout, "the print is in the log of the task SIGTERM ended")
 }
+
+// A run started with --detach (or left with Ctrl-C) is followed again with `clusterrun attach`: the last lines
+// each task attempt wrote before it, then everything as it comes, the end table, and the run's exit code. Ctrl-C
+// without a terminal leaves the run going. `logs --follow --tail N` cuts only what was written before it began: a
+// restart's output comes whole (it cut the new attempt's first read to N lines, too).
+func TestE2E_AttachFollowsARunStartedElsewhere(t *testing.T) {
+	id := runID(t)
+	release := filepath.Join(t.TempDir(), "release")
+	spec := writeSpec(t, fmt.Sprintf(`
+name: attach
+command:
+  - sh
+  - -c
+  - |
+    if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then
+      for i in 1 2 3 4 5; do echo a1-$i; done
+      while [ ! -e %s ]; do sleep 0.05; done
+      exit 1
+    fi
+    for i in $(seq 1 30); do echo a2-$i; done
+    exit 3
+tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
+`, release))
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	require.Eventually(t, func() bool { return strings.Contains(cli(t, "logs", id, "--stdout").stdout, "a1-5\n") },
+		2*time.Minute, 100*time.Millisecond, "attempt 1 wrote its lines")
+	attach := env.startCLIToFile(t, "attach", id, "--tail", "2")
+	follow := env.startCLIToFile(t, "logs", id, "--follow", "--tail", "2")
+	leaves := env.startCLIToFile(t, "attach", id)
+	firstLines := regexp.MustCompile(`a1-5\n`)
+	attach.waitFor(t, "attempt 1's last lines", firstLines)
+	follow.waitFor(t, "attempt 1's last lines", firstLines)
+	leaves.waitFor(t, "attempt 1's lines", firstLines)
+
+	require.NoError(t, leaves.cmd.Process.Signal(os.Interrupt))
+	var exit *exec.ExitError
+	require.ErrorAs(t, leaves.wait(t, time.Minute), &exit)
+	assert.Equal(t, 130, exit.ExitCode(), leaves.output())
+	assert.Contains(t, leaves.output(), "detached; run "+id+" goes on. Follow it again with: clusterrun attach "+id)
+	assert.Contains(t, leaves.output(), "a1-1\n", "the default tail holds all 5 lines")
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+
+	require.ErrorAs(t, attach.wait(t, 2*time.Minute), &exit)
+	assert.Equal(t, 3, exit.ExitCode(), "the run's exit code, as clusterrun run gives it\n%s", attach.output())
+	var attempt2 []string
+	for i := 1; i <= 30; i++ {
+		attempt2 = append(attempt2, fmt.Sprintf("a2-%d", i))
+	}
+	out := attach.output()
+	assert.NotContains(t, out, "a1-3", "only the last 2 lines written before it attached")
+	assert.Contains(t, out, "[worker-0] a1-4\n[worker-0] a1-5\n")
+	assert.Contains(t, out, "[worker-0] "+strings.Join(attempt2, "\n[worker-0] ")+"\n", "the restart's output, whole")
+	assert.Regexp(t, `worker-0\s+Failed\s+\S+\s+2\s+3 `, out, "the end table")
+	assert.Contains(t, out, "run "+id+" Failed: worker-0 exited with code 3")
+
+	require.NoError(t, follow.wait(t, 2*time.Minute))
+	assert.Equal(t, "a1-4\na1-5\n"+strings.Join(attempt2, "\n")+"\n", follow.output())
+
+	ended := cli(t, "attach", id, "--tail", "1")
+	assert.Equal(t, 3, ended.code, ended.String())
+	assert.Contains(t, ended.stdout, "[worker-0] a1-5\n")
+	assert.Contains(t, ended.stdout, "[worker-0] a2-30\n")
+	assert.NotContains(t, ended.stdout, "a2-29", "a run that has ended: its last lines and its end")
+	assert.Contains(t, ended.stdout, "run "+id+" Failed: worker-0 exited with code 3")
+}

@@ -41,7 +41,8 @@ type follower struct {
 	block     *liveBlock
 	barStates map[string]*barState
 	// For clusterrun logs: quiet drops the state lines, streamNames picks the streams (default stdout and
-	// stderr), tail keeps only the last lines of each stream's first read, prefix marks lines with their task.
+	// stderr), tail keeps only the last lines of the first read of each stream opened before tailDone (what was
+	// written before the command began), prefix marks lines with their task.
 	quiet       bool
 	streamNames []string
 	tail        int
@@ -163,6 +164,10 @@ func (f *follower) open(t workflows.TaskStatus, attempt int, done bool) {
 		}
 	}
 }
+
+// tailDone ends --tail's cut: the streams opened from now on are of attempts that started after the command
+// began, and are shown whole.
+func (f *follower) tailDone() { f.tail = 0 }
 
 // update notes state changes and new attempts from a status; final means the run has ended.
 func (f *follower) update(st workflows.RunStatus) {

@@ -110,6 +110,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 			f.readTo(t.Name, a, *t.Logs) // an ended attempt's streams known empty need no read
 		}
 	}
+	f.tailDone()
 	if err := followLogs(ctx, c, f, id, chosen, live); err != nil {
 		return err
 	}

@@ -40,6 +40,7 @@ Usage: clusterrun COMMAND [arguments] [flags]
 
 Commands:
   run SPEC        start a run from a YAML or JSON spec and follow it
+  attach RUN      follow a run that is already going, as run does, and exit with its code
   status RUN      show every task of a run
   logs RUN        print tasks' output from whichever host ran them
   list            list runs, newest first
@@ -77,6 +78,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", runUsage, cmdRun},
+		{"attach", attachUsage, cmdAttach},
 		{"status", statusUsage, cmdStatus},
 		{"logs", logsUsage, cmdLogs},
 		{"list", listUsage, cmdList},

@@ -31,8 +31,8 @@ Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json]
 SPEC is a file, or - for standard input. Streams every task's output with a [task] prefix, prints the result
 table (with -o json: the tasks' output goes to stderr and the final status, as JSON, alone to stdout), and
 exits with 0 on success, the chief's (or else the first failed task's) exit code on failure, 124 on
-maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run or detach from it (without a terminal,
-Ctrl-C cancels).
+maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run
+or detach from it (without a terminal, Ctrl-C cancels); 'clusterrun attach RUN' follows a detached run again.
 
 Example:
   clusterrun run examples/demo.yaml
@@ -92,9 +92,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if *output == "json" {
 		// The tasks' output goes to stderr; stdout gets the final status alone, for scripts.
-		return followRun(ctx, c, *id, stderr, stderr, stdout)
+		return followRun(ctx, c, *id, stderr, stderr, stdout, following{owner: true})
 	}
-	return followRun(ctx, c, *id, stdout, stderr, nil)
+	return followRun(ctx, c, *id, stdout, stderr, nil, following{owner: true})
 }
 
 func countTasks(s *spec.RunSpec) int {
@@ -116,8 +116,18 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 	return cliError(err)
 }
 
-// followRun streams output until the run ends, handling Ctrl-C, then prints the result.
-func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, jsonOut io.Writer) error {
+// following says how followRun follows a run: the command that started it (owner), or one that attached to it
+// later, showing the last tail lines each task had written by then (first: the run's status then).
+type following struct {
+	owner bool
+	tail  int
+	first *workflows.RunStatus
+}
+
+// followRun streams output until the run ends, handling Ctrl-C, then prints the result. Ctrl-C asks, on a
+// terminal, whether to cancel the run or detach; without one, it cancels a run this command started (as srun
+// does) and leaves one it attached to.
+func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, jsonOut io.Writer, how following) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -140,6 +150,11 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 		f.block = newLiveBlock(stdout, int(os.Stdout.Fd()), "clusterrun status "+id+" shows each task's progress")
 		f.out, f.notes = f.block, f.block
 		defer f.block.close()
+	}
+	if how.first != nil {
+		f.tail = how.tail
+		f.update(*how.first)
+		f.tailDone()
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -168,10 +183,11 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 					continue
 				}
 				fmt.Fprintf(stderr, "detached; run %s is still stopping its tasks (each gets SIGKILL after stopGracePeriod). "+
-					"Follow it with: clusterrun status %s\n", id, id)
+					"Follow it again with: clusterrun attach %s\n", id, id)
 				return &exitError{code: 130}
 			}
-			if sig == syscall.SIGTERM || !isTerminal(os.Stdin) || askCancel(id, sigs, stderr) {
+			asked := isTerminal(os.Stdin) && sig != syscall.SIGTERM
+			if (!asked && how.owner) || (asked && askCancel(id, sigs, stderr)) {
 				canceling = true
 				fmt.Fprintf(stderr, "\ncanceling run %s: stopping every task (Ctrl-C again to detach; the stop goes on)...\n", id)
 				if err := c.CancelWorkflow(ctx, id, ""); err != nil {
@@ -179,7 +195,10 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 				}
 				continue
 			}
-			fmt.Fprintf(stderr, "detached; run %s goes on. Follow it with: clusterrun status %s\n", id, id)
+			fmt.Fprintf(stderr, "detached; run %s goes on. Follow it again with: clusterrun attach %s\n", id, id)
+			if !asked {
+				return &exitError{code: exitCanceled} // interrupted, as a command that a signal ends
+			}
 			return nil
 		case <-tick.C:
 			st, ended, _, err := fetchStatus(ctx, c, id)

@@ -39,7 +39,7 @@ func TestParse_FlagsBeforeAndAfterArguments(t *testing.T) {
 func TestMainWithCode_Usage(t *testing.T) {
 	var out, errb bytes.Buffer
 	assert.Equal(t, exitUsage, mainWithCode([]string{"bogus"}, &out, &errb))
-	assert.Contains(t, errb.String(), `unknown command "bogus"; commands are run, status,`)
+	assert.Contains(t, errb.String(), `unknown command "bogus"; commands are run, attach, status,`)
 	errb.Reset()
 	assert.Equal(t, exitUsage, mainWithCode([]string{"stauts", "r"}, &out, &errb))
 	assert.Equal(t, "clusterrun: unknown command \"stauts\"; did you mean \"status\"? (see clusterrun --help)\n", errb.String())

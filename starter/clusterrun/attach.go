@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+)
+
+const attachUsage = `Follow a run that is already going, as 'clusterrun run' follows the run it starts.
+
+Usage: clusterrun attach RUN [--tail N] [-o table|json]
+
+Prints the last N lines each task has written so far (--tail; 0 prints all of it), then every task's output as it
+comes, with the same state lines and progress as 'clusterrun run', and the result table at the end. Exits as
+'clusterrun run' would have: 0 on success, the chief's (or else the first failed task's) exit code on failure,
+124 on maxRunTime, 130 when canceled. A run that has ended prints its last lines and its end at once. Ctrl-C
+asks whether to cancel the run or detach from it; without a terminal, Ctrl-C (or SIGTERM) detaches, exits 130,
+and leaves the run going.
+
+Example:
+  clusterrun run train.yaml --id mnist-42 --detach
+  clusterrun attach mnist-42
+`
+
+// attachTail is how many lines of what each task wrote before 'clusterrun attach' began it shows by default.
+const attachTail = 10
+
+func cmdAttach(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
+	tail := fs.Int("tail", attachTail, "show the last N lines each task wrote before this command began (0: all of it)")
+	output, checkOutput := addOutputFlag(fs)
+	pos, err := parse(fs, attachUsage, args, 1, 1, stderr)
+	if err != nil {
+		return err
+	}
+	if err := checkOutput(); err != nil {
+		return err
+	}
+	if *tail < 0 {
+		return usageErrorf("--tail %d is negative: give how many lines of each task's earlier output to show (0: all of it)", *tail)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := pos[0]
+	// The first read says what is wrong with RUN (no such run, not a run) and rides out a time nobody can answer
+	// for it, as the reads that follow do.
+	st, _, err := readStatus(ctx, c, id, true, stderr)
+	if err != nil {
+		return err
+	}
+	how := following{tail: *tail, first: &st.RunStatus}
+	if *output == "json" {
+		return followRun(ctx, c, id, stderr, stderr, stdout, how)
+	}
+	return followRun(ctx, c, id, stdout, stderr, nil, how)
+}
