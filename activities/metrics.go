@@ -3,6 +3,8 @@ package activities
 import (
 	"strconv"
 	"time"
+
+	"github.com/clusterrun/clusterrun/activities/shim"
 )
 
 // Metric names (Prometheus renders them with underscores, e.g. clusterrun_task_exits).
@@ -15,6 +17,7 @@ const (
 	metricBarrierWaited  = "clusterrun_barrier_wait_latency"
 	metricTaskReattaches = "clusterrun_task_reattaches"
 	metricTasksHung      = "clusterrun_tasks_hung"
+	metricTasksOOMKilled = "clusterrun_tasks_oom_killed"
 )
 
 // taskStarted counts a started process; attempts after the first are restarts.
@@ -26,9 +29,12 @@ func (h *Host) taskStarted(attempt int) {
 	h.runningChanged(1)
 }
 
-// taskExited counts an exit by its code (128+N for a death by signal N).
-func (h *Host) taskExited(code int) {
-	h.Metrics.WithTags(map[string]string{"exit_code": strconv.Itoa(code)}).Counter(metricTaskExits).Inc(1)
+// taskExited counts an exit by its code (128+N for a death by signal N), and the OOM killer's kills apart.
+func (h *Host) taskExited(x shim.Exit) {
+	h.Metrics.WithTags(map[string]string{"exit_code": strconv.Itoa(x.Code)}).Counter(metricTaskExits).Inc(1)
+	if x.OOMKilled != nil {
+		h.Metrics.Counter(metricTasksOOMKilled).Inc(1)
+	}
 	h.runningChanged(-1)
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/activities/shim"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -526,7 +527,29 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		}
 		return res, workflows.TaskFailure(in.Task, res)
 	}
+	if k := x.OOMKilled; k != nil {
+		res.OutOfMemory = true
+		if res.Error != "" {
+			res.Error = oomNote(*k) + "; " + res.Error
+		} else {
+			res.Error = oomNote(*k)
+		}
+	}
 	return res, workflows.AttemptOutcome(in, res)
+}
+
+// oomNote says what the kernel did to a task its OOM killer killed: "the kernel's OOM killer killed python3
+// (pid 4567, 1.2 GiB resident) at its memory cgroup's limit".
+func oomNote(k shim.OOMKill) string {
+	where := "as the host ran out of memory"
+	if k.Cgroup {
+		where = "at its memory cgroup's limit"
+	}
+	rss := ""
+	if k.RSS >= 1<<20 {
+		rss = ", " + spec.FormatSize(k.RSS&^(1<<20-1)) + " resident" // whole MiB: "56 MiB", "1.2 GiB"
+	}
+	return fmt.Sprintf("the kernel's OOM killer killed %s (pid %d%s) %s", k.Name, k.PID, rss, where)
 }
 
 // killedNote says why a stopped task was killed, when it outlived its stop's grace period; else it is empty.

@@ -192,7 +192,7 @@ func (h *Host) supervise(e *entry, w *shim.Watch) {
 	}
 	e.markEnded(x)
 	h.closeControl(e)
-	h.taskExited(x.Code)
+	h.taskExited(x)
 	h.Logger.Info("task exited", "run", e.ref.WorkflowID, "task", e.ref.Task, "attempt", e.ref.Attempt, "pid", e.process().PID,
 		"exit", describeEnd(x), "stoppedBy", x.By, "reason", x.Reason)
 }

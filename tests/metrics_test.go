@@ -23,6 +23,7 @@ func freePort(t *testing.T) int {
 
 func TestE2E_WorkerMetrics(t *testing.T) {
 	host := "metrics-" + randomHex(2)
+	procs := memoryLimitedCgroup(t, 64<<20) // for a task the OOM killer kills (oom_test.go)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	require.NoError(t, env.startWorker(host, "--metrics-addr", addr))
 	defer env.stopWorker(host, syscall.SIGTERM)
@@ -34,9 +35,10 @@ command: [sh, -c, 'clusterrun task barrier m --tasks worker && exit 0']
 tasks:
   worker: {replicas: 2, hosts: [%[1]s]}
   bad: {replicas: 1, hosts: [%[1]s], command: [sh, -c, 'exit 3']}
-`, host))
+  oom: {replicas: 1, hosts: [%[1]s], command: [sh, -c, 'echo $$ > %[2]s && exec python3 -c "x = bytearray(512 << 20)"']}
+`, host, procs))
 	r := cli(t, "run", spec)
-	assert.Equal(t, 3, r.code, r.String())
+	assert.Contains(t, []int{3, 137}, r.code, "the first failed task's code\n%s", r)
 
 	var body string
 	deadline := time.Now().Add(30 * time.Second)
@@ -45,15 +47,20 @@ tasks:
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			body = string(b)
-			if regexp.MustCompile(`clusterrun_task_exits_total\{[^}]*exit_code="3"[^}]*\} 1`).MatchString(body) {
+			// Counters are flushed to the page each second: wait for the last run's ends.
+			if regexp.MustCompile(`clusterrun_task_exits_total\{[^}]*exit_code="3"[^}]*\} 1`).MatchString(body) &&
+				regexp.MustCompile(`clusterrun_tasks_oom_killed_total\{[^}]*\} 1`).MatchString(body) {
 				break
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, want := range []string{
-		`clusterrun_task_starts_total\{[^}]*host="` + host + `"[^}]*\} 3`,
+		`clusterrun_task_starts_total\{[^}]*host="` + host + `"[^}]*\} 4`,
 		`clusterrun_task_exits_total\{[^}]*exit_code="0"[^}]*\} 2`,
+		`clusterrun_task_exits_total\{[^}]*exit_code="3"[^}]*\} 1`,
+		`clusterrun_task_exits_total\{[^}]*exit_code="137"[^}]*\} 1`,
+		`clusterrun_tasks_oom_killed_total\{[^}]*host="` + host + `"[^}]*\} 1`,
 		`clusterrun_barrier_waits_total\{[^}]*outcome="released"[^}]*\} 2`,
 		`clusterrun_barrier_wait_latency_seconds_count\{[^}]*outcome="released"[^}]*\} 2`,
 		`clusterrun_tasks_running\{[^}]*\} 0`,

@@ -42,7 +42,8 @@ func ExitOutcome(t spec.Task, res TaskResult) error {
 }
 
 // failureMessage is "worker-3 exited with code 3 on host-b (attempt 1): <cause>", or "worker-3 hung on host-b
-// (attempt 1): no output or progress for 5m ..." for a task its host found hung.
+// (attempt 1): no output or progress for 5m ..." for a task its host found hung, or "worker-3 ran out of memory
+// on host-b (attempt 1): the kernel's OOM killer killed python3 ..." for one the OOM killer killed.
 func failureMessage(t spec.Task, res TaskResult) string {
 	how := fmt.Sprintf("exited with code %d", res.ExitCode)
 	if res.Signal != "" {
@@ -50,6 +51,9 @@ func failureMessage(t spec.Task, res TaskResult) string {
 	}
 	if res.Hung {
 		how = "hung"
+	}
+	if res.OutOfMemory {
+		how = "ran out of memory"
 	}
 	msg := fmt.Sprintf("%s %s on %s (attempt %d)", t.Name, how, res.Host, res.Attempt)
 	if res.Error != "" {

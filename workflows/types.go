@@ -277,6 +277,9 @@ type TaskResult struct {
 	Error string `json:"error,omitempty"`
 	// Hung says the host found the task hung (no output or progress for hangTimeout) and stopped it.
 	Hung bool `json:"hung,omitempty"`
+	// OutOfMemory says the kernel's OOM killer killed the task's main process (its host read so in the kernel's
+	// log); Error then begins with what the kernel said of it.
+	OutOfMemory bool `json:"outOfMemory,omitempty"`
 	// ErrorFile is the error.json the task wrote (torchelastic's format), if any.
 	ErrorFile  json.RawMessage `json:"errorFile,omitempty"`
 	StderrTail string          `json:"stderrTail,omitempty"`

@@ -84,6 +84,7 @@ type server struct {
 	logger    *log.Logger
 	idleAfter time.Duration
 	logs      logSampler // its tasks' log files
+	oom       *oomWatch  // the kernel's OOM kills; nil when its log cannot be read
 
 	mu       sync.Mutex
 	tasks    map[*task]struct{}
@@ -110,7 +111,8 @@ func Serve(socket string, ready io.WriteCloser, idleAfter time.Duration, logger 
 	// The socket file goes when the supervisor decides to end (endIfIdle), not when the listener closes: by
 	// then a new supervisor may be listening at the same path.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	s := &server{socket: socket, ln: ln, logger: logger, idleAfter: idleAfter, tasks: map[*task]struct{}{}, done: make(chan struct{})}
+	s := &server{socket: socket, ln: ln, logger: logger, idleAfter: idleAfter, tasks: map[*task]struct{}{}, done: make(chan struct{}),
+		oom: watchOOMKills(logger)}
 	logger.Printf("supervisor listening on %s", socket)
 	_ = tell(ready, message{OK: true}, nil)
 	s.mu.Lock()
@@ -232,7 +234,7 @@ func (s *server) start(cfg Config) (*task, message) {
 	s.starting++
 	s.mu.Unlock()
 
-	t, err := startTask(cfg, s.logger.Writer(), &s.logs)
+	t, err := startTask(cfg, s.logger.Writer(), &s.logs, s.oom)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -115,7 +115,10 @@ type Exit struct {
 	// KilledAfter is the stop's grace period when the task did not end within it after SIGTERM and was killed
 	// (SIGKILL); 0 otherwise, and from a supervisor from before this field.
 	KilledAfter time.Duration `json:"killedAfter,omitempty"`
-	EndedAt     time.Time     `json:"endedAt"`
+	// OOMKilled is the kernel's OOM killer's kill of the task's main process, when the kernel's log told the
+	// supervisor of it (oom.go); nil otherwise, and from a supervisor from before this field.
+	OOMKilled *OOMKill  `json:"oomKilled,omitempty"`
+	EndedAt   time.Time `json:"endedAt"`
 }
 
 // Who stopped a task, when the shim decided it itself.

@@ -29,6 +29,7 @@ type task struct {
 	cleaned chan struct{} // closed once its cgroup is removed too
 	sampler *logSampler
 	logs    *taskLogs
+	oom     *oomWatch
 	exit    Exit
 
 	mu       sync.Mutex
@@ -42,8 +43,8 @@ type task struct {
 // startTask starts the task cfg describes and serves its socket; the task is supervised from then on, and ended
 // closes once it is gone and its exit is recorded. Its log lines go to out (the supervisor's log), each naming
 // the task: a file per task would hold a descriptor per task open, and every later task's exec closes all the
-// supervisor holds. Its log files are sampled by sampler.
-func startTask(cfg Config, out io.Writer, sampler *logSampler) (*task, error) {
+// supervisor holds. Its log files are sampled by sampler; oom tells of the kernel's OOM kills (nil: it cannot).
+func startTask(cfg Config, out io.Writer, sampler *logSampler, oom *oomWatch) (*task, error) {
 	if cfg.Record == "" || cfg.Socket == "" {
 		return nil, errors.New("the task's config names no record folder or no socket")
 	}
@@ -52,7 +53,7 @@ func startTask(cfg Config, out io.Writer, sampler *logSampler) (*task, error) {
 		name = filepath.Base(cfg.Record)
 	}
 	t := &task{cfg: cfg, logger: log.New(out, name+": ", log.LstdFlags|log.Lmicroseconds|log.LUTC|log.Lmsgprefix),
-		sampler: sampler, ended: make(chan struct{}), cleaned: make(chan struct{})}
+		sampler: sampler, oom: oom, ended: make(chan struct{}), cleaned: make(chan struct{})}
 	var err error
 	if t.ln, err = listen(cfg.Socket); err != nil {
 		return nil, err
@@ -147,8 +148,9 @@ func (t *task) start() error {
 func (t *task) finish() {
 	x := t.p.Exit()
 	t.sampler.finish(t.logs)
+	oom := t.oomKilled(x)
 	t.mu.Lock()
-	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now()}
+	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now(), OOMKilled: oom}
 	if x.Signal == "SIGKILL" {
 		t.exit.KilledAfter = t.p.Overran()
 	}
@@ -173,6 +175,29 @@ func (t *task) finish() {
 	}
 	close(t.cleaned)
 }
+
+// oomKilled asks the kernel's log whether the OOM killer killed the task's main process. A SIGKILL the task
+// did not get from a stop is waited for a moment (oomLineWait); one during a stop is most likely the stop's own.
+func (t *task) oomKilled(x proc.Exit) *OOMKill {
+	if x.Signal != "SIGKILL" {
+		return nil
+	}
+	t.mu.Lock()
+	wait := oomLineWait
+	if t.stopping {
+		wait = 0
+	}
+	t.mu.Unlock()
+	if k, ok := t.oom.killedBy(t.started.PID, t.started.StartedAt, wait); ok {
+		t.logger.Printf("the kernel's OOM killer killed the task (%s, pid %d)", k.Name, k.PID)
+		return &k
+	}
+	return nil
+}
+
+// oomLineWait is how long a task killed by SIGKILL out of nowhere waits for the kernel's line about it: the
+// kernel writes it after it sends the signal, and the supervisor may reap the task first.
+const oomLineWait = 100 * time.Millisecond
 
 // stop ends the task: the diagnostic signal and its wait if asked for, then SIGTERM, grace, SIGKILL. A later
 // stop with a shorter grace cuts the first one short; the first stop's by and reason are the ones recorded.

@@ -1,0 +1,141 @@
+package tests
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A task the kernel's OOM killer kills says so. Its host reads the kernel's log, where the OOM killer names
+// each process it kills; the task's end, in the follower, the table and the run's reason, says it ran out of
+// memory and what the kernel said. The OOM kill is real: the task moves itself into a memory cgroup limited to
+// 64 MiB and allocates 512 MiB. A task killed by SIGKILL from elsewhere says nothing of memory.
+func TestFault_ATaskTheOOMKillerKilledSaysSo(t *testing.T) {
+	t.Parallel()
+	procs := memoryLimitedCgroup(t, 64<<20)
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: oom
+onFailure: continue
+tasks:
+  worker:
+    replicas: 1
+    command: [sh, -c, 'echo $$ > %s && exec python3 -c "print(\"loading\", flush=True); x = bytearray(512 << 20)"']
+  evaluator:
+    replicas: 1
+    command: [sh, -c, 'kill -9 $$']
+`, procs))
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 137, r.code, "the first failed task's code: 128 + SIGKILL\n%s", r)
+	assert.Regexp(t, `\[worker-0\]\s+── failed: worker-0 ran out of memory on host-[ab] \(attempt 1\): the kernel's OOM killer killed `+
+		`python3 \(pid \d+, \d+ MiB resident\) at its memory cgroup's limit\n`, r.stdout)
+	assert.Regexp(t, `\[evaluator-0\]\s+── failed: evaluator-0 was killed by SIGKILL on host-[ab] \(attempt 1\)\n`, r.stdout, "no word of memory")
+	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s+137 \(SIGKILL\)\s+worker-0 ran out of memory`, r.stdout)
+	st, err := outcome(t, id)
+	require.Error(t, err, "the run failed")
+	assert.Contains(t, st.Task("worker-0").Error, "the kernel's OOM killer killed python3")
+	assert.NotContains(t, st.Task("evaluator-0").Error, "memory")
+}
+
+// memoryLimitedCgroup makes a memory cgroup that holds at most limit bytes, and returns the file a process
+// writes its pid to in order to enter it: how the suite has the kernel's OOM killer kill a task for real,
+// without pressing on the machine's memory. It uses cgroup v1's memory hierarchy where it is mounted (this
+// machine's), else cgroup v2 under the test's own cgroup.
+func memoryLimitedCgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	name := fmt.Sprintf("clusterrun-test-oom-%d-%s", os.Getpid(), randomHex(3))
+	var dir string
+	var limits []string
+	if mount, own, ok := cgroupV1Memory(); ok {
+		dir = filepath.Join(mount, own, name)
+		limits = []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} // no swapping out instead
+	} else if mount, own, ok := cgroupV2(); ok {
+		dir = filepath.Join(mount, own, name)
+		limits = []string{"memory.max", "memory.swap.max"}
+	} else {
+		t.Fatal("no cgroup memory controller to limit a task with: mount cgroup v1's memory hierarchy or cgroup v2")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("make a memory cgroup for the OOM test (the suite runs as root): %v", err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := syscall.Rmdir(dir) // empty once the killed task is reaped
+			if err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	for i, file := range limits {
+		value := fmt.Sprint(limit)
+		if i > 0 && strings.HasPrefix(file, "memory.swap") {
+			value = "0"
+		}
+		err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0)
+		if err != nil && i == 0 {
+			t.Fatalf("limit the OOM test's memory cgroup %s: %v", dir, err)
+		}
+	}
+	return filepath.Join(dir, "cgroup.procs")
+}
+
+// cgroupV1Memory finds cgroup v1's memory hierarchy and this process's place in it.
+func cgroupV1Memory() (mount, own string, ok bool) {
+	for _, line := range readLines("/proc/self/cgroup") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[1] == "memory" {
+			own = parts[2]
+		}
+	}
+	mount = mountOf(func(fstype string, options []string) bool {
+		return fstype == "cgroup" && slices.Contains(options, "memory")
+	})
+	return mount, own, mount != "" && own != ""
+}
+
+// cgroupV2 finds the cgroup v2 hierarchy and this process's cgroup in it, when its memory controller can be
+// given to a child.
+func cgroupV2() (mount, own string, ok bool) {
+	for _, line := range readLines("/proc/self/cgroup") {
+		if rest, found := strings.CutPrefix(line, "0::"); found {
+			own = rest
+		}
+	}
+	mount = mountOf(func(fstype string, _ []string) bool { return fstype == "cgroup2" })
+	if mount == "" || own == "" {
+		return "", "", false
+	}
+	err := os.WriteFile(filepath.Join(mount, own, "cgroup.subtree_control"), []byte("+memory"), 0)
+	return mount, own, err == nil
+}
+
+// mountOf is the mount point of the first mount in /proc/self/mountinfo that match accepts.
+func mountOf(match func(fstype string, superOptions []string) bool) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// ID parent major:minor root mountpoint options [optional fields] - fstype source superoptions
+		fields := strings.Fields(s.Text())
+		for i, field := range fields {
+			if field == "-" && i+3 < len(fields) && len(fields) > 4 && match(fields[i+1], strings.Split(fields[i+3], ",")) {
+				return fields[4]
+			}
+		}
+	}
+	return ""
+}
