@@ -29,10 +29,11 @@ func (h *Host) taskStarted(attempt int) {
 	h.runningChanged(1)
 }
 
-// taskExited counts an exit by its code (128+N for a death by signal N), and the OOM killer's kills apart.
+// taskExited counts an exit by its code (128+N for a death by signal N), and apart the tasks the OOM killer
+// killed a process of.
 func (h *Host) taskExited(x shim.Exit) {
 	h.Metrics.WithTags(map[string]string{"exit_code": strconv.Itoa(x.Code)}).Counter(metricTaskExits).Inc(1)
-	if x.OOMKilled != nil {
+	if x.OOMKilled != nil || len(x.OOMKilledChildren) > 0 {
 		h.Metrics.Counter(metricTasksOOMKilled).Inc(1)
 	}
 	h.runningChanged(-1)

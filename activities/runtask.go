@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -527,29 +528,51 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		}
 		return res, workflows.TaskFailure(in.Task, res)
 	}
-	if k := x.OOMKilled; k != nil {
-		res.OutOfMemory = true
-		if res.Error != "" {
-			res.Error = oomNote(*k) + "; " + res.Error
-		} else {
-			res.Error = oomNote(*k)
-		}
-	}
+	noteOOM(&res, x)
 	return res, workflows.AttemptOutcome(in, res)
 }
 
-// oomNote says what the kernel did to a task its OOM killer killed: "the kernel's OOM killer killed python3
-// (pid 4567, 1.2 GiB resident) at its memory cgroup's limit".
-func oomNote(k shim.OOMKill) string {
-	where := "as the host ran out of memory"
+// noteOOM puts the OOM killer's kills first in the error of a task that ended on its own: its main process's
+// (the task ran out of memory), or else, when it failed, its other processes' (a data loader's worker, say).
+func noteOOM(res *workflows.TaskResult, x shim.Exit) {
+	var note string
+	switch {
+	case x.OOMKilled != nil:
+		res.OutOfMemory = true
+		note = "the kernel's OOM killer killed " + oomKilled(*x.OOMKilled) + oomWhere(*x.OOMKilled)
+	case len(x.OOMKilledChildren) == 1 && res.ExitCode != 0:
+		k := x.OOMKilledChildren[0]
+		note = "the kernel's OOM killer killed a process of the task, " + oomKilled(k) + "," + oomWhere(k)
+	case len(x.OOMKilledChildren) > 1 && res.ExitCode != 0:
+		var each []string
+		for _, k := range x.OOMKilledChildren {
+			each = append(each, oomKilled(k))
+		}
+		note = fmt.Sprintf("the kernel's OOM killer killed %d processes of the task, %s,%s", len(each),
+			strings.Join(each, ", "), oomWhere(x.OOMKilledChildren[0]))
+	default:
+		return
+	}
+	if res.Error != "" {
+		note += "; " + res.Error
+	}
+	res.Error = note
+}
+
+// oomKilled names a process the OOM killer killed: "python3 (pid 4567, 1.2 GiB resident)".
+func oomKilled(k shim.OOMKill) string {
+	if k.RSS < 1<<20 {
+		return fmt.Sprintf("%s (pid %d)", k.Name, k.PID)
+	}
+	return fmt.Sprintf("%s (pid %d, %s resident)", k.Name, k.PID, spec.FormatSize(k.RSS&^(1<<20-1))) // whole MiB: "56 MiB", "1.2 GiB"
+}
+
+// oomWhere says why the kernel killed it.
+func oomWhere(k shim.OOMKill) string {
 	if k.Cgroup {
-		where = "at its memory cgroup's limit"
+		return " at its memory cgroup's limit"
 	}
-	rss := ""
-	if k.RSS >= 1<<20 {
-		rss = ", " + spec.FormatSize(k.RSS&^(1<<20-1)) + " resident" // whole MiB: "56 MiB", "1.2 GiB"
-	}
-	return fmt.Sprintf("the kernel's OOM killer killed %s (pid %d%s) %s", k.Name, k.PID, rss, where)
+	return " as the host ran out of memory"
 }
 
 // killedNote says why a stopped task was killed, when it outlived its stop's grace period; else it is empty.

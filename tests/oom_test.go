@@ -18,11 +18,21 @@ import (
 
 // A task the kernel's OOM killer kills says so. Its host reads the kernel's log, where the OOM killer names
 // each process it kills; the task's end, in the follower, the table and the run's reason, says it ran out of
-// memory and what the kernel said. The OOM kill is real: the task moves itself into a memory cgroup limited to
-// 64 MiB and allocates 512 MiB. A task killed by SIGKILL from elsewhere says nothing of memory.
+// memory and what the kernel said. The OOM kills are real: each task moves a process into a memory cgroup
+// limited to 64 MiB, which allocates 512 MiB. A task whose child is killed (a data loader's worker) and which
+// fails of it says which process it was; a task killed by SIGKILL from elsewhere says nothing of memory.
 func TestFault_ATaskTheOOMKillerKilledSaysSo(t *testing.T) {
 	t.Parallel()
-	procs := memoryLimitedCgroup(t, 64<<20)
+	main, child := memoryLimitedCgroup(t, 64<<20), memoryLimitedCgroup(t, 64<<20)
+	loader := filepath.Join(t.TempDir(), "loader.py")
+	// As a DataLoader does, the parent looks at its worker now and then, not at once: the worker is still
+	// there to be found in the task's process group when its host reads the kernel's line.
+	require.NoError(t, os.WriteFile(loader, []byte(fmt.Sprintf(`
+import subprocess, sys, time
+worker = subprocess.Popen(["sh", "-c", "echo $$ > %s && exec python3 -c 'x = bytearray(512 << 20)'"])
+time.sleep(1)
+sys.exit("DataLoader worker (pid %%d) exited unexpectedly with %%d" %% (worker.pid, worker.wait()))
+`, child)), 0o644))
 	id := runID(t)
 	spec := writeSpec(t, fmt.Sprintf(`
 name: oom
@@ -31,14 +41,20 @@ tasks:
   worker:
     replicas: 1
     command: [sh, -c, 'echo $$ > %s && exec python3 -c "print(\"loading\", flush=True); x = bytearray(512 << 20)"']
+  loader:
+    replicas: 1
+    command: [python3, %s]
   evaluator:
     replicas: 1
     command: [sh, -c, 'kill -9 $$']
-`, procs))
+`, main, loader))
 	r := cli(t, "run", spec, "--id", id)
-	require.Equal(t, 137, r.code, "the first failed task's code: 128 + SIGKILL\n%s", r)
+	require.Contains(t, []int{1, 137}, r.code, "the first failed task's code: 128 + SIGKILL, or the loader's 1\n%s", r)
 	assert.Regexp(t, `\[worker-0\]\s+── failed: worker-0 ran out of memory on host-[ab] \(attempt 1\): the kernel's OOM killer killed `+
 		`python3 \(pid \d+, \d+ MiB resident\) at its memory cgroup's limit\n`, r.stdout)
+	assert.Regexp(t, `\[loader-0\]\s+── failed: loader-0 exited with code 1 on host-[ab] \(attempt 1\): the kernel's OOM killer killed `+
+		`a process of the task, python3 \(pid (\d+), \d+ MiB resident\), at its memory cgroup's limit; `+
+		`DataLoader worker \(pid \d+\) exited unexpectedly with -9\n`, r.stdout)
 	assert.Regexp(t, `\[evaluator-0\]\s+── failed: evaluator-0 was killed by SIGKILL on host-[ab] \(attempt 1\)\n`, r.stdout, "no word of memory")
 	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s+137 \(SIGKILL\)\s+worker-0 ran out of memory`, r.stdout)
 	st, err := outcome(t, id)

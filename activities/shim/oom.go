@@ -3,6 +3,7 @@ package shim
 import (
 	"errors"
 	"log"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,8 +39,9 @@ type oomWatch struct {
 }
 
 type oomRecord struct {
-	kill OOMKill
-	read time.Time // when the supervisor read the kernel's line
+	kill  OOMKill
+	read  time.Time // when the supervisor read the kernel's line
+	group int       // the killed process's process group then, when it could still be read; else 0
 }
 
 // oomKept bounds the kills held: one is looked up when its process is reaped, within moments.
@@ -89,16 +91,16 @@ func (w *oomWatch) drain() {
 			return // EAGAIN: nothing more for now
 		}
 		if kill, ok := parseOOMKill(string(buf[:n])); ok {
-			w.keep(kill)
+			w.keep(kill, processGroup(kill.PID))
 		}
 	}
 }
 
-func (w *oomWatch) keep(kill OOMKill) {
+func (w *oomWatch) keep(kill OOMKill, group int) {
 	if _, ok := w.killed[kill.PID]; !ok {
 		w.order = append(w.order, kill.PID)
 	}
-	w.killed[kill.PID] = oomRecord{kill: kill, read: time.Now()}
+	w.killed[kill.PID] = oomRecord{kill: kill, read: time.Now(), group: group}
 	for len(w.order) > oomKept {
 		delete(w.killed, w.order[0])
 		w.order = w.order[1:]
@@ -129,6 +131,41 @@ func (w *oomWatch) killedBy(pid int, started time.Time, wait time.Duration) (OOM
 		// Not long: the reader goroutine may take the line first, and the next look finds it in killed.
 		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}}, int(min(left, 10*time.Millisecond).Milliseconds())+1)
 	}
+}
+
+// killedIn returns the OOM kills, since started, of processes in process group group other than main: a task's
+// children, a data loader's workers. Each was found in the group when the supervisor read the kernel's line
+// about it, while it was still exiting or not yet reaped; one its parent had reaped by then is not found.
+func (w *oomWatch) killedIn(group, main int, started time.Time) []OOMKill {
+	if w == nil {
+		return nil
+	}
+	w.drain()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var kills []OOMKill
+	for _, pid := range w.order {
+		if r := w.killed[pid]; r.group == group && pid != main && !r.read.Before(started) {
+			kills = append(kills, r.kill)
+		}
+	}
+	return kills
+}
+
+// processGroup is pid's process group, read from /proc/PID/stat ("pid (comm) state ppid pgrp ..."); 0 when
+// the process is gone.
+func processGroup(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 3 {
+		return 0
+	}
+	group, _ := strconv.Atoi(fields[2])
+	return group
 }
 
 // oomLine is the kernel's line for an OOM kill: "Out of memory: Killed process 4567 (python3) total-vm:...kB,

@@ -44,7 +44,7 @@ func TestParseOOMKill_TheKernelsLines(t *testing.T) {
 func TestOOMWatch_OnlyAKillReadSinceTheProcessStarted(t *testing.T) {
 	w := &oomWatch{fd: -1, killed: map[int]oomRecord{}}
 	before := time.Now()
-	w.keep(OOMKill{PID: 5, Name: "python3"})
+	w.keep(OOMKill{PID: 5, Name: "python3"}, 4)
 	after := time.Now().Add(time.Millisecond)
 	k, ok := w.killedBy(5, before, 0)
 	assert.True(t, ok)
@@ -57,7 +57,7 @@ func TestOOMWatch_OnlyAKillReadSinceTheProcessStarted(t *testing.T) {
 	_, ok = none.killedBy(5, before, time.Second)
 	assert.False(t, ok)
 	for pid := 100; pid < 100+oomKept; pid++ {
-		w.keep(OOMKill{PID: pid})
+		w.keep(OOMKill{PID: pid}, 0)
 	}
 	_, ok = w.killedBy(5, before, 0)
 	assert.False(t, ok, "the oldest kill is forgotten past oomKept")

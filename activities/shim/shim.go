@@ -117,8 +117,11 @@ type Exit struct {
 	KilledAfter time.Duration `json:"killedAfter,omitempty"`
 	// OOMKilled is the kernel's OOM killer's kill of the task's main process, when the kernel's log told the
 	// supervisor of it (oom.go); nil otherwise, and from a supervisor from before this field.
-	OOMKilled *OOMKill  `json:"oomKilled,omitempty"`
-	EndedAt   time.Time `json:"endedAt"`
+	OOMKilled *OOMKill `json:"oomKilled,omitempty"`
+	// OOMKilledChildren are the OOM killer's kills of the task's other processes (its process group's: children,
+	// a data loader's workers) that the supervisor could tell were the task's (oom.go).
+	OOMKilledChildren []OOMKill `json:"oomKilledChildren,omitempty"`
+	EndedAt           time.Time `json:"endedAt"`
 }
 
 // Who stopped a task, when the shim decided it itself.

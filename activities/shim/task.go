@@ -149,8 +149,13 @@ func (t *task) finish() {
 	x := t.p.Exit()
 	t.sampler.finish(t.logs)
 	oom := t.oomKilled(x)
+	children := t.oom.killedIn(t.started.PID, t.started.PID, t.started.StartedAt) // the task leads its own group
+	for _, k := range children {
+		t.logger.Printf("the kernel's OOM killer killed a process of the task (%s, pid %d)", k.Name, k.PID)
+	}
 	t.mu.Lock()
-	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now(), OOMKilled: oom}
+	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now(),
+		OOMKilled: oom, OOMKilledChildren: children}
 	if x.Signal == "SIGKILL" {
 		t.exit.KilledAfter = t.p.Overran()
 	}
