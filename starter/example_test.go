@@ -57,7 +57,8 @@ tasks: {worker: {replicas: 2}}
 	// hello from worker-1
 }
 
-// Follow a run's output as it goes: every line with its task's prefix, then the final status.
+// Follow a run's output as it goes: every line of stdout and stderr with its task's prefix, in the order
+// written, then the final status.
 func ExampleRun_Follow() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -67,7 +68,8 @@ func ExampleRun_Follow() {
 		return
 	}
 	defer c.Close()
-	s, _ := spec.Parse([]byte(`{name: steps, command: [sh, -c, 'for i in 1 2 3; do echo "step $i"; sleep 0.2; done'], tasks: {chief: {replicas: 1}}}`))
+	s, _ := spec.Parse([]byte(`{name: steps, command: [sh, -c, 'echo "step 1"; sleep 1; echo "warning: loss went up" >&2; sleep 1; echo "step 2"'],
+		tasks: {chief: {replicas: 1}}}`))
 	run, err := c.Start(ctx, s, starter.StartOptions{})
 	if err != nil {
 		fmt.Println(err)
@@ -77,8 +79,8 @@ func ExampleRun_Follow() {
 	fmt.Println(st.Status, err)
 	// Output:
 	// [chief-0] step 1
+	// [chief-0] warning: loss went up
 	// [chief-0] step 2
-	// [chief-0] step 3
 	// Succeeded <nil>
 }
 

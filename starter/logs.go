@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,19 +18,22 @@ import (
 type LogOptions struct {
 	// Tasks names the tasks to read; default every task that has started.
 	Tasks []string
-	// Stderr reads stderr instead of stdout.
+	// Stderr reads stderr instead of stdout. Both reads the two together: each line whole, every task's lines of
+	// one read in the order their hosts saw them written (to within 250ms; lines dated alike put stdout first).
 	Stderr bool
+	Both   bool
 	// Follow keeps reading until the run ends, taking up each task's new attempts as they start.
 	Follow bool
 }
 
-// logStream is one task attempt's log being read.
+// logStream is one task attempt's stdout or stderr being read.
 type logStream struct {
-	host, task string
-	attempt    int
-	offset     int64
-	done       bool // the attempt has ended: read to the end, then close
-	closed     bool
+	host, task, name string
+	attempt          int
+	offset           int64
+	done             bool // the attempt has ended: read to the end, then close
+	closed           bool
+	lastAt           int64 // the date of the last line read (unix nanoseconds), with Both
 }
 
 // Logs writes the chosen tasks' output to w: one task's exactly as it was written, several tasks' line by line
@@ -39,9 +43,12 @@ type logStream struct {
 func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	reader := r.LogReader()
 	defer reader.Close()
-	name := "stdout"
-	if opts.Stderr {
-		name = "stderr"
+	names := []string{"stdout"}
+	switch {
+	case opts.Both:
+		names = []string{"stdout", "stderr"} // the order that breaks ties
+	case opts.Stderr:
+		names = []string{"stderr"}
 	}
 	streams := map[string]*logStream{}
 	var order []string
@@ -57,24 +64,26 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 			if !chosen(opts.Tasks, t.Name) || t.Host == "" || t.Attempt == 0 || t.StartTime == nil {
 				continue
 			}
-			key := fmt.Sprintf("%s/%d", t.Name, t.Attempt)
 			over := t.EndTime != nil || ended
-			for k, s := range streams {
-				if s.task == t.Name && k != key {
+			for _, s := range streams {
+				if s.task == t.Name && s.attempt != t.Attempt {
 					s.done = true // an earlier attempt: read what is left
 				}
 			}
-			if s, ok := streams[key]; ok {
-				s.done = s.done || over
-				continue
+			for _, name := range names {
+				key := fmt.Sprintf("%s/%d/%s", t.Name, t.Attempt, name)
+				if s, ok := streams[key]; ok {
+					s.done = s.done || over
+					continue
+				}
+				streams[key] = &logStream{host: t.Host, task: t.Name, name: name, attempt: t.Attempt, done: over}
+				order = append(order, key)
 			}
-			streams[key] = &logStream{host: t.Host, task: t.Name, attempt: t.Attempt, done: over}
-			order = append(order, key)
 		}
 		prefix := len(opts.Tasks) != 1
 		// Read on while output keeps coming (for a second at most while following), then look at the run again.
 		for more, start := true, time.Now(); more && (ended || time.Since(start) < time.Second); {
-			if more, err = readRound(ctx, reader, streams, order, name, prefix, w, &unread); err != nil {
+			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread); err != nil {
 				return err
 			}
 		}
@@ -93,9 +102,10 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	return nil
 }
 
-// readRound reads once from every open stream, a fair share each, and writes what came. It reports whether
-// any output came (read on before looking at the run again).
-func readRound(ctx context.Context, reader *LogReader, streams map[string]*logStream, order []string, name string,
+// readRound reads once from every open stream, a fair share each, and writes what came: each stream's chunk as
+// it came, or, both streams together (inOrder), every line of the round in the order written. It reports
+// whether any output came (read on before looking at the run again).
+func readRound(ctx context.Context, reader *LogReader, streams map[string]*logStream, order []string, inOrder bool,
 	prefix bool, w io.Writer, unread *[]string) (bool, error) {
 	var open []*logStream
 	for _, k := range order {
@@ -108,12 +118,13 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 	}
 	per := max(int64(workflows.MaxLogRead)/int64(len(open)), 16<<10)
 	got := false
+	var round []datedLine
 	for start := 0; start < len(open); start += int(workflows.MaxLogRead / per) {
 		batch := open[start:min(len(open), start+int(workflows.MaxLogRead/per))]
 		reqs := make([]workflows.ReadLogsRequest, len(batch))
 		for i, s := range batch {
-			reqs[i] = workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: name, Offset: s.offset,
-				Flush: s.done, Max: per, Deflate: true}
+			reqs[i] = workflows.ReadLogsRequest{Host: s.host, Task: s.task, Attempt: s.attempt, Stream: s.name, Offset: s.offset,
+				Flush: s.done, Max: per, Deflate: true, Times: inOrder}
 		}
 		res, err := reader.Read(ctx, reqs)
 		if err != nil {
@@ -132,17 +143,19 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 				if why == "" {
 					why = "its log file is gone from host " + s.host
 				}
-				*unread = append(*unread, fmt.Sprintf("%s %s (attempt %d): %s", s.task, name, s.attempt, why))
+				*unread = append(*unread, fmt.Sprintf("%s %s (attempt %d): %s", s.task, s.name, s.attempt, why))
 				s.closed = true
 				continue
 			}
 			data := c.Data
 			if c.Deflated {
 				if data, err = io.ReadAll(flate.NewReader(bytes.NewReader(c.Data))); err != nil {
-					return false, fmt.Errorf("read %s of %s: damaged data from host %s: %w", name, s.task, s.host, err)
+					return false, fmt.Errorf("read %s of %s: damaged data from host %s: %w", s.name, s.task, s.host, err)
 				}
 			}
-			if err := write(w, s, data, prefix); err != nil {
+			if inOrder {
+				round = append(round, s.dated(data, c.LineTimes(data), prefix)...)
+			} else if err := write(w, s, data, prefix); err != nil {
 				return false, err
 			}
 			got = got || c.Next != s.offset
@@ -152,7 +165,49 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 			}
 		}
 	}
-	return got, nil
+	return got, writeInOrder(w, round)
+}
+
+// writeInOrder writes a round's lines in the order they were written; lines dated alike keep the order they
+// were read in (stdout's before stderr's).
+func writeInOrder(w io.Writer, round []datedLine) error {
+	if len(round) == 0 {
+		return nil
+	}
+	sort.SliceStable(round, func(i, j int) bool { return round[i].at < round[j].at })
+	var b bytes.Buffer
+	for _, l := range round {
+		b.WriteString(l.text)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// datedLine is a line of a round, ready to write, with when its host says it was written.
+type datedLine struct {
+	at   int64 // unix nanoseconds
+	text string
+}
+
+// dated splits a chunk into its lines, each whole (with a newline) and dated no earlier than the stream's line
+// before it: the host dates lines past its last mark by the file's modification time, which the kernel keeps on
+// a coarse clock, and a sort would otherwise put them before lines written first.
+func (s *logStream) dated(data []byte, times []time.Time, prefix bool) []datedLine {
+	var out []datedLine
+	for i, line := range strings.SplitAfter(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		if i < len(times) {
+			s.lastAt = max(s.lastAt, times[i].UnixNano())
+		}
+		text := line
+		if prefix {
+			text = s.prefixed(line)
+		}
+		out = append(out, datedLine{at: s.lastAt, text: strings.TrimSuffix(text, "\n") + "\n"})
+	}
+	return out
 }
 
 // write writes one chunk of a stream: as it is, or line by line with the task's prefix, a line redrawn with
@@ -164,15 +219,17 @@ func write(w io.Writer, s *logStream, data []byte, prefix bool) error {
 	}
 	var b bytes.Buffer
 	for _, line := range strings.SplitAfter(string(data), "\n") {
-		if line == "" {
-			continue
+		if line != "" {
+			b.WriteString(s.prefixed(line))
 		}
-		b.WriteString("[" + s.task + "] ")
-		b.WriteString(lines.LastDrawing(strings.TrimSuffix(line, "\n")))
-		b.WriteByte('\n')
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// prefixed is a line with the task's prefix, ended by a newline.
+func (s *logStream) prefixed(line string) string {
+	return "[" + s.task + "] " + lines.LastDrawing(strings.TrimSuffix(line, "\n")) + "\n"
 }
 
 func chosen(names []string, task string) bool {
@@ -196,10 +253,10 @@ func allClosed(streams map[string]*logStream) bool {
 	return true
 }
 
-// Follow writes every task's output, line by line with a "[task] " prefix, as the run goes, until it ends, and
-// returns its final status as Wait does.
+// Follow writes every task's output, stdout and stderr, line by line with a "[task] " prefix, as the run goes,
+// until it ends, and returns its final status as Wait does.
 func (r *Run) Follow(ctx context.Context, w io.Writer) (workflows.RunStatus, error) {
-	if err := r.Logs(ctx, LogOptions{Follow: true}, w); err != nil {
+	if err := r.Logs(ctx, LogOptions{Follow: true, Both: true}, w); err != nil {
 		return workflows.RunStatus{}, err
 	}
 	return r.Wait(ctx)

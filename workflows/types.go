@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"time"
@@ -547,6 +548,34 @@ type LogChunk struct {
 	// Redraw (with the request's Redraw) is the latest drawing of the line the file ends on, a line with no
 	// newline yet that the task redraws with carriage returns; plain text, at most MaxRedraw bytes.
 	Redraw string `json:"redraw,omitempty"`
+}
+
+// LineTimes dates the lines of data, the end of the chunk's output, from its marks (nil without Times): a line
+// ending at E was written by the first mark with Size >= E, or by the file's modification time when no mark
+// covers it yet.
+func (c LogChunk) LineTimes(data []byte) []time.Time {
+	if !c.Times {
+		return nil
+	}
+	off := c.Next - int64(len(data))
+	var out []time.Time
+	m := 0
+	for start := 0; start < len(data); {
+		end := bytes.IndexByte(data[start:], '\n') + start + 1
+		if end <= start {
+			end = len(data)
+		}
+		for m < len(c.Marks) && c.Marks[m].Size < off+int64(end) {
+			m++
+		}
+		at := c.ModTime
+		if m < len(c.Marks) {
+			at = c.Marks[m].At
+		}
+		out = append(out, time.Unix(0, at))
+		start = end
+	}
+	return out
 }
 
 // MaxRedraw bounds a chunk's Redraw.

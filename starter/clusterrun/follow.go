@@ -404,7 +404,7 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 		}
 		s.tailLines = 0
 	}
-	f.print(s.task, s.name, data, s.inOrder(lineTimes(c, data)))
+	f.print(s.task, s.name, data, s.inOrder(c.LineTimes(data)))
 	moved := c.Next != s.offset
 	s.offset = c.Next
 	if s.done && (c.EOF || c.Missing) {
@@ -607,33 +607,6 @@ func (f *follower) keepTails() {
 
 // timestampLayout is how --timestamps dates lines (RFC 3339, milliseconds, UTC).
 const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// lineTimes dates the lines of data, the end of a chunk's output, from the chunk's marks: a line ending at E
-// was written by the first mark with Size >= E, or by the file's modification time when no mark covers it yet.
-func lineTimes(c workflows.LogChunk, data []byte) []time.Time {
-	if !c.Times {
-		return nil
-	}
-	off := c.Next - int64(len(data))
-	var out []time.Time
-	m := 0
-	for start := 0; start < len(data); {
-		end := bytes.IndexByte(data[start:], '\n') + start + 1
-		if end <= start {
-			end = len(data)
-		}
-		for m < len(c.Marks) && c.Marks[m].Size < off+int64(end) {
-			m++
-		}
-		at := c.ModTime
-		if m < len(c.Marks) {
-			at = c.Marks[m].At
-		}
-		out = append(out, time.Unix(0, at))
-		start = end
-	}
-	return out
-}
 
 // pending reports whether any stream still has output to read.
 func (f *follower) pending() bool {
