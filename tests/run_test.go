@@ -766,7 +766,10 @@ command:
     exit 3
 tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
 `, release))
-	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	detached := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, detached.code, detached.String())
+	assert.Equal(t, id+"\n", detached.stdout, "the ID alone, for scripts")
+	assert.Contains(t, detached.stderr, "follow it with: clusterrun attach "+id+"\n")
 	require.Eventually(t, func() bool { return strings.Contains(cli(t, "logs", id, "--stdout").stdout, "a1-5\n") },
 		2*time.Minute, 100*time.Millisecond, "attempt 1 wrote its lines")
 	attach := env.startCLIToFile(t, "attach", id, "--tail", "2")

@@ -83,6 +83,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if link := uiLink(*id); link != "" {
 		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
+	if *detach {
+		fmt.Fprintf(stderr, "follow it with: clusterrun attach %s\n", *id)
+	}
 	if *detach && *output == "json" {
 		return printJSON(stdout, map[string]string{"runId": *id})
 	}
