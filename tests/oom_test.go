@@ -56,11 +56,15 @@ tasks:
 		`a process of the task, python3 \(pid (\d+), \d+ MiB resident\), at its memory cgroup's limit; `+
 		`DataLoader worker \(pid \d+\) exited unexpectedly with -9\n`, r.stdout)
 	assert.Regexp(t, `\[evaluator-0\]\s+── failed: evaluator-0 was killed by SIGKILL on host-[ab] \(attempt 1\)\n`, r.stdout, "no word of memory")
-	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s+137 \(SIGKILL\)\s+worker-0 ran out of memory`, r.stdout)
+	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s+137 \(OOM-killed\)\s+worker-0 ran out of memory`, r.stdout)
+	assert.Regexp(t, `evaluator-0\s+Failed\s+host-[ab]\s+1\s+137 \(SIGKILL\)\s+evaluator-0 was killed`, r.stdout)
 	st, err := outcome(t, id)
 	require.Error(t, err, "the run failed")
 	assert.Contains(t, st.Task("worker-0").Error, "the kernel's OOM killer killed python3")
+	assert.True(t, st.Task("worker-0").OutOfMemory, "status -o json says outOfMemory")
+	assert.False(t, st.Task("loader-0").OutOfMemory, "its main process was not killed")
 	assert.NotContains(t, st.Task("evaluator-0").Error, "memory")
+	assert.False(t, st.Task("evaluator-0").OutOfMemory)
 }
 
 // memoryLimitedCgroup makes a memory cgroup that holds at most limit bytes, and returns the file a process

@@ -42,6 +42,8 @@ type behavior struct {
 	// one workflow task behind another input (a clear-stop with nothing to clear), as they can on a server: the
 	// first input wakes the run's selector, and the two after it wait in their channels.
 	atOnce bool
+	// oom makes the attempt end as its host reports a process the kernel's OOM killer killed.
+	oom bool
 }
 
 type barrierCall struct {
@@ -514,6 +516,10 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 	if b.exit != 0 {
 		res.Error = "boom"
 	}
+	if b.oom {
+		res.ExitCode, res.Signal, res.OutOfMemory = 137, "SIGKILL", true
+		res.Error = "the kernel's OOM killer killed python3 (pid 4567, 3 GiB resident) as the host ran out of memory"
+	}
 	return res, AttemptOutcome(in, res)
 }
 
@@ -810,6 +816,35 @@ func TestClusterRun_FailFastStopsTheRest(t *testing.T) {
 	assert.Equal(t, TaskFailed, st.Task("worker-1").State)
 	assert.Equal(t, 3, *st.Task("worker-1").ExitCode)
 	assert.Equal(t, []string{"chief-0", "ps-0", "worker-0"}, h.hosts.stoppedTasks())
+}
+
+// A task the OOM killer killed says so in its status, for scripts (outOfMemory) and in its error; its next
+// attempt starts without the mark.
+func TestClusterRun_AnOOMKilledTaskSaysSo(t *testing.T) {
+	h := newHarness(t, func(task string, attempt, _ int) behavior {
+		if task == "worker-1" && attempt == 1 {
+			return behavior{oom: true}
+		}
+		if task == "worker-2" {
+			return behavior{oom: true}
+		}
+		return exits(0)
+	})
+	st, err := h.run(t, mustSpec(t, `
+name: oom
+command: [x]
+onFailure: continue
+tasks: {worker: {replicas: 3, restart: {policy: OnFailure, maxRestarts: 1, backoff: 1s}}}
+`))
+	require.Error(t, err)
+	w2 := st.Task("worker-2")
+	assert.True(t, w2.OutOfMemory)
+	assert.Equal(t, 137, *w2.ExitCode)
+	assert.Contains(t, w2.Error, "worker-2 ran out of memory on pooled-host (attempt 2): the kernel's OOM killer killed python3")
+	w1 := st.Task("worker-1")
+	assert.Equal(t, TaskSucceeded, w1.State)
+	assert.False(t, w1.OutOfMemory, "its second attempt succeeded")
+	assert.False(t, st.Task("worker-0").OutOfMemory)
 }
 
 func TestClusterRun_OnFailureContinue(t *testing.T) {

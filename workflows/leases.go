@@ -64,6 +64,7 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		t.placed, t.released, t.mapSent = false, false, false
 		st.State, st.Attempt, st.Error = TaskPending, t.attempt, t.waitNote
 		st.ExitCode, st.Signal, st.Result, st.StartTime, st.EndTime, st.Logs, st.Moved = nil, "", nil, nil, nil, nil, ""
+		st.OutOfMemory = false
 		r.startPrePlaced(t)
 	case sameAttempt:
 		t.lease++

@@ -44,7 +44,7 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		t.ports[p.Host] = p.Port
 		st.State, st.Host, st.Addr, st.Port = TaskPlaced, p.Host, p.Addr, p.Port
 		st.Attempt = p.Attempt
-		st.ExitCode, st.Signal, st.Error, st.EndTime = nil, "", "", nil
+		st.ExitCode, st.Signal, st.Error, st.EndTime, st.OutOfMemory = nil, "", "", nil, false
 		if t.terminated {
 			r.todo.terminate = append(r.todo.terminate, t) // it shares its lease: its host stops it before it starts
 			continue

@@ -333,7 +333,7 @@ func (r *run) record(t *task, res TaskResult) {
 		code := res.ExitCode
 		st.ExitCode = &code
 	}
-	st.Signal = res.Signal
+	st.Signal, st.OutOfMemory = res.Signal, res.OutOfMemory
 	st.Result = res.Result
 	st.Logs = res.Logs
 	if res.Error != "" {

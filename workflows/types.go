@@ -396,6 +396,8 @@ type TaskStatus struct {
 	Attempt  int    `json:"attempt"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// OutOfMemory says the kernel's OOM killer killed the attempt's main process (TaskResult.OutOfMemory).
+	OutOfMemory bool `json:"outOfMemory,omitempty"`
 	// StartTime is when the current attempt started: a pre-placed one's process, by its host's clock (by the run's
 	// when the host's report came from a worker before that was sent); one the run released after its placement,
 	// at the release. EndTime is when the run learned of its end.

@@ -230,7 +230,10 @@ func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
 		exit := "-"
 		if t.ExitCode != nil {
 			exit = fmt.Sprint(*t.ExitCode)
-			if t.Signal != "" {
+			switch {
+			case t.OutOfMemory:
+				exit += " (OOM-killed)" // the kernel's OOM killer's SIGKILL
+			case t.Signal != "":
 				exit += " (" + t.Signal + ")"
 			}
 		}
