@@ -795,6 +795,7 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 		attempt2 = append(attempt2, fmt.Sprintf("a2-%d", i))
 	}
 	out := attach.output()
+	assert.Contains(t, out, "attached to run "+id+" (Running, 1 task)\n")
 	assert.NotContains(t, out, "a1-3", "only the last 2 lines written before it attached")
 	assert.Contains(t, out, "[worker-0] a1-4\n[worker-0] a1-5\n")
 	assert.Contains(t, out, "[worker-0] "+strings.Join(attempt2, "\n[worker-0] ")+"\n", "the restart's output, whole")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 )
 
@@ -52,6 +53,14 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 	st, _, err := readStatus(ctx, c, id, true, stderr)
 	if err != nil {
 		return err
+	}
+	tasks := fmt.Sprintf("%d tasks", len(st.Tasks))
+	if len(st.Tasks) == 1 {
+		tasks = "1 task"
+	}
+	fmt.Fprintf(stderr, "attached to run %s (%s, %s)\n", id, st.Status, tasks)
+	if link := uiLink(id); link != "" {
+		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
 	how := following{tail: *tail, first: &st.RunStatus}
 	if *output == "json" {
