@@ -11,8 +11,8 @@ const attachUsage = `Follow a run that is already going, as 'clusterrun run' fol
 
 Usage: clusterrun attach RUN [--tail N] [-o table|json]
 
-Prints the last N lines each task has written so far (--tail; 0 prints all of it), then every task's output as it
-comes, with the same state lines and progress as 'clusterrun run', and the result table at the end. Exits as
+Prints the last N lines of each task attempt so far (--tail, default 10; 0 prints all of it), then every task's
+output as it comes, with the same state lines and progress as 'clusterrun run', and the result table at the end. Exits as
 'clusterrun run' would have: 0 on success, the chief's (or else the first failed task's) exit code on failure,
 124 on maxRunTime, 130 when canceled. A run that has ended prints its last lines and its end at once. Ctrl-C
 asks whether to cancel the run or detach from it; without a terminal, Ctrl-C (or SIGTERM) detaches, exits 130,
