@@ -9,10 +9,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"go.temporal.io/sdk/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/spec"
@@ -217,62 +218,136 @@ func exitCodeFor(st workflows.RunStatus) int {
 	return 1
 }
 
-// printTable prints one row per task.
+// printTable prints one row per task. Its last column (a task's result, error or last output) is cut to fit
+// the terminal when w is one, so that no row wraps; elsewhere to a fixed length.
 func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	live := hb != nil
+	rows := [][]string{{"TASK", "STATE", "HOST", "ATTEMPT", "EXIT", "RESULT / ERROR"}}
+	noteMax := 100
 	if live {
-		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tPID\tPROGRESS\tHEARTBEAT\tEXIT\tLAST OUTPUT / ERROR")
-	} else {
-		fmt.Fprintln(tw, "TASK\tSTATE\tHOST\tATTEMPT\tEXIT\tRESULT / ERROR")
+		rows[0] = []string{"TASK", "STATE", "HOST", "ATTEMPT", "PID", "PROGRESS", "HEARTBEAT", "EXIT", "LAST OUTPUT / ERROR"}
+		noteMax = 70
 	}
 	for _, t := range st.Tasks {
-		exit := "-"
-		if t.ExitCode != nil {
-			exit = fmt.Sprint(*t.ExitCode)
-			switch {
-			case t.OutOfMemory:
-				exit += " (OOM-killed)" // the kernel's OOM killer's SIGKILL
-			case t.Signal != "":
-				exit += " (" + t.Signal + ")"
-			}
-		}
-		note := t.Error
-		if note == "" && t.Straggler {
-			note = stragglerNote
-		}
-		if note == "" && len(t.Result) > 0 {
-			note = string(t.Result)
-		}
-		if note == "" && t.ResultOmitted {
-			note = "(result too large for the run's results; see result.json in the task's log folder on " + t.Host + ")"
-		}
-		host := t.Host
-		if host == "" {
-			host = "-"
-		}
-		if live {
-			pid, prog, beat := "-", "-", "-"
-			if h, ok := hb[t.Name]; ok {
-				if !h.At.IsZero() {
-					beat = time.Since(h.At).Round(time.Second).String() + " ago"
-				}
-				if h.PID > 0 {
-					pid = fmt.Sprint(h.PID)
-				}
-				if h.Progress != nil {
-					prog = progressText(*h.Progress)
-				}
-				if note == "" {
-					note = h.Last
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.State, host, t.Attempt, pid, prog, beat, exit, clip(note, 70))
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, t.State, host, t.Attempt, exit, clip(note, 100))
+		rows = append(rows, taskRow(t, hb))
+	}
+	writeTable(w, rows, noteMax)
+}
+
+// taskRow is one task's cells of the status table; with heartbeats (a live run's table), its pid, progress and
+// last heartbeat too.
+func taskRow(t workflows.TaskStatus, hb map[string]heartbeat) []string {
+	exit := "-"
+	if t.ExitCode != nil {
+		exit = fmt.Sprint(*t.ExitCode)
+		switch {
+		case t.OutOfMemory:
+			exit += " (OOM-killed)" // the kernel's OOM killer's SIGKILL
+		case t.Signal != "":
+			exit += " (" + t.Signal + ")"
 		}
 	}
-	_ = tw.Flush()
+	note := t.Error
+	if note == "" && t.Straggler {
+		note = stragglerNote
+	}
+	if note == "" && len(t.Result) > 0 {
+		note = string(t.Result)
+	}
+	if note == "" && t.ResultOmitted {
+		note = "(result too large for the run's results; see result.json in the task's log folder on " + t.Host + ")"
+	}
+	host := t.Host
+	if host == "" {
+		host = "-"
+	}
+	if hb == nil {
+		return []string{t.Name, t.State, host, fmt.Sprint(t.Attempt), exit, note}
+	}
+	pid, prog, beat := "-", "-", "-"
+	if h, ok := hb[t.Name]; ok {
+		if !h.At.IsZero() {
+			beat = time.Since(h.At).Round(time.Second).String() + " ago"
+		}
+		if h.PID > 0 {
+			pid = fmt.Sprint(h.PID)
+		}
+		if h.Progress != nil {
+			prog = progressText(*h.Progress)
+		}
+		if note == "" {
+			note = h.Last
+		}
+	}
+	return []string{t.Name, t.State, host, fmt.Sprint(t.Attempt), pid, prog, beat, exit, note}
+}
+
+// writeTable writes rows as columns two spaces apart. Each row's last cell is cut to what is left of the
+// terminal's width after the other columns, or, when w is no terminal, to noteMax. On a terminal too narrow to
+// leave it minNote, it goes on a line of its own under its row, indented, so that no line wraps.
+func writeTable(w io.Writer, rows [][]string, noteMax int) {
+	widths := columnWidths(rows)
+	lead := 0
+	for _, n := range widths {
+		lead += n + 2
+	}
+	limit, below := noteMax, false
+	if width := terminalWidth(w); width > 0 {
+		limit = width - 1 - lead
+		if limit < minNote {
+			limit, below = width-1-len(noteIndent), true
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		var line strings.Builder
+		last := len(r) - 1
+		for i, c := range r[:last] {
+			line.WriteString(c + strings.Repeat(" ", widths[i]+2-utf8.RuneCountInString(c)))
+		}
+		note := clip(r[last], limit)
+		if !below {
+			line.WriteString(note)
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+		if below && note != "" {
+			b.WriteString(noteIndent + note + "\n")
+		}
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// minNote is the narrowest the status table's last column gets beside the others: narrower says nothing.
+const minNote = 16
+
+// noteIndent starts the line of a row's last cell when it does not fit beside the others.
+const noteIndent = "    "
+
+// columnWidths is how wide each of the table's columns before the last comes out: as wide as its widest cell.
+func columnWidths(rows [][]string) []int {
+	var widths []int
+	for _, r := range rows {
+		for i, c := range r[:len(r)-1] {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	return widths
+}
+
+// terminalWidth is the width of the terminal w writes to, or 0 when it is no terminal.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil || ws.Col == 0 {
+		return 0
+	}
+	return int(ws.Col)
 }
 
 // progressText renders progress as "300/1000 (30%) epoch 3".
@@ -315,7 +390,7 @@ func printBarriers(w io.Writer, st workflows.RunStatus) {
 }
 
 func clip(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
+	s = strings.NewReplacer("\n", " ", "\r", " ", "\t", " ").Replace(s)
 	if len([]rune(s)) > n {
 		return string([]rune(s)[:n-1]) + "…"
 	}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/clusterrun/clusterrun/workflows"
+)
+
+// A failed task's long error made each row of `clusterrun status` wrap on an 80-column terminal (seen as a
+// user): on a terminal, the last column now ends at its edge.
+func TestPrintTable_FitsTheTerminalsWidth(t *testing.T) {
+	code := 1
+	long := "evaluator-0 exited with code 1 on u-a (attempt 1): RuntimeError: CUDA out of memory. Tried to allocate " +
+		"2.00 GiB (GPU 0; 15.78 GiB total capacity; 13.2 GiB already allocated)"
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskRunning, Host: "u-a", Attempt: 1},
+		{Name: "evaluator-0", State: workflows.TaskFailed, Host: "u-a", Attempt: 1, ExitCode: &code, Error: long},
+	}}
+	for _, tc := range []struct {
+		name string
+		hb   map[string]heartbeat
+	}{{"ended", nil}, {"live", map[string]heartbeat{"chief-0": {}}}} {
+		for _, cols := range []int{80, 132} {
+			t.Run(tc.name+"/"+strconv.Itoa(cols), func(t *testing.T) {
+				term, lines := openTerminal(t, cols)
+				printTable(term, st, tc.hb)
+				require.NoError(t, term.Close())
+				var all []string
+				for l := range lines {
+					assert.Less(t, utf8.RuneCountInString(l), cols, "a row would wrap: %q", l)
+					all = append(all, l)
+				}
+				note := all[len(all)-1]
+				if tc.hb != nil && cols == 80 {
+					require.Len(t, all, 5, "too narrow for the note beside the others: it has a line of its own")
+					assert.Equal(t, noteIndent+"LAST OUTPUT / ERROR", all[1])
+					assert.True(t, strings.HasPrefix(all[2], "chief-0 "), "a row without a note has no line for it: %q", all[2])
+					assert.True(t, strings.HasPrefix(all[3], "evaluator-0  Failed"), all[3])
+					assert.True(t, strings.HasPrefix(note, noteIndent+"evaluator-0"), note)
+				} else {
+					require.Len(t, all, 3)
+					assert.True(t, strings.HasPrefix(note, "evaluator-0  Failed"), note)
+				}
+				assert.Contains(t, note, "evaluator-0 exited with code 1")
+				assert.True(t, strings.HasSuffix(note, "…"), "cut, and says so: %q", note)
+				assert.GreaterOrEqual(t, utf8.RuneCountInString(note), cols-8, "uses the width it has: %q", note)
+			})
+		}
+	}
+
+	var out strings.Builder
+	printTable(&out, st, nil)
+	assert.Contains(t, out.String(), long[:99]+"…", "no terminal: cut at 100 characters, as before")
+}
+
+// openTerminal opens a pseudo-terminal cols wide and returns its terminal end, and the lines written to it.
+func openTerminal(t *testing.T, cols int) (*os.File, <-chan string) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = master.Close() })
+	fd := int(master.Fd())
+	require.NoError(t, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	require.NoError(t, err)
+	term, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = term.Close() })
+	require.NoError(t, unix.IoctlSetWinsize(int(term.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Col: uint16(cols), Row: 40}))
+	tio, err := unix.IoctlGetTermios(int(term.Fd()), unix.TCGETS)
+	require.NoError(t, err)
+	tio.Oflag &^= unix.ONLCR // lines as written, without the terminal's carriage returns
+	require.NoError(t, unix.IoctlSetTermios(int(term.Fd()), unix.TCSETS, tio))
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(master)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return term, lines
+}
