@@ -233,6 +233,12 @@ tasks:
 	first := cli(t, "logs", id, "worker-0", "--attempt", "1")
 	require.Equal(t, 0, first.code, first.String())
 	assert.Equal(t, fmt.Sprintf("attempt 1 on %s says goodbye\ncrash 1\n", w.Earlier[0].Host), first.stdout, "its stdout and stderr, in the order written")
+	assert.Empty(t, first.stderr)
+	latest := cli(t, "logs", id, "worker-0")
+	require.Equal(t, 0, latest.code, latest.String())
+	assert.Equal(t, "attempt 3 made it\n", latest.stdout)
+	assert.Equal(t, "clusterrun logs: this was worker-0's attempt 3; read its attempts 1 to 2 with: clusterrun logs "+id+" worker-0 --attempt N\n",
+		latest.stderr, "and where the crashes' output is")
 }
 
 // Tasks that fail within milliseconds of one another restart together, a backoff after the first: their

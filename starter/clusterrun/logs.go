@@ -20,10 +20,11 @@ Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stdout|--s
        [--timestamps] [--follow]
 
 Without TASK or --tasks, every task is shown. Lines carry a [task] prefix when several tasks are shown. By
-default each task's latest attempt is read, stdout and stderr together, their lines in the order their host
-saw them written (to within 250ms; lines dated alike put stdout first); --stdout or --stderr
-reads one of them, exactly as it was written. Output that a host's log cap dropped before it was read is
-reported on stderr with its size. Reading costs one LogSession workflow execution however long it lasts.
+default each task's latest attempt is read (the end says which tasks had earlier ones, for --attempt), stdout
+and stderr together, their lines in the order their host saw them written (to within 250ms; lines dated alike
+put stdout first); --stdout or --stderr reads one of them, exactly as it was written. Output that a host's log
+cap dropped before it was read is reported on stderr with its size. Reading costs one LogSession workflow
+execution however long it lasts.
 
 Example:
   clusterrun logs mnist-20261121-101500-a1b2c3 worker-3 --stderr
@@ -114,10 +115,44 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err := followLogs(ctx, c, f, id, chosen, live); err != nil {
 		return err
 	}
+	if !*follow && *attempt == 0 {
+		if note := earlierAttempts(id, tasks); note != "" {
+			fmt.Fprintln(stderr, "clusterrun logs: "+note)
+		}
+	}
 	if f.unreadable > 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d log(s) could not be read (see the lines above)", f.unreadable)}
 	}
 	return nil
+}
+
+// earlierAttempts tells, after a listing of tasks' latest attempts, which of them had attempts before it and
+// how to read those: the output of the attempts that crashed is what a user looking at a restarted task wants,
+// and kubectl's --previous has taught them it is a flag away. It is empty when no task had an earlier attempt.
+func earlierAttempts(runID string, shown []workflows.TaskStatus) string {
+	var had []string
+	for _, t := range shown {
+		if t.Attempt > 1 {
+			had = append(had, fmt.Sprintf("%s at attempt %d", t.Name, t.Attempt))
+		}
+	}
+	switch {
+	case len(had) == 0:
+		return ""
+	case len(shown) == 1:
+		t := shown[0]
+		earlier := fmt.Sprintf("attempt 1 with: clusterrun logs %s %s --attempt 1", runID, t.Name)
+		if t.Attempt > 2 {
+			earlier = fmt.Sprintf("attempts 1 to %d with: clusterrun logs %s %s --attempt N", t.Attempt-1, runID, t.Name)
+		}
+		return fmt.Sprintf("this was %s's attempt %d; read its %s", t.Name, t.Attempt, earlier)
+	}
+	list := strings.Join(had[:min(len(had), 3)], ", ")
+	if len(had) > 3 {
+		list += fmt.Sprintf(" and %d more", len(had)-3)
+	}
+	return fmt.Sprintf("this was each task's latest attempt, and %d had earlier ones (%s); read one with: clusterrun logs %s TASK --attempt N",
+		len(had), list, runID)
 }
 
 // logStreams are the streams --stdout and --stderr pick: both when neither or both are given.
