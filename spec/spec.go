@@ -285,6 +285,8 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 				msg := "unknown field"
 				if near := closest(k, names); near != "" {
 					msg += fmt.Sprintf(" (did you mean %q?)", near)
+				} else if why, ok := notHere[peerKey(k)]; ok {
+					msg += ": " + why
 				}
 				problems = append(problems, Problem{Path: join(path, shortKey(k)), Message: msg})
 				continue
@@ -370,6 +372,29 @@ var peerNames = map[string]string{
 	"backofflimit": "maxRestarts", "maxretries": "maxRestarts",
 	"time": "maxRunTime", "timelimit": "maxRunTime", "activedeadlineseconds": "maxRunTime",
 	"terminationgraceperiodseconds": "stopGracePeriod", "graceperiod": "stopGracePeriod", "killwait": "stopGracePeriod",
+	"timeout": "maxRunTime", "walltime": "maxRunTime",
+}
+
+// notHere says why a spec has no field that other launchers' specs have, and what to do instead, for the
+// problem an unknown field of that name makes. Keys as peerNames'.
+var notHere = map[string]string{
+	"resources": slotsInstead, "gpus": slotsInstead, "gpuspertask": slotsInstead, "cpus": slotsInstead,
+	"cpuspertask": slotsInstead, "mem": slotsInstead, "memory": slotsInstead, "ntaskspernode": slotsInstead,
+	"image": "tasks run as processes on their hosts, not in containers; run what the hosts have installed " +
+		"(a container runtime's command works too, e.g. [docker, run, ...])",
+	"container": "tasks run as processes on their hosts, not in containers; run what the hosts have installed " +
+		"(a container runtime's command works too, e.g. [docker, run, ...])",
+	"nprocpernode": "a task is one process (which may start others); for torchrun's processes per node, give the " +
+		"type that many replicas, or run torchrun as the command",
+}
+
+// slotsInstead explains why a spec asks for no resources.
+const slotsInstead = "clusterrun allots no resources per task: each host runs at most its --slots unpinned tasks " +
+	"at once (its GPUs by default; docs/operations.md#host-workers), and a task uses what its host has"
+
+// peerKey is a field name as peerNames and notHere hold it: lowercase, without '_' or '-'.
+func peerKey(k string) string {
+	return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(k))
 }
 
 // closest returns the field name that differs from k only by case, or is within edit distance 2, or is the
@@ -378,7 +403,7 @@ func closest(k string, names []string) string {
 	if len(k) > 64 {
 		return "" // a key that long is no typo, and the distance would cost len(k) per name
 	}
-	if ours, ok := peerNames[strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(k))]; ok && contains(names, ours) {
+	if ours, ok := peerNames[peerKey(k)]; ok && contains(names, ours) {
 		return ours
 	}
 	best, bestD := "", 3

@@ -340,6 +340,8 @@ tasks:
   worker: {replicas: 1, nodelist: [a], restart: {policy: always, backoffLimit: 3}}
   PS: {replicas: 1}
   param-server: {replicas: 1}
+  gpu: {replicas: 1, resources: {limits: {nvidia.com/gpu: 8}}, image: pytorch:2.4, nproc_per_node: 8}
+timeout: 2h
 `))
 	var invalid *InvalidSpecError
 	require.True(t, errors.As(err, &invalid), "got %v", err)
@@ -351,6 +353,10 @@ tasks:
 		`tasks.worker.restart.policy: "always" is not one of Never, OnFailure, ExitCode, Always: did you mean "Always"?`,
 		`tasks.PS: task type "PS" may hold only lowercase letters, digits and '_', starting with a letter (did you mean "ps"?)`,
 		`(did you mean "param_server"?)`,
+		`timeout: unknown field (did you mean "maxRunTime"?)`,
+		`tasks.gpu.resources: unknown field: clusterrun allots no resources per task: each host runs at most its --slots unpinned tasks`,
+		`tasks.gpu.image: unknown field: tasks run as processes on their hosts, not in containers`,
+		`tasks.gpu.nproc_per_node: unknown field: a task is one process (which may start others); for torchrun's`,
 	} {
 		assert.Contains(t, invalid.Error(), want)
 	}
