@@ -69,6 +69,9 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	}
 	var out workflows.StopTasksResult
 	for _, e := range entries {
+		if newest[e.ref.Task] == e && ownEnd[e] && !e.legacy && e.process() != nil && in.Attempts[e.ref.Task] == e.ref.Attempt {
+			out.Ended = append(out.Ended, h.ownEnd(e))
+		}
 		if newest[e.ref.Task] != e || ownEnd[e] {
 			continue
 		}
@@ -85,6 +88,17 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 	}
 	sort.Strings(out.Stopped)
 	return out, nil
+}
+
+// ownEnd is how an attempt that ended before a stop ended, as a lease of it reports it: its lease may be gone
+// (the server timed it out while this host was cut off), and a stopping run sends no other.
+func (h *Host) ownEnd(e *entry) workflows.TaskExitReport {
+	e.mu.Lock()
+	lease := e.lease
+	e.mu.Unlock()
+	in := workflows.RunTaskInput{Task: e.task, Generation: e.ref.Generation, Attempt: e.ref.Attempt, Lease: lease}
+	res, err := h.report(context.Background(), in, e)
+	return workflows.TaskExitReport{Generation: e.ref.Generation, Lease: lease, Result: res, Member: true, Error: workflows.LeaseErrorOf(err)}
 }
 
 // beatWhileStopping heartbeats a StopTasks every third of its heartbeat timeout until the returned func is

@@ -499,6 +499,35 @@ func TestRunTask_StopTasksStopsIt(t *testing.T) {
 	assert.Empty(t, later.Stopped)
 }
 
+// A task that ended on its own before a stop is not the stop's to confirm, but its end is in the stop's answer,
+// as its lease reports it: that lease may be gone (the server timed it out while the host was cut off), and a
+// stopping run starts no other. An end of an attempt that is not the task's now is not given.
+func TestRunTask_StopTasksGivesTheEndOfATaskThatEndedBeforeIt(t *testing.T) {
+	a := newHarness(t)
+	res, err := a.run(leased(taskSpec("sh", "-c", `echo '{"steps": 40}' > "$CLUSTERRUN_RESULT_FILE"`)))()
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+	stop := workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, GracePeriod: time.Second, Reason: "test",
+		Tasks: []string{"worker-0"}, Attempts: map[string]int{"worker-0": 1}}
+	out, err := a.host.StopTasks(t.Context(), stop)
+	require.NoError(t, err)
+	assert.Empty(t, out.Stopped, "it ended before the stop")
+	require.Len(t, out.Ended, 1)
+	end := out.Ended[0]
+	assert.Equal(t, "worker-0", end.Result.Task)
+	assert.Equal(t, 1, end.Result.Attempt)
+	assert.Equal(t, res.PID, end.Result.PID)
+	assert.Equal(t, 0, end.Result.ExitCode)
+	assert.JSONEq(t, `{"steps": 40}`, string(end.Result.Result))
+	assert.True(t, end.Member)
+	assert.Nil(t, end.Error, "it succeeded")
+
+	stop.Attempts = map[string]int{"worker-0": 2}
+	out, err = a.host.StopTasks(t.Context(), stop)
+	require.NoError(t, err)
+	assert.Empty(t, out.Ended, "attempt 1 is not the task's now")
+}
+
 // A worker that shuts down (an upgrade, a restart) gives its leases up; the processes run on, and a new worker
 // with the same state folder takes them up again: same pid, same attempt, the exit reported in the end.
 func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {

@@ -416,6 +416,56 @@ tasks:
 	assert.False(t, alive(worker), "the run ended while the cut-off host's task still ran")
 }
 
+// A task that ends on its own while its host is cut off, in a run that then stops, ends as it ended: its host's
+// answer to the stop says so, for no lease of it is left to. Before, it ended "Stopped" with "not confirmed:
+// host cut was unreachable", or "Failed" as lost after a server outage (seen as a user: a worker that finished
+// its 40 steps was shown lost, exit -1).
+func TestFault_ATaskThatEndedWhileItsHostWasCutOffEndsAsItEnded(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor")
+	px := newProxy(t, c.address)
+	require.NoError(t, c.startWorkerVia("cut", px.addr()))
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: endcut
+heartbeatTimeout: 2s
+hostLossGrace: 90s
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/$CLUSTERRUN_TASK.go ]; do sleep 0.1; done; echo "{\"done\": \"$CLUSTERRUN_TASK\"}" > "$CLUSTERRUN_RESULT_FILE"']
+tasks:
+  chief: {replicas: 1, hosts: [anchor]}
+  worker: {replicas: 1, hosts: [cut]}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	chief := int(readInt(t, filepath.Join(dir, "chief-0.pid"), time.Minute))
+	worker := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
+
+	px.setCut(true)
+	waitUntil(t, "status to say worker-0 is unreachable", time.Minute, func() bool {
+		return strings.Contains(c.cli(t, "status", id).stdout, "no heartbeat from host cut")
+	})
+	touch(t, filepath.Join(dir, "worker-0.go"))
+	waitUntil(t, "worker-0 to exit", 10*time.Second, func() bool { return !alive(worker) })
+	touch(t, filepath.Join(dir, "chief-0.go"))
+	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(chief) })
+	waitUntil(t, "status to say the run waits for host cut", time.Minute, func() bool {
+		return strings.Contains(c.cli(t, "status", id).stdout, "cut has not confirmed the stop")
+	})
+
+	px.setCut(false)
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, workflows.TaskSucceeded, w.State, "it exited 0 on its own: %+v", w)
+	assert.Empty(t, w.Error)
+	require.NotNil(t, w.ExitCode)
+	assert.Equal(t, 0, *w.ExitCode)
+	assert.JSONEq(t, `{"done": "worker-0"}`, string(w.Result), "its result")
+	assert.Equal(t, 1, w.Attempt)
+}
+
 // Without stopAfterDisconnect a cut-off host keeps its copy: two copies run while the partition lasts. The old
 // one cannot act for the new attempt (its stop request is ignored, and it cannot pass a barrier for it), and
 // the host kills it once it can reach the server again.

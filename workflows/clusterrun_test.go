@@ -117,6 +117,8 @@ type fakeHosts struct {
 	stopQueues []string
 	// stopHold, when set, runs as a StopTasks begins, before the fake takes its lock: a host slow to answer.
 	stopHold func(in StopTasksInput)
+	// stopEnds, when set, gives the ends a StopTasks reports of tasks that ended before it (under the lock).
+	stopEnds func(in StopTasksInput) []TaskExitReport
 	// waitsForSlot, while it says so of a batch member on a queue, holds that member before it starts, as a
 	// host without a free slot does; withdrawTasks gives such members back (withdrawals lists its calls, which
 	// fail while withdrawFails is set).
@@ -559,6 +561,9 @@ func (f *fakeHosts) stopTasks(ctx context.Context, in StopTasksInput) (StopTasks
 	}
 	f.stops = append(f.stops, in)
 	var out StopTasksResult
+	if f.stopEnds != nil {
+		out.Ended = f.stopEnds(in)
+	}
 	for _, t := range in.Tasks {
 		if ch, ok := f.stop[t]; ok {
 			select {

@@ -114,11 +114,16 @@ func (r *run) onExits(ctx workflow.Context, sig TaskExits) {
 			x.Result.Attempt != t.attempt || x.Lease != t.lease {
 			continue // stale: an earlier lease, attempt or generation, or an end already known
 		}
-		f, set := workflow.NewFuture(ctx)
-		set.Set(x.Result, x.outcome(t.Task))
-		t.future = f
-		r.leaseEnded(ctx, t)
+		r.endBy(ctx, t, x)
 	}
+}
+
+// endBy ends the current lease of t with a host's report of how its attempt ended.
+func (r *run) endBy(ctx workflow.Context, t *task, x TaskExitReport) {
+	f, set := workflow.NewFuture(ctx)
+	set.Set(x.Result, x.outcome(t.Task))
+	t.future = f
+	r.leaseEnded(ctx, t)
 }
 
 // leaseEnded records how the current lease of t ended and queues what follows: a re-attach, the same attempt

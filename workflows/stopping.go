@@ -21,6 +21,11 @@ const ChangeStopAwaitsHosts = "clusterrun-stop-awaits-hosts"
 // than waiting for those tasks' leases to complete.
 const ChangeStopHearsEnds = "clusterrun-stop-hears-ends"
 
+// ChangeStopTakesEnds marks runs whose stop takes the ends that a host's answer gives of attempts that ended
+// before it (StopTasksResult.Ended). It is asked only when such an end is of use, so that other runs record no
+// marker.
+const ChangeStopTakesEnds = "clusterrun-stop-takes-ends"
+
 // ChangeStopsHearEnds marks runs whose final stop takes the hosts' reports of ends while it waits for their
 // StopTasks, and does not wait for a host whose every named task ended on its own meanwhile. It is asked only
 // when such a report comes during that wait, so that a run whose stop hears none records no marker.
@@ -247,7 +252,30 @@ func (r *run) stopAnswered(ctx workflow.Context, host string, f workflow.Future)
 		return false
 	}
 	r.confirmStopped(ctx, res)
+	r.takeEnds(ctx, res.Ended)
 	return true
+}
+
+// takeEnds ends the tasks whose ends a host's answer to a stop gave, when the run has none: an attempt that
+// ended while its host was cut off from the server (or the server was down) has no lease left to report it, as
+// the server timed the lease out, and a stopping run starts no new one. Such a task ended "Stopped", "not
+// confirmed", or after a server outage "lost" (exit -1), however it had ended.
+func (r *run) takeEnds(ctx workflow.Context, ended []TaskExitReport) {
+	var take []TaskExitReport
+	for _, x := range ended {
+		t := r.byName[x.Result.Task]
+		if t == nil || t.done || t.future == nil || t.between() || x.Generation != r.generation ||
+			x.Result.Attempt != t.attempt || x.Result.Host != t.status.Host {
+			continue // an end the run has, or of an attempt, generation or host that is not the task's now
+		}
+		take = append(take, x)
+	}
+	if len(take) == 0 || workflow.GetVersion(ctx, ChangeStopTakesEnds, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for _, x := range take {
+		r.endBy(ctx, r.byName[x.Result.Task], x)
+	}
 }
 
 // ended says whether every named task has its end.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -95,6 +96,45 @@ func TestStop_AHostThatStaysSilentLeavesItsTaskUnconfirmed(t *testing.T) {
 	assert.Nil(t, ps.ExitCode)
 	assert.Contains(t, ps.Error, "not confirmed: host host-b was unreachable")
 	assert.Equal(t, TaskStopped, st.Task("worker-0").State)
+}
+
+// A task that ended on its own while its host was cut off, in a run that then stops, ends as its host's answer
+// to the stop says: the server timed its lease out, and a stopping run starts no other lease to report it.
+// Before, it ended "Stopped" with "not confirmed", or "Failed" as lost with exit -1, whatever it had done.
+func TestStop_TakesTheEndsItsStopsAnswerGives(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	h.hosts.lease = func(ctx context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name != "ps-0" {
+			return res, nil, false
+		}
+		<-ctx.Done() // the run's cancellation, which the host never hears: the server times the lease out
+		return res, heartbeatTimeout(), true
+	}
+	h.hosts.stopEnds = func(in StopTasksInput) []TaskExitReport {
+		if !slices.Contains(in.Tasks, "ps-0") {
+			return nil
+		}
+		delete(h.hosts.stop, "ps-0") // it had ended: not this stop's to confirm
+		return []TaskExitReport{
+			{Lease: 1, Result: TaskResult{Task: "ps-0", Host: "host-b", Attempt: 1, PID: 4321, Result: json.RawMessage(`{"saved": 7}`)}},
+			{Lease: 1, Result: TaskResult{Task: "worker-0", Host: "host-b", Attempt: 2, PID: 4322, ExitCode: 3}}, // not its attempt
+		}
+	}
+	st, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	ps := st.Task("ps-0")
+	assert.Equal(t, TaskSucceeded, ps.State, "%+v", ps)
+	assert.Empty(t, ps.Error)
+	require.NotNil(t, ps.ExitCode)
+	assert.Equal(t, 0, *ps.ExitCode)
+	assert.JSONEq(t, `{"saved": 7}`, string(ps.Result))
+	assert.Equal(t, TaskStopped, st.Task("worker-0").State, "an end of an attempt that is not the task's is not taken")
 }
 
 // A run's reason names its first stragglers and counts the rest.

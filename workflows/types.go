@@ -225,10 +225,14 @@ type WithdrawTasksResult struct {
 }
 
 // StopTasksResult names the tasks whose processes were stopped and confirmed gone, and how each ended. A task
-// whose process had already ended on its own is not listed: its RunTask reports that ending.
+// whose process had already ended on its own is not listed in Stopped: Ended has its end, as its lease would
+// have reported it, for the lease may be gone (its host was cut off, or the server down, when it ended).
 type StopTasksResult struct {
 	Stopped []string   `json:"stopped"`
 	Exits   []TaskExit `json:"exits,omitempty"`
+	// Ended are the ends of the named attempts that ended before the stop, on their own or by their host
+	// (hung, say), as a RunTasks member reports them (nil from hosts before it was sent).
+	Ended []TaskExitReport `json:"ended,omitempty"`
 }
 
 // TaskExit is how a stopped process ended.
