@@ -61,10 +61,20 @@ type (
 		ID  string // the run
 		Msg string // what could not be read, with a hint
 		Err error
+		// ServerSilent says the Temporal server itself did not answer (it is down, or cannot be reached), not
+		// a worker behind it.
+		ServerSilent bool
 	}
 )
 
 func (e *UnreadableError) Error() string { return fmt.Sprintf("%s: %v", e.Msg, e.Err) }
+
+// silent says whether a call's error is the server's silence: no answer in time, or no connection.
+func silent(err error) bool {
+	var deadline *serviceerror.DeadlineExceeded
+	var unavailable *serviceerror.Unavailable
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &deadline) || errors.As(err, &unavailable)
+}
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
 func (e *NoRunError) Error() string {
@@ -198,7 +208,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if errors.As(err, &nf) {
 			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
 		}
-		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err}
+		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: silent(err)}
 	}
 	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
 		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)

@@ -145,6 +145,9 @@ tasks:
 		return
 	}
 	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
+	if serverGone {
+		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" does not answer: ", "which server is gone")
+	}
 }
 
 // A worker started while the server is down (a restart or an upgrade during an outage) keeps the tasks the

@@ -157,8 +157,20 @@ func (p *patience) seen(err error, meanwhile string) {
 		p.failing = time.Time{}
 	case err != nil && p.failing.IsZero():
 		p.failing = time.Now()
-		fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%v); %s\n", p.id, err, meanwhile)
+		fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%s); %s\n", p.id, whyUnread(err), meanwhile)
 	}
+}
+
+// whyUnread says why a read of a run failed: a server that does not answer is named as such, with its
+// address, rather than by gRPC's "context deadline exceeded".
+func whyUnread(err error) string {
+	var unreadable *starter.UnreadableError
+	if errors.As(err, &unreadable) && unreadable.ServerSilent {
+		if opts, oerr := conn.Options(); oerr == nil {
+			return fmt.Sprintf("the Temporal server at %s does not answer: %v", opts.HostPort, err)
+		}
+	}
+	return err.Error()
 }
 
 // result waits for a run's end and returns its status and outcome (nil on success).

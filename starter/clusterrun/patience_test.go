@@ -21,7 +21,7 @@ func TestPatience_RidesOutUnreadableReads(t *testing.T) {
 	calls := 0
 	err := p.try(context.Background(), func() error {
 		if calls++; calls < 3 {
-			return &starter.UnreadableError{ID: "r1", Msg: "query run r1 (is a clusterrun-worker running?)", Err: errors.New("context deadline exceeded")}
+			return &starter.UnreadableError{ID: "r1", Msg: "query run r1 (is a clusterrun-worker running?)", Err: context.DeadlineExceeded}
 		}
 		return nil
 	})
@@ -39,4 +39,14 @@ func TestPatience_RidesOutUnreadableReads(t *testing.T) {
 	assert.Equal(t, other, err)
 	assert.Equal(t, 1, calls)
 	assert.Empty(t, notes.String())
+}
+
+// A server that does not answer is named, with its address; a worker that does not is not blamed on it.
+func TestPatience_NamesTheServerThatDoesNotAnswer(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+	var notes bytes.Buffer
+	p := patience{id: "r1", notes: &notes}
+	p.seen(&starter.UnreadableError{ID: "r1", Msg: "describe run r1", Err: context.DeadlineExceeded, ServerSilent: true}, "meanwhile")
+	assert.Equal(t, "clusterrun: cannot read run r1 for now (the Temporal server at temporal.example:7233 does not answer: "+
+		"describe run r1: context deadline exceeded); meanwhile\n", notes.String())
 }
