@@ -137,6 +137,10 @@ func TestE2E_StopRequestFromOutside(t *testing.T) {
 			if via == "temporal" {
 				assert.Equal(t, "stop requested from outside the run: operator said so", st.Reason)
 			}
+			// What should-stop said to the task (it read "stop requested by outside the run").
+			logs := cli(t, "logs", id, "worker-0")
+			require.Equal(t, 0, logs.code, logs.String())
+			assert.Equal(t, st.Reason+"\n", logs.stdout)
 		})
 	}
 }

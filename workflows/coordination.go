@@ -413,9 +413,13 @@ func (r *run) askStop(ctx workflow.Context, info *workflow.Info) []workflow.Futu
 	return futures
 }
 
+// StopByOutside is who asked a run to stop, as its tasks see it (NotifyStopInput.By, should-stop's "by"), when
+// no task did: the clusterrun stop command, a signal sent with the temporal CLI.
+const StopByOutside = "outside the run"
+
 func orOutside(task string) string {
 	if task == "" {
-		return "outside the run"
+		return StopByOutside
 	}
 	return task
 }
@@ -423,10 +427,7 @@ func orOutside(task string) string {
 // notifyStop tells every host running tasks that the run asks them to stop; it returns the NotifyStop futures.
 func (r *run) notifyStop(ctx workflow.Context, info *workflow.Info) []workflow.Future {
 	req := r.stopReq
-	by := req.Task
-	if by == "" {
-		by = "outside the run"
-	}
+	by := orOutside(req.Task)
 	var futures []workflow.Future
 	for _, h := range r.runningHosts() {
 		futures = append(futures, workflow.ExecuteActivity(

@@ -204,11 +204,7 @@ func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
 	if !s.Stop {
 		return &exitError{code: 1, msg: fmt.Sprintf("no stop requested within %s", *timeout)}
 	}
-	line := "stop requested by " + s.By
-	if s.Error != "" {
-		line += ": " + s.Error
-	}
-	fmt.Fprintln(stdout, line)
+	fmt.Fprintln(stdout, stopLine(s))
 	return nil
 }
 
@@ -228,11 +224,7 @@ func taskShouldStop(args []string, stdout, stderr io.Writer) error {
 	if !s.Stop {
 		return &exitError{code: 1}
 	}
-	line := "stop requested by " + s.By
-	if s.Error != "" {
-		line += ": " + s.Error
-	}
-	fmt.Fprintln(stdout, line)
+	fmt.Fprintln(stdout, stopLine(s))
 	return nil
 }
 
@@ -327,4 +319,17 @@ func askStop(id string, clear, noWait bool, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "run %s: every task is asked to stop; the run goes on (clusterrun stop %s --clear takes it back)\n", id, id)
 	}
 	return nil
+}
+
+// stopLine says who asked the run to stop, and why: "stop requested by worker-1: shard 7 is corrupt", or "stop
+// requested from outside the run".
+func stopLine(s task.StopState) string {
+	line := "stop requested by " + s.By
+	if s.By == workflows.StopByOutside {
+		line = "stop requested from " + s.By
+	}
+	if s.Error != "" {
+		line += ": " + s.Error
+	}
+	return line
 }
