@@ -638,6 +638,13 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 	stopped := c.cli(t, "drain", "d1")
 	assert.Equal(t, 1, stopped.code, stopped.String())
 	assert.Contains(t, stopped.stderr, "host d1's clusterrun-worker stopped")
+	// One SIGKILLed is still listed for a while, and says it did not take the request up (another worker runs
+	// the request's workflow).
+	require.NoError(t, c.startWorker("d3", "--pool", "p"))
+	c.stopWorker("d2", syscall.SIGKILL)
+	killed := c.cli(t, "drain", "d2")
+	assert.Equal(t, 1, killed.code, killed.String())
+	assert.Contains(t, killed.stderr, "clusterrun drain: host d2 did not take the request up within 10s: is a clusterrun-worker with --host d2 running?")
 }
 
 // With --stop-tasks-on-exit, a worker that gets SIGTERM stops its tasks; they end failed, so their policy

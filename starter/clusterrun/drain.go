@@ -10,7 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -87,7 +89,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	host := pos[0]
 	drain := !*undo
 	in := workflows.ControlHostInput{Host: host, Drain: &drain, StopTasks: *now}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), drainWait)
 	defer cancel()
 	c, err := dial(ctx)
 	if err != nil {
@@ -108,7 +110,7 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	}
 	var st workflows.HostState
 	if err := run.Get(ctx, &st); err != nil {
-		return &exitError{code: 1, msg: fmt.Sprintf("host %s did not answer: is a clusterrun-worker with --host %s running? (%v)", host, host, rootCause(err))}
+		return &exitError{code: 1, msg: noAnswer(host, err)}
 	}
 	if *output == "json" {
 		return printJSON(stdout, st)
@@ -143,6 +145,25 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 }
 
 // rootCause is the innermost error of a chain, which says what actually went wrong.
+// drainWait bounds a drain command: its request is a workflow run by any host worker, then an activity on the
+// host's own worker.
+const drainWait = time.Minute
+
+// noAnswer says that a host did not answer a control request, and why when it is known.
+func noAnswer(host string, err error) string {
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+		return fmt.Sprintf("host %s did not take the request up within %s: is a clusterrun-worker with --host %s running? "+
+			"(clusterrun hosts says when each host was last seen)", host, workflows.HostControlPickUp, host)
+	case errors.Is(err, context.DeadlineExceeded):
+		// The request is a workflow, which any host worker runs: none did.
+		return fmt.Sprintf("no clusterrun-worker took the request for host %s within %s: is any host worker running? "+
+			"(clusterrun hosts says when each host was last seen)", host, drainWait)
+	}
+	return fmt.Sprintf("host %s did not answer: is a clusterrun-worker with --host %s running? (%v)", host, host, rootCause(err))
+}
+
 func rootCause(err error) error {
 	for {
 		next := errors.Unwrap(err)

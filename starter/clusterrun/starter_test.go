@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -492,4 +494,14 @@ func TestFollower_AStreamKeepsItsOrderWhenItsFileIsDatedBeforeItsLastMark(t *tes
 		Data: []byte("later warn\n"), Next: 16, Marks: []workflows.LogMark{{Size: 16, At: at(9)}}})
 	f.flush()
 	assert.Equal(t, "later warn\nline 2\n", out.String(), "a read is never dated before the stream's last line")
+}
+
+// A drain whose host, or every host, did not answer says which, in words, not as a timeout's type.
+func TestNoAnswer_SaysWhoDidNotAnswer(t *testing.T) {
+	pickUp := fmt.Errorf("host d2 did not answer (is its clusterrun-worker running?): %w",
+		temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil))
+	assert.Equal(t, "host d2 did not take the request up within 10s: is a clusterrun-worker with --host d2 running? "+
+		"(clusterrun hosts says when each host was last seen)", noAnswer("d2", pickUp))
+	assert.Equal(t, "no clusterrun-worker took the request for host d2 within 1m0s: is any host worker running? "+
+		"(clusterrun hosts says when each host was last seen)", noAnswer("d2", context.DeadlineExceeded))
 }
