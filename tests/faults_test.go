@@ -453,7 +453,13 @@ tasks:
 	touch(t, filepath.Join(dir, "chief-0.go"))
 	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(chief) })
 	waitUntil(t, "status to say the run waits for host cut", time.Minute, func() bool {
-		return strings.Contains(c.cli(t, "status", id).stdout, "cut has not confirmed the stop")
+		st, ok := c.query(t, id)
+		w := st.Task("worker-0")
+		if !ok || st.Status != workflows.StatusStopping || w == nil {
+			return false
+		}
+		assert.NotContains(t, w.Error, "take it up again", "the run no longer waits for that")
+		return strings.Contains(w.Error, "cut has not confirmed the stop")
 	})
 
 	px.setCut(false)

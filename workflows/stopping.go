@@ -41,6 +41,7 @@ func (r *run) stopAll(ctx workflow.Context, info *workflow.Info, cancelGen workf
 	cancelGen()
 
 	hosts, byHost := r.runningByHost()
+	r.noteUnreachableStops()
 	in := StopTasksInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 		GracePeriod: r.plan.StopGracePeriod, Reason: d.reason}
 	if d.restart {
@@ -81,6 +82,16 @@ func (r *run) runningByHost() (hosts []string, byHost map[string][]string) {
 		byHost[h] = append(byHost[h], t.Name)
 	}
 	return hosts, byHost
+}
+
+// noteUnreachableStops says, of each task out of contact as the run stops, what the run now waits for: its
+// host's answer to the stop, not its taking the task up again.
+func (r *run) noteUnreachableStops() {
+	for _, t := range r.tasks {
+		if !t.done && t.status.State == TaskUnreachable {
+			t.status.Error = fmt.Sprintf("host %s is out of contact; the run is stopping and waits for it to confirm the stop", t.status.Host)
+		}
+	}
 }
 
 // markStragglers marks the tasks still running when a stop request's grace period ran out, and says so in
