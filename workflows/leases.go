@@ -240,6 +240,10 @@ func (r *run) contactLost(ctx workflow.Context, t *task, res TaskResult, err err
 	}
 	t.status.State = TaskUnreachable
 	t.status.Error = fmt.Sprintf("%s; waiting up to hostLossGrace %s for the host to take it up again", why, t.HostLossGrace)
+	if r.decision != nil {
+		// The run is stopping its tasks: it waits for the host's answer to the stop, not for a new lease.
+		t.status.Error = fmt.Sprintf("%s; the run is stopping and waits for host %s to confirm the stop", why, t.status.Host)
+	}
 	r.todo.launch = append(r.todo.launch, launchOrder{t: t, how: reattach})
 }
 

@@ -137,6 +137,48 @@ func TestStop_TakesTheEndsItsStopsAnswerGives(t *testing.T) {
 	assert.Equal(t, TaskStopped, st.Task("worker-0").State, "an end of an attempt that is not the task's is not taken")
 }
 
+// A task whose host gives its lease up while the run stops it (the host worker restarts: the process runs on)
+// says the run waits for that host to confirm the stop; the run takes no lease up again then. It said the run
+// waited for the host to take the task up again (seen as a user, with a worker SIGTERMed during a stop).
+func TestStop_ALeaseGivenUpDuringTheStopSaysTheRunWaitsForTheStop(t *testing.T) {
+	h := newHarness(t, func(task string, _, _ int) behavior {
+		if task == "chief-0" {
+			return exits(0)
+		}
+		return blocks
+	})
+	var during RunStatus
+	asked := false
+	h.hosts.stopHold = func(in StopTasksInput) {
+		if !slices.Contains(in.Tasks, "ps-0") || asked {
+			return
+		}
+		asked = true
+		gaveUp := temporal.NewNonRetryableApplicationError("host worker host-b is shutting down; ps-0 goes on running for its next worker",
+			ErrTaskDetached, nil, TaskResult{Task: "ps-0", Host: "host-b", Attempt: 1, PID: 4321})
+		done := make(chan struct{})
+		h.env.RegisterDelayedCallback(func() {
+			h.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{{Lease: 1, Member: true,
+				Result: TaskResult{Task: "ps-0", Host: "host-b", Attempt: 1, PID: 4321}, Error: LeaseErrorOf(gaveUp)}}})
+		}, 0)
+		h.env.RegisterDelayedCallback(func() {
+			defer close(done)
+			if v, err := h.env.QueryWorkflow(QueryStatus); err == nil {
+				_ = v.Get(&during)
+			}
+		}, time.Millisecond)
+		<-done
+	}
+	st, err := h.run(t, mustSpec(t, demo))
+	require.NoError(t, err)
+	require.True(t, asked)
+	assert.Equal(t, StatusStopping, during.Status)
+	ps := during.Task("ps-0")
+	assert.Equal(t, TaskUnreachable, ps.State, "%+v", ps)
+	assert.Equal(t, "host worker host-b is shutting down; ps-0 goes on running for its next worker; the run is stopping and waits for host host-b to confirm the stop", ps.Error)
+	assert.Equal(t, TaskStopped, st.Task("ps-0").State, "its host confirmed the stop")
+}
+
 // A run's reason names its first stragglers and counts the rest.
 func TestFirstNames_NamesTenAndCountsTheRest(t *testing.T) {
 	names := make([]string, 1000)
