@@ -69,6 +69,22 @@ type (
 
 func (e *UnreadableError) Error() string { return fmt.Sprintf("%s: %v", e.Msg, e.Err) }
 
+// serverSilent says whether a call failed because the server itself does not answer: no connection, or no
+// answer in time (which a query no worker answers gives too) and no answer to a health check either.
+func (c *Client) serverSilent(ctx context.Context, err error) bool {
+	var unavailable *serviceerror.Unavailable
+	switch {
+	case errors.As(err, &unavailable):
+		return true
+	case !silent(err):
+		return false
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, herr := c.c.CheckHealth(hctx, &client.CheckHealthRequest{})
+	return herr != nil
+}
+
 // silent says whether a call's error is the server's silence: no answer in time, or no connection.
 func silent(err error) bool {
 	var deadline *serviceerror.DeadlineExceeded
@@ -208,7 +224,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if errors.As(err, &nf) {
 			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
 		}
-		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: silent(err)}
+		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: r.c.serverSilent(ctx, err)}
 	}
 	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
 		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)
@@ -216,7 +232,8 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
 		if err != nil {
-			return st, &UnreadableError{ID: r.ID, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", r.ID), Err: err}
+			return st, &UnreadableError{ID: r.ID, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", r.ID), Err: err,
+				ServerSilent: r.c.serverSilent(ctx, err)}
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)
