@@ -20,7 +20,9 @@ import (
 // each process it kills; the task's end, in the follower, the table and the run's reason, says it ran out of
 // memory and what the kernel said. The OOM kills are real: each task moves a process into a memory cgroup
 // limited to 64 MiB, which allocates 512 MiB. A task whose child is killed (a data loader's worker) and which
-// fails of it says which process it was; a task killed by SIGKILL from elsewhere says nothing of memory.
+// fails of it says which process it was; a task killed by SIGKILL from elsewhere says nothing of memory. The
+// tasks are pinned to the shared cluster's own hosts: other tests add hosts to its pool and stop them when they
+// end, and a task placed on one was lost (a make check's race run).
 func TestFault_ATaskTheOOMKillerKilledSaysSo(t *testing.T) {
 	t.Parallel()
 	main, child := memoryLimitedCgroup(t, 64<<20), memoryLimitedCgroup(t, 64<<20)
@@ -40,12 +42,15 @@ onFailure: continue
 tasks:
   worker:
     replicas: 1
+    hosts: [host-a]
     command: [sh, -c, 'echo $$ > %s && exec python3 -c "print(\"loading\", flush=True); x = bytearray(512 << 20)"']
   loader:
     replicas: 1
+    hosts: [host-b]
     command: [python3, %s]
   evaluator:
     replicas: 1
+    hosts: [host-a]
     command: [sh, -c, 'kill -9 $$']
 `, main, loader))
 	r := cli(t, "run", spec, "--id", id)
