@@ -51,6 +51,10 @@ type cluster struct {
 	// ports is its workers' --ports: a block of the default range of its own, so that the suite's clusters,
 	// each with its own registry handing ports out, never give two tasks of one machine the same port.
 	ports string
+	// shared lists the hosts of the suite's shared cluster. Any other host a test starts there takes only the
+	// tasks pinned to it: it joins a pool of its own, so no other test's unpinned task lands on a host that
+	// leaves when its test ends.
+	shared []string
 }
 
 // portBlocks hands each cluster of the suite its block of ports (cluster.ports).
@@ -146,7 +150,8 @@ func runSuite(m *testing.M) (int, error) {
 	defer c.client.Close()
 
 	// Two hosts for the whole suite; tests that kill or stop a worker start their own.
-	for _, h := range []string{"host-a", "host-b"} {
+	c.shared = []string{"host-a", "host-b"}
+	for _, h := range c.shared {
 		if err := c.startWorker(h); err != nil {
 			c.stopWorkers()
 			return 1, err
@@ -269,6 +274,9 @@ func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd
 	}
 	if !slices.Contains(extra, "--ports") {
 		args = append(args, "--ports", c.ports)
+	}
+	if c.shared != nil && !slices.Contains(c.shared, host) && !slices.Contains(extra, "--pool") {
+		args = append(args, "--pool", "own-"+host)
 	}
 	if !slices.Contains(extra, "--slots") {
 		args = append(args, "--slots", "16") // the default is the machine's cores: too few for the suite's runs on 2
