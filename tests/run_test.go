@@ -652,6 +652,10 @@ tasks: {worker: {replicas: 2}}
 		st, ok := query(t, id)
 		return ok && strings.Contains(st.Reason, "gang restart 1 of 3")
 	})
+	// In the backoff, each row is its attempt as it ended, waiting.
+	status := cli(t, "status", id)
+	assert.Regexp(t, `worker-0\s+Pending\s+host-[ab]\s+1\s.*\s3\s+waits for gang restart 1 of 3; worker-0 exited with code 3`, status.stdout)
+	assert.Regexp(t, `worker-1\s+Pending\s+host-[ab]\s+1\s.*\(SIGTERM\)\s+waits for gang restart 1 of 3\n`, status.stdout)
 	c := cli(t, "cancel", id)
 	assert.Equal(t, 0, c.code, c.String())
 	st, err := outcome(t, id)
@@ -660,6 +664,8 @@ tasks: {worker: {replicas: 2}}
 	for _, task := range st.Tasks {
 		assert.Equal(t, 1, task.Attempt, "%s: no next generation was launched", task.Name)
 	}
+	assert.Equal(t, workflows.TaskFailed, st.Task("worker-0").State, "each task ends as its attempt ended")
+	assert.Equal(t, workflows.TaskStopped, st.Task("worker-1").State)
 	assert.Empty(t, markedProcessesOf(t, "sleep 309"))
 }
 

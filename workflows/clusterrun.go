@@ -70,6 +70,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		}
 		// The restart is no longer to come. Only the status says so: no command changes.
 		r.reason = fmt.Sprintf("gang restart %d of %d after: %s", r.restartCount, plan.Gang.MaxRestarts, d.reason)
+		r.forgetEnded()
 	}
 	ch.dropLate()
 	return r.finish(ctx)

@@ -59,6 +59,9 @@ type task struct {
 	// left before it started (moved off it, or given up by it), which its next placement avoids.
 	moving    bool
 	movedFrom string
+	// ended is the task's status as its attempt ended in the last generation, while a gang restart's backoff
+	// holds the next launch: the status shows it (status starts afresh for the launch).
+	ended *TaskStatus
 }
 
 // between says the task has no RunTask under way: it waits for a restart's backoff, or held back for room in
@@ -139,6 +142,9 @@ func (r *run) snapshot() RunStatus {
 	s.Tasks = make([]TaskStatus, len(r.tasks))
 	for i, t := range r.tasks {
 		s.Tasks[i] = t.status
+		if t.ended != nil {
+			s.Tasks[i] = r.endedRow(t)
+		}
 	}
 	fitStatuses(s.Tasks)
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
@@ -465,11 +471,37 @@ func (r *run) resetForGeneration() {
 	r.decision = nil
 	r.barriers, r.barrierOrder = nil, nil
 	for _, t := range r.tasks {
+		ended := t.status
+		t.ended = &ended
 		t.placed, t.done, t.future = false, false, nil
 		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff, t.held = false, false, false, nil, nil, false
 		t.preplaced, t.group, t.moving, t.movedFrom = false, nil, false, ""
 		keepPlace(&t.status, "")
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt,
 			Earlier: t.status.Earlier}
+	}
+}
+
+// endedRow is the status of a task whose next launch waits for a gang restart's backoff: its last attempt as it
+// ended (host, exit, error), Pending, with what it waits for. A run that ended in the backoff shows the ending.
+func (r *run) endedRow(t *task) TaskStatus {
+	row := *t.ended
+	if r.endTime != nil {
+		return row
+	}
+	row.State, row.GangWait = TaskPending, r.restartCount
+	wait := fmt.Sprintf("waits for gang restart %d of %d", r.restartCount, r.plan.Gang.MaxRestarts)
+	if row.Error == "" {
+		row.Error = wait
+	} else {
+		row.Error = wait + "; " + row.Error
+	}
+	return row
+}
+
+// forgetEnded ends the backoff's rows: the tasks' statuses are their new launch's.
+func (r *run) forgetEnded() {
+	for _, t := range r.tasks {
+		t.ended = nil
 	}
 }

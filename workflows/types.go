@@ -425,6 +425,9 @@ type TaskStatus struct {
 	// Moved says which host the current attempt left before it started there, and why: the run had placed it on
 	// a host that then stopped reporting (or was drained) before it started the task.
 	Moved string `json:"moved,omitempty"`
+	// GangWait is the gang restart whose backoff holds the task's next attempt: the status is then its last
+	// attempt as it ended (host, exit, error), Pending, its error saying what it waits for.
+	GangWait int `json:"gangWait,omitempty"`
 }
 
 // AttemptPlace is the host one attempt of a task ran on, and, when the task restarted on its own or was started

@@ -216,6 +216,14 @@ func (f *follower) earlier(t workflows.TaskStatus) {
 			f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskPending, Attempt: e.Attempt, Error: e.Restart})
 		}
 	}
+	if t.GangWait > 0 && t.Host != "" && t.StartTime != nil {
+		// In a gang restart's backoff, the row is the attempt the restart ended: its start and its output come
+		// before the restart's line.
+		if t.Attempt > f.opened[t.Name] {
+			f.open(t, t.Attempt, true)
+		}
+		f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
+	}
 }
 
 // current takes up a task's current attempt: its state line, and its streams.
@@ -240,8 +248,9 @@ func (f *follower) current(t workflows.TaskStatus) {
 	// A task waiting for its restart has ended its attempt: its streams are read to their ends, so that the wait
 	// is said now, not when the restart comes.
 	waiting := t.State == workflows.TaskPending && t.EndTime != nil
-	// Pending is news only with a reason: a restart or a relaunch is coming.
-	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !starting {
+	// Pending is news only with a reason: a restart or a relaunch is coming. A wait for a gang restart is the
+	// run's news, said once (tellGangRestart).
+	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !starting && t.GangWait == 0 {
 		f.states[t.Name] = key
 		f.hold(t)
 	}

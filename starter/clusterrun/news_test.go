@@ -256,14 +256,36 @@ func TestFollower_AGangRestartIsSaidAsItsBackoffBegins(t *testing.T) {
 	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{Data: []byte("hello\n"), Next: 6})
 	f.flush()
 	out.Reset()
+	// In the backoff, the row is the attempt as it ended, waiting: the run's line says it, not one per task.
+	ended, code := time.Now(), 143
 	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 after: worker-1 exited with code 7",
-		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Attempt: 1}}})
+		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Host: "h", Attempt: 1, StartTime: &started,
+			EndTime: &ended, ExitCode: &code, Signal: "SIGTERM", Error: "waits for gang restart 1 of 1", GangWait: 1}}})
 	for _, name := range []string{"stdout", "stderr"} {
 		s := f.streams["worker-0/1/"+name]
 		f.take(s, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: s.offset}, Next: s.offset, EOF: true})
 	}
 	f.release(false)
 	assert.Equal(t, "[clusterrun] ── gang restart 1 of 1 after: worker-1 exited with code 7\n", out.String())
+}
+
+// A generation that started and ended between two looks at the run shows in the backoff as rows of attempts
+// that ended, waiting: each attempt's start and output come before the gang restart's line.
+func TestFollower_AGenerationSeenOnlyInItsBackoffIsSaidBeforeItsRestart(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started, ended, code := time.Now(), time.Now(), 1
+	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 in 1s after: worker-0 exited with code 1",
+		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Host: "h", Attempt: 1, StartTime: &started,
+			EndTime: &ended, ExitCode: &code, Error: "waits for gang restart 1 of 1; worker-0 exited with code 1", GangWait: 1}}})
+	s := f.streams["worker-0/1/stdout"]
+	require.NotNil(t, s, "the ended attempt's output is read")
+	f.take(s, workflows.LogChunk{Data: []byte("boom\n"), Next: 5, EOF: true})
+	e := f.streams["worker-0/1/stderr"]
+	f.take(e, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: e.offset}, Next: e.offset, EOF: true})
+	f.release(false)
+	assert.Equal(t, "[worker-0] ── running on h (attempt 1)\n[worker-0] boom\n"+
+		"[clusterrun] ── gang restart 1 of 1 in 1s after: worker-0 exited with code 1\n", out.String())
 }
 
 // A host that let a read go unanswered is left out of the next reads, so that the other hosts' output is not
