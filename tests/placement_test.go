@@ -161,7 +161,7 @@ func TestE2E_PlacementBeyondSlots(t *testing.T) {
 	require.Error(t, err)
 	failed := ""
 	for _, task := range st.Tasks {
-		if strings.Contains(task.Error, "found no free slot within startTimeout 4s: host-a: "+why) {
+		if strings.Contains(task.Error, "found no free slot on host-a within startTimeout 4s: "+why) {
 			failed = task.Name
 		}
 	}

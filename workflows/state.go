@@ -293,9 +293,9 @@ func (r *run) settle(t *task, res TaskResult, err error, now time.Time) {
 				// Its host took its lease up but had no free slot for it (a batch member).
 				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout, hostSaid.Message())
 			}
-			if strings.HasPrefix(t.waitNote, slotNotePrefix) {
-				st.Error = fmt.Sprintf("%s found no free slot within startTimeout %s: %s", t.Name, r.plan.StartTimeout,
-					strings.TrimPrefix(t.waitNote, slotNotePrefix))
+			if head := slotNotePrefix + t.placedHost + ": "; t.placedHost != "" && strings.HasPrefix(t.waitNote, head) {
+				st.Error = fmt.Sprintf("%s found no free slot on %s within startTimeout %s: %s", t.Name, t.placedHost, r.plan.StartTimeout,
+					strings.TrimPrefix(t.waitNote, head))
 			}
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
 			st.Error = fmt.Sprintf("%s lost: no heartbeat from host %s for %s (host worker stopped or unreachable)",

@@ -98,15 +98,16 @@ func alike(t workflows.TaskStatus) string {
 		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
 	case stateBack:
 		return fmt.Sprintf("%s/%d", t.State, t.Attempt)
-	case workflows.TaskPending:
-		return waitAlike(t)
+	case workflows.TaskPending, workflows.TaskFailed:
+		return withoutName(t)
 	}
 	return describeState(t)
 }
 
-// waitAlike describes a wait without the task's own name, so that the restarts of tasks lost with one host
-// ("waiting: restart 1 of 3 in 1s after: worker-2 lost: host c did not take it up again ...") share a line.
-func waitAlike(t workflows.TaskStatus) string {
+// withoutName describes a wait or a failure without the task's own name, so that the restarts of tasks lost
+// with one host ("waiting: restart 1 of 3 in 1s after: worker-2 lost: host c did not take it up again ...")
+// share a line, and so do the failures of tasks that found no slot within startTimeout.
+func withoutName(t workflows.TaskStatus) string {
 	return strings.ReplaceAll(describeState(t), t.Name+" ", "")
 }
 
@@ -123,8 +124,8 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 		return placedLine(on, t.Attempt)
 	case stateBack:
 		return backLine(on, t.Attempt)
-	case workflows.TaskPending:
-		return waitAlike(t)
+	case workflows.TaskPending, workflows.TaskFailed:
+		return withoutName(t)
 	}
 	return describeState(t)
 }

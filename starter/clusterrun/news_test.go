@@ -62,6 +62,21 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	f.tell(waits)
 	assert.Equal(t, "[5 tasks]    ── waiting: restart 1 of 1 in 1s after: lost: host c did not take it up again within hostLossGrace 5s: "+
 		"worker-2, worker-6, worker-10 and 2 more\n", out.String())
+
+	// So do failures whose errors differ only in their task's name: 44 tasks of a launch larger than its pool
+	// printed 44 lines (seen as a user).
+	out.Reset()
+	var noSlot []workflows.TaskStatus
+	for i := 256; i < 300; i += 4 {
+		name := fmt.Sprintf("worker-%d", i)
+		noSlot = append(noSlot, workflows.TaskStatus{Name: name, State: workflows.TaskFailed, Attempt: 1,
+			Error: name + " found no free slot on u-a within startTimeout 20s: add hosts to the pool"})
+	}
+	noSlot = append(noSlot, workflows.TaskStatus{Name: "worker-7", State: workflows.TaskFailed, Attempt: 1, Error: "worker-7 exited with code 3 on host-b (attempt 1): boom"})
+	f.tell(noSlot)
+	assert.Equal(t, "[11 tasks]   ── failed: found no free slot on u-a within startTimeout 20s: add hosts to the pool: "+
+		"worker-256, worker-260, worker-264 and 8 more\n"+
+		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String(), "a failure of its own keeps its line and its name")
 }
 
 // A task that moved off a host that was gone before it started says so when it runs, alone or in a large run,
