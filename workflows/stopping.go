@@ -142,6 +142,12 @@ func (r *run) endTheRest(ctx workflow.Context, silent []string) {
 				t.status.Error = fmt.Sprintf("not confirmed: host %s was unreachable; it stops the task when it reconnects, "+
 					"and the task's supervisor stops it after %s without its host worker", t.status.Host, t.HostLossGrace+r.plan.HeartbeatTimeout)
 			}
+			if noRecord := noRecordOf(err); noRecord != "" {
+				// Its host answered that it has no record of the attempt: nothing of it runs there. (The run had
+				// queued it to start again, and its decision dropped that launch.)
+				t.status.State, t.status.ExitCode, t.status.Signal = TaskStopped, nil, ""
+				t.status.Error = "not running: " + noRecord + " (its worker stopped before starting it, or the host lost its runtime folder)"
+			}
 		}
 	}
 }
@@ -352,6 +358,15 @@ func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map
 // hostSawTheEnd says whether a lease's end came from the host that held the process (it ran, it was stopped,
 // it failed), not from the server giving the lease up: a heartbeat timeout, a detach, or a cancellation of a
 // lease no host had taken.
+// noRecordOf is a host's answer that it has no record of an attempt (ErrTaskLost), or "" for any other end.
+func noRecordOf(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrTaskLost {
+		return appErr.Message()
+	}
+	return ""
+}
+
 func hostSawTheEnd(err error) bool {
 	var canceled *temporal.CanceledError
 	switch {

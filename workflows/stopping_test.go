@@ -137,6 +137,61 @@ func TestStop_TakesTheEndsItsStopsAnswerGives(t *testing.T) {
 	assert.Equal(t, TaskStopped, st.Task("worker-0").State, "an end of an attempt that is not the task's is not taken")
 }
 
+// A task whose host has no record of its attempt as the run decides to end has nothing running: it ends
+// Stopped, saying so. Its host's worker died before starting it, and the next worker answered the re-attach
+// with "no record" just before the chief's exit: the run queued the attempt to start again, the decision
+// dropped that launch, and the stop then ended the task Failed, with the host's "no record" as its error, in a
+// run that succeeded (seen as a user: a host worker SIGKILLed during a 200-task launch, restarted after the
+// chief had exited).
+func TestStop_ATaskItsHostHasNoRecordOfEndsStopped(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements: a task it released and its host lost is lost")
+	}
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.hosts.registry = registryOf(true)
+	h.hosts.silentStart = func(in RunTaskInput) bool { return in.Task.Name == "worker-0" }
+	sent := false
+	h.hosts.lease = func(ctx context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name != "worker-0":
+			return res, nil, false
+		case !in.Attach:
+			return res, heartbeatTimeout(), true // the worker died before it started the task
+		case !sent:
+			sent = true
+			// The next worker's answer, and the chief's end, reach the run in one workflow task.
+			lost := temporal.NewNonRetryableApplicationError("host host-b has no record of worker-0 attempt 1", ErrTaskLost, nil,
+				TaskResult{Task: "worker-0", Host: "host-b", Attempt: 1})
+			h.env.RegisterDelayedCallback(func() {
+				h.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{
+					{Lease: 2, Member: true, Result: TaskResult{Task: "worker-0", Host: "host-b", Attempt: 1}, Error: LeaseErrorOf(lost)},
+					{Lease: 1, Member: true, Result: TaskResult{Task: "chief-0", Host: "host-a", Attempt: 1, PID: 4321}},
+				}})
+			}, 0)
+		}
+		<-ctx.Done()
+		return res, temporal.NewCanceledError(), true
+	}
+	h.hosts.stopEnds = func(StopTasksInput) []TaskExitReport {
+		delete(h.hosts.stop, "worker-0") // the host has no entry for it: not this stop's to confirm
+		return nil
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: norecord
+command: [x]
+hostLossGrace: 1m
+tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [host-b]}}
+`))
+	require.NoError(t, err)
+	require.True(t, sent, "the re-attach was asked")
+	assert.Equal(t, StatusSucceeded, st.Status, st.Reason)
+	w := st.Task("worker-0")
+	assert.Equal(t, TaskStopped, w.State, "%+v", w)
+	assert.Nil(t, w.ExitCode)
+	assert.Equal(t, "not running: host host-b has no record of worker-0 attempt 1 (its worker stopped before starting it, or "+
+		"the host lost its runtime folder)", w.Error)
+}
+
 // A task whose host gives its lease up while the run stops it (the host worker restarts: the process runs on)
 // says the run waits for that host to confirm the stop; the run takes no lease up again then. It said the run
 // waited for the host to take the task up again (seen as a user, with a worker SIGTERMed during a stop).
