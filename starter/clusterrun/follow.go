@@ -142,6 +142,9 @@ type stream struct {
 	closed           bool   // nothing more to read
 	lastAt           int64  // the date of the last line read (unix nanoseconds)
 	drawing          string // the latest drawing of a line still being written, redrawn with carriage returns
+	// unstarted: the attempt ended without its process starting (opened while its host was out of contact), so
+	// its host may have no log of it, and none is no loss.
+	unstarted bool
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
@@ -257,6 +260,7 @@ func (f *follower) current(t workflows.TaskStatus) {
 	for _, k := range f.byTask[t.Name] {
 		if s := f.streams[k]; s.attempt != t.Attempt || ended || waiting {
 			s.done = true // read what is left, then stop
+			s.unstarted = s.unstarted || s.attempt == t.Attempt && ended && t.StartTime == nil
 		}
 	}
 	if waiting && t.Logs != nil {
@@ -382,6 +386,9 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	case c.Error != "":
 		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d on host %s: %s", s.name, s.attempt, s.host, c.Error))
 		f.unreadable++
+		s.closed = true
+		return false
+	case c.Missing && s.unstarted:
 		s.closed = true
 		return false
 	case c.Missing && s.done:

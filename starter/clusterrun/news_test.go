@@ -303,6 +303,32 @@ func TestFollower_AGenerationSeenOnlyInItsBackoffIsSaidBeforeItsRestart(t *testi
 		"[clusterrun] ── gang restart 1 of 1 in 1s after: worker-0 exited with code 1\n", out.String())
 }
 
+// An attempt followed while its host was out of contact, that then ends never started (its host has no record
+// of it), has no log to miss: its streams close without a word. Before, each said its stdout.log and stderr.log
+// "was deleted from host" (seen as a user: 70 such lines for 35 tasks of a worker SIGKILLed during a launch).
+// A started attempt's missing log is still said.
+func TestFollower_AnAttemptThatNeverStartedMissesNoLog(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskUnreachable, Host: "h", Attempt: 1, Error: "no heartbeat from host h for 10s"},
+		{Name: "worker-1", State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started}}})
+	require.NotNil(t, f.streams["worker-0/1/stdout"], "an unreachable task's output is followed")
+	ended := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskStopped, Host: "h", Attempt: 1, EndTime: &ended, Error: "not running: host h has no record of worker-0 attempt 1"},
+		{Name: "worker-1", State: workflows.TaskStopped, Host: "h", Attempt: 1, StartTime: &started, EndTime: &ended}}})
+	f.release(true)
+	out.Reset()
+	for _, k := range []string{"worker-0/1/stdout", "worker-0/1/stderr", "worker-1/1/stdout"} {
+		s := f.streams[k]
+		f.take(s, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: s.offset}, Missing: true})
+		assert.True(t, s.closed, k)
+	}
+	assert.Equal(t, "[worker-1] ── stdout.log of attempt 1 was deleted from host h (its log folder was cleaned up?)\n", out.String())
+}
+
 // A host that let a read go unanswered is left out of the next reads, so that the other hosts' output is not
 // held back by its 5 s each time; it is asked again after a wait, or at once when the run shows its task
 // running again after it was unreachable. A stream of an ended attempt there is closed without a read, saying
