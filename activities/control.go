@@ -87,7 +87,26 @@ func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (work
 		}
 	}
 	sort.Strings(out.Stopped)
+	out.Unknown = unknownAttempts(in, entries)
 	return out, nil
+}
+
+// unknownAttempts names the tasks of a stop that have no entry here of the attempt the run asked about (runs
+// from before Attempts ask about none).
+func unknownAttempts(in workflows.StopTasksInput, entries []*entry) []string {
+	known := map[string]bool{}
+	for _, e := range entries {
+		if e.ref.Attempt == in.Attempts[e.ref.Task] {
+			known[e.ref.Task] = true
+		}
+	}
+	var out []string
+	for _, name := range in.Tasks {
+		if attempt, asked := in.Attempts[name]; asked && attempt > 0 && !known[name] {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // ownEnd is how an attempt that ended before a stop ended, as a lease of it reports it: its lease may be gone

@@ -522,10 +522,23 @@ func TestRunTask_StopTasksGivesTheEndOfATaskThatEndedBeforeIt(t *testing.T) {
 	assert.True(t, end.Member)
 	assert.Nil(t, end.Error, "it succeeded")
 
+	assert.Empty(t, out.Unknown)
+
 	stop.Attempts = map[string]int{"worker-0": 2}
 	out, err = a.host.StopTasks(t.Context(), stop)
 	require.NoError(t, err)
 	assert.Empty(t, out.Ended, "attempt 1 is not the task's now")
+	assert.Equal(t, []string{"worker-0"}, out.Unknown, "the host has no record of attempt 2")
+
+	// A task it never had, and runs from before Attempts, which ask about none.
+	stop.Tasks, stop.Attempts = []string{"worker-0", "worker-1"}, map[string]int{"worker-0": 1, "worker-1": 1}
+	out, err = a.host.StopTasks(t.Context(), stop)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-1"}, out.Unknown)
+	stop.Attempts = nil
+	out, err = a.host.StopTasks(t.Context(), stop)
+	require.NoError(t, err)
+	assert.Empty(t, out.Unknown)
 }
 
 // A worker that shuts down (an upgrade, a restart) gives its leases up; the processes run on, and a new worker

@@ -419,6 +419,74 @@ tasks:
 	assert.False(t, alive(worker), "the run ended while the cut-off host's task still ran")
 }
 
+// A host that reboots while its run stops (its worker, supervisor and task killed, its runtime folder wiped)
+// comes back with no record of its task: the run ends the task Stopped, "not running", as its host answered.
+// Before, the task ended with the note of the wait ("reboot has not confirmed the stop; waiting up to ..."),
+// for the server's cancellation of the re-attach no host had taken was read as the host's answer (seen as a
+// user, with a worker SIGKILLed during a launch and back after the chief's exit).
+func TestFault_AHostBackWithoutItsRecordsEndsItsTaskNotRunning(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor", "reboot")
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: reboot
+heartbeatTimeout: 2s
+hostLossGrace: 90s
+stopGracePeriod: 1s
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/go ]; do sleep 0.1; done']
+tasks:
+  chief: {replicas: 1, hosts: [anchor]}
+  worker: {replicas: 1, hosts: [reboot], command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; exec sleep 300']}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	chief := int(readInt(t, filepath.Join(dir, "chief-0.pid"), time.Minute))
+	worker := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
+
+	// The reboot: the worker, the task's supervisor and the task die, and the runtime folder (tmpfs) is empty.
+	c.stopWorker("reboot", syscall.SIGKILL)
+	supervisor := parentOf(t, worker)
+	require.NoError(t, syscall.Kill(supervisor, syscall.SIGKILL))
+	_ = syscall.Kill(-worker, syscall.SIGKILL)
+	waitUntil(t, "the task to die", 10*time.Second, func() bool { return !alive(worker) })
+	records, err := filepath.Glob(filepath.Join(c.runtime, "records-*", "*", "task.json"))
+	require.NoError(t, err)
+	wiped := 0
+	for _, f := range records {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), `"`+id+`"`) && strings.Contains(string(b), `"worker-0"`) {
+			require.NoError(t, os.RemoveAll(filepath.Dir(f)))
+			wiped++
+		}
+	}
+	require.Equal(t, 1, wiped, "the task's record")
+
+	touch(t, filepath.Join(dir, "go"))
+	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(chief) })
+	waitUntil(t, "status to say the run waits for host reboot", time.Minute, func() bool {
+		return strings.Contains(c.cli(t, "status", id).stdout, "reboot has not confirmed the stop; waiting up to 1m30s (hostLossGrace)")
+	})
+	require.NoError(t, c.startWorker("reboot"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	w := st.Task("worker-0")
+	assert.Equal(t, workflows.TaskStopped, w.State)
+	assert.Nil(t, w.ExitCode)
+	assert.Equal(t, "not running: host reboot has no record of worker-0 attempt 1 (its worker stopped before starting it, or the host "+
+		"lost its runtime folder)", w.Error)
+}
+
+// parentOf is a process's parent.
+func parentOf(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	// pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, err := strconv.Atoi(fields[1])
+	require.NoError(t, err)
+	return ppid
+}
+
 // A task that ends on its own while its host is cut off, in a run that then stops, ends as it ended: its host's
 // answer to the stop says so, for no lease of it is left to. Before, it ended "Stopped" with "not confirmed:
 // host cut was unreachable", or "Failed" as lost after a server outage (seen as a user: a worker that finished

@@ -119,6 +119,8 @@ type fakeHosts struct {
 	stopHold func(in StopTasksInput)
 	// stopEnds, when set, gives the ends a StopTasks reports of tasks that ended before it (under the lock).
 	stopEnds func(in StopTasksInput) []TaskExitReport
+	// stopUnknown, when set, names the tasks a StopTasks reports it has no record of (under the lock).
+	stopUnknown func(in StopTasksInput) []string
 	// waitsForSlot, while it says so of a batch member on a queue, holds that member before it starts, as a
 	// host without a free slot does; withdrawTasks gives such members back (withdrawals lists its calls, which
 	// fail while withdrawFails is set).
@@ -563,6 +565,9 @@ func (f *fakeHosts) stopTasks(ctx context.Context, in StopTasksInput) (StopTasks
 	var out StopTasksResult
 	if f.stopEnds != nil {
 		out.Ended = f.stopEnds(in)
+	}
+	if f.stopUnknown != nil {
+		out.Unknown = f.stopUnknown(in)
 	}
 	for _, t := range in.Tasks {
 		if ch, ok := f.stop[t]; ok {

@@ -59,6 +59,9 @@ type task struct {
 	// left before it started (moved off it, or given up by it), which its next placement avoids.
 	moving    bool
 	movedFrom string
+	// noRecord is a host's answer to the run's stop that it has no record of the current attempt (or ""):
+	// nothing of it runs there.
+	noRecord string
 	// ended is the task's status as its attempt ended in the last generation, while a gang restart's backoff
 	// holds the next launch: the status shows it (status starts afresh for the launch).
 	ended *TaskStatus

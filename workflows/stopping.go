@@ -142,9 +142,12 @@ func (r *run) endTheRest(ctx workflow.Context, silent []string) {
 				t.status.Error = fmt.Sprintf("not confirmed: host %s was unreachable; it stops the task when it reconnects, "+
 					"and the task's supervisor stops it after %s without its host worker", t.status.Host, t.HostLossGrace+r.plan.HeartbeatTimeout)
 			}
-			if noRecord := noRecordOf(err); noRecord != "" {
-				// Its host answered that it has no record of the attempt: nothing of it runs there. (The run had
-				// queued it to start again, and its decision dropped that launch.)
+			noRecord := noRecordOf(err) // the run had queued it to start again, and its decision dropped that launch
+			if noRecord == "" && !hostSawTheEnd(err) {
+				noRecord = t.noRecord // its host came back, and answered the stop
+			}
+			if noRecord != "" {
+				// Its host answered that it has no record of the attempt: nothing of it runs there.
 				t.status.State, t.status.ExitCode, t.status.Signal = TaskStopped, nil, ""
 				t.status.Error = "not running: " + noRecord + " (its worker stopped before starting it, or the host lost its runtime folder)"
 			}
@@ -270,6 +273,11 @@ func (r *run) stopAnswered(ctx workflow.Context, host string, f workflow.Future)
 	}
 	r.confirmStopped(ctx, res)
 	r.takeEnds(ctx, res.Ended)
+	for _, name := range res.Unknown {
+		if t := r.byName[name]; t != nil && !t.done {
+			t.noRecord = fmt.Sprintf("host %s has no record of %s attempt %d", host, name, t.attempt)
+		}
+	}
 	return true
 }
 
@@ -355,9 +363,6 @@ func (r *run) awaitSilentHosts(ctx workflow.Context, silent []string, byHost map
 	})
 }
 
-// hostSawTheEnd says whether a lease's end came from the host that held the process (it ran, it was stopped,
-// it failed), not from the server giving the lease up: a heartbeat timeout, a detach, or a cancellation of a
-// lease no host had taken.
 // noRecordOf is a host's answer that it has no record of an attempt (ErrTaskLost), or "" for any other end.
 func noRecordOf(err error) string {
 	var appErr *temporal.ApplicationError
@@ -367,13 +372,18 @@ func noRecordOf(err error) string {
 	return ""
 }
 
+// hostSawTheEnd says whether a lease's end came from the host that held the process (it ran, it was stopped,
+// it failed), not from the server giving the lease up: a heartbeat timeout, a detach, or a cancellation of a
+// lease no host had taken. A host's cancellation carries the task's result; the server's, of a lease no host
+// took up, carries only "ACTIVITY_ID_NOT_STARTED", which was taken for a host's answer.
 func hostSawTheEnd(err error) bool {
 	var canceled *temporal.CanceledError
 	switch {
 	case err == nil:
 		return true
 	case errors.As(err, &canceled):
-		return canceled.HasDetails()
+		var res TaskResult
+		return canceled.HasDetails() && canceled.Details(&res) == nil && res.Task != ""
 	}
 	return leaseEndOf(err, true) == leaseSettled
 }

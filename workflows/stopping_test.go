@@ -192,6 +192,66 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [hos
 		"the host lost its runtime folder)", w.Error)
 }
 
+// As above, with the host's worker still down when the run stops: the host answers the stop only once its next
+// worker is up, with no record of the task. The task ends Stopped, not running; it ended with the note of the
+// wait ("host-b has not confirmed the stop; waiting up to 2m0s") as its final word (seen as a user).
+func TestStop_AHostBackWithNoRecordOfATaskEndsItNotRunning(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements: a task it released and its host lost is lost")
+	}
+	h := newHarness(t, func(string, int, int) behavior { return blocks })
+	h.hosts.registry = registryOf(true)
+	h.hosts.silentStart = func(in RunTaskInput) bool { return in.Task.Name == "worker-0" }
+	sent := false
+	h.hosts.lease = func(ctx context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		switch {
+		case in.Task.Name != "worker-0":
+			return res, nil, false
+		case !in.Attach:
+			return res, heartbeatTimeout(), true // the worker died before it started the task
+		case !sent:
+			sent = true
+			h.env.RegisterDelayedCallback(func() {
+				h.env.SignalWorkflow(SignalTaskExits, TaskExits{Exits: []TaskExitReport{
+					{Lease: 1, Member: true, Result: TaskResult{Task: "chief-0", Host: "host-a", Attempt: 1, PID: 4321}}}})
+			}, 0)
+		}
+		<-ctx.Done() // no worker takes the re-attach up: the stop cancels it, as the server does one no host took
+		return res, temporal.NewCanceledError("ACTIVITY_ID_NOT_STARTED"), true
+	}
+	calls := 0
+	h.hosts.stopFails = func(queue string, _ StopTasksInput) error {
+		if queue != ControlQueue("host-b") {
+			return nil
+		}
+		if calls++; calls == 1 {
+			return temporal.NewNonRetryableApplicationError("not taken up in time", "Timeout", nil)
+		}
+		return nil
+	}
+	h.hosts.stopUnknown = func(in StopTasksInput) []string {
+		if !slices.Contains(in.Tasks, "worker-0") || calls < 2 {
+			return nil
+		}
+		delete(h.hosts.stop, "worker-0") // the next worker has no record of it
+		return []string{"worker-0"}
+	}
+	st, err := h.run(t, mustSpec(t, `
+name: norecord
+command: [x]
+hostLossGrace: 1m
+tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [host-b]}}
+`))
+	require.NoError(t, err)
+	require.Equal(t, 2, calls, "host-b was asked again")
+	assert.Equal(t, StatusSucceeded, st.Status, st.Reason)
+	w := st.Task("worker-0")
+	assert.Equal(t, TaskStopped, w.State, "%+v", w)
+	assert.Nil(t, w.ExitCode)
+	assert.Equal(t, "not running: host host-b has no record of worker-0 attempt 1 (its worker stopped before starting it, or "+
+		"the host lost its runtime folder)", w.Error)
+}
+
 // A task whose host gives its lease up while the run stops it (the host worker restarts: the process runs on)
 // says the run waits for that host to confirm the stop; the run takes no lease up again then. It said the run
 // waited for the host to take the task up again (seen as a user, with a worker SIGTERMed during a stop).
@@ -430,4 +490,19 @@ func TestStop_ATaskLostBeforeItStartedIsNotLaunchedAgain(t *testing.T) {
 	w := st.Task("worker-1")
 	assert.Equal(t, TaskStopped, w.State)
 	assert.Equal(t, "worker-1 lost its host before its process started; the run is stopping, so it is not started again", w.Error)
+}
+
+// The server's cancellation of a lease no host took up carries "ACTIVITY_ID_NOT_STARTED" as its details: that is
+// no host's answer. It was taken for one, and a task whose host came back with no record of it ended with the
+// note of the wait ("u-b has not confirmed the stop; waiting up to 2m0s") as its last word (seen as a user).
+func TestHostSawTheEnd(t *testing.T) {
+	// As the run reads them: from the history's failures, their details encoded.
+	fc := temporal.GetDefaultFailureConverter()
+	read := func(err error) error { return fc.FailureToError(fc.ErrorToFailure(err)) }
+	assert.True(t, hostSawTheEnd(nil))
+	assert.True(t, hostSawTheEnd(read(temporal.NewCanceledError(TaskResult{Task: "worker-0", Host: "host-b", Attempt: 1, PID: 4321}))), "the host stopped it")
+	assert.False(t, hostSawTheEnd(read(temporal.NewCanceledError("ACTIVITY_ID_NOT_STARTED"))), "the server canceled a lease no host took")
+	assert.False(t, hostSawTheEnd(read(temporal.NewCanceledError())))
+	assert.False(t, hostSawTheEnd(heartbeatTimeout()))
+	assert.False(t, hostSawTheEnd(temporal.NewNonRetryableApplicationError("no record", ErrTaskLost, nil)))
 }

@@ -233,6 +233,9 @@ type StopTasksResult struct {
 	// Ended are the ends of the named attempts that ended before the stop, on their own or by their host
 	// (hung, say), as a RunTasks member reports them (nil from hosts before it was sent).
 	Ended []TaskExitReport `json:"ended,omitempty"`
+	// Unknown names the tasks of which this host has no record of the attempt asked: nothing of them runs here
+	// (nil from hosts before it was sent).
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // TaskExit is how a stopped process ended.
