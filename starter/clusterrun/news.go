@@ -98,15 +98,14 @@ func alike(t workflows.TaskStatus) string {
 		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
 	case stateBack:
 		return fmt.Sprintf("%s/%d", t.State, t.Attempt)
-	case workflows.TaskPending, workflows.TaskFailed:
-		return withoutName(t)
 	}
-	return describeState(t)
+	return withoutName(t)
 }
 
-// withoutName describes a wait or a failure without the task's own name, so that the restarts of tasks lost
-// with one host ("waiting: restart 1 of 3 in 1s after: worker-2 lost: host c did not take it up again ...")
-// share a line, and so do the failures of tasks that found no slot within startTimeout.
+// withoutName describes a state without the task's own name, so that the restarts of tasks lost with one host
+// ("waiting: restart 1 of 3 in 1s after: worker-2 lost: host c did not take it up again ...") share a line,
+// and so do the failures of tasks that found no slot within startTimeout, or the stops of tasks their host
+// has no record of.
 func withoutName(t workflows.TaskStatus) string {
 	return strings.ReplaceAll(describeState(t), t.Name+" ", "")
 }
@@ -124,10 +123,8 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 		return placedLine(on, t.Attempt)
 	case stateBack:
 		return backLine(on, t.Attempt)
-	case workflows.TaskPending, workflows.TaskFailed:
-		return withoutName(t)
 	}
-	return describeState(t)
+	return withoutName(t)
 }
 
 // backLine says a task (or a group) runs on after it was unreachable.

@@ -77,6 +77,17 @@ func TestFollower_TellsABurstOnce(t *testing.T) {
 	assert.Equal(t, "[11 tasks]   ── failed: found no free slot on u-a within startTimeout 20s: add hosts to the pool: "+
 		"worker-256, worker-260, worker-264 and 8 more\n"+
 		"[worker-7]   ── failed: worker-7 exited with code 3 on host-b (attempt 1): boom\n", out.String(), "a failure of its own keeps its line and its name")
+
+	// And stops that differ only so: 19 tasks a host had no record of printed 19 lines (seen as a user).
+	out.Reset()
+	var unknown []workflows.TaskStatus
+	for _, i := range []int{0, 96, 100} {
+		name := fmt.Sprintf("worker-%d", i)
+		unknown = append(unknown, workflows.TaskStatus{Name: name, State: workflows.TaskStopped, Host: "u-b", Attempt: 1,
+			Error: "not running: host u-b has no record of " + name + " attempt 1"})
+	}
+	f.tell(unknown)
+	assert.Equal(t, "[3 tasks]    ── stopped: not running: host u-b has no record of attempt 1: worker-0, worker-96, worker-100\n", out.String())
 }
 
 // A task that moved off a host that was gone before it started says so when it runs, alone or in a large run,
