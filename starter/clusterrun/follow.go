@@ -35,6 +35,9 @@ type follower struct {
 	states  map[string]string   // task -> last printed state/attempt
 	// held holds the state lines not said yet, in order: each waits for the output it follows (see note).
 	held []note
+	// heldAfter is, per task with held lines, the earliest attempt whose output one of them follows (the least
+	// after of its notes): a chunk of a later attempt releases what is ready first.
+	heldAfter map[string]int
 	size int // the run's tasks
 	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
 	// printed as plain lines.
@@ -419,6 +422,11 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 			f.tailing[s.task] = s.tailLines
 		}
 		s.tailLines = 0
+	}
+	if after, ok := f.heldAfter[s.task]; ok && len(data) > 0 && s.attempt > after {
+		// A start or a restart note of this attempt waits: said first, as the output of the attempts before it
+		// may be over (an unreadable host's closed), not at the end of this read.
+		f.release(false)
 	}
 	f.print(s.task, s.name, data, s.inOrder(c.LineTimes(data)))
 	moved := c.Next != s.offset

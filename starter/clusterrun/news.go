@@ -166,6 +166,17 @@ func (f *follower) hold(t workflows.TaskStatus) {
 		after = t.Attempt // an end, or a restart after it: after the attempt's own output
 	}
 	f.held = append(f.held, note{t: t, after: after})
+	f.noteHeld(t.Name, after)
+}
+
+// noteHeld records that a line of task waits for the output of its attempts up to after.
+func (f *follower) noteHeld(task string, after int) {
+	if f.heldAfter == nil {
+		f.heldAfter = map[string]int{}
+	}
+	if least, ok := f.heldAfter[task]; !ok || after < least {
+		f.heldAfter[task] = after
+	}
 }
 
 // tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
@@ -295,6 +306,12 @@ func (f *follower) release(all bool) {
 	ready, later = stopsWait(ready, later, blocked)
 	f.tell(stopsLast(ready))
 	f.held = later
+	clear(f.heldAfter)
+	for _, n := range later {
+		if n.run == "" {
+			f.noteHeld(n.t.Name, n.after)
+		}
+	}
 }
 
 // stopsWait holds the stops of a look at the run while another task's lines wait for their output: a stop is

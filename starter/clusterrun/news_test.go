@@ -340,6 +340,33 @@ func TestFollower_AnAttemptThatNeverStartedMissesNoLog(t *testing.T) {
 	assert.Equal(t, "[worker-1] ── stdout.log of attempt 1 was deleted from host h (its log folder was cleaned up?)\n", out.String())
 }
 
+// A restart's lines come before the new attempt's output, when the attempt before ended unread on a host that
+// is gone: the new attempt's first output was printed before "waiting: restart ..." and "running on ...
+// (attempt 2)", which waited for the end of that read (seen as a user, with a host's worker and supervisor
+// SIGKILLed).
+func TestFollower_ARestartIsSaidBeforeTheNewAttemptsOutput(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started := time.Now()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-2", State: workflows.TaskRunning, Host: "c", Attempt: 1, StartTime: &started}}})
+	f.release(false)
+	out.Reset()
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-2", State: workflows.TaskRunning, Host: "d", Attempt: 2, StartTime: &started,
+		Earlier: []workflows.AttemptPlace{{Attempt: 1, Host: "c", Restart: "restart 1 of 2 in 2s after: worker-2 lost: host c did not take it up again within hostLossGrace 15s"}}}}})
+	for _, name := range []string{"stdout", "stderr"} {
+		f.take(f.streams["worker-2/1/"+name], workflows.LogChunk{Unreachable: true, Error: "host c does not answer"})
+	}
+	s := f.streams["worker-2/2/stdout"]
+	require.NotNil(t, s)
+	f.take(s, workflows.LogChunk{Data: []byte("attempt 2 on d\n"), Next: 15})
+	f.release(false)
+	assert.Equal(t, "[worker-2] ── cannot read stdout of attempt 1: host c does not answer\n"+
+		"[worker-2] ── cannot read stderr of attempt 1: host c does not answer\n"+
+		"[worker-2] ── waiting: restart 1 of 2 in 2s after: worker-2 lost: host c did not take it up again within hostLossGrace 15s\n"+
+		"[worker-2] ── running on d (attempt 2)\n"+
+		"[worker-2] attempt 2 on d\n", out.String())
+}
+
 // A host that let a read go unanswered is left out of the next reads, so that the other hosts' output is not
 // held back by its 5 s each time; it is asked again after a wait, or at once when the run shows its task
 // running again after it was unreachable. A stream of an ended attempt there is closed without a read, saying
