@@ -38,7 +38,7 @@ type follower struct {
 	// heldAfter is, per task with held lines, the earliest attempt whose output one of them follows (the least
 	// after of its notes): a chunk of a later attempt releases what is ready first.
 	heldAfter map[string]int
-	size int // the run's tasks
+	size      int // the run's tasks
 	// block, on a terminal, keeps a redrawn block of progress bars under the output; without one, progress is
 	// printed as plain lines.
 	block     *liveBlock
