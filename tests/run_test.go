@@ -652,10 +652,10 @@ tasks: {worker: {replicas: 2}}
 		st, ok := query(t, id)
 		return ok && strings.Contains(st.Reason, "gang restart 1 of 3")
 	})
-	// In the backoff, each row is its attempt as it ended, waiting.
+	// In the backoff, each row is its attempt as it ended, waiting for the restart.
 	status := cli(t, "status", id)
-	assert.Regexp(t, `worker-0\s+Pending\s+host-[ab]\s+1\s.*\s3\s+waits for gang restart 1 of 3; worker-0 exited with code 3`, status.stdout)
-	assert.Regexp(t, `worker-1\s+Pending\s+host-[ab]\s+1\s.*\(SIGTERM\)\s+waits for gang restart 1 of 3\n`, status.stdout)
+	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s.*\s3\s+waits for gang restart 1; worker-0 exited with code 3`, status.stdout)
+	assert.Regexp(t, `worker-1\s+Stopped\s+host-[ab]\s+1\s.*\(SIGTERM\)\s+waits for gang restart 1\n`, status.stdout)
 	c := cli(t, "cancel", id)
 	assert.Equal(t, 0, c.code, c.String())
 	st, err := outcome(t, id)

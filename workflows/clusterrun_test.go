@@ -1046,9 +1046,9 @@ tasks: {worker: {replicas: 2}}
 	assert.True(t, strings.HasPrefix(seen.Reason, "gang restart 1 of 2 after: worker-1 exited with code 1"), seen.Reason)
 }
 
-// While a gang restart's backoff holds the next launch, each task's row shows how its attempt ended (host, exit,
-// error) and what it waits for: before, every row was a blank Pending of the ended attempt. A run canceled in the
-// backoff ends with those endings.
+// While a gang restart's backoff holds the next launch, each task's row is its attempt as it ended (state, host,
+// exit, error), with GangWait: before, every row was a blank Pending of the ended attempt. A run canceled in
+// the backoff ends with those endings.
 func TestClusterRun_AGangRestartsBackoffShowsHowEachTaskEnded(t *testing.T) {
 	h := newHarness(t, func(task string, _, generation int) behavior {
 		if generation == 0 && task == "worker-1" {
@@ -1071,23 +1071,24 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 `))
 	require.True(t, strings.HasPrefix(seen.Reason, "gang restart 1 of 2 in 10s after: worker-1 exited with code 1"), seen.Reason)
 	failed := seen.Task("worker-1")
-	assert.Equal(t, TaskPending, failed.State)
+	assert.Equal(t, TaskFailed, failed.State)
 	assert.Equal(t, 1, failed.GangWait)
 	assert.Equal(t, "pooled-host", failed.Host)
 	assert.Equal(t, 1, failed.Attempt)
 	require.NotNil(t, failed.ExitCode)
 	assert.Equal(t, 1, *failed.ExitCode)
-	assert.Equal(t, "waits for gang restart 1 of 2; worker-1 exited with code 1 on pooled-host (attempt 1): boom", failed.Error)
+	assert.Equal(t, "worker-1 exited with code 1 on pooled-host (attempt 1): boom", failed.Error)
 	assert.Empty(t, failed.Earlier, "its first attempt is this row, not an earlier one")
 	stopped := seen.Task("chief-0")
-	assert.Equal(t, TaskPending, stopped.State)
+	assert.Equal(t, TaskStopped, stopped.State)
+	assert.Equal(t, 1, stopped.GangWait)
 	assert.Equal(t, "pooled-host", stopped.Host)
 	assert.Equal(t, "SIGTERM", stopped.Signal, "stopped for the gang restart")
-	assert.Equal(t, "waits for gang restart 1 of 2", stopped.Error)
 
 	require.Equal(t, StatusCanceled, st.Status)
 	assert.Equal(t, TaskFailed, st.Task("worker-1").State, "a run canceled in the backoff ends with how each task ended")
 	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
+	assert.Zero(t, st.Task("chief-0").GangWait, "no restart is to come")
 }
 
 func TestClusterRun_GangBudgetExhausted(t *testing.T) {

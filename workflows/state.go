@@ -486,18 +486,12 @@ func (r *run) resetForGeneration() {
 }
 
 // endedRow is the status of a task whose next launch waits for a gang restart's backoff: its last attempt as it
-// ended (host, exit, error), Pending, with what it waits for. A run that ended in the backoff shows the ending.
+// ended (state, host, exit, error), with GangWait saying the restart it waits for. A run that ended in the
+// backoff shows the ending alone.
 func (r *run) endedRow(t *task) TaskStatus {
 	row := *t.ended
-	if r.endTime != nil {
-		return row
-	}
-	row.State, row.GangWait = TaskPending, r.restartCount
-	wait := fmt.Sprintf("waits for gang restart %d of %d", r.restartCount, r.plan.Gang.MaxRestarts)
-	if row.Error == "" {
-		row.Error = wait
-	} else {
-		row.Error = wait + "; " + row.Error
+	if r.endTime == nil {
+		row.GangWait = r.restartCount
 	}
 	return row
 }

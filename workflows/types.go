@@ -429,7 +429,7 @@ type TaskStatus struct {
 	// a host that then stopped reporting (or was drained) before it started the task.
 	Moved string `json:"moved,omitempty"`
 	// GangWait is the gang restart whose backoff holds the task's next attempt: the status is then its last
-	// attempt as it ended (host, exit, error), Pending, its error saying what it waits for.
+	// attempt as it ended (state, host, exit, error).
 	GangWait int `json:"gangWait,omitempty"`
 }
 

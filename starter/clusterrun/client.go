@@ -260,6 +260,10 @@ func taskRow(t workflows.TaskStatus, hb map[string]heartbeat) []string {
 		}
 	}
 	note := t.Error
+	if t.GangWait > 0 {
+		// The row is the attempt a gang restart ended; the task waits for the restart.
+		note = strings.TrimSuffix(fmt.Sprintf("waits for gang restart %d; %s", t.GangWait, note), "; ")
+	}
 	if note == "" && t.Straggler {
 		note = stragglerNote
 	}

@@ -230,6 +230,9 @@ func (f *follower) earlier(t workflows.TaskStatus) {
 		}
 		f.hold(workflows.TaskStatus{Name: t.Name, State: workflows.TaskRunning, Host: t.Host, Attempt: t.Attempt})
 	}
+	if t.GangWait > 0 {
+		f.hold(t) // how it ended, before the restart's line: the stops of a gang restart fall between two looks
+	}
 }
 
 // current takes up a task's current attempt: its state line, and its streams.
@@ -254,9 +257,8 @@ func (f *follower) current(t workflows.TaskStatus) {
 	// A task waiting for its restart has ended its attempt: its streams are read to their ends, so that the wait
 	// is said now, not when the restart comes.
 	waiting := t.State == workflows.TaskPending && t.EndTime != nil
-	// Pending is news only with a reason: a restart or a relaunch is coming. A wait for a gang restart is the
-	// run's news, said once (tellGangRestart).
-	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !starting && t.GangWait == 0 {
+	// Pending is news only with a reason: a restart or a relaunch is coming.
+	if f.states[t.Name] != key && (t.State != workflows.TaskPending || t.Error != "") && !starting {
 		f.states[t.Name] = key
 		f.hold(t)
 	}

@@ -286,11 +286,12 @@ func (f *follower) release(all bool) {
 	var later []note
 	for _, n := range f.held {
 		if n.run != "" {
-			if blockedAll = blockedAll || (!all && !f.readAll(n.waitFor)); blockedAll {
+			// It waits for the streams open when it came, and for the lines held before it.
+			if blockedAll = blockedAll || len(later) > 0 || (!all && !f.readAll(n.waitFor)); blockedAll {
 				later = append(later, n)
 				continue
 			}
-			f.tell(ready)
+			f.tell(stopsLast(ready))
 			ready = nil
 			f.say("clusterrun", n.run)
 			continue
@@ -316,20 +317,26 @@ func (f *follower) release(all bool) {
 
 // stopsWait holds the stops of a look at the run while another task's lines wait for their output: a stop is
 // the consequence of another task's end (or of a user's request), so a task that failed and stopped the rest
-// is said first, not after the stops it made.
+// is said first, not after the stops it made. They keep their place before a line of the run's that waits too
+// (a gang restart: its stops came before it).
 func stopsWait(ready []workflows.TaskStatus, later []note, blocked map[string]bool) ([]workflows.TaskStatus, []note) {
 	if len(blocked) == 0 {
 		return ready, later
 	}
 	var kept []workflows.TaskStatus
+	var stops []note
 	for i, t := range ready {
 		if t.State == workflows.TaskStopped && !blocked[t.Name] && lastOfItsTask(ready, i) {
-			later = append(later, note{t: t, after: t.Attempt})
+			stops = append(stops, note{t: t, after: t.Attempt})
 			continue
 		}
 		kept = append(kept, t)
 	}
-	return kept, later
+	at := slices.IndexFunc(later, func(n note) bool { return n.run != "" })
+	if at < 0 {
+		return kept, append(later, stops...)
+	}
+	return kept, slices.Concat(later[:at], stops, later[at:])
 }
 
 // stopsLast says the stops of a look at the run after its other lines, each task's lines in their order.

@@ -282,35 +282,35 @@ func TestFollower_AGangRestartIsSaidAsItsBackoffBegins(t *testing.T) {
 	f.take(f.streams["worker-0/1/stdout"], workflows.LogChunk{Data: []byte("hello\n"), Next: 6})
 	f.flush()
 	out.Reset()
-	// In the backoff, the row is the attempt as it ended, waiting: the run's line says it, not one per task.
+	// In the backoff, the row is the attempt as it ended: its stop is said, then the restart.
 	ended, code := time.Now(), 143
 	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 after: worker-1 exited with code 7",
-		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Host: "h", Attempt: 1, StartTime: &started,
-			EndTime: &ended, ExitCode: &code, Signal: "SIGTERM", Error: "waits for gang restart 1 of 1", GangWait: 1}}})
+		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskStopped, Host: "h", Attempt: 1, StartTime: &started,
+			EndTime: &ended, ExitCode: &code, Signal: "SIGTERM", GangWait: 1}}})
 	for _, name := range []string{"stdout", "stderr"} {
 		s := f.streams["worker-0/1/"+name]
 		f.take(s, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: s.offset}, Next: s.offset, EOF: true})
 	}
 	f.release(false)
-	assert.Equal(t, "[clusterrun] ── gang restart 1 of 1 after: worker-1 exited with code 7\n", out.String())
+	assert.Equal(t, "[worker-0] ── stopped (SIGTERM)\n[clusterrun] ── gang restart 1 of 1 after: worker-1 exited with code 7\n", out.String())
 }
 
 // A generation that started and ended between two looks at the run shows in the backoff as rows of attempts
-// that ended, waiting: each attempt's start and output come before the gang restart's line.
+// that ended: each attempt's start, output and end come before the gang restart's line.
 func TestFollower_AGenerationSeenOnlyInItsBackoffIsSaidBeforeItsRestart(t *testing.T) {
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out) // no client: a read would fail
 	started, ended, code := time.Now(), time.Now(), 1
 	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 in 1s after: worker-0 exited with code 1",
-		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPending, Host: "h", Attempt: 1, StartTime: &started,
-			EndTime: &ended, ExitCode: &code, Error: "waits for gang restart 1 of 1; worker-0 exited with code 1", GangWait: 1}}})
+		Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskFailed, Host: "h", Attempt: 1, StartTime: &started,
+			EndTime: &ended, ExitCode: &code, Error: "worker-0 exited with code 1", GangWait: 1}}})
 	s := f.streams["worker-0/1/stdout"]
 	require.NotNil(t, s, "the ended attempt's output is read")
 	f.take(s, workflows.LogChunk{Data: []byte("boom\n"), Next: 5, EOF: true})
 	e := f.streams["worker-0/1/stderr"]
 	f.take(e, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: e.offset}, Next: e.offset, EOF: true})
 	f.release(false)
-	assert.Equal(t, "[worker-0] ── running on h (attempt 1)\n[worker-0] boom\n"+
+	assert.Equal(t, "[worker-0] ── running on h (attempt 1)\n[worker-0] boom\n[worker-0] ── failed: worker-0 exited with code 1\n"+
 		"[clusterrun] ── gang restart 1 of 1 in 1s after: worker-0 exited with code 1\n", out.String())
 }
 
@@ -365,6 +365,47 @@ func TestFollower_ARestartIsSaidBeforeTheNewAttemptsOutput(t *testing.T) {
 		"[worker-2] ── waiting: restart 1 of 2 in 2s after: worker-2 lost: host c did not take it up again within hostLossGrace 15s\n"+
 		"[worker-2] ── running on d (attempt 2)\n"+
 		"[worker-2] attempt 2 on d\n", out.String())
+}
+
+// A large gang restart's ends come before its line: the failure that caused it, then the stops it made, then
+// the restart. The stops waited for the failure's output and were queued after the restart's line, which
+// waited too (seen as a user: "[99 tasks] ── stopped (SIGTERM)" after "gang restart 1 of 1").
+func TestFollower_AGangRestartsStopsComeBeforeIt(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out) // no client: a read would fail
+	started := time.Now()
+	var running []workflows.TaskStatus
+	for i := range 20 {
+		running = append(running, workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started})
+	}
+	f.update(workflows.RunStatus{Tasks: running})
+	out.Reset()
+	ended, code, one := time.Now(), 143, 1
+	var backoff []workflows.TaskStatus
+	for _, x := range running {
+		x.State, x.EndTime, x.ExitCode, x.Signal, x.GangWait = workflows.TaskStopped, &ended, &code, "SIGTERM", 1
+		if x.Name == "worker-7" {
+			x.State, x.ExitCode, x.Signal, x.Error = workflows.TaskFailed, &one, "", "worker-7 exited with code 1"
+		}
+		backoff = append(backoff, x)
+	}
+	f.update(workflows.RunStatus{RestartCount: 1, Reason: "gang restart 1 of 1 in 5s after: worker-7 exited with code 1", Tasks: backoff})
+	eof := func(k string, data string) {
+		s := f.streams[k]
+		f.take(s, workflows.LogChunk{ReadLogsRequest: workflows.ReadLogsRequest{Offset: s.offset}, Data: []byte(data), Next: s.offset + int64(len(data)), EOF: true})
+	}
+	for _, k := range f.order {
+		if k != "worker-7/1/stderr" {
+			eof(k, "")
+		}
+	}
+	f.release(false) // the failure waits for its output, and the rest for it
+	eof("worker-7/1/stderr", "boom\n")
+	f.release(false)
+	assert.Equal(t, "[worker-7]  boom\n"+
+		"[worker-7]  ── failed: worker-7 exited with code 1\n"+
+		"[19 tasks]  ── stopped (SIGTERM): worker-0, worker-1, worker-2 and 16 more\n"+
+		"[clusterrun] ── gang restart 1 of 1 in 5s after: worker-7 exited with code 1\n", out.String())
 }
 
 // A host that let a read go unanswered is left out of the next reads, so that the other hosts' output is not

@@ -90,3 +90,16 @@ func openTerminal(t *testing.T, cols int) (*os.File, <-chan string) {
 	}()
 	return term, lines
 }
+
+// A row of an attempt a gang restart ended says that the task waits for the restart, before its own error.
+func TestTaskRow_SaysATaskWaitsForItsGangRestart(t *testing.T) {
+	code := 143
+	stopped := workflows.TaskStatus{Name: "worker-0", State: workflows.TaskStopped, Host: "u-b", Attempt: 1, ExitCode: &code, Signal: "SIGTERM", GangWait: 1}
+	assert.Equal(t, []string{"worker-0", "Stopped", "u-b", "1", "143 (SIGTERM)", "waits for gang restart 1"}, taskRow(stopped, nil))
+	one := 1
+	failed := workflows.TaskStatus{Name: "worker-1", State: workflows.TaskFailed, Host: "u-c", Attempt: 1, ExitCode: &one, GangWait: 1,
+		Error: "worker-1 exited with code 1 on u-c (attempt 1): boom"}
+	assert.Equal(t, "waits for gang restart 1; worker-1 exited with code 1 on u-c (attempt 1): boom", taskRow(failed, nil)[5])
+	failed.GangWait = 0
+	assert.Equal(t, "worker-1 exited with code 1 on u-c (attempt 1): boom", taskRow(failed, nil)[5])
+}
