@@ -179,9 +179,9 @@ func (f *follower) noteHeld(task string, after int) {
 	}
 }
 
-// tellGangRestart says why the run restarted every task, once per gang restart: the tasks' own lines show only
-// their new attempts, since the ends that caused it and the stops it made fall between two looks at the run.
-// It is said once the streams still open are read to their ends: the run restarts its tasks once every one of
+// tellGangRestart says why the run restarted every task, once per gang restart, after the ends that caused it
+// and the stops it made (the backoff's rows give them: GangWait). It is said once the streams still open are
+// read to their ends: the run restarts its tasks once every one of
 // them has ended, so nothing more comes on them, and the line comes as the backoff begins, not at its end.
 func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	if st.RestartCount <= f.restarts {
