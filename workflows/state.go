@@ -478,7 +478,7 @@ func (r *run) resetForGeneration() {
 		t.ended = &ended
 		t.placed, t.done, t.future = false, false, nil
 		t.released, t.mapSent, t.startFailed, t.backoff, t.cancelBackoff, t.held = false, false, false, nil, nil, false
-		t.preplaced, t.group, t.moving, t.movedFrom = false, nil, false, ""
+		t.preplaced, t.group, t.moving, t.movedFrom, t.noRecord = false, nil, false, "", ""
 		keepPlace(&t.status, "")
 		t.status = TaskStatus{Name: t.Name, Type: t.Type, Index: t.Index, State: TaskPending, Host: t.Host, Attempt: t.attempt,
 			Earlier: t.status.Earlier}
