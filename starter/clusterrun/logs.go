@@ -107,7 +107,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		f.open(t, a, !*follow || ended || *attempt > 0)
-		if *attempt == 0 && !active(t.State) && t.Logs != nil {
+		if *attempt == 0 && !active(t) && t.Logs != nil {
 			f.readTo(t.Name, a, *t.Logs) // an ended attempt's streams known empty need no read
 		}
 	}

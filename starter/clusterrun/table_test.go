@@ -103,3 +103,14 @@ func TestTaskRow_SaysATaskWaitsForItsGangRestart(t *testing.T) {
 	failed.GangWait = 0
 	assert.Equal(t, "worker-1 exited with code 1 on u-c (attempt 1): boom", taskRow(failed, nil)[5])
 }
+
+// A task whose row is the attempt a gang restart ended is not over: terminate-task may stop its next attempt, and
+// start-task says what it waits for.
+func TestActive_ATaskWaitingForItsGangRestart(t *testing.T) {
+	waiting := workflows.TaskStatus{Name: "worker-2", State: workflows.TaskStopped, Attempt: 1, GangWait: 1}
+	assert.True(t, active(waiting))
+	assert.Equal(t, "waiting for gang restart 1", stateOf(waiting))
+	waiting.GangWait = 0
+	assert.False(t, active(waiting))
+	assert.Equal(t, workflows.TaskStopped, stateOf(waiting))
+}

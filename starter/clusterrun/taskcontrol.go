@@ -55,13 +55,13 @@ func cmdTerminateTask(args []string, stdout, stderr io.Writer) error {
 		switch {
 		case t == nil:
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", id, name, taskNames(st))}
-		case !active(t.State):
+		case !active(*t):
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is not running (it is %s); nothing to terminate", name, t.State)}
 		}
 		return workflows.TaskControl{Task: name}, workflows.SignalTerminateTask, nil
 	}, func(st workflows.RunStatus) bool {
 		t := st.Task(name)
-		return t != nil && !active(t.State)
+		return t != nil && !active(*t)
 	}, name)
 }
 
@@ -105,8 +105,8 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 			req.Index = idx
 		}
 		name = fmt.Sprintf("%s-%d", typ, index)
-		if t := st.Task(name); t != nil && active(t.State) {
-			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s has not ended (it is %s, attempt %d); terminate it first to start it again", name, t.State, t.Attempt)}
+		if t := st.Task(name); t != nil && active(*t) {
+			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s has not ended (it is %s, attempt %d); terminate it first to start it again", name, stateOf(*t), t.Attempt)}
 		}
 		if st.Task(name) == nil && index != count {
 			return nil, "", &exitError{code: 1, msg: gapMessage(typ, index, count)}
@@ -239,11 +239,20 @@ func sortStrings(s []string) []string {
 	return s
 }
 
-// active says a task state is not over: the task waits, runs, or its host is out of contact.
-func active(state string) bool {
-	switch state {
+// active says a task is not over: it waits (a gang restart's backoff too: its row is the attempt the restart
+// ended), runs, or its host is out of contact.
+func active(t workflows.TaskStatus) bool {
+	switch t.State {
 	case workflows.TaskPending, workflows.TaskPlaced, workflows.TaskRunning, workflows.TaskUnreachable:
 		return true
 	}
-	return false
+	return t.GangWait > 0
+}
+
+// stateOf says what a task is doing, for a message: its state, or the gang restart it waits for.
+func stateOf(t workflows.TaskStatus) string {
+	if t.GangWait > 0 {
+		return fmt.Sprintf("waiting for gang restart %d", t.GangWait)
+	}
+	return t.State
 }
