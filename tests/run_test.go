@@ -669,6 +669,36 @@ tasks: {worker: {replicas: 2}}
 	assert.Empty(t, markedProcessesOf(t, "sleep 309"))
 }
 
+// A task in a gang restart's backoff is not over, though its row is the attempt the restart ended: start-task
+// says what it waits for, and terminate-task ends its next attempt as the generation starts.
+func TestE2E_TerminateATaskInAGangBackoff(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: terminate-in-backoff
+restart: {policy: OnFailure, maxRestarts: 1, backoff: 4s, scope: all}
+stopGracePeriod: 2s
+command: [sh, -c, 'if [ "$CLUSTERRUN_TASK" = worker-0 ] && [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then exit 3; fi; exec sleep 305']
+tasks: {worker: {replicas: 2}}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the gang restart's backoff", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-1").GangWait == 1
+	})
+	again := cli(t, "start-task", id, "worker-1")
+	assert.Equal(t, 1, again.code, again.String())
+	assert.Contains(t, again.stderr, "worker-1 has not ended (it is waiting for gang restart 1, attempt 1)")
+	term := cli(t, "terminate-task", id, "worker-1")
+	require.Equal(t, 0, term.code, term.String())
+	assert.Regexp(t, `worker-1\s+Terminated\s+host-[ab]\s+2\s`, term.stdout)
+	waitUntil(t, "worker-0's next attempt to run", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-0").Attempt == 2 && st.Task("worker-0").State == workflows.TaskRunning
+	})
+	assert.Len(t, markedProcessesOf(t, "sleep 305"), 1, "worker-1 did not run again")
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+}
+
 // A second Ctrl-C while the cancel waits for tasks that ignore SIGTERM gives the terminal back at once; the
 // run goes on stopping them and kills them at the end of their stopGracePeriod.
 func TestE2E_RunInterruptedTwiceDetachesWhileTheStopGoesOn(t *testing.T) {
