@@ -654,6 +654,7 @@ tasks: {worker: {replicas: 2}}
 	})
 	// In the backoff, each row is its attempt as it ended, waiting for the restart.
 	status := cli(t, "status", id)
+	assert.Regexp(t, `\(gang restarts: 1\); the next generation starts in [45]m[0-9]+s\n`, status.stdout)
 	assert.Regexp(t, `worker-0\s+Failed\s+host-[ab]\s+1\s.*\s3\s+waits for gang restart 1; worker-0 exited with code 3`, status.stdout)
 	assert.Regexp(t, `worker-1\s+Stopped\s+host-[ab]\s+1\s.*\(SIGTERM\)\s+waits for gang restart 1\n`, status.stdout)
 	c := cli(t, "cancel", id)

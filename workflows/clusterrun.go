@@ -64,6 +64,8 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		workflow.GetLogger(ctx).Info("gang restart", "reason", d.reason, "restartCount", r.restartCount+1, "backoff", backoff)
 		r.resetForGeneration()
 		r.reason = fmt.Sprintf("gang restart %d of %d in %s after: %s", r.restartCount, plan.Gang.MaxRestarts, backoff, d.reason)
+		at := workflow.Now(ctx).Add(backoff)
+		r.restartAt = &at
 		if end := r.wait(ctx, backoff, ch.deadline); end != nil {
 			r.decision = end
 			break

@@ -1044,6 +1044,7 @@ tasks: {worker: {replicas: 2}}
 	require.Equal(t, 1, seen.RestartCount)
 	assert.Equal(t, TaskRunning, seen.Task("worker-0").State, "the next generation runs")
 	assert.True(t, strings.HasPrefix(seen.Reason, "gang restart 1 of 2 after: worker-1 exited with code 1"), seen.Reason)
+	assert.Nil(t, seen.RestartAt, "no restart is to come")
 }
 
 // While a gang restart's backoff holds the next launch, each task's row is its attempt as it ended (state, host,
@@ -1070,6 +1071,8 @@ restart: {policy: OnFailure, maxRestarts: 2, backoff: 10s, scope: all}
 tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 `))
 	require.True(t, strings.HasPrefix(seen.Reason, "gang restart 1 of 2 in 10s after: worker-1 exited with code 1"), seen.Reason)
+	require.NotNil(t, seen.RestartAt, "when the next generation starts")
+	assert.WithinDuration(t, seen.StartTime.Add(10*time.Second), *seen.RestartAt, 2*time.Second)
 	failed := seen.Task("worker-1")
 	assert.Equal(t, TaskFailed, failed.State)
 	assert.Equal(t, 1, failed.GangWait)
@@ -1089,6 +1092,7 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 	assert.Equal(t, TaskFailed, st.Task("worker-1").State, "a run canceled in the backoff ends with how each task ended")
 	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
 	assert.Zero(t, st.Task("chief-0").GangWait, "no restart is to come")
+	assert.Nil(t, st.RestartAt)
 }
 
 func TestClusterRun_GangBudgetExhausted(t *testing.T) {

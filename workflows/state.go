@@ -100,6 +100,7 @@ type run struct {
 	stopReq      *StopRequest
 	stopDeadline time.Time        // when the stop request's grace period ends: a later stop does not extend it
 	stopAsked    *StopRequest     // a keepRun request standing until clear-stop
+	restartAt    *time.Time       // the end of a gang restart's backoff while it runs
 	cleared      map[string]int64 // per task, the Seq of the latest clear-stop it sent that the run took
 	signals      int              // signals received, against the run's signal budget
 	outcomes     int              // barrier outcomes published (BarrierOutcome.Seq)
@@ -153,6 +154,9 @@ func (r *run) snapshot() RunStatus {
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq
 	s.StopAsked = r.stopAsked
+	if r.endTime == nil {
+		s.RestartAt = r.restartAt
+	}
 	return s
 }
 
@@ -498,6 +502,7 @@ func (r *run) endedRow(t *task) TaskStatus {
 
 // forgetEnded ends the backoff's rows: the tasks' statuses are their new launch's.
 func (r *run) forgetEnded() {
+	r.restartAt = nil
 	for _, t := range r.tasks {
 		t.ended = nil
 	}

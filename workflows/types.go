@@ -472,10 +472,12 @@ type RunStatus struct {
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
 	// RestartCount counts gang restarts (scope: all).
-	RestartCount int          `json:"restartCount"`
-	StartTime    time.Time    `json:"startTime"`
-	EndTime      *time.Time   `json:"endTime,omitempty"`
-	Tasks        []TaskStatus `json:"tasks"`
+	RestartCount int `json:"restartCount"`
+	// RestartAt is when the gang restart under way starts the next generation: the end of its backoff.
+	RestartAt *time.Time   `json:"restartAt,omitempty"`
+	StartTime time.Time    `json:"startTime"`
+	EndTime   *time.Time   `json:"endTime,omitempty"`
+	Tasks     []TaskStatus `json:"tasks"`
 	// Barriers are the most recent barriers of the current generation (at most 20), oldest first; BarrierCounts
 	// counts all of them.
 	Barriers      []BarrierStatus `json:"barriers,omitempty"`

@@ -95,6 +95,9 @@ func printStatus(id string, st live, ended, asJSON, clear bool, stdout io.Writer
 	if st.RestartCount > 0 {
 		fmt.Fprintf(stdout, " (gang restarts: %d)", st.RestartCount)
 	}
+	if at := st.RestartAt; at != nil && !ended {
+		fmt.Fprintf(stdout, "; the next generation starts in %s", max(0, time.Until(*at)).Round(time.Second))
+	}
 	if a := st.StopAsked; a != nil && !ended {
 		fmt.Fprintf(stdout, "; its tasks are asked to stop by %s (the run goes on)", orOutside(a.Task))
 	}
