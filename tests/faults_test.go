@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -443,12 +444,20 @@ tasks:
 	chief := int(readInt(t, filepath.Join(dir, "chief-0.pid"), time.Minute))
 	worker := int(readInt(t, filepath.Join(dir, "worker-0.pid"), time.Minute))
 
-	// The reboot: the worker, the task's supervisor and the task die, and the runtime folder (tmpfs) is empty.
+	// The reboot: the worker, the task's supervisor and the task die, and the runtime folder (tmpfs) and the
+	// task's cgroup are gone.
+	cgroup := cgroupOf(t, worker)
 	c.stopWorker("reboot", syscall.SIGKILL)
 	supervisor := parentOf(t, worker)
 	require.NoError(t, syscall.Kill(supervisor, syscall.SIGKILL))
 	_ = syscall.Kill(-worker, syscall.SIGKILL)
 	waitUntil(t, "the task to die", 10*time.Second, func() bool { return !alive(worker) })
+	if cgroup != "" {
+		waitUntil(t, "the task's cgroup to go", 10*time.Second, func() bool {
+			err := syscall.Rmdir(cgroup)
+			return err == nil || errors.Is(err, syscall.ENOENT)
+		})
+	}
 	records, err := filepath.Glob(filepath.Join(c.runtime, "records-*", "*", "task.json"))
 	require.NoError(t, err)
 	wiped := 0
@@ -474,6 +483,28 @@ tasks:
 	assert.Nil(t, w.ExitCode)
 	assert.Equal(t, "not running: host reboot has no record of worker-0 attempt 1 (its worker stopped before starting it, or the host "+
 		"lost its runtime folder)", w.Error)
+}
+
+// cgroupOf is the cgroup v2 folder of a process under clusterrun's, or "" when it has none (--cgroup off, or no
+// cgroup v2 here).
+func cgroupOf(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok && strings.Contains(rel, "clusterrun") {
+			for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+				if dir := filepath.Join(root, rel); exists(dir) {
+					return dir
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // parentOf is a process's parent.
