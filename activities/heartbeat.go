@@ -49,6 +49,14 @@ type heartbeater struct {
 	wg      sync.WaitGroup
 }
 
+// A member's phase, in its heartbeat details: waiting for its run's release, waiting on this host for a free
+// slot, or its process running.
+const (
+	phaseRendezvous = "rendezvous"
+	phaseSlot       = "slot"
+	phaseRunning    = "running"
+)
+
 // beat is one member's part of its lease's heartbeat.
 type beat struct {
 	d       workflows.HeartbeatDetails

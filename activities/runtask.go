@@ -54,9 +54,9 @@ func (ml memberLease) freeSlot() {
 }
 
 func (h *Host) memberOf(hb *heartbeater, in workflows.RunTaskInput, alone bool) memberLease {
-	phase := "rendezvous"
+	phase := phaseRendezvous
 	if in.Attach {
-		phase = "running"
+		phase = phaseRunning
 	}
 	return memberLease{hb: hb, alone: alone, beat: hb.member(workflows.HeartbeatDetails{Task: in.Task.Name, Host: h.Name,
 		Attempt: in.Attempt, Lease: max(in.Lease, 1), Phase: phase})}
@@ -394,7 +394,7 @@ func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, le
 	stdout, stderr := filepath.Join(logs, "stdout.log"), filepath.Join(logs, "stderr.log")
 	hb := ml.hb
 	hb.update(ml.beat, func(d *workflows.HeartbeatDetails) {
-		d.PID, d.Lease, d.Phase = st.PID, lease, "running"
+		d.PID, d.Lease, d.Phase, d.Note = st.PID, lease, phaseRunning, ""
 	}, func(d *workflows.HeartbeatDetails) {
 		d.Last = lastLine(stdout, stderr)
 		d.Progress = e.lastProgress()

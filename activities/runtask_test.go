@@ -67,9 +67,10 @@ type fakeServer struct {
 	onPlaced      func(wfID, runID string, p workflows.Placement) // sees each placement as it is signaled
 	status        *workflows.RunStatus
 	signals       []any
-	lastBeat      any // the details of the last heartbeat
-	beats         int // how many heartbeats came
-	failExits     int // this many task-exits signals fail, as while the server is down
+	lastBeat      any   // the details of the last heartbeat
+	beatLog       []any // the details of every heartbeat, in order
+	beats         int   // how many heartbeats came
+	failExits     int   // this many task-exits signals fail, as while the server is down
 	// history, when set, is the run's whole history (it is over: the iterator ends after it); historyLength is
 	// what a describe says the history held.
 	history       []*historypb.HistoryEvent
@@ -109,6 +110,7 @@ func (c *fakeServer) RecordActivityHeartbeat(_ context.Context, _ []byte, detail
 	defer c.mu.Unlock()
 	if len(details) > 0 {
 		c.lastBeat = details[0]
+		c.beatLog = append(c.beatLog, details[0])
 	}
 	c.beats++
 	if len(c.heartbeatErrs) > 0 {

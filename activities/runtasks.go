@@ -112,7 +112,15 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 		return res, detachedError(refused, res)
 	}
 	defer h.waiting.done(k, wm)
-	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, deadline)
+	waited := false
+	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, deadline, func() {
+		// The run placed it here on a report of free slots that other tasks took since: its status says so.
+		waited = true
+		ml.hb.update(ml.beat, func(d *workflows.HeartbeatDetails) { d.Phase, d.Note = phaseSlot, h.slotWait(in.Task.Pool) }, nil)
+	})
+	if waited && ok {
+		ml.hb.update(ml.beat, func(d *workflows.HeartbeatDetails) { d.Phase, d.Note = phaseRendezvous, "" }, nil)
+	}
 	if why := h.waiting.leave(k, wm, ok); why != "" {
 		// Its run took it back for a host with room: a slot that came meanwhile goes to the next waiter.
 		if ok {
@@ -143,6 +151,16 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 	}
 	ml.slot = release
 	return h.serve(ctx, in, ml)
+}
+
+// slotWait is a member's heartbeat note while it waits on this host for a free slot of pool.
+func (h *Host) slotWait(pool string) string {
+	if h.slots.max == 1 {
+		return fmt.Sprintf("waiting for a free slot on %s: its one slot of pool %s (--slots) is taken by another task; "+
+			"it starts there once that task ends", h.Name, pool)
+	}
+	return fmt.Sprintf("waiting for a free slot on %s: its %d slots of pool %s (--slots) are taken by other tasks; "+
+		"it starts there as one of them ends", h.Name, h.slots.max, pool)
 }
 
 // reportEnd sends one member's end to the run (or the shard that holds the lease) by signal, and says whether

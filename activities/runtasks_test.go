@@ -324,6 +324,44 @@ func TestRunTasks_UnpinnedMembersWaitForASlot(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A member that waits on its host for a free slot says so in its batch's heartbeat (clusterrun status and run
+// show it: the run placed it on a report of free slots that other tasks took since), and no longer once it
+// runs.
+func TestRunTasks_AMemberWaitingForASlotSaysSoInItsHeartbeat(t *testing.T) {
+	a := newHarness(t)
+	a.host.slots.max = 1
+	dir := t.TempDir()
+	holder := a.runBatch(leaseOn(named("worker-0", "sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done`)))
+	waitFor(t, "the first task to run", func() bool { return a.host.Running() == 1 })
+	waiter := a.runBatch(leaseOn(named("worker-1", "sleep", "300")))
+	lastOf := func(task string) (last workflows.HeartbeatDetails) {
+		a.server.mu.Lock()
+		defer a.server.mu.Unlock()
+		for _, b := range a.server.beatLog {
+			list, _ := b.([]workflows.HeartbeatDetails)
+			for _, d := range list {
+				if d.Task == task {
+					last = d
+				}
+			}
+		}
+		return last
+	}
+	waitFor(t, "worker-1's heartbeat to say it waits for a slot", func() bool { return lastOf("worker-1").Phase == "slot" })
+	assert.Equal(t, "waiting for a free slot on test-host: its one slot of pool  (--slots) is taken by another task; "+
+		"it starts there once that task ends", lastOf("worker-1").Note)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o600))
+	_, err := holder()
+	require.NoError(t, err)
+	waitFor(t, "worker-1's heartbeat to say it runs", func() bool { return lastOf("worker-1").PID != 0 })
+	assert.Equal(t, "running", lastOf("worker-1").Phase)
+	assert.Empty(t, lastOf("worker-1").Note)
+	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = waiter()
+	require.NoError(t, err)
+}
+
 // An end whose report cannot be sent (the server is down) is sent again while the lease holds: its batch's
 // completion may be far off, as another member runs on.
 func TestRunTasks_AReportThatFailsIsSentAgain(t *testing.T) {

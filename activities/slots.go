@@ -23,8 +23,9 @@ type slots struct {
 }
 
 // acquire waits for a slot of pool until deadline (zero: no deadline), ctx is done, stop is closed, or the host
-// shuts down (close), and returns what frees it (once). ok is false when none came.
-func (s *slots) acquire(ctx context.Context, stop <-chan struct{}, pool string, deadline time.Time) (release func(), ok bool) {
+// shuts down (close), and returns what frees it (once). ok is false when none came. waits, if not nil, is
+// called once, when no slot is free at first: the caller's member waits.
+func (s *slots) acquire(ctx context.Context, stop <-chan struct{}, pool string, deadline time.Time, waits func()) (release func(), ok bool) {
 	if s.max <= 0 {
 		return func() {}, true
 	}
@@ -44,6 +45,10 @@ func (s *slots) acquire(ctx context.Context, stop <-chan struct{}, pool string, 
 		freed, closed := s.wakeup(), s.closing()
 		s.waiters++
 		s.mu.Unlock()
+		if waits != nil {
+			waits()
+			waits = nil
+		}
 		gotOne := false
 		select {
 		case <-freed:

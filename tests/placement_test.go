@@ -306,6 +306,18 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 				st, ok := c.query(t, waiting)
 				return ok && len(st.Tasks) == 1 && st.Tasks[0].Host == "host-a"
 			})
+			if slots == 2 {
+				// Its host took the lease (its pool queue serves up to --slots leases at once, and the blocker's
+				// tasks share one) and holds the task for a slot: it says so at once, in its heartbeat, before
+				// the run's check does. (With one slot, the lease waits in the queue until the run's check.)
+				note := "waiting for a free slot on host-a: its 2 slots of pool default (--slots) are taken by other tasks"
+				waitUntil(t, "the status to say the task waits on host-a for a slot", time.Minute, func() bool {
+					var st workflows.RunStatus
+					r := c.cli(t, "status", waiting, "-o", "json")
+					return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && len(st.Tasks) == 1 &&
+						strings.HasPrefix(st.Tasks[0].Error, note)
+				})
+			}
 			require.NoError(t, c.startWorker("host-b", "--slots", "1"))
 			st, err := c.outcome(t, waiting)
 			require.NoError(t, err, "%+v", st.Tasks)

@@ -112,6 +112,49 @@ func TestPrePlaced_AStartedTaskNoLongerSaysWhatItWaitedFor(t *testing.T) {
 	}
 }
 
+// A pre-placed task that its host has not yet said it started is Placed and Starting: it waits for its host,
+// not for its peers (a CLI says so, rather than "starts when every task is placed"). Tasks placed at a
+// rendezvous, which wait for a peer's place, are not Starting.
+func TestPrePlaced_ATaskItsHostHasNotStartedIsStarting(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run waits for its placements")
+	}
+	for _, preplaced := range []bool{true, false} {
+		h := newHarness(t, func(string, int, int) behavior { return blocks })
+		h.hosts.registry = registryOf(preplaced) // without port ranges, no launch is pre-placed
+		h.hosts.silentStart = func(in RunTaskInput) bool { return in.Task.Name == "worker-0" }
+		unblock := make(chan struct{})
+		h.hosts.beforePlacing = func(in RunTaskInput) {
+			if in.Task.Name == "worker-0" {
+				<-unblock // its place never comes: the others wait for it
+			}
+		}
+		var seen RunStatus
+		h.env.RegisterDelayedCallback(func() {
+			v, err := h.env.QueryWorkflow(QueryStatus)
+			require.NoError(t, err)
+			require.NoError(t, v.Get(&seen))
+			close(unblock)
+			h.env.CancelWorkflow()
+		}, 2*time.Second)
+		_, _ = h.run(t, mustSpec(t, batchSpec))
+		require.Len(t, seen.Tasks, 4)
+		for _, task := range seen.Tasks {
+			switch {
+			case preplaced && task.Name == "worker-0":
+				assert.Equal(t, TaskPlaced, task.State, task.Name)
+				assert.True(t, task.Starting, task.Name)
+			case preplaced:
+				assert.Equal(t, TaskRunning, task.State, task.Name)
+				assert.False(t, task.Starting, task.Name)
+			case task.Name != "worker-0":
+				assert.Equal(t, TaskPlaced, task.State, "%s waits for worker-0's place", task.Name)
+				assert.False(t, task.Starting, task.Name)
+			}
+		}
+	}
+}
+
 // A host that finds a chosen port taken places the task as usual: the run releases it at its new port and
 // tells the other hosts of the new map, one revision on.
 func TestPrePlaced_ATakenPortMovesTheTask(t *testing.T) {

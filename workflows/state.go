@@ -149,6 +149,7 @@ func (r *run) snapshot() RunStatus {
 		if t.ended != nil {
 			s.Tasks[i] = r.endedRow(t)
 		}
+		s.Tasks[i].Starting = t.preplaced && s.Tasks[i].State == TaskPlaced
 	}
 	fitStatuses(s.Tasks)
 	s.Barriers, s.BarrierCounts = r.barrierStatus()

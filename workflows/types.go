@@ -385,8 +385,11 @@ type HeartbeatDetails struct {
 	PID     int    `json:"pid,omitempty"`
 	Attempt int    `json:"attempt"`
 	Lease   int    `json:"lease,omitempty"`
-	Phase   string `json:"phase"` // rendezvous | running | stopping
-	Last    string `json:"last,omitempty"`
+	Phase   string `json:"phase"` // rendezvous | slot (waiting on its host for a free slot) | running | stopping
+	// Note is what the host says of a member it holds and has not started: why it waits ("waiting for a free
+	// slot on host-a: ..."). The CLI shows it where the run's own status says nothing of the task.
+	Note string `json:"note,omitempty"`
+	Last string `json:"last,omitempty"`
 	// Progress is the task's last reported progress (message cut to 40 characters).
 	Progress *Progress `json:"progress,omitempty"`
 }
@@ -403,6 +406,9 @@ type TaskStatus struct {
 	Attempt  int    `json:"attempt"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// Starting says a Placed task's host has what it needs to start it (a pre-placed launch: every task's
+	// place was chosen with it) and has not yet said that it did: it waits for no peer, but for its host.
+	Starting bool `json:"starting,omitempty"`
 	// OutOfMemory says the kernel's OOM killer killed the attempt's main process (TaskResult.OutOfMemory).
 	OutOfMemory bool `json:"outOfMemory,omitempty"`
 	// StartTime is when the current attempt started: a pre-placed one's process, by its host's clock (by the run's

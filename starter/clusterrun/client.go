@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -292,10 +293,41 @@ func taskRow(t workflows.TaskStatus, hb map[string]heartbeat) []string {
 			prog = progressText(*h.Progress)
 		}
 		if note == "" {
+			note = hostNote(t, hb)
+		}
+		if note == "" {
 			note = h.Last
 		}
 	}
 	return []string{t.Name, t.State, host, fmt.Sprint(t.Attempt), pid, prog, beat, exit, note}
+}
+
+// hostNote is what a task's host says of the attempt it holds and has not started, where the run has nothing
+// to say of it: that it waits there for a free slot (the run placed it on a report of free slots that other
+// tasks took since).
+func hostNote(t workflows.TaskStatus, hb map[string]heartbeat) string {
+	h, ok := hb[t.Name]
+	if !ok || t.Error != "" || h.Attempt != t.Attempt || (t.State != workflows.TaskPlaced && t.State != workflows.TaskPending) {
+		return ""
+	}
+	return h.Note
+}
+
+// withHostNotes is st with each task's hostNote as its error, for the follower's lines. Its tasks are copied
+// once one changes.
+func withHostNotes(st workflows.RunStatus, hb map[string]heartbeat) workflows.RunStatus {
+	copied := false
+	for i, t := range st.Tasks {
+		note := hostNote(t, hb)
+		if note == "" {
+			continue
+		}
+		if !copied {
+			st.Tasks, copied = slices.Clone(st.Tasks), true
+		}
+		st.Tasks[i].Error = note
+	}
+	return st
 }
 
 // writeTable writes rows as columns two spaces apart. Each row's last cell is cut to what is left of the

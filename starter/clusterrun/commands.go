@@ -79,7 +79,7 @@ func printStatus(id string, st live, ended, asJSON, clear bool, stdout io.Writer
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st.RunStatus)
+		return enc.Encode(withHostNotes(st.RunStatus, st.Heartbeats)) // a task's error says what its host holds it for
 	}
 	var hb map[string]heartbeat
 	if !ended {

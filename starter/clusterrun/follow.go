@@ -252,7 +252,7 @@ func (f *follower) current(t workflows.TaskStatus) {
 			f.open(t, t.Attempt, true)
 		}
 	}
-	key := fmt.Sprintf("%s/%d", t.State, t.Attempt)
+	key := fmt.Sprintf("%s/%d%s", t.State, t.Attempt, waitMark(t))
 	ended := t.State == workflows.TaskSucceeded || t.State == workflows.TaskFailed || t.State == workflows.TaskStopped
 	// A task waiting for its restart has ended its attempt: its streams are read to their ends, so that the wait
 	// is said now, not when the restart comes.

@@ -199,7 +199,7 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ch
 		if err != nil {
 			return err
 		}
-		f.update(filterStatus(latest.RunStatus, chosen))
+		f.update(filterStatus(withHostNotes(latest.RunStatus, latest.Heartbeats), chosen))
 		if done {
 			for _, s := range f.streams {
 				s.done = true

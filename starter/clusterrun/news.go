@@ -93,10 +93,12 @@ func (f *follower) sayBack(t workflows.TaskStatus) {
 // alike keys the changes that can share a line: the same description, the host aside for running and placed
 // tasks (the shared line names the hosts).
 func alike(t workflows.TaskStatus) string {
-	switch t.State {
-	case workflows.TaskRunning, workflows.TaskPlaced:
-		return fmt.Sprintf("%s/%d/%s", t.State, t.Attempt, t.Moved)
-	case stateBack:
+	switch {
+	case waitsPlaced(t):
+		return withoutName(t) // its note names its host: one line per host
+	case t.State == workflows.TaskRunning, t.State == workflows.TaskPlaced:
+		return fmt.Sprintf("%s/%d/%s/%v", t.State, t.Attempt, t.Moved, t.Starting)
+	case t.State == stateBack:
 		return fmt.Sprintf("%s/%d", t.State, t.Attempt)
 	}
 	return withoutName(t)
@@ -116,12 +118,14 @@ func sharedState(t workflows.TaskStatus, hosts []string) string {
 	if len(hosts) > 4 {
 		on = fmt.Sprintf("%d hosts", len(hosts))
 	}
-	switch t.State {
-	case workflows.TaskRunning:
+	switch {
+	case waitsPlaced(t):
+		return withoutName(t)
+	case t.State == workflows.TaskRunning:
 		return runningLine(on, t)
-	case workflows.TaskPlaced:
-		return placedLine(on, t.Attempt)
-	case stateBack:
+	case t.State == workflows.TaskPlaced:
+		return placedLine(on, t)
+	case t.State == stateBack:
 		return backLine(on, t.Attempt)
 	}
 	return withoutName(t)
@@ -155,7 +159,7 @@ type note struct {
 
 // hold queues a task's state line, unless it was said already (or the follower says none).
 func (f *follower) hold(t workflows.TaskStatus) {
-	key := fmt.Sprintf("%s/%s/%d", t.Name, t.State, t.Attempt)
+	key := fmt.Sprintf("%s/%s/%d%s", t.Name, t.State, t.Attempt, waitMark(t))
 	if f.quiet || f.shown[key] {
 		return
 	}
@@ -206,10 +210,29 @@ func (f *follower) tellGangRestart(st workflows.RunStatus) {
 }
 
 // placedLine says a task holds its place and port on a host and has not started: at a rendezvous it waits for
-// its peers' places, and in a pre-placed launch (every place known) it is starting. A status cannot tell the
-// two apart, so the line is true of both.
-func placedLine(on string, attempt int) string {
-	return fmt.Sprintf("placed on %s (attempt %d), starts when every task is placed", on, attempt)
+// its peers' places; in a pre-placed launch (every place chosen with it: Starting) it waits for its host.
+func placedLine(on string, t workflows.TaskStatus) string {
+	if t.Starting {
+		return fmt.Sprintf("placed on %s (attempt %d); its host has not started it yet", on, t.Attempt)
+	}
+	return fmt.Sprintf("placed on %s (attempt %d), starts when every task is placed", on, t.Attempt)
+}
+
+// waitsPlaced says a placed task's note says what it waits for ("waiting for a free slot on host-a: ..."), from
+// its run or its host (withHostNotes).
+func waitsPlaced(t workflows.TaskStatus) bool {
+	return t.State == workflows.TaskPlaced && strings.HasPrefix(t.Error, "waiting ")
+}
+
+// waitMark tells apart, in the follower's keys, a placed task that waits for something from one placed: the
+// wait is news after the place. The note up to its first colon names the wait ("waiting for a free slot on
+// host-a"), not its counts, so that a note reworded later is not said again.
+func waitMark(t workflows.TaskStatus) string {
+	if !waitsPlaced(t) {
+		return ""
+	}
+	what, _, _ := strings.Cut(t.Error, ":")
+	return "/" + what
 }
 
 // stragglerNote says why a straggler was killed, and how a task avoids it.
@@ -219,10 +242,10 @@ const stragglerNote = "a straggler, still running when the stop request's grace 
 func describeState(t workflows.TaskStatus) string {
 	switch t.State {
 	case workflows.TaskPlaced:
-		if strings.HasPrefix(t.Error, "waiting ") {
+		if waitsPlaced(t) {
 			return t.Error // why it may not start there soon ("waiting for host X: it is drained ...")
 		}
-		return placedLine(t.Host, t.Attempt)
+		return placedLine(t.Host, t)
 	case workflows.TaskRunning:
 		return runningLine(t.Host, t)
 	case workflows.TaskUnreachable:

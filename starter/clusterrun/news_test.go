@@ -189,13 +189,67 @@ func TestFollower_FastRestartsKeepTheirOrder(t *testing.T) {
 	assert.Equal(t, "[chief-0] ── exited 0\n", out.String())
 }
 
-// A placed task's line is true whether it waits at a rendezvous or is starting in a pre-placed launch (whose
-// start may still fail): it does not say that it waits for a rendezvous.
-func TestFollower_SaysAPlacedTaskStartsWhenEveryTaskIsPlaced(t *testing.T) {
+// A placed task's line says what it waits for: its peers' places at a rendezvous, its host in a pre-placed
+// launch (Starting). Seen as a user: a pre-placed task waiting on its host for a free slot said it "starts when
+// every task is placed" while its peers ran.
+func TestFollower_SaysWhatAPlacedTaskWaitsFor(t *testing.T) {
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out)
-	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskPlaced, Host: "host-b", Attempt: 1}}})
-	assert.Equal(t, "[worker-0] ── placed on host-b (attempt 1), starts when every task is placed\n", out.String())
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskPlaced, Host: "host-b", Attempt: 1},
+		{Name: "worker-1", State: workflows.TaskPlaced, Host: "host-a", Attempt: 1, Starting: true},
+	}})
+	assert.Equal(t, "[worker-0] ── placed on host-b (attempt 1), starts when every task is placed\n"+
+		"[worker-1] ── placed on host-a (attempt 1); its host has not started it yet\n", out.String())
+}
+
+// A pre-placed task that its host holds for a free slot says so once its host's heartbeat does, after its
+// place was said; then that it runs. The same wait, later told by the run in other words (its check after
+// 15 s), is not said again.
+func TestFollower_SaysATaskWaitsOnItsHostForASlot(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	placed := workflows.TaskStatus{Name: "worker-0", State: workflows.TaskPlaced, Host: "u-a", Attempt: 1, Starting: true}
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{placed}}
+	f.update(withHostNotes(st, nil))
+	note := "waiting for a free slot on u-a: its 4 slots of pool default (--slots) are taken by other tasks; it starts there as one of them ends"
+	hb := map[string]heartbeat{"worker-0": {HeartbeatDetails: workflows.HeartbeatDetails{Task: "worker-0", Attempt: 1, Phase: "slot", Note: note}}}
+	f.update(withHostNotes(st, hb))
+	assert.Empty(t, st.Tasks[0].Error, "the run's status is left as it was")
+	f.update(withHostNotes(st, hb))
+	byRun := placed
+	byRun.Error = "waiting for a free slot on u-a: its 4 slots of pool default are taken (clusterrun hosts); it starts there as a task ends, or moves"
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{byRun}})
+	running := placed
+	running.State, running.Starting = workflows.TaskRunning, false
+	f.update(withHostNotes(workflows.RunStatus{Tasks: []workflows.TaskStatus{running}}, hb))
+	assert.Equal(t, "[worker-0] ── placed on u-a (attempt 1); its host has not started it yet\n"+
+		"[worker-0] ── "+note+"\n"+
+		"[worker-0] ── running on u-a (attempt 1)\n", out.String())
+
+	// A note of the host's for another attempt, or for a task the run says something of, is not taken.
+	stale := hb["worker-0"]
+	stale.Attempt = 2
+	assert.Empty(t, hostNote(placed, map[string]heartbeat{"worker-0": stale}))
+	assert.Equal(t, byRun.Error, withHostNotes(workflows.RunStatus{Tasks: []workflows.TaskStatus{byRun}}, hb).Tasks[0].Error)
+}
+
+// In a large run, placed tasks waiting for slots share a line per host.
+func TestFollower_TasksWaitingForSlotsShareALinePerHost(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.size = 100
+	var ts []workflows.TaskStatus
+	for i := range 6 {
+		h := fmt.Sprintf("u-%c", 'a'+i%2)
+		ts = append(ts, workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: workflows.TaskPlaced, Host: h, Attempt: 1, Starting: true,
+			Error: "waiting for a free slot on " + h + ": its 4 slots of pool default (--slots) are taken by other tasks; it starts there as one of them ends"})
+	}
+	f.tell(ts)
+	assert.Equal(t, "[3 tasks] ── waiting for a free slot on u-a: its 4 slots of pool default (--slots) are taken by other tasks; "+
+		"it starts there as one of them ends: worker-0, worker-2, worker-4\n"+
+		"[3 tasks] ── waiting for a free slot on u-b: its 4 slots of pool default (--slots) are taken by other tasks; "+
+		"it starts there as one of them ends: worker-1, worker-3, worker-5\n", out.String())
 }
 
 // A failure that stopped the rest is said before the stops, also when its output is still being read as the

@@ -210,7 +210,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			if err != nil || ended {
 				continue
 			}
-			f.update(st.RunStatus)
+			f.update(withHostNotes(st.RunStatus, st.Heartbeats))
 			f.progress(st.Heartbeats)
 			// Read on while output keeps coming, for up to a second, then look at the run again.
 			for start := time.Now(); time.Since(start) < time.Second; {

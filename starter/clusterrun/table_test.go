@@ -104,6 +104,17 @@ func TestTaskRow_SaysATaskWaitsForItsGangRestart(t *testing.T) {
 	assert.Equal(t, "worker-1 exited with code 1 on u-c (attempt 1): boom", taskRow(failed, nil)[5])
 }
 
+// A placed task its host holds for a free slot shows the host's note (the run has none for it yet), in place of
+// the last output line it does not have; the run's own note comes first.
+func TestTaskRow_ShowsWhatItsHostSaysOfATaskItHasNotStarted(t *testing.T) {
+	note := "waiting for a free slot on u-a: its 4 slots of pool default (--slots) are taken by other tasks; it starts there as one of them ends"
+	hb := map[string]heartbeat{"worker-0": {HeartbeatDetails: workflows.HeartbeatDetails{Task: "worker-0", Attempt: 1, Phase: "slot", Note: note}}}
+	placed := workflows.TaskStatus{Name: "worker-0", State: workflows.TaskPlaced, Host: "u-a", Attempt: 1, Starting: true}
+	assert.Equal(t, note, taskRow(placed, hb)[8])
+	placed.Error = "waiting for host u-a: it is drained"
+	assert.Equal(t, "waiting for host u-a: it is drained", taskRow(placed, hb)[8])
+}
+
 // A task whose row is the attempt a gang restart ended is not over: terminate-task may stop its next attempt, and
 // start-task says what it waits for.
 func TestActive_ATaskWaitingForItsGangRestart(t *testing.T) {
