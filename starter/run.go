@@ -67,7 +67,26 @@ type (
 	}
 )
 
-func (e *UnreadableError) Error() string { return fmt.Sprintf("%s: %v", e.Msg, e.Err) }
+func (e *UnreadableError) Error() string {
+	if e.Err == nil {
+		return e.Msg
+	}
+	return fmt.Sprintf("%s: %v", e.Msg, e.Err)
+}
+
+// queryError says why a run's status query failed. When the server answered but no worker took the query in
+// its time, gRPC's words for it vary with who gave up first ("context deadline exceeded", the server's "query
+// timed out before a worker could process it", or a stream reset with CANCEL, each seen as a user with every
+// worker SIGKILLed); one sentence says it. silent says the server itself did not answer; gaveUp that the
+// caller's context ended.
+func queryError(id string, err error, silent, gaveUp bool) *UnreadableError {
+	var deadline *serviceerror.DeadlineExceeded
+	var canceled *serviceerror.Canceled
+	if !silent && !gaveUp && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &deadline) || errors.As(err, &canceled)) {
+		return &UnreadableError{ID: id, Msg: fmt.Sprintf("query run %s: no clusterrun-worker answered it in time (is one running?)", id)}
+	}
+	return &UnreadableError{ID: id, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", id), Err: err, ServerSilent: silent}
+}
 
 // serverSilent says whether a call failed because the server itself does not answer: no connection, or no
 // answer in time (which a query no worker answers gives too) and no answer to a health check either.
@@ -232,8 +251,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
 		if err != nil {
-			return st, &UnreadableError{ID: r.ID, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", r.ID), Err: err,
-				ServerSilent: r.c.serverSilent(ctx, err)}
+			return st, queryError(r.ID, err, r.c.serverSilent(ctx, err), ctx.Err() != nil)
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)

@@ -13,6 +13,26 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
+// A status query that no worker took in time says so in one sentence, whichever of gRPC's words for it came;
+// a server that does not answer, a caller that gave up, or a worker's own refusal keep the error as it came.
+func TestQueryError_SaysNoWorkerAnswered(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("query: %w", context.DeadlineExceeded),
+		serviceerror.NewDeadlineExceeded("query timed out before a worker could process it"),
+		serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
+	} {
+		u := queryError("r1", err, false, false)
+		assert.Equal(t, "query run r1: no clusterrun-worker answered it in time (is one running?)", u.Error(), "%v", err)
+		assert.False(t, u.ServerSilent)
+	}
+	silent := queryError("r1", fmt.Errorf("query: %w", context.DeadlineExceeded), true, false)
+	assert.Equal(t, "query run r1 (is a clusterrun-worker running?): query: context deadline exceeded", silent.Error())
+	assert.True(t, silent.ServerSilent)
+	assert.Contains(t, queryError("r1", context.Canceled, false, true).Error(), "context canceled")
+	failed := queryError("r1", serviceerror.NewQueryFailed("status: panic"), false, false)
+	assert.Equal(t, "query run r1 (is a clusterrun-worker running?): status: panic", failed.Error())
+}
+
 // Wait waits on through what is no answer from the server, and only that: a run that timed out or failed, or
 // no such run, is an answer.
 func TestServerGone(t *testing.T) {
