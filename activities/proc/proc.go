@@ -168,15 +168,17 @@ func onSpawner(f func()) {
 
 // fork starts the process cfg describes and returns its pid; it runs on a spawner thread.
 func fork(cfg Config) (int, error) {
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cfg.Path != "" {
-		cmd.Path, cmd.Err = cfg.Path, nil
-	} else if strings.Contains(cfg.Argv[0], "/") {
-		cmd.Path = cfg.Argv[0]
-	} else if path, err := lookPath(cfg.Argv[0], cfg.Env); err == nil {
-		// Resolve against the task's PATH, not the worker's.
-		cmd.Path = path
-		cmd.Err = nil
+	// Not exec.Command, which would first search this process's PATH for a bare name: a second search per start.
+	cmd := &exec.Cmd{Path: cfg.Argv[0], Args: cfg.Argv}
+	var found error
+	switch {
+	case cfg.Path != "":
+		cmd.Path = cfg.Path // the host's policy resolved it
+	case !strings.Contains(cfg.Argv[0], "/"):
+		cmd.Path, found = lookPath(cfg.Argv[0], cfg.Env) // the task's PATH, then this process's
+	}
+	if found != nil {
+		return 0, startError(cfg, found)
 	}
 	cmd.Env = cfg.Env
 	cmd.Dir = cfg.Dir
@@ -192,11 +194,7 @@ func fork(cfg Config) (int, error) {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
 	if err := cmd.Start(); err != nil {
-		dir := cfg.Dir
-		if dir == "" {
-			dir, _ = os.Getwd() // the child's, which is this process's
-		}
-		return 0, &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
+		return 0, startError(cfg, err)
 	}
 	// The process is reaped by pid (wait), not through os.Process: that would hold a pidfd for its whole life,
 	// and every later task's exec in this process walks every descriptor held here (close-on-exec), so a
@@ -204,6 +202,15 @@ func fork(cfg Config) (int, error) {
 	pid := cmd.Process.Pid
 	_ = cmd.Process.Release()
 	return pid, nil
+}
+
+// startError says why cfg's process did not start, naming the folder it was started from.
+func startError(cfg Config, err error) *StartError {
+	dir := cfg.Dir
+	if dir == "" {
+		dir, _ = os.Getwd() // the child's, which is this process's
+	}
+	return &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
 }
 
 // wait reaps the process (or takes its exit from the reaper: reaped), kills what it left behind and closes done.
