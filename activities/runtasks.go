@@ -34,6 +34,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 	if in.StartTimeout > 0 {
 		deadline = activity.GetInfo(ctx).ScheduledTime.Add(in.StartTimeout)
 	}
+	rank := slotRank{queued: in.Queued, run: in.Run.WorkflowID}
 	ends := make([]workflows.TaskExitReport, len(in.Members))
 	delivered := make([]bool, len(in.Members))
 	over := make(chan struct{})
@@ -48,7 +49,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := h.serveMember(ctx, mi, ml, deadline)
+			res, err := h.serveMember(ctx, mi, ml, rank, deadline)
 			ends[i] = workflows.TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true,
 				Error: workflows.LeaseErrorOf(err)}
 			delivered[i] = h.reportEnd(ctx, in, ends[i], hb, running.Add(-1) == 0)
@@ -95,8 +96,9 @@ func (h *Host) stopOnCancel(in workflows.RunTasksInput, hb *heartbeater, over <-
 	h.stopEntries(entries, stopByRun, "canceled", in.StopGracePeriod)
 }
 
-// serveMember serves one member of a batch, after a free slot for an unpinned task.
-func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml memberLease, deadline time.Time) (workflows.TaskResult, error) {
+// serveMember serves one member of a batch, after a free slot for an unpinned task (members of runs started
+// earlier, by rank, take the slots first).
+func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml memberLease, rank slotRank, deadline time.Time) (workflows.TaskResult, error) {
 	if in.Attach || in.Task.Host != "" || h.slots.max <= 0 {
 		return h.serve(ctx, in, ml)
 	}
@@ -113,7 +115,7 @@ func (h *Host) serveMember(ctx context.Context, in workflows.RunTaskInput, ml me
 	}
 	defer h.waiting.done(k, wm)
 	waited := false
-	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, deadline, func() {
+	release, ok := h.slots.acquire(wctx, ml.hb.verdicts(), in.Task.Pool, rank, deadline, func() {
 		// The run placed it here on a report of free slots that other tasks took since: its status says so.
 		waited = true
 		ml.hb.update(ml.beat, func(d *workflows.HeartbeatDetails) { d.Phase, d.Note = phaseSlot, h.slotWait(in.Task.Pool) }, nil)

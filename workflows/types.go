@@ -85,6 +85,9 @@ type RunTasksInput struct {
 	Members    []LeaseMember `json:"members"`
 	// Cluster is the run's map for pre-placed members, as in RunTaskInput.
 	Cluster *ClusterMap `json:"cluster,omitempty"`
+	// Queued is when the run started: on a host whose slots are taken, the members of runs started earlier
+	// take the slots that free first (zero, from runs before it: before every other).
+	Queued time.Time `json:"queued,omitempty"`
 }
 
 // LeaseMember is one task attempt of a RunTasks lease.
