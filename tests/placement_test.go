@@ -340,11 +340,13 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 // second's placement counts the slot the first took as free: both its tasks share a lease on host-a, one
 // starts, and the other waits for a slot there. When host-b comes up with room, the run takes the waiting
 // task back from host-a (its started one runs on) and runs it on host-b. Before, it waited on host-a until a
-// slot freed or its startTimeout failed it.
+// slot freed or its startTimeout failed it. The first run is sharded: its launch is not pre-placed, so it
+// claims no slots through the port allocator (a pre-placed one does, and the second run would then wait for
+// room whole: TestE2E_GangsLaunchedTogetherStartOneAfterTheOther).
 func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
-	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	require.NoError(t, c.startWorker("host-a", "--slots", "3"))
 	hostA := func() (workflows.HostEntry, bool) {
 		for _, h := range c.hostEntries(t) {
 			if h.Host == "host-a" {
@@ -369,12 +371,12 @@ func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 	wait := fmt.Sprintf(`[sh, -c, 'printf "%%s" "$TF_CONFIG" > %[1]s/$CLUSTERRUN_RUN_ID.$CLUSTERRUN_TASK.tf; `+
 		`while [ ! -e %[1]s/go ]; do sleep 0.1; done; cp "$CLUSTERRUN_CLUSTER_FILE" %[1]s/$CLUSTERRUN_RUN_ID.$CLUSTERRUN_TASK']`, dir)
 	blocker, waiting := runID(t)+"-blocker", runID(t)
-	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, command: %s, tasks: {worker: {replicas: 1}}}`, wait)),
+	r := c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: blocker, tasksPerShard: 1, command: %s, tasks: {worker: {replicas: 2}}}`, wait)),
 		"--id", blocker, "--detach")
 	require.Equal(t, 0, r.code, r.stderr)
 	waitUntil(t, "the blocker running on host-a", time.Minute, func() bool {
 		st, ok := c.query(t, blocker)
-		return ok && len(st.Tasks) == 1 && st.Tasks[0].State == workflows.TaskRunning
+		return ok && len(st.Tasks) == 2 && st.Tasks[0].State == workflows.TaskRunning && st.Tasks[1].State == workflows.TaskRunning
 	})
 	r = c.cli(t, "run", writeSpec(t, fmt.Sprintf(`{name: waiting, command: %s, startTimeout: 3m, tasks: {worker: {replicas: 2}}}`, wait)),
 		"--id", waiting, "--detach")
@@ -585,4 +587,62 @@ func TestE2E_TasksNoHostCanTakeSayWhy(t *testing.T) {
 	st, _ = outcome(t, id)
 	assert.Equal(t, "stopped before it started: it was waiting for host host-nope: the host registry has no live clusterrun-worker "+
 		"--host host-nope (clusterrun hosts lists the live ones)", st.Task("chief-0").Error)
+}
+
+// Gangs launched together into the same free slots start one after the other, each whole. Two runs of 4 tasks
+// that meet at a barrier launch within one report interval of two hosts of 3 slots: by the reports each fits,
+// and before, both pre-placed their tasks, each host started the batch that came first and held the other's
+// tasks for a slot, and both runs could wait at the barrier, each for tasks that waited for the other's slots,
+// until startTimeout failed them. Now the second launch finds the first's claim at the port allocator and
+// waits for room whole, saying so; it starts once the hosts' reports count the first run's tasks, as those end.
+func TestE2E_GangsLaunchedTogetherStartOneAfterTheOther(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "3"))
+	require.NoError(t, c.startWorker("host-b", "--slots", "3"))
+	waitUntil(t, "both hosts in the registry", time.Minute, func() bool { return len(c.hostEntries(t)) == 2 })
+	gang := writeSpec(t, `{name: gang, startTimeout: 2m, command: [sh, -c, 'clusterrun task barrier init --timeout 2m && sleep 2'], `+
+		`tasks: {worker: {replicas: 4}}}`)
+	first, second := runID(t)+"-1", runID(t)+"-2"
+	for _, id := range []string{first, second} {
+		r := c.cli(t, "run", gang, "--id", id, "--detach")
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	note := "waiting for room in pool default: this launch's 4 tasks of the pool start together, and runs launched since its hosts last reported took"
+	heldWhole := false
+	waitUntil(t, "one run to wait for room whole, or both to end", 2*time.Minute, func() bool {
+		done := 0
+		for _, id := range []string{first, second} {
+			st, ok := c.query(t, id)
+			if !ok || len(st.Tasks) != 4 {
+				continue
+			}
+			held := 0
+			for _, task := range st.Tasks {
+				if task.State == workflows.TaskPending && strings.HasPrefix(task.Error, note) {
+					held++
+				}
+			}
+			heldWhole = heldWhole || held == 4
+			if st.Status != workflows.StatusRunning {
+				done++
+			}
+		}
+		return heldWhole || done == 2
+	})
+	assert.True(t, heldWhole, "one of the runs waited for room with every task")
+	for _, id := range []string{first, second} {
+		st, err := c.outcome(t, id)
+		require.NoError(t, err, "%s: %+v", id, st.Tasks)
+		assert.Equal(t, workflows.StatusSucceeded, st.Status, id)
+	}
+
+	// A run launched right after another ended, into the slots that run claimed and before the hosts report
+	// again, is not held: the claims of a run that has ended hold nothing.
+	quick := writeSpec(t, `{name: quick, command: [sh, -c, 'exit 0'], tasks: {worker: {replicas: 6}}}`)
+	for i := range 3 {
+		r := c.cli(t, "run", quick, "--id", fmt.Sprintf("%s-quick-%d", first, i))
+		require.Equal(t, 0, r.code, r.String())
+		assert.NotContains(t, r.stdout, "waiting for room", "run %d was held for the slots of a run that had ended", i)
+	}
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -325,7 +326,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
 		return nil
 	}
-	free := freeSlots(hosts)
+	free, reported := freeSlots(hosts), slices.Clone(hosts) // placeTasks counts this launch in hosts
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
 		tasks[i].placedHost, tasks[i].waitNote = h, ""
 	}
@@ -351,7 +352,9 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 	}
 	noteAbsentHosts(orders, hosts)
 	if prePlace {
-		r.prePlace(ctx, orders, hosts)
+		if busy := r.prePlace(ctx, orders, reported); busy != nil {
+			return r.holdForClaims(ctx, unpinned, busy, need)
+		}
 	}
 	return held
 }

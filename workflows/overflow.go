@@ -91,6 +91,46 @@ func (r *run) holdOverflow(ctx workflow.Context, tasks []*task, orders []launchO
 	return held
 }
 
+// ChangeHoldForClaims marks runs that hold back a launch whose slots other runs claimed since the hosts'
+// reports (claims.go); asked only when the allocator says so.
+const ChangeHoldForClaims = "clusterrun-hold-for-claims"
+
+// holdForClaims holds back every unpinned order of a launch that the registry's free slots hold but other
+// runs' launches since took (busy: their claims per host), as holdOverflow holds a launch's overflow: when
+// they are launched again, the hosts' reports count those runs' tasks, and the launch starts in the room left,
+// or waits for it at its rendezvous. It returns the held orders, or none (the launch goes on as it was) when
+// one of them may not be held again.
+func (r *run) holdForClaims(ctx workflow.Context, orders []launchOrder, busy map[string]int, need map[string]int) []launchOrder {
+	for _, o := range orders {
+		if o.holds >= OverflowHolds || time.Duration(o.holds+1)*holdEvery >= r.plan.StartTimeout {
+			return nil
+		}
+	}
+	if len(orders) == 0 || workflow.GetVersion(ctx, ChangeHoldForClaims, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	taken := 0
+	//workflowcheck:ignore a sum, whatever the order
+	for _, n := range busy {
+		taken += n
+	}
+	at := workflow.Now(ctx).Add(holdEvery)
+	held := make([]launchOrder, 0, len(orders))
+	for _, o := range orders {
+		o.holds++
+		t := o.t
+		t.placedHost = ""
+		t.waitNote = fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and runs "+
+			"launched since its hosts last reported took %d of the slots those reports show free; the run reads the host "+
+			"registry again at %s", t.Pool, need[t.Pool], taken, at.UTC().Format("15:04:05 UTC"))
+		if t.attempt == 0 && o.how == newAttempt {
+			t.status.Error = t.waitNote
+		}
+		held = append(held, o)
+	}
+	return held
+}
+
 // holdNote says why a held task waits, and when the run looks again.
 func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
 	slots := "no slot"

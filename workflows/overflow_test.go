@@ -40,6 +40,17 @@ func TestOverflow_IsWhatPlaceTasksPutBeyondTheRoom(t *testing.T) {
 	}
 }
 
+// statusAt is the run's status as the query gives it d into the run (once the run has ended).
+func statusAt(t *testing.T, h *harness, d time.Duration) *RunStatus {
+	var st RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&st))
+	}, d)
+	return &st
+}
+
 // changingRegistry lists what its reads ask for, one read at a time, and keeps the last.
 type changingRegistry struct {
 	mu    sync.Mutex
@@ -81,12 +92,7 @@ func TestOverflow_HeldTasksGoToAHostThatCameUp(t *testing.T) {
 	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
 	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0)}, {poolHost("h1", 2, 2), poolHost("h2", 2, 0)}}}
 	testRegistry = reg.read
-	var during RunStatus
-	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(QueryStatus)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&during))
-	}, holdEvery/2)
+	during := statusAt(t, h, holdEvery/2)
 	st, err := h.run(t, mustSpec(t, fourWorkers))
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)

@@ -27,9 +27,13 @@ const (
 	ActivityAllocatePorts = "AllocatePorts"
 )
 
-// PortRequest asks for ports on the hosts of a launch.
+// PortRequest asks for ports on the hosts of a launch, and, from runs that send Run, claims their slots.
 type PortRequest struct {
 	Hosts []PortCount `json:"hosts"`
+	// Run is the run that launches (its workflow ID): its slot claims replace those of its earlier launches.
+	Run string `json:"run,omitempty"`
+	// Ended names runs that claimed slots and have ended since: their claims go first.
+	Ended []string `json:"ended,omitempty"`
 }
 
 // PortCount is how many ports a launch needs on one host, with what the registry says of the host's ports:
@@ -45,23 +49,37 @@ type PortCount struct {
 	// ask for the ports they had. A wanted port is given when it is in the range, not held and not given to
 	// another of the request; else the next one is.
 	Prefer []int `json:"prefer,omitempty"`
+	// Claim is how many of the launch's tasks take one of the host's slots (unpinned ones), and Slots, Unpinned
+	// and Seen what the registry's last report of the host said, and when it came (claims.go).
+	Claim    int       `json:"claim,omitempty"`
+	Slots    int       `json:"slots,omitempty"`
+	Unpinned int       `json:"unpinned,omitempty"`
+	Seen     time.Time `json:"seen,omitempty"`
 }
 
-// PortGrant is the ports given, host by host, in the order asked.
+// PortGrant is the ports given, host by host, in the order asked; or, when other runs' launches took the
+// slots the launch was placed in, no ports, Busy: per host, the slots they claimed since its last report, and
+// BusyRuns: those runs.
 type PortGrant struct {
-	Ports map[string][]int `json:"ports"`
+	Ports    map[string][]int `json:"ports"`
+	Busy     map[string]int   `json:"busy,omitempty"`
+	BusyRuns []string         `json:"busyRuns,omitempty"`
 }
 
-// PortAllocatorState carries the cursors over continue-as-new: per port space (portSpace), the next port.
+// PortAllocatorState carries the cursors over continue-as-new: per port space (portSpace), the next port; and
+// the slot claims of recent launches.
 type PortAllocatorState struct {
-	Next map[string]int `json:"next,omitempty"`
+	Next   map[string]int `json:"next,omitempty"`
+	Claims []SlotClaim    `json:"claims,omitempty"`
 }
 
 // PortAllocator answers UpdateAllocatePorts. It never ends; it continues as new when its history is due
 // (historyDue).
 func PortAllocator(ctx workflow.Context, st PortAllocatorState) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAllocatePorts,
-		func(_ workflow.Context, req PortRequest) (PortGrant, error) { return st.allocate(req) },
+		func(ctx workflow.Context, req PortRequest) (PortGrant, error) {
+			return st.allocate(req, workflow.Now(ctx))
+		},
 		workflow.UpdateHandlerOptions{Validator: checkPorts})
 	if err != nil {
 		return err
@@ -101,10 +119,14 @@ func checkPorts(req PortRequest) error {
 }
 
 // allocate gives each host the next ports of its range that are not held, going round at its end. Hosts that
-// share an address and a range (workers of one machine) share one cursor.
-func (st *PortAllocatorState) allocate(req PortRequest) (PortGrant, error) {
+// share an address and a range (workers of one machine) share one cursor. A launch that claims slots gets
+// none of it when other runs' recent claims leave its hosts no room for it (claimSlots).
+func (st *PortAllocatorState) allocate(req PortRequest, now time.Time) (PortGrant, error) {
 	if err := checkPorts(req); err != nil {
 		return PortGrant{}, err
+	}
+	if busy, runs := st.claimSlots(req, now); busy != nil {
+		return PortGrant{Busy: busy, BusyRuns: runs}, nil
 	}
 	if st.Next == nil {
 		st.Next = map[string]int{}
@@ -199,7 +221,7 @@ func portRequest(order []string, count map[string]int, prefer map[string][]int, 
 // allocatePorts asks the allocator for a launch's ports, with a local activity.
 func allocatePorts(ctx workflow.Context, req PortRequest) (PortGrant, error) {
 	if testRegistry != nil {
-		return testPorts.allocate(req)
+		return testPorts.allocate(req, workflow.Now(ctx)) // the run's clock stands in for the allocator's
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 5 * time.Second,

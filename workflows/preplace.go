@@ -47,9 +47,11 @@ func (r *run) mayPrePlace(ctx workflow.Context, orders []launchOrder) bool {
 
 // prePlace has the port allocator give every launching task a port on its host (from the host's range), and
 // records them as the tasks' places: the leases made next carry the map. It does nothing unless every task has
-// a live host that announces a range, and the registry's reports leave a free slot for every unpinned one: a
-// gang larger than its pool's free slots keeps waiting at its rendezvous, not running.
-func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostEntry) {
+// a live host that announces a range, and the registry's reports (hosts, as read) leave a free slot for every
+// unpinned one: a gang larger than its pool's free slots keeps waiting at its rendezvous, not running. When
+// other runs launched into those free slots since the reports (claims.go), it returns their claims per host,
+// and the caller holds the launch back.
+func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostEntry) (busy map[string]int) {
 	known := map[string]HostEntry{}
 	for _, h := range hosts {
 		if h.Live && !h.Stopping && h.Addr != "" && h.Ports != nil {
@@ -57,21 +59,24 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		}
 	}
 	var order []string
-	count := map[string]int{}
+	count, claim := map[string]int{}, map[string]int{}
 	prefer := map[string][]int{} // a gang restart's tasks want the ports they had, in the orders' order
 	keep := r.gangKeepsAddresses(ctx)
 	for _, o := range orders {
 		h := leaseHost(o)
 		if _, ok := known[h]; !ok {
-			return // a host that chooses its own ports, or one not known yet
+			return nil // a host that chooses its own ports, or one not known yet
 		}
 		if strings.HasPrefix(o.t.waitNote, slotNotePrefix) {
-			return // a task may wait for a slot: the others wait for it at the rendezvous, not running
+			return nil // a task may wait for a slot: the others wait for it at the rendezvous, not running
 		}
 		if count[h] == 0 {
 			order = append(order, h)
 		}
 		count[h]++
+		if o.t.Host == "" {
+			claim[h]++ // it takes one of the host's slots
+		}
 		want := 0
 		if keep {
 			want = o.t.ports[h]
@@ -79,14 +84,22 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		prefer[h] = append(prefer[h], want)
 	}
 	req := portRequest(order, count, prefer, hosts)
+	req.Run = r.ref.WorkflowID
+	for i := range req.Hosts {
+		c := &req.Hosts[i]
+		c.Claim, c.Slots, c.Unpinned, c.Seen = claim[c.Host], known[c.Host].Slots, known[c.Host].Unpinned, known[c.Host].LastSeen
+	}
 	grant, err := allocatePorts(ctx, req)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("no ports from the port allocator; the launch waits for its placements", "error", err)
-		return
+		return nil
+	}
+	if len(grant.Busy) > 0 {
+		return grant.Busy
 	}
 	for _, h := range order {
 		if len(grant.Ports[h]) != count[h] {
-			return
+			return nil
 		}
 	}
 	for _, o := range orders {
@@ -102,6 +115,7 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 	}
 	r.released = true // the map goes with the leases
 	r.prePlaced = &prePlacement{cluster: r.clusterMap()}
+	return nil
 }
 
 // startPrePlaced marks a pre-placed task's new lease as carrying the map: it counts as placed on its chosen

@@ -206,7 +206,7 @@ func TestAllocatePorts(t *testing.T) {
 	var st PortAllocatorState
 	rng := PortRange{From: 100, To: 104}
 	ask := func(cs ...PortCount) (map[string][]int, error) {
-		g, err := st.allocate(PortRequest{Hosts: cs})
+		g, err := st.allocate(PortRequest{Hosts: cs}, time.Now())
 		return g.Ports, err
 	}
 	got, err := ask(PortCount{Host: "host-a", Addr: "10.0.0.1", Range: rng, Count: 3}, PortCount{Host: "host-b", Addr: "10.0.0.2", Range: rng, Count: 1})
@@ -240,7 +240,7 @@ func TestAllocatePorts_Preferred(t *testing.T) {
 	st := PortAllocatorState{Next: map[string]int{portSpace("10.0.0.1", PortRange{From: 100, To: 109}): 105}}
 	rng := PortRange{From: 100, To: 109}
 	g, err := st.allocate(PortRequest{Hosts: []PortCount{{Host: "host-a", Addr: "10.0.0.1", Range: rng, Count: 5,
-		Prefer: []int{101, 0, 102, 500, 107}, Held: []int{107}}}})
+		Prefer: []int{101, 0, 102, 500, 107}, Held: []int{107}}}}, time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, []int{101, 105, 102, 106, 108}, g.Ports["host-a"], "107 is held, 500 not in the range")
 

@@ -110,8 +110,43 @@ func listHosts(cl client.Client) func(context.Context) ([]workflows.HostEntry, e
 }
 
 // allocatePorts is the local activity runs get their pre-placed launches' ports with: an update of the port
-// allocator (workflows/ports.go), started first when there is none yet.
+// allocator (workflows/ports.go), started first when there is none yet. A launch refused for slots other runs
+// claimed is asked again without the claims of those runs that have ended.
 func allocatePorts(cl client.Client) func(context.Context, workflows.PortRequest) (workflows.PortGrant, error) {
+	ask := askAllocator(cl)
+	return func(ctx context.Context, req workflows.PortRequest) (workflows.PortGrant, error) {
+		grant, err := ask(ctx, req)
+		if err != nil || len(grant.BusyRuns) == 0 {
+			return grant, err
+		}
+		// Slot claims of runs that have ended since hold nothing: ask again without them (workflows/claims.go).
+		req.Ended = endedRuns(ctx, cl, grant.BusyRuns)
+		if len(req.Ended) == 0 {
+			return grant, nil
+		}
+		return ask(ctx, req)
+	}
+}
+
+// endedRuns says which of runs (workflow IDs) no longer run: closed, or unknown to the server. A run that cannot
+// be asked about counts as running.
+func endedRuns(ctx context.Context, cl client.Client, runs []string) []string {
+	var ended []string
+	for _, id := range runs {
+		d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			ended = append(ended, id)
+		case err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			ended = append(ended, id)
+		}
+	}
+	return ended
+}
+
+// askAllocator sends the allocator one request, starting the allocator first when there is none.
+func askAllocator(cl client.Client) func(context.Context, workflows.PortRequest) (workflows.PortGrant, error) {
 	return func(ctx context.Context, req workflows.PortRequest) (workflows.PortGrant, error) {
 		for try := 0; ; try++ {
 			var grant workflows.PortGrant

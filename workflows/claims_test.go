@@ -1,0 +1,135 @@
+package workflows
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+)
+
+// A launch that the hosts' reports have room for, but not beside another run's launch since those reports,
+// gets no ports, and no claim of it is kept; once a report counts that launch (it came claimCounted after it),
+// or it is LiveFor old, it counts no more. A run's own earlier claims never hold it back.
+func TestClaimSlots_ALaunchIntoSlotsAnotherRunTookSinceTheReportsIsRefused(t *testing.T) {
+	var st PortAllocatorState
+	t0 := time.Date(2026, 11, 27, 18, 0, 0, 0, time.UTC)
+	report := t0.Add(-5 * time.Second)
+	rng := PortRange{From: 100, To: 199}
+	launch := func(run string, at, seen time.Time, claims ...int) PortGrant {
+		req := PortRequest{Run: run}
+		for i, n := range claims {
+			if n == 0 {
+				continue
+			}
+			host := []string{"a", "b", "c", "d"}[i]
+			req.Hosts = append(req.Hosts, PortCount{Host: host, Addr: "10.0.0." + host, Range: rng, Count: n, Claim: n, Slots: 4, Seen: seen})
+		}
+		g, err := st.allocate(req, at)
+		require.NoError(t, err)
+		return g
+	}
+	g := launch("gang-1", t0, report, 3, 3, 3, 3)
+	assert.Empty(t, g.Busy)
+	assert.Len(t, g.Ports["a"], 3, "the first launch gets its ports")
+
+	g = launch("gang-2", t0.Add(100*time.Millisecond), report, 3, 3, 3, 3)
+	assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3, "d": 3}, g.Busy, "the reports do not count gang-1's tasks yet")
+	assert.Empty(t, g.Ports)
+	assert.Len(t, st.Claims, 4, "the refused launch claimed nothing")
+
+	g = launch("gang-3", t0.Add(200*time.Millisecond), report, 1, 1, 1, 1)
+	assert.Empty(t, g.Busy, "a launch that fits beside the claims is granted")
+
+	g = launch("gang-1", t0.Add(time.Second), report, 3, 3, 3, 3)
+	assert.Empty(t, g.Busy, "a run's own claims make way for its next launch (a gang restart)")
+
+	after := t0.Add(claimCounted + 2*time.Second)
+	g = launch("gang-2", after, after, 3, 0, 0, 0)
+	assert.Empty(t, g.Busy, "reports that came after the claims count their tasks themselves")
+
+	g = launch("gang-4", t0.Add(LiveFor+claimCounted+5*time.Second), report, 4, 4, 4, 4)
+	assert.Empty(t, g.Busy, "claims older than LiveFor count no more")
+
+	st = PortAllocatorState{}
+	g, err := st.allocate(PortRequest{Hosts: []PortCount{{Host: "a", Addr: "x", Range: rng, Count: 4}}}, t0)
+	require.NoError(t, err)
+	g, err = st.allocate(PortRequest{Hosts: []PortCount{{Host: "a", Addr: "x", Range: rng, Count: 4}}}, t0)
+	require.NoError(t, err)
+	assert.Empty(t, g.Busy, "a run from before claims sends no run, and claims nothing")
+	assert.Empty(t, st.Claims)
+}
+
+// A launch whose slots another run's launch took since the hosts last reported is held back whole, saying
+// why, and launched again once the registry's reports count that run's tasks: pre-placed then, with the map.
+func TestPrePlaced_ALaunchIntoSlotsAnotherRunTookIsHeldWhole(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run is not pre-placed")
+	}
+	shortHolds(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	later := registryOf(true)
+	for i := range later {
+		later[i].LastSeen = time.Now().Add(time.Hour) // reports that count the other run's launch
+	}
+	reg := &changingRegistry{lists: [][]HostEntry{registryOf(true), later}}
+	testRegistry = reg.read
+	testPorts.Claims = []SlotClaim{{Run: "other", Host: "host-a", Count: 4, At: time.Now()}}
+	during := statusAt(t, h, holdEvery/2)
+	st, err := h.run(t, mustSpec(t, fourWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 2, reg.count(), "one hold, then the registry counted the other run's tasks")
+	require.Len(t, during.Tasks, 4)
+	for _, ts := range during.Tasks {
+		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it was held", ts.Name)
+		assert.Contains(t, ts.Error, "waiting for room in pool default: this launch's 4 tasks of the pool start together, "+
+			"and runs launched since its hosts last reported took 4 of the slots those reports show free", ts.Name)
+	}
+	assert.Len(t, h.hosts.leasedMaps(), 4, "launched again, the launch was pre-placed")
+	assert.Empty(t, h.hosts.releases, "nothing waited for a Release")
+	require.Len(t, testPorts.Claims, 2, "the other run's claim counted no more once reports came after it")
+	for _, c := range testPorts.Claims {
+		assert.Equal(t, 2, c.Count, "the run claimed the slots of its launch on %s", c.Host)
+		assert.NotEqual(t, "other", c.Run)
+	}
+}
+
+// The allocator names the runs whose claims refused a launch, and drops the claims of runs the asker says have
+// ended, and carries the others over continue-as-new: a run launched right after another ended, before the
+// hosts report again, gets the slots.
+func TestPortAllocator_TheClaimsOfARunThatEndedGo(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(PortAllocator, workflow.RegisterOptions{Name: PortAllocatorWorkflowType})
+	ask := func(run string, ended ...string) PortRequest {
+		return PortRequest{Run: run, Ended: ended, Hosts: []PortCount{{Host: "host-a", Addr: "10.0.0.1", Range: PortRange{From: 100, To: 199},
+			Count: 4, Claim: 4, Slots: 4}}}
+	}
+	grants := map[string]PortGrant{}
+	update := func(id string, req PortRequest) func() {
+		return func() {
+			env.UpdateWorkflow(UpdateAllocatePorts, id, &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {},
+				OnComplete: func(v any, err error) {
+					require.NoError(t, err)
+					grants[id] = v.(PortGrant)
+				}}, req)
+		}
+	}
+	env.RegisterDelayedCallback(update("1", ask("gang-1")), time.Second)
+	env.RegisterDelayedCallback(update("2", ask("gang-2")), 2*time.Second)
+	env.RegisterDelayedCallback(update("3", ask("gang-2", "gang-1")), 3*time.Second)
+	env.RegisterDelayedCallback(func() { env.SetCurrentHistoryLength(shortHistory) }, 4*time.Second)
+	env.ExecuteWorkflow(PortAllocatorWorkflowType, PortAllocatorState{})
+	assert.Empty(t, grants["1"].Busy)
+	assert.Equal(t, map[string]int{"host-a": 4}, grants["2"].Busy, "gang-1 holds the host's slots")
+	assert.Equal(t, []string{"gang-1"}, grants["2"].BusyRuns)
+	assert.Empty(t, grants["3"].Busy, "gang-1 has ended")
+	assert.Len(t, grants["3"].Ports["host-a"], 4)
+	var st PortAllocatorState
+	continuedWith(t, env, PortAllocatorWorkflowType, &st)
+	require.Len(t, st.Claims, 1, "gang-2's claim goes on")
+	assert.Equal(t, "gang-2", st.Claims[0].Run)
+}
