@@ -299,25 +299,23 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 				st, ok := c.query(t, blocker)
 				return ok && len(st.Tasks) == slots && st.Tasks[0].State == workflows.TaskRunning && st.Tasks[slots-1].State == workflows.TaskRunning
 			})
+			// Once host-a's report counts the blocker, the next run places its task there to wait for a slot. (Before
+			// that report, the blocker's claim at the port allocator holds the next run's launch back whole.)
+			waitUntil(t, "host-a to report its slots taken", time.Minute, func() bool {
+				for _, h := range c.hostEntries(t) {
+					if h.Host == "host-a" && h.Unpinned == slots {
+						return true
+					}
+				}
+				return false
+			})
 			r = c.cli(t, "run", writeSpec(t, `{name: waiting, command: [sh, -c, 'echo ran'], startTimeout: 3m, tasks: {worker: {replicas: 1}}}`),
 				"--id", waiting, "--detach")
 			require.Equal(t, 0, r.code, r.stderr)
 			waitUntil(t, "the task placed on host-a", time.Minute, func() bool {
 				st, ok := c.query(t, waiting)
-				return ok && len(st.Tasks) == 1 && st.Tasks[0].Host == "host-a"
+				return ok && len(st.Tasks) == 1 && strings.HasPrefix(st.Tasks[0].Error, "waiting for a free slot on host-a: ")
 			})
-			if slots == 2 {
-				// Its host took the lease (its pool queue serves up to --slots leases at once, and the blocker's
-				// tasks share one) and holds the task for a slot: it says so at once, in its heartbeat, before
-				// the run's check does. (With one slot, the lease waits in the queue until the run's check.)
-				note := "waiting for a free slot on host-a: its 2 slots of pool default (--slots) are taken by other tasks"
-				waitUntil(t, "the status to say the task waits on host-a for a slot", time.Minute, func() bool {
-					var st workflows.RunStatus
-					r := c.cli(t, "status", waiting, "-o", "json")
-					return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && len(st.Tasks) == 1 &&
-						strings.HasPrefix(st.Tasks[0].Error, note)
-				})
-			}
 			require.NoError(t, c.startWorker("host-b", "--slots", "1"))
 			st, err := c.outcome(t, waiting)
 			require.NoError(t, err, "%+v", st.Tasks)
@@ -387,6 +385,16 @@ func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 			return false
 		}
 		return (st.Tasks[0].State == workflows.TaskRunning) != (st.Tasks[1].State == workflows.TaskRunning)
+	})
+	// The host holds the other for a slot, and says so at once in its heartbeat, before the run's check does.
+	note := "waiting for a free slot on host-a: its 3 slots of pool default (--slots) are taken by other tasks"
+	waitUntil(t, "the status to say the task waits on host-a for a slot", time.Minute, func() bool {
+		var st workflows.RunStatus
+		r := c.cli(t, "status", waiting, "-o", "json")
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Tasks) != 2 {
+			return false
+		}
+		return strings.HasPrefix(st.Tasks[0].Error, note) || strings.HasPrefix(st.Tasks[1].Error, note)
 	})
 	require.NoError(t, c.startWorker("host-b", "--slots", "1"))
 	var moved, stayed workflows.TaskStatus
