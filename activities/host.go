@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,16 +278,23 @@ func (h *Host) PortsIn(rng workflows.PortRange, max int) []int {
 }
 
 // Load counts the task attempts this host holds (a lease or a running process), and those among them that take
-// one of its slots (every task its spec does not pin to a host): what the host registry shows and places by.
-func (h *Host) Load() (held, unpinned int) {
+// one of its slots (every task its spec does not pin to a host): what the host registry shows and places by;
+// and, run by run (by workflow ID), how many of those slots each takes, at most workflows.MaxRunLoads runs.
+func (h *Host) Load() (held, unpinned int, runs []workflows.RunLoad) {
+	per := map[string]int{}
 	for _, e := range h.reg.unordered() {
 		isHeld, _ := e.held()
 		if isHeld || e.process() != nil && e.exited() == nil {
 			held++
 			if e.task.Host == "" {
 				unpinned++
+				per[e.ref.WorkflowID]++
 			}
 		}
 	}
-	return held, unpinned
+	for run, n := range per {
+		runs = append(runs, workflows.RunLoad{Run: run, Unpinned: n})
+	}
+	slices.SortFunc(runs, func(a, b workflows.RunLoad) int { return strings.Compare(a.Run, b.Run) })
+	return held, unpinned, runs[:min(len(runs), workflows.MaxRunLoads)]
 }

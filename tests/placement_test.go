@@ -287,7 +287,10 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 		t.Run(fmt.Sprintf("%d slots", slots), func(t *testing.T) {
 			t.Parallel()
 			c := isolated(t)
-			require.NoError(t, c.startWorker("host-a", "--slots", fmt.Sprint(slots)))
+			// host-a chooses its tasks' ports itself (--ports off): a launch placed there is not pre-placed, and so
+			// goes out to wait on the full host, as a launch that cannot be pre-placed does. (A pre-placed one waits
+			// for room whole, and then starts on host-b: TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn.)
+			require.NoError(t, c.startWorker("host-a", "--slots", fmt.Sprint(slots), "--ports", "off"))
 			waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
 			gate := t.TempDir() + "/go"
 			t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) }) // the blocker ends, whatever the test's outcome
@@ -299,8 +302,7 @@ func TestE2E_AWaitingTaskMovesToAHostWithRoom(t *testing.T) {
 				st, ok := c.query(t, blocker)
 				return ok && len(st.Tasks) == slots && st.Tasks[0].State == workflows.TaskRunning && st.Tasks[slots-1].State == workflows.TaskRunning
 			})
-			// Once host-a's report counts the blocker, the next run places its task there to wait for a slot. (Before
-			// that report, the blocker's claim at the port allocator holds the next run's launch back whole.)
+			// Once host-a's report counts the blocker, the next run places its task there to wait for a slot.
 			waitUntil(t, "host-a to report its slots taken", time.Minute, func() bool {
 				for _, h := range c.hostEntries(t) {
 					if h.Host == "host-a" && h.Unpinned == slots {
@@ -458,7 +460,9 @@ func TestE2E_TheWaitingPartOfALeaseMovesToAHostWithRoom(t *testing.T) {
 func TestE2E_AWorkerStopsWhileATaskWaitsForASlot(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
-	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	// --ports off: the waiting run's launch is not pre-placed, so it goes out to wait on the full host (a
+	// pre-placed one waits for room whole: TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn).
+	require.NoError(t, c.startWorker("host-a", "--slots", "2", "--ports", "off"))
 	waitUntil(t, "host-a in the registry", time.Minute, func() bool { return c.cli(t, "hosts").code == 0 })
 	gate := t.TempDir() + "/go"
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
@@ -497,7 +501,7 @@ func TestE2E_AWorkerStopsWhileATaskWaitsForASlot(t *testing.T) {
 		<-w.done
 		t.Fatal("host-a's worker did not exit within a minute of its SIGTERM: it waited for the task waiting for a slot")
 	}
-	require.NoError(t, c.startWorker("host-a", "--slots", "2"))
+	require.NoError(t, c.startWorker("host-a", "--slots", "2", "--ports", "off"))
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
 	st, err := c.outcome(t, waiting)
 	require.NoError(t, err, "%+v", st.Tasks)
@@ -616,7 +620,7 @@ func TestE2E_GangsLaunchedTogetherStartOneAfterTheOther(t *testing.T) {
 		r := c.cli(t, "run", gang, "--id", id, "--detach")
 		require.Equal(t, 0, r.code, r.stderr)
 	}
-	note := "waiting for room in pool default: this launch's 4 tasks of the pool start together, and runs launched since its hosts last reported took"
+	note := "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the hosts it would start on have too few"
 	heldWhole := false
 	waitUntil(t, "one run to wait for room whole, or both to end", 2*time.Minute, func() bool {
 		done := 0
@@ -653,4 +657,75 @@ func TestE2E_GangsLaunchedTogetherStartOneAfterTheOther(t *testing.T) {
 		require.Equal(t, 0, r.code, r.String())
 		assert.NotContains(t, r.stdout, "waiting for room", "run %d was held for the slots of a run that had ended", i)
 	}
+}
+
+// Gangs queued on a full pool wait whole, and start in the order their runs started. Before, the reports showed
+// no free slot, so each launch went out, and its tasks waited on their hosts at the rendezvous in the slots
+// they found: 8 gangs of 12 in two waves on 16 slots ran partly at once, each waiting for tasks that waited for
+// the others' slots, and 5 of them failed at startTimeout. Now no task of a queued gang takes a slot until the
+// whole gang has room; the later run says the earlier one waits first.
+func TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--slots", "3"))
+	require.NoError(t, c.startWorker("host-b", "--slots", "3"))
+	waitUntil(t, "both hosts in the registry", time.Minute, func() bool { return len(c.hostEntries(t)) == 2 })
+	dir := t.TempDir()
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(dir, "go"), nil, 0o644) }) // the blocker ends, whatever failed
+	blocker := writeSpec(t, fmt.Sprintf(`{name: blocker, command: [sh, -c, 'while [ ! -e %s/go ]; do sleep 0.1; done'], `+
+		`tasks: {worker: {replicas: 6}}}`, dir))
+	block := runID(t) + "-blocker"
+	r := c.cli(t, "run", blocker, "--id", block, "--detach")
+	require.Equal(t, 0, r.code, r.stderr)
+	waitUntil(t, "the hosts' reports to count the blocker's 6 tasks", time.Minute, func() bool {
+		full := 0
+		for _, h := range c.hostEntries(t) {
+			if h.Unpinned == 3 {
+				full++
+			}
+		}
+		return full == 2
+	})
+
+	gang := writeSpec(t, `{name: gang, startTimeout: 3m, command: [sh, -c, 'clusterrun task barrier init --timeout 2m && sleep 1'], `+
+		`tasks: {worker: {replicas: 4}}}`)
+	first, second := runID(t)+"-1", runID(t)+"-2"
+	for _, id := range []string{first, second} {
+		r := c.cli(t, "run", gang, "--id", id, "--detach")
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	note := "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the hosts it would start on have too few of their 6 slots free: "
+	waitUntil(t, "both gangs to wait whole, the second behind the first", time.Minute, func() bool {
+		for _, id := range []string{first, second} {
+			st, ok := c.query(t, id)
+			if !ok || len(st.Tasks) != 4 {
+				return false
+			}
+			for _, task := range st.Tasks {
+				if task.State != workflows.TaskPending || !strings.HasPrefix(task.Error, note) ||
+					id == second && !strings.Contains(task.Error, "a run queued before this one waits for 4 of them first") {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, h := range c.hostEntries(t) {
+		assert.Equal(t, 3, h.Running, "%s: no task of a waiting gang holds a lease there", h.Host)
+		assert.Equal(t, []workflows.RunLoad{{Run: block, Unpinned: 3}}, h.Runs, "%s reports whose tasks take its slots", h.Host)
+	}
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	started := map[string]time.Time{}
+	for _, id := range []string{block, first, second} {
+		st, err := c.outcome(t, id)
+		require.NoError(t, err, "%s: %+v", id, st.Tasks)
+		assert.Equal(t, workflows.StatusSucceeded, st.Status, id)
+		for _, task := range st.Tasks {
+			if task.StartTime != nil && (started[id].IsZero() || task.StartTime.Before(started[id])) {
+				started[id] = *task.StartTime
+			}
+		}
+	}
+	assert.True(t, started[first].Before(started[second]), "the gang queued first started first: %v", started)
 }

@@ -15,62 +15,138 @@ import (
 // beside the claims of other runs since those reports, gets no ports, and the run holds it back whole
 // (overflow.go) rather than start some of its tasks in slots another gang will wait for. A claim of a run that
 // has ended holds nothing: the allocator's caller (a local activity) asks the server whether the runs whose
-// claims refused a launch still run, and asks again without those that ended (PortRequest.Ended), so that a
-// run launched right after another ended, before the hosts report again, takes the slots at once.
+// claims (or whose tasks in the hosts' reports, HostReport.Runs) refused a launch still run, and asks again
+// without those that ended (PortRequest.Ended), so that a run launched right after another ended, before the
+// hosts report again, takes the slots at once.
 
-// SlotClaim is what a launch took of a host's slots, and when.
+// Waiting launches. A launch the hosts' free slots do not hold (by their reports, less the tasks of runs that
+// have ended since, and the claims of launches since) gets no ports either, and is held back whole; it does not
+// go out in part to wait at its rendezvous in the slots it found, for other gangs to wait for (8 gangs of 12
+// tasks in two waves on 16 slots: 5 of them failed so, 2026-11-27). While it waits it asks again every few
+// seconds, and keeps the slots of the hosts it would start on (SlotClaim.Until) from the launches of runs
+// queued after it: those go only where they fit beside it. So gangs queued on a full pool start in the order
+// their runs started, as Slurm's queue runs its jobs, and a smaller one may still start first in slots no
+// earlier run waits for (backfill).
+
+// SlotClaim is what a launch took of a host's slots, and when; or, in the allocator's Waiting list, what a
+// launch waits for there, ranked by its run's start (Queued), until it asks again (Until).
 type SlotClaim struct {
-	Run   string    `json:"run"`
-	Host  string    `json:"host"`
-	Count int       `json:"count"`
-	At    time.Time `json:"at"`
+	Run    string    `json:"run"`
+	Host   string    `json:"host"`
+	Count  int       `json:"count"`
+	At     time.Time `json:"at"`
+	Queued time.Time `json:"queued,omitempty"`
+	Until  time.Time `json:"until,omitempty"`
 }
+
+// RunLoad is how many of a host's slots one run's tasks take, as the host reported.
+type RunLoad struct {
+	Run      string `json:"run"`
+	Unpinned int    `json:"unpinned"`
+}
+
+// MaxRunLoads bounds a host report's Runs.
+const MaxRunLoads = 1024
 
 // claimCounted is how long after a claim a host's report may still not count the claim's tasks: the batches
 // reach the host within milliseconds, and a report goes out as soon as it is made, so a report that reached
 // the registry this long after the claim counts them (or their ends).
 const claimCounted = 2 * time.Second
 
-// claimSlots records the slots req claims, host by host, and returns nil; or, when a host's last report (as the
-// run read it) leaves no room for the claim beside those of other runs it does not count yet, records nothing
-// and returns those runs' claims per host, and the runs. A request without a run claims nothing (runs before
-// claims). The claims of runs req says have ended go first.
-func (st *PortAllocatorState) claimSlots(req PortRequest, now time.Time) (busy map[string]int, runs []string) {
+// waitSlack is how late a waiting launch may ask again and still find its place kept: its run's timer, a
+// workflow task and the local activity that asks.
+const waitSlack = 5 * time.Second
+
+// claimSlots records the slots req claims, host by host, and returns nil; or, when a host has no room for the
+// claim, records nothing, and returns the refusal. A host's room is its slots less the tasks its last report
+// counts (less those of req's run and of the runs req says have ended), the claims of other runs it does not
+// count yet, and what launches of runs queued before req's wait for there. A refused request that will ask
+// again (Retry) is recorded as waiting. A request without a run claims nothing (runs before claims).
+func (st *PortAllocatorState) claimSlots(req PortRequest, now time.Time) *PortGrant {
 	if req.Run == "" {
-		return nil, nil
+		return nil
 	}
+	gone := func(run string) bool { return run == req.Run || slices.Contains(req.Ended, run) }
 	seen := map[string]time.Time{}
 	for _, c := range req.Hosts {
 		seen[c.Host] = c.Seen
 	}
 	st.Claims = slices.DeleteFunc(st.Claims, func(c SlotClaim) bool {
 		s, asked := seen[c.Host]
-		return c.Run == req.Run || slices.Contains(req.Ended, c.Run) || now.Sub(c.At) > LiveFor || asked && s.After(c.At.Add(claimCounted))
+		return gone(c.Run) || now.Sub(c.At) > LiveFor || asked && s.After(c.At.Add(claimCounted))
 	})
-	others := map[string]int{}
+	st.Waiting = slices.DeleteFunc(st.Waiting, func(w SlotClaim) bool { return gone(w.Run) || now.After(w.Until) })
+	claimed, reserved := map[string]int{}, map[string]int{}
 	for _, c := range st.Claims {
-		others[c.Host] += c.Count
+		claimed[c.Host] += c.Count
 	}
+	for _, w := range st.Waiting {
+		if queuedBefore(w.Queued, w.Run, req.Queued, req.Run) {
+			reserved[w.Host] += w.Count
+		}
+	}
+	var no *PortGrant
 	for _, c := range req.Hosts {
-		if c.Claim > 0 && c.Slots > 0 && others[c.Host] > 0 && c.Unpinned+others[c.Host]+c.Claim > c.Slots {
-			if busy == nil {
-				busy = map[string]int{}
+		used := c.Unpinned
+		for _, l := range c.Runs {
+			if gone(l.Run) {
+				used -= l.Unpinned
 			}
-			busy[c.Host] = others[c.Host]
+		}
+		used = max(used, 0)
+		if c.Claim == 0 || c.Slots == 0 || used+claimed[c.Host]+reserved[c.Host]+c.Claim <= c.Slots {
+			continue
+		}
+		if no == nil {
+			no = &PortGrant{Refused: true, Busy: map[string]int{}, Reserved: map[string]int{}, Used: map[string]int{}}
+		}
+		no.Used[c.Host], no.Busy[c.Host], no.Reserved[c.Host] = used, claimed[c.Host], reserved[c.Host]
+		for _, l := range c.Runs {
+			no.addRun(l.Run, !gone(l.Run))
 		}
 	}
-	if busy != nil {
+	if no != nil {
 		for _, c := range st.Claims {
-			if busy[c.Host] > 0 && !slices.Contains(runs, c.Run) {
-				runs = append(runs, c.Run)
+			no.addRun(c.Run, no.Busy[c.Host] > 0)
+		}
+		ahead := map[string]bool{}
+		for _, w := range st.Waiting {
+			if no.Reserved[w.Host] > 0 && queuedBefore(w.Queued, w.Run, req.Queued, req.Run) && !ahead[w.Run] {
+				ahead[w.Run] = true
+				no.Ahead++
+				no.addRun(w.Run, true)
 			}
 		}
-		return busy, runs
+		if req.Retry > 0 {
+			for _, c := range req.Hosts {
+				if c.Claim > 0 {
+					st.Waiting = append(st.Waiting, SlotClaim{Run: req.Run, Host: c.Host, Count: c.Claim, At: now,
+						Queued: req.Queued, Until: now.Add(req.Retry + waitSlack)})
+				}
+			}
+		}
+		return no
 	}
 	for _, c := range req.Hosts {
 		if c.Claim > 0 {
 			st.Claims = append(st.Claims, SlotClaim{Run: req.Run, Host: c.Host, Count: c.Claim, At: now})
 		}
 	}
-	return nil, nil
+	return nil
+}
+
+// addRun names run among those whose slots refused the launch (to be asked whether they still run), once.
+func (g *PortGrant) addRun(run string, add bool) {
+	if add && !slices.Contains(g.BusyRuns, run) {
+		g.BusyRuns = append(g.BusyRuns, run)
+	}
+}
+
+// queuedBefore says whether the run started at qa (ID a) goes before the one started at qb (ID b): the first
+// started (a run that sends no start, from before waiting launches, before every other), then by ID.
+func queuedBefore(qa time.Time, a string, qb time.Time, b string) bool {
+	if !qa.Equal(qb) {
+		return qa.Before(qb)
+	}
+	return a < b
 }

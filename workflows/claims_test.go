@@ -86,7 +86,8 @@ func TestPrePlaced_ALaunchIntoSlotsAnotherRunTookIsHeldWhole(t *testing.T) {
 	for _, ts := range during.Tasks {
 		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it was held", ts.Name)
 		assert.Contains(t, ts.Error, "waiting for room in pool default: this launch's 4 tasks of the pool start together, "+
-			"and runs launched since its hosts last reported took 4 of the slots those reports show free", ts.Name)
+			"and the hosts it would start on have too few of their 4 slots free: runs launched since those reports took 4 "+
+			"(clusterrun hosts); the run asks again at ", ts.Name)
 	}
 	assert.Len(t, h.hosts.leasedMaps(), 4, "launched again, the launch was pre-placed")
 	assert.Empty(t, h.hosts.releases, "nothing waited for a Release")
@@ -95,6 +96,38 @@ func TestPrePlaced_ALaunchIntoSlotsAnotherRunTookIsHeldWhole(t *testing.T) {
 		assert.Equal(t, 2, c.Count, "the run claimed the slots of its launch on %s", c.Host)
 		assert.NotEqual(t, "other", c.Run)
 	}
+}
+
+// A launch the hosts' reports show no room for, in a pool whose slots would hold it, waits whole: no lease goes
+// out (its tasks would wait at the rendezvous in the slots they found, for other gangs to wait for), and it
+// says what takes the slots; once the registry shows room, it starts pre-placed.
+func TestPrePlaced_ALaunchTheReportsShowNoRoomForWaitsWhole(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run is not pre-placed")
+	}
+	shortHolds(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	full := registryOf(true)
+	for i := range full {
+		full[i].Unpinned, full[i].Runs = 4, []RunLoad{{Run: "other", Unpinned: 4}}
+	}
+	reg := &changingRegistry{lists: [][]HostEntry{full, full, registryOf(true)}}
+	testRegistry = reg.read
+	during := statusAt(t, h, holdEvery*3/2)
+	st, err := h.run(t, mustSpec(t, fourWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 3, reg.count(), "two holds, then the registry showed room")
+	require.Len(t, during.Tasks, 4)
+	for _, ts := range during.Tasks {
+		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it waited", ts.Name)
+		assert.Contains(t, ts.Error, "waiting for room in pool default: this launch's 4 tasks of the pool start together, "+
+			"and the hosts it would start on have too few of their 8 slots free: their last reports count 8 tasks of other "+
+			"runs (clusterrun hosts); the run asks again at ", ts.Name)
+	}
+	assert.Len(t, h.hosts.leasedMaps(), 4, "the launch was pre-placed")
+	assert.Empty(t, h.hosts.releases, "nothing waited for a Release")
+	assert.Empty(t, testPorts.Waiting, "granted, it waits no more")
 }
 
 // The allocator names the runs whose claims refused a launch, and drops the claims of runs the asker says have
@@ -132,4 +165,74 @@ func TestPortAllocator_TheClaimsOfARunThatEndedGo(t *testing.T) {
 	continuedWith(t, env, PortAllocatorWorkflowType, &st)
 	require.Len(t, st.Claims, 1, "gang-2's claim goes on")
 	assert.Equal(t, "gang-2", st.Claims[0].Run)
+}
+
+// hostAsked is a launch's request of host h (4 slots): count of its tasks, and what h's last report counts.
+func hostAsked(h string, count, unpinned int, runs ...RunLoad) PortCount {
+	return PortCount{Host: h, Addr: "10.0.0." + h, Range: PortRange{From: 100, To: 199}, Count: count, Claim: count, Slots: 4,
+		Unpinned: unpinned, Runs: runs}
+}
+
+// A report's tasks hold their slots while their run runs: a launch they leave no room for is refused, naming
+// that run; once the asker says it has ended (or it is the asker's own run, a gang restart), they hold none.
+func TestClaimSlots_TheReportedTasksOfARunThatEndedHoldNoSlot(t *testing.T) {
+	var st PortAllocatorState
+	now := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	full := []PortCount{hostAsked("a", 3, 4, RunLoad{Run: "old", Unpinned: 3}, RunLoad{Run: "other", Unpinned: 1})}
+
+	g, err := st.allocate(PortRequest{Run: "new", Hosts: full}, now)
+	require.NoError(t, err)
+	assert.True(t, g.Refused)
+	assert.Empty(t, g.Ports)
+	assert.Equal(t, map[string]int{"a": 4}, g.Used)
+	assert.Equal(t, []string{"old", "other"}, g.BusyRuns, "the runs to ask about")
+
+	g, err = st.allocate(PortRequest{Run: "new", Ended: []string{"old"}, Hosts: full}, now)
+	require.NoError(t, err)
+	assert.False(t, g.Refused, "old has ended: its 3 slots are free")
+	assert.Len(t, g.Ports["a"], 3)
+
+	g, err = st.allocate(PortRequest{Run: "old", Hosts: full}, now.Add(LiveFor+time.Second))
+	require.NoError(t, err)
+	assert.False(t, g.Refused, "a run's own tasks in the report make way for its next launch")
+}
+
+// A refused launch that will ask again keeps the slots it waits for from the launches of runs started after
+// its own, until it asks again (or waitSlack after); those go only where they fit beside it, and runs started
+// before it do not wait for it.
+func TestClaimSlots_WaitingLaunchesGoInTheOrderTheirRunsStarted(t *testing.T) {
+	var st PortAllocatorState
+	now := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	t1, t2, t3 := now.Add(-3*time.Minute), now.Add(-2*time.Minute), now.Add(-time.Minute)
+	busy := RunLoad{Run: "running", Unpinned: 4}
+	ask := func(run string, queued time.Time, retry time.Duration, at time.Time, hosts ...PortCount) PortGrant {
+		g, err := st.allocate(PortRequest{Run: run, Queued: queued, Retry: retry, Hosts: hosts}, at)
+		require.NoError(t, err)
+		return g
+	}
+
+	g := ask("second", t2, 2*time.Second, now, hostAsked("a", 3, 4, busy), hostAsked("b", 3, 0))
+	require.True(t, g.Refused, "host a is full")
+	assert.Len(t, st.Waiting, 2, "second waits for a and b")
+
+	g = ask("third", t3, 2*time.Second, now.Add(time.Second), hostAsked("b", 2, 0))
+	assert.True(t, g.Refused, "host b has 4 free slots, and second, queued first, waits for 3 of them")
+	assert.Equal(t, map[string]int{"b": 3}, g.Reserved)
+	assert.Equal(t, 1, g.Ahead)
+	assert.Equal(t, []string{"second"}, g.BusyRuns)
+
+	g = ask("small", t3, 0, now.Add(time.Second), hostAsked("b", 1, 0))
+	assert.False(t, g.Refused, "one task fits beside what second waits for")
+
+	g = ask("first", t1, 0, now.Add(time.Second), hostAsked("b", 2, 1))
+	assert.False(t, g.Refused, "a run started before second does not wait for it")
+
+	g = ask("fourth", t3, 0, now.Add(2*time.Second+waitSlack+time.Second), hostAsked("c", 1, 0))
+	assert.False(t, g.Refused)
+	require.Len(t, st.Waiting, 1, "second did not ask again in time: it waits for nothing")
+	assert.Equal(t, "third", st.Waiting[0].Run, "third waits from its refused request")
+
+	g = ask("third", t3, 0, now.Add(9*time.Second), hostAsked("d", 2, 0))
+	assert.False(t, g.Refused)
+	assert.Empty(t, st.Waiting, "third's launch is granted: it waits no more")
 }

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"time"
+
 	"fmt"
 
 	"go.temporal.io/sdk/temporal"
@@ -45,8 +47,10 @@ type launchOrder struct {
 	how launchKind
 	// offset numbers attempts in runs started before leases (RunTaskInput.AttemptOffset).
 	offset int
-	// holds counts the times this launch of the task was held back for room in its pool (overflow.go).
-	holds int
+	// holds counts the times this launch of the task was held back for room in its pool (overflow.go), waits
+	// those it waited whole for room on its hosts, and heldFor how long it was held in all.
+	holds, waits int
+	heldFor      time.Duration
 }
 
 type launchKind int
@@ -156,7 +160,7 @@ func (g *generation) act() {
 	for _, cancel := range todo.cancel {
 		cancel()
 	}
-	held := r.place(g.genCtx, todo.launch)
+	held, d := r.place(g.genCtx, todo.launch)
 	waits := map[*task]bool{}
 	for _, o := range held {
 		waits[o.t] = true
@@ -168,7 +172,7 @@ func (g *generation) act() {
 		}
 	}
 	g.launchAll(launch)
-	g.hold(held)
+	g.hold(held, d)
 	if todo.checkHosts {
 		g.checkHosts()
 	}

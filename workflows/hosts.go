@@ -48,9 +48,11 @@ type HostReport struct {
 	Slots   int      `json:"slots"`
 	Running int      `json:"running"` // task processes running here, pinned ones included
 	// Unpinned counts the running tasks that hold one of the host's slots (every task not pinned by its spec).
-	Unpinned int    `json:"unpinned"`
-	Drained  bool   `json:"drained,omitempty"`
-	Version  string `json:"version,omitempty"`
+	Unpinned int `json:"unpinned"`
+	// Runs says whose those tasks are: run by run, how many (claims.go).
+	Runs    []RunLoad `json:"runs,omitempty"`
+	Drained bool      `json:"drained,omitempty"`
+	Version string    `json:"version,omitempty"`
 	// Stopping says the worker is shutting down.
 	Stopping bool `json:"stopping,omitempty"`
 	// Ports is the range a run may choose its tasks' ports on this host from, in advance (--ports); nil: the
@@ -283,10 +285,11 @@ var testRegistry func() []HostEntry
 // place picks hosts for the unpinned tasks about to start a process, from the host registry (runs that
 // place; older ones leave every unpinned task to its pool's queue), and pre-places the launch when it can. A
 // registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous. It
-// returns the orders held back for room in their pools (overflow.go), which are not to be launched now.
-func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
+// returns the orders held back for room in their pools (overflow.go), which are not to be launched now, and
+// for how long.
+func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, time.Duration) {
 	if !r.leased {
-		return nil
+		return nil, 0
 	}
 	notePinned(orders)
 	prePlace := r.mayPrePlace(ctx, orders)
@@ -319,12 +322,12 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 		reqs = append(reqs, req)
 	}
 	if len(tasks) == 0 && !prePlace || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil
+		return nil, 0
 	}
 	hosts, err := listHosts(ctx)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
-		return nil
+		return nil, 0
 	}
 	free, reported := freeSlots(hosts), slices.Clone(hosts) // placeTasks counts this launch in hosts
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
@@ -351,12 +354,12 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) []launchOrder {
 		}
 	}
 	noteAbsentHosts(orders, hosts)
-	if prePlace {
-		if busy := r.prePlace(ctx, orders, reported); busy != nil {
-			return r.holdForClaims(ctx, unpinned, busy, need)
+	if prePlace && len(held) == 0 {
+		if no := r.prePlace(ctx, orders, reported, need, free); no != nil {
+			return r.holdForRoom(ctx, unpinned, *no, need, reported)
 		}
 	}
-	return held
+	return held, holdEvery
 }
 
 // noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, or lists as drained,

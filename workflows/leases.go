@@ -85,7 +85,7 @@ func (r *run) nextLease(t *task, o launchOrder) ShardLease {
 		in.Port = t.ports[host]
 	}
 	opts := leaseOptions(r.plan, t, o.how == reattach)
-	opts.ScheduleToStart -= time.Duration(o.holds) * holdEvery // the time held counts against startTimeout
+	opts.ScheduleToStart -= o.heldFor // the time held counts against startTimeout
 	return ShardLease{Options: opts, Input: in}
 }
 

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -92,43 +93,116 @@ func (r *run) holdOverflow(ctx workflow.Context, tasks []*task, orders []launchO
 }
 
 // ChangeHoldForClaims marks runs that hold back a launch whose slots other runs claimed since the hosts'
-// reports (claims.go); asked only when the allocator says so.
+// reports (claims.go); asked only when the allocator refuses a launch.
 const ChangeHoldForClaims = "clusterrun-hold-for-claims"
 
-// holdForClaims holds back every unpinned order of a launch that the registry's free slots hold but other
-// runs' launches since took (busy: their claims per host), as holdOverflow holds a launch's overflow: when
-// they are launched again, the hosts' reports count those runs' tasks, and the launch starts in the room left,
-// or waits for it at its rendezvous. It returns the held orders, or none (the launch goes on as it was) when
-// one of them may not be held again.
-func (r *run) holdForClaims(ctx workflow.Context, orders []launchOrder, busy map[string]int, need map[string]int) []launchOrder {
+// ChangeWaitWhole marks runs whose launches that find no room in their hosts' free slots wait whole for it
+// (claims.go): held back, asking the allocator again a second later, then every waitFirst while no run queued
+// before theirs waits for those hosts, else every waitBehind, for at most WaitWholeFor. Before, a launch the
+// reports showed no room for went out, and its tasks waited on their hosts, at the rendezvous, holding the
+// slots they found. Asked when such a launch is about to go to the allocator, or when the allocator refuses one.
+const ChangeWaitWhole = "clusterrun-wait-whole"
+
+// How long a launch waiting whole for room is held before it asks again: first, and at the head of the queue
+// (the slots free as the runs that hold them end), or behind runs queued before it (which take the slots
+// first). Each ask costs some 8 events of the run's history (WaitWholeFor bounds them) and a registry read.
+var (
+	waitFirst  = 2 * time.Second
+	waitBehind = 4 * time.Second
+)
+
+// WaitWholeFor bounds how long a launch waits whole for room; after it, the launch goes out and its tasks wait
+// on their hosts for what is left of their startTimeout.
+const WaitWholeFor = 10 * time.Minute
+
+// nextWait is how long a launch waiting whole for room is held before it asks again, with ahead runs queued
+// before it waiting for its hosts; or 0 when it may not be held again: its startTimeout, or WaitWholeFor,
+// would run out first.
+func (r *run) nextWait(orders []launchOrder, ahead int) time.Duration {
+	waits, heldFor := 0, time.Duration(0)
 	for _, o := range orders {
-		if o.holds >= OverflowHolds || time.Duration(o.holds+1)*holdEvery >= r.plan.StartTimeout {
-			return nil
+		waits, heldFor = max(waits, o.waits), max(heldFor, o.heldFor)
+	}
+	d := waitFirst
+	switch {
+	case waits == 0:
+		d = time.Second
+	case ahead > 0:
+		d = waitBehind
+	}
+	d = min(d, holdEvery)
+	if len(orders) == 0 || heldFor+d >= r.plan.StartTimeout || heldFor+d > WaitWholeFor {
+		return 0
+	}
+	return d
+}
+
+// holdForRoom holds back every unpinned order of a launch the allocator refused (no), for want of room on its
+// hosts, and says why each waits: when they are launched again, the registry is read anew, and the launch
+// starts where it finds room. It returns the held orders and how long they are held; none (the launch goes on
+// as it was, its tasks to wait on their hosts) when they may not be held again. Runs from before
+// ChangeWaitWhole hold such a launch only for claims, holdEvery at a time, OverflowHolds times.
+func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGrant, need map[string]int, hosts []HostEntry) ([]launchOrder, time.Duration) {
+	if len(orders) == 0 || workflow.GetVersion(ctx, ChangeHoldForClaims, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil, 0
+	}
+	d, whole := r.nextWait(orders, no.Ahead), workflow.GetVersion(ctx, ChangeWaitWhole, workflow.DefaultVersion, 1) == 1
+	if !whole {
+		d = holdEvery
+		for _, o := range orders {
+			if o.holds >= OverflowHolds || time.Duration(o.holds+1)*holdEvery >= r.plan.StartTimeout {
+				d = 0
+			}
 		}
 	}
-	if len(orders) == 0 || workflow.GetVersion(ctx, ChangeHoldForClaims, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil
+	if d == 0 {
+		return nil, 0
 	}
-	taken := 0
-	//workflowcheck:ignore a sum, whatever the order
-	for _, n := range busy {
-		taken += n
-	}
-	at := workflow.Now(ctx).Add(holdEvery)
+	at := workflow.Now(ctx).Add(d)
 	held := make([]launchOrder, 0, len(orders))
 	for _, o := range orders {
-		o.holds++
+		if whole {
+			o.waits++ // not a hold of its overflow: the next launch places it by the reports, as the first
+		} else {
+			o.holds++
+		}
 		t := o.t
 		t.placedHost = ""
-		t.waitNote = fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and runs "+
-			"launched since its hosts last reported took %d of the slots those reports show free; the run reads the host "+
-			"registry again at %s", t.Pool, need[t.Pool], taken, at.UTC().Format("15:04:05 UTC"))
+		t.waitNote = roomNote(t.Pool, need[t.Pool], no, hosts, at)
 		if t.attempt == 0 && o.how == newAttempt {
 			t.status.Error = t.waitNote
 		}
 		held = append(held, o)
 	}
-	return held
+	return held, d
+}
+
+// roomNote says why a launch's task of pool waits whole: what takes the slots of the pool's hosts that had no
+// room for the launch (no), and when the run asks again.
+func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Time) string {
+	slots, used, busy, reserved := 0, 0, 0, 0
+	for _, h := range hosts {
+		if _, full := no.Used[h.Host]; (full || no.Busy[h.Host] > 0) && inPool(h.Pools, pool) {
+			slots += h.Slots
+			used, busy, reserved = used+no.Used[h.Host], busy+no.Busy[h.Host], reserved+no.Reserved[h.Host]
+		}
+	}
+	var why []string
+	if used > 0 {
+		why = append(why, fmt.Sprintf("their last reports count %d tasks of other runs", used))
+	}
+	if busy > 0 {
+		why = append(why, fmt.Sprintf("runs launched since those reports took %d", busy))
+	}
+	switch {
+	case no.Ahead == 1:
+		why = append(why, fmt.Sprintf("a run queued before this one waits for %d of them first", reserved))
+	case no.Ahead > 1:
+		why = append(why, fmt.Sprintf("%d runs queued before this one wait for them first", no.Ahead))
+	}
+	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the hosts it "+
+		"would start on have too few of their %s free: %s (clusterrun hosts); the run asks again at %s", pool, need,
+		slotCount(slots), strings.Join(why, ", "), at.UTC().Format("15:04:05 UTC"))
 }
 
 // holdNote says why a held task waits, and when the run looks again.
@@ -142,15 +216,18 @@ func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
 		"freed slots", pool, need, slots, at.UTC().Format("15:04:05 UTC"))
 }
 
-// hold waits holdEvery with the held orders, which have no lease meanwhile (between), then launches them
-// again: the launch reads the registry anew. A held task that ended meanwhile (terminate-task, a stop
-// request: endWaiting) has left the hold.
-func (g *generation) hold(held []launchOrder) {
+// hold waits d with the held orders, which have no lease meanwhile (between), then launches them again: the
+// launch reads the registry anew. A held task that ended meanwhile (terminate-task, a stop request:
+// endWaiting) has left the hold.
+func (g *generation) hold(held []launchOrder, d time.Duration) {
 	if len(held) == 0 {
 		return
 	}
-	timer := workflow.NewTimerWithOptions(g.genCtx, holdEvery, workflow.TimerOptions{
-		Summary: fmt.Sprintf("hold %d tasks for room in their pools (%d of %d)", len(held), held[0].holds, OverflowHolds)})
+	timer := workflow.NewTimerWithOptions(g.genCtx, d, workflow.TimerOptions{
+		Summary: fmt.Sprintf("hold %d tasks for room in their pools (hold %d)", len(held), held[0].holds+held[0].waits)})
+	for i := range held {
+		held[i].heldFor += d
+	}
 	for _, o := range held {
 		o.t.backoff, o.t.cancelBackoff, o.t.held = timer, func() {}, true
 	}

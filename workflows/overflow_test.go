@@ -62,7 +62,7 @@ func (c *changingRegistry) read() []HostEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reads++
-	return c.lists[min(c.reads, len(c.lists))-1]
+	return slices.Clone(c.lists[min(c.reads, len(c.lists))-1]) // a read of its own, as the registry's query gives
 }
 
 func (c *changingRegistry) count() int {
@@ -185,7 +185,7 @@ func TestOverflow_TheTimeHeldCountsAgainstStartTimeout(t *testing.T) {
 	require.NoError(t, err)
 	r := newRun(plan, time.Time{})
 	w := r.tasks[0]
-	assert.Equal(t, 200*time.Millisecond, r.nextLease(w, launchOrder{t: w, how: newAttempt, holds: 2}).Options.ScheduleToStart)
+	assert.Equal(t, 200*time.Millisecond, r.nextLease(w, launchOrder{t: w, how: newAttempt, holds: 2, heldFor: 2 * holdEvery}).Options.ScheduleToStart)
 }
 
 // A launch larger than its pool's slots in all counts its whole gang in every note: after the holds, its
@@ -231,4 +231,26 @@ func TestOverflow_AGangLargerThanItsPoolSaysItCanNeverStart(t *testing.T) {
 		assert.Equal(t, "waiting for a free slot on h1: this launch's 4 tasks of pool default start together, and the pool's live hosts "+
 			"have 2 slots in all (--slots): add hosts to the pool, raise their --slots, or run fewer replicas", n)
 	}
+}
+
+// A launch waiting whole asks again a second after its first refusal, then every waitFirst at the head of the
+// queue and every waitBehind behind other runs; never past its startTimeout, nor WaitWholeFor.
+func TestNextWait_SoonAtTheHeadOfTheQueueAndNeverPastItsBounds(t *testing.T) {
+	s := mustSpec(t, `{name: o, command: [x], startTimeout: 1h, tasks: {worker: {replicas: 1}}}`)
+	plan, err := planRun(&s)
+	require.NoError(t, err)
+	r := newRun(plan, time.Time{})
+	w := r.tasks[0]
+	wait := func(waits int, heldFor time.Duration, ahead int) time.Duration {
+		return r.nextWait([]launchOrder{{t: w, waits: waits, heldFor: heldFor}}, ahead)
+	}
+	assert.Equal(t, time.Second, wait(0, 0, 3))
+	assert.Equal(t, waitFirst, wait(1, time.Second, 0))
+	assert.Equal(t, waitBehind, wait(1, time.Second, 2))
+	assert.Equal(t, waitBehind, wait(100, WaitWholeFor-waitBehind, 2))
+	assert.Zero(t, wait(100, WaitWholeFor-time.Second, 2), "WaitWholeFor would pass")
+	r.plan.StartTimeout = 10 * time.Second
+	assert.Equal(t, waitBehind, wait(3, 5*time.Second, 1))
+	assert.Zero(t, wait(3, 6*time.Second, 1), "its startTimeout would run out first")
+	assert.Zero(t, r.nextWait(nil, 0))
 }

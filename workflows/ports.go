@@ -32,8 +32,14 @@ type PortRequest struct {
 	Hosts []PortCount `json:"hosts"`
 	// Run is the run that launches (its workflow ID): its slot claims replace those of its earlier launches.
 	Run string `json:"run,omitempty"`
-	// Ended names runs that claimed slots and have ended since: their claims go first.
+	// Ended names runs that claimed slots, or that the hosts' reports count tasks of, and have ended since:
+	// their claims, and their tasks in the reports, go first.
 	Ended []string `json:"ended,omitempty"`
+	// Queued is when the run started: launches that wait for room go in this order (claims.go).
+	Queued time.Time `json:"queued,omitempty"`
+	// Retry is how soon the run asks again if this launch is refused (0: it will not wait); meanwhile launches
+	// of runs queued after it go only where they fit beside it.
+	Retry time.Duration `json:"retry,omitempty"`
 }
 
 // PortCount is how many ports a launch needs on one host, with what the registry says of the host's ports:
@@ -55,22 +61,34 @@ type PortCount struct {
 	Slots    int       `json:"slots,omitempty"`
 	Unpinned int       `json:"unpinned,omitempty"`
 	Seen     time.Time `json:"seen,omitempty"`
+	// Runs is whose tasks that report counts, run by run.
+	Runs []RunLoad `json:"runs,omitempty"`
 }
 
-// PortGrant is the ports given, host by host, in the order asked; or, when other runs' launches took the
-// slots the launch was placed in, no ports, Busy: per host, the slots they claimed since its last report, and
-// BusyRuns: those runs.
+// PortGrant is the ports given, host by host, in the order asked; or, Refused, none, when a host has no room
+// for the launch's tasks (claims.go). Then, for each such host: Used, the slots its report counts taken by
+// other runs that run; Busy, those the launches of other runs claimed since that report; Reserved, those
+// launches of runs queued before this one wait for (Ahead: how many such runs in all); and BusyRuns names all
+// those runs. (Grants from before Refused say a refusal by Busy alone.)
 type PortGrant struct {
 	Ports    map[string][]int `json:"ports"`
+	Refused  bool             `json:"refused,omitempty"`
+	Used     map[string]int   `json:"used,omitempty"`
 	Busy     map[string]int   `json:"busy,omitempty"`
+	Reserved map[string]int   `json:"reserved,omitempty"`
+	Ahead    int              `json:"ahead,omitempty"`
 	BusyRuns []string         `json:"busyRuns,omitempty"`
 }
 
-// PortAllocatorState carries the cursors over continue-as-new: per port space (portSpace), the next port; and
-// the slot claims of recent launches.
+// refused says whether g gives no ports for want of room.
+func (g PortGrant) refused() bool { return g.Refused || len(g.Busy) > 0 }
+
+// PortAllocatorState carries the cursors over continue-as-new: per port space (portSpace), the next port; the
+// slot claims of recent launches; and the launches waiting for room.
 type PortAllocatorState struct {
-	Next   map[string]int `json:"next,omitempty"`
-	Claims []SlotClaim    `json:"claims,omitempty"`
+	Next    map[string]int `json:"next,omitempty"`
+	Claims  []SlotClaim    `json:"claims,omitempty"`
+	Waiting []SlotClaim    `json:"waiting,omitempty"`
 }
 
 // PortAllocator answers UpdateAllocatePorts. It never ends; it continues as new when its history is due
@@ -120,13 +138,13 @@ func checkPorts(req PortRequest) error {
 
 // allocate gives each host the next ports of its range that are not held, going round at its end. Hosts that
 // share an address and a range (workers of one machine) share one cursor. A launch that claims slots gets
-// none of it when other runs' recent claims leave its hosts no room for it (claimSlots).
+// none of it when its hosts have no room for it (claimSlots).
 func (st *PortAllocatorState) allocate(req PortRequest, now time.Time) (PortGrant, error) {
 	if err := checkPorts(req); err != nil {
 		return PortGrant{}, err
 	}
-	if busy, runs := st.claimSlots(req, now); busy != nil {
-		return PortGrant{Busy: busy, BusyRuns: runs}, nil
+	if no := st.claimSlots(req, now); no != nil {
+		return *no, nil
 	}
 	if st.Next == nil {
 		st.Next = map[string]int{}

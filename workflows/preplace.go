@@ -47,16 +47,26 @@ func (r *run) mayPrePlace(ctx workflow.Context, orders []launchOrder) bool {
 
 // prePlace has the port allocator give every launching task a port on its host (from the host's range), and
 // records them as the tasks' places: the leases made next carry the map. It does nothing unless every task has
-// a live host that announces a range, and the registry's reports (hosts, as read) leave a free slot for every
-// unpinned one: a gang larger than its pool's free slots keeps waiting at its rendezvous, not running. When
-// other runs launched into those free slots since the reports (claims.go), it returns their claims per host,
-// and the caller holds the launch back.
-func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostEntry) (busy map[string]int) {
+// a live host that announces a range. When the registry's reports (hosts, as read) leave no free slot for an
+// unpinned task, but its pool's live slots hold the launch's need, it asks all the same: the allocator knows
+// which of the runs the reports count have ended since (claims.go). When the hosts have no room for the launch
+// (no free slots, or taken by other runs' launches since the reports, or waited for by runs queued before),
+// it returns the allocator's refusal, and the caller holds the launch back whole. A gang larger than its
+// pool's live slots goes out, and waits at its rendezvous, not running.
+func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostEntry, need map[string]int, free map[string]*poolSlots) *PortGrant {
 	known := map[string]HostEntry{}
 	for _, h := range hosts {
 		if h.Live && !h.Stopping && h.Addr != "" && h.Ports != nil {
 			known[h.Host] = h
 		}
+	}
+	for _, o := range orders {
+		if _, ok := known[leaseHost(o)]; !ok {
+			return nil // a host that chooses its own ports, or one not known yet
+		}
+	}
+	if !r.waitsWhole(ctx, orders, need, free) {
+		return nil // a task may wait for a slot: the others wait for it at the rendezvous, not running
 	}
 	var order []string
 	count, claim := map[string]int{}, map[string]int{}
@@ -64,12 +74,6 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 	keep := r.gangKeepsAddresses(ctx)
 	for _, o := range orders {
 		h := leaseHost(o)
-		if _, ok := known[h]; !ok {
-			return nil // a host that chooses its own ports, or one not known yet
-		}
-		if strings.HasPrefix(o.t.waitNote, slotNotePrefix) {
-			return nil // a task may wait for a slot: the others wait for it at the rendezvous, not running
-		}
 		if count[h] == 0 {
 			order = append(order, h)
 		}
@@ -84,18 +88,19 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		prefer[h] = append(prefer[h], want)
 	}
 	req := portRequest(order, count, prefer, hosts)
-	req.Run = r.ref.WorkflowID
+	req.Run, req.Queued, req.Retry = r.ref.WorkflowID, r.startTime, r.nextWait(orders, 1)
 	for i := range req.Hosts {
 		c := &req.Hosts[i]
-		c.Claim, c.Slots, c.Unpinned, c.Seen = claim[c.Host], known[c.Host].Slots, known[c.Host].Unpinned, known[c.Host].LastSeen
+		e := known[c.Host]
+		c.Claim, c.Slots, c.Unpinned, c.Seen, c.Runs = claim[c.Host], e.Slots, e.Unpinned, e.LastSeen, e.Runs
 	}
 	grant, err := allocatePorts(ctx, req)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("no ports from the port allocator; the launch waits for its placements", "error", err)
 		return nil
 	}
-	if len(grant.Busy) > 0 {
-		return grant.Busy
+	if grant.refused() {
+		return &grant
 	}
 	for _, h := range order {
 		if len(grant.Ports[h]) != count[h] {
@@ -111,11 +116,30 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		}
 		t.ports[h] = port
 		t.preplaced = true
+		if strings.HasPrefix(t.waitNote, slotNotePrefix) {
+			t.waitNote = "" // the allocator found it room: the reports' count was of runs that have ended
+		}
 		t.status.Host, t.status.Addr, t.status.Port = h, known[h].Addr, port
 	}
 	r.released = true // the map goes with the leases
 	r.prePlaced = &prePlacement{cluster: r.clusterMap()}
 	return nil
+}
+
+// waitsWhole says whether the launch of orders goes to the allocator: when every unpinned task found a free
+// slot by the reports; else, in runs from ChangeWaitWhole on, when each of their pools' live slots hold the
+// launch's need (the slots the reports show taken may have freed since).
+func (r *run) waitsWhole(ctx workflow.Context, orders []launchOrder, need map[string]int, free map[string]*poolSlots) bool {
+	roomless := false
+	for _, o := range orders {
+		if strings.HasPrefix(o.t.waitNote, slotNotePrefix) {
+			roomless = true
+			if f := free[o.t.Pool]; f == nil || need[o.t.Pool] > f.slots {
+				return false
+			}
+		}
+	}
+	return !roomless || workflow.GetVersion(ctx, ChangeWaitWhole, workflow.DefaultVersion, 1) == 1
 }
 
 // startPrePlaced marks a pre-placed task's new lease as carrying the map: it counts as placed on its chosen

@@ -77,9 +77,9 @@ func (r *reporter) run(ctx context.Context) {
 }
 
 func (r *reporter) report(ctx context.Context, stopping bool) error {
-	held, unpinned := r.host.Load()
+	held, unpinned, runs := r.host.Load()
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
-		Unpinned: unpinned, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
+		Unpinned: unpinned, Runs: runs, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
 		Ports: r.c.ports}
 	if r.c.ports != nil {
 		rep.PortsInUse = r.host.PortsIn(*r.c.ports, workflows.MaxPortsInUse)
