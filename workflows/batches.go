@@ -83,7 +83,7 @@ func (g *generation) launchBatch(host string, ts []*task, ls []ShardLease) {
 	first := ls[0]
 	in := RunTasksInput{Run: *r.ref, Generation: r.generation, Attach: first.Input.Attach, Host: first.Input.Host,
 		StopGracePeriod: r.plan.StopGracePeriod, StartTimeout: r.plan.StartTimeout, ReportTo: *r.ref,
-		ReportExit: first.Input.ReportExit, Cluster: r.launchMap(ts), Queued: r.startTime}
+		ReportExit: first.Input.ReportExit, Cluster: r.launchMap(ts), Queued: r.queued}
 	if !in.Attach {
 		in.StartTimeout = first.Options.ScheduleToStart // less than startTimeout after holds for room (overflow.go)
 	}

@@ -31,6 +31,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	r.leased, r.batched = leased, batched
 	info := workflow.GetInfo(ctx)
 	r.ref = &RunRef{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}
+	r.queued = info.WorkflowStartTime
 	if r.sharded = leased && sharded(len(r.tasks), plan.TasksPerShard); r.sharded {
 		r.receiveEnds(ctx)
 	}

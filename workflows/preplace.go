@@ -88,7 +88,7 @@ func (r *run) prePlace(ctx workflow.Context, orders []launchOrder, hosts []HostE
 		prefer[h] = append(prefer[h], want)
 	}
 	req := portRequest(order, count, prefer, hosts)
-	req.Run, req.Queued, req.Retry = r.ref.WorkflowID, r.startTime, r.nextWait(orders, 1)
+	req.Run, req.Queued, req.Retry = r.ref.WorkflowID, r.queued, r.nextWait(orders, 1)
 	for i := range req.Hosts {
 		c := &req.Hosts[i]
 		e := known[c.Host]

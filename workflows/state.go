@@ -93,6 +93,9 @@ type run struct {
 	status       string
 	reason       string
 	startTime    time.Time
+	// queued is when the server started the run: its place in the queue of a full pool (RunTasksInput.Queued,
+	// PortRequest.Queued). The first workflow task's time, startTime, may come later for a run started first.
+	queued       time.Time
 	endTime      *time.Time
 	decision     *decision
 	barriers     map[string]*barrier

@@ -85,8 +85,9 @@ type RunTasksInput struct {
 	Members    []LeaseMember `json:"members"`
 	// Cluster is the run's map for pre-placed members, as in RunTaskInput.
 	Cluster *ClusterMap `json:"cluster,omitempty"`
-	// Queued is when the run started: on a host whose slots are taken, the members of runs started earlier
-	// take the slots that free first (zero, from runs before it: before every other).
+	// Queued is when the server started the run: on a host whose slots are taken, the members of runs started
+	// earlier take the slots that free first (zero, from runs before it: before every other). (Runs from before
+	// WorkflowStartTime send their first workflow task's time.)
 	Queued time.Time `json:"queued,omitempty"`
 }
 
