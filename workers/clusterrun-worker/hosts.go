@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,8 +23,8 @@ import (
 )
 
 // reporter tells the host registry (workflows.HostRegistry) about this host: at start, every
-// workflows.ReportEvery, on a drain or undrain (report, called by the drain itself), and once more when the
-// worker stops.
+// workflows.ReportEvery, as soon as tasks have freed slots (freedSoonest apart at most), on a drain or
+// undrain (report, called by the drain itself), and once more when the worker stops.
 type reporter struct {
 	cl     client.Client
 	c      config
@@ -32,6 +33,12 @@ type reporter struct {
 	// retry is how soon a failed report is tried again; it doubles with each failure in a row, up to
 	// workflows.ReportEvery.
 	retry time.Duration
+	// load is the host's load (Host.Load), and lookEvery how often the reporter looks at it between reports.
+	load      func() (held, unpinned int, runs []workflows.RunLoad)
+	lookEvery time.Duration
+
+	mu       sync.Mutex
+	reported int // the unpinned tasks the last report that went through counted (-1: none went through)
 }
 
 // reportRetry is a reporter's first retry after a failed report. A host that is not in the registry gets no
@@ -39,16 +46,27 @@ type reporter struct {
 // waits on them, where this host would have taken its share.
 const reportRetry = time.Second
 
+// A report goes out as soon as the host's tasks have freed slots since the last one: a launch waiting for
+// room (workflows/claims.go) sees them free within about a second of a task's end, not up to ReportEvery
+// later. The reporter looks at the load every loadEvery, and reports so at most every freedSoonest.
+const (
+	loadEvery    = 250 * time.Millisecond
+	freedSoonest = time.Second
+)
+
 func newReporter(cl client.Client, c config, host *activities.Host, logger log.Logger) *reporter {
-	return &reporter{cl: cl, c: c, host: host, logger: logger, retry: reportRetry}
+	return &reporter{cl: cl, c: c, host: host, logger: logger, retry: reportRetry, load: host.Load, lookEvery: loadEvery, reported: -1}
 }
 
 // run reports until ctx ends, then says the host is stopping.
 func (r *reporter) run(ctx context.Context) {
 	failed := false
 	retry := r.retry
+	look := time.NewTicker(r.lookEvery)
+	defer look.Stop()
 	for {
 		err := r.report(ctx, false)
+		last := time.Now()
 		switch {
 		case err != nil && !failed && ctx.Err() == nil:
 			r.logger.Warn("cannot report to the host registry; runs place unpinned tasks without this host's load until it can", "error", err)
@@ -64,20 +82,37 @@ func (r *reporter) run(ctx context.Context) {
 			retry = r.retry
 		}
 		wait := time.NewTimer(next)
-		select {
-		case <-ctx.Done():
-			wait.Stop()
-			stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = r.report(stopCtx, true)
-			cancel()
-			return
-		case <-wait.C:
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				wait.Stop()
+				stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = r.report(stopCtx, true)
+				cancel()
+				return
+			case <-wait.C:
+				break waiting
+			case <-look.C:
+				if err == nil && time.Since(last) >= freedSoonest && r.freed() {
+					wait.Stop()
+					break waiting
+				}
+			}
 		}
 	}
 }
 
+// freed says whether the host's tasks take fewer slots than its last report said.
+func (r *reporter) freed() bool {
+	_, unpinned, _ := r.load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return unpinned < r.reported
+}
+
 func (r *reporter) report(ctx context.Context, stopping bool) error {
-	held, unpinned, runs := r.host.Load()
+	held, unpinned, runs := r.load()
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
 		Unpinned: unpinned, Runs: runs, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
 		Ports: r.c.ports}
@@ -89,6 +124,11 @@ func (r *reporter) report(ctx context.Context, stopping bool) error {
 	_, err := r.cl.SignalWithStartWorkflow(ctx, workflows.HostRegistryID, workflows.SignalHostReport, rep,
 		client.StartWorkflowOptions{ID: workflows.HostRegistryID, TaskQueue: workflows.TaskQueue, StaticSummary: "clusterrun host registry"},
 		workflows.HostRegistryWorkflowType, workflows.HostRegistryState{})
+	if err == nil {
+		r.mu.Lock()
+		r.reported = unpinned
+		r.mu.Unlock()
+	}
 	return err
 }
 

@@ -73,3 +73,46 @@ func TestReporter_TriesAFailedReportAgainSoon(t *testing.T) {
 	assert.Equal(t, "h1", reports[4].Host)
 	assert.Equal(t, 4, reports[4].Slots)
 }
+
+// Tasks that free slots are reported within about a second (freedSoonest), not at the next ReportEvery: a
+// launch waiting for room sees them free. A load that grows waits for the next ReportEvery.
+func TestReporter_ReportsFreedSlotsAtOnce(t *testing.T) {
+	cl := &registryClient{}
+	logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+	r := newReporter(cl, config{host: "h1", slots: 4}, activities.NewHost("h1", "", t.TempDir(), cl, logger), logger)
+	var mu sync.Mutex
+	unpinned := 3
+	r.load = func() (int, int, []workflows.RunLoad) {
+		mu.Lock()
+		defer mu.Unlock()
+		return unpinned, unpinned, []workflows.RunLoad{{Run: "r", Unpinned: unpinned}}
+	}
+	r.lookEvery = 10 * time.Millisecond
+	set := func(n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		unpinned = n
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	require.Eventually(t, func() bool { return len(cl.calls()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	set(4)
+	time.Sleep(freedSoonest + 200*time.Millisecond)
+	require.Len(t, cl.calls(), 1, "a load that grows is not reported before ReportEvery")
+	set(1)
+	require.Eventually(t, func() bool { return len(cl.calls()) == 2 }, 2*time.Second, 5*time.Millisecond,
+		"slots freed were not reported within a second")
+	second := cl.calls()[1]
+	assert.Equal(t, 1, second.Unpinned)
+	assert.Equal(t, []workflows.RunLoad{{Run: "r", Unpinned: 1}}, second.Runs)
+	time.Sleep(freedSoonest + 200*time.Millisecond)
+	assert.Len(t, cl.calls(), 2, "nothing more freed: no more reports before ReportEvery")
+}
