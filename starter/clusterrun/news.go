@@ -20,9 +20,7 @@ const newsBurst = 16
 // tell says the state changes of tasks seen in one look at the run.
 func (f *follower) tell(changed []workflows.TaskStatus) {
 	if f.size <= newsBurst {
-		for _, t := range changed {
-			f.say(t.Name, describeState(t))
-		}
+		f.tellEach(changed)
 		return
 	}
 	type group struct {
@@ -53,6 +51,34 @@ func (f *follower) tell(changed []workflows.TaskStatus) {
 		fmt.Fprintf(f.notes, "%-*s %s\n", f.width+2, fmt.Sprintf("[%d tasks]", len(g.tasks)),
 			"── "+sharedState(g.tasks[0], g.hosts)+": "+someNames(g.tasks))
 	}
+}
+
+// tellEach says each change on its own line, as a small run's, but for the tasks that wait, or were stopped
+// waiting, for one reason: those share one line (a launch held for room says so of all its tasks at once).
+func (f *follower) tellEach(changed []workflows.TaskStatus) {
+	shared := map[string][]workflows.TaskStatus{}
+	for _, t := range changed {
+		if waitsAlike(t) {
+			shared[withoutName(t)] = append(shared[withoutName(t)], t)
+		}
+	}
+	for _, t := range changed {
+		key := withoutName(t)
+		group := shared[key]
+		switch {
+		case !waitsAlike(t) || len(group) == 1:
+			f.say(t.Name, describeState(t))
+		case group[0].Name == t.Name:
+			fmt.Fprintf(f.notes, "%-*s %s\n", f.width+2, fmt.Sprintf("[%d tasks]", len(group)), "── "+key+": "+someNames(group))
+		}
+	}
+}
+
+// waitsAlike says whether t waits to start, or was stopped before it started, so that its line may say the
+// same of other tasks.
+func waitsAlike(t workflows.TaskStatus) bool {
+	return t.State == workflows.TaskPending && strings.HasPrefix(t.Error, "waiting ") ||
+		t.State == workflows.TaskStopped && strings.HasPrefix(t.Error, "stopped before it started")
 }
 
 // someNames names a group's tasks: all of up to 4, else the first 3 and how many more.

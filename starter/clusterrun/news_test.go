@@ -595,3 +595,28 @@ func TestFollower_SaysATaskIsBackAfterItWasUnreachable(t *testing.T) {
 	f.update(workflows.RunStatus{Tasks: many(workflows.TaskRunning)})
 	assert.Equal(t, "[20 tasks]  ── running on u-a again (attempt 1): its host worker took it up again: worker-0, worker-1, worker-2 and 17 more\n", out.String())
 }
+
+// In a small run too, the tasks of a launch held for room share one line, as do their stops before they
+// started; the others keep a line each.
+func TestFollower_TasksWaitingForRoomShareALine(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.size = 5
+	why := "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the hosts it would start " +
+		"on have too few of their 8 slots free: their last reports count 8 tasks of other runs (clusterrun hosts); the run asks again at 20:33:10 UTC"
+	var ts []workflows.TaskStatus
+	for i := range 4 {
+		ts = append(ts, workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), State: workflows.TaskPending, Error: why})
+	}
+	ts = append(ts, workflows.TaskStatus{Name: "chief-0", State: workflows.TaskPending, Error: "waiting for host h9: the host registry has no live clusterrun-worker --host h9"})
+	f.tell(ts)
+	assert.Equal(t, "[4 tasks] ── "+why+": worker-0, worker-1, worker-2, worker-3\n"+
+		"[chief-0] ── waiting for host h9: the host registry has no live clusterrun-worker --host h9\n", out.String())
+
+	out.Reset()
+	for i := range ts[:4] {
+		ts[i].State, ts[i].Error = workflows.TaskStopped, "stopped before it started: it was "+why
+	}
+	f.tell(ts[:4])
+	assert.Equal(t, "[4 tasks] ── stopped before it started: it was "+why+": worker-0, worker-1, worker-2, worker-3\n", out.String())
+}
