@@ -105,7 +105,7 @@ const ChangeWaitWhole = "clusterrun-wait-whole"
 
 // How long a launch waiting whole for room is held before it asks again: first, and at the head of the queue
 // (the slots free as the runs that hold them end), or behind runs queued before it (which take the slots
-// first). Each ask costs some 8 events of the run's history (WaitWholeFor bounds them) and a registry read.
+// first). Each ask costs 7 events of the run's history (WaitWholeFor bounds them) and a registry read.
 var (
 	waitFirst  = 2 * time.Second
 	waitBehind = 4 * time.Second
@@ -199,6 +199,9 @@ func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Ti
 		why = append(why, fmt.Sprintf("a run queued before this one waits for %d of them first", reserved))
 	case no.Ahead > 1:
 		why = append(why, fmt.Sprintf("%d runs queued before this one wait for them first", no.Ahead))
+	}
+	if len(why) == 0 {
+		why = append(why, "other tasks take them")
 	}
 	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the hosts it "+
 		"would start on have too few of their %s free: %s (clusterrun hosts); the run asks again at %s", pool, need,
