@@ -23,8 +23,8 @@ import (
 )
 
 // reporter tells the host registry (workflows.HostRegistry) about this host: at start, every
-// workflows.ReportEvery, as soon as tasks have freed slots (freedSoonest apart at most), on a drain or
-// undrain (report, called by the drain itself), and once more when the worker stops.
+// workflows.ReportEvery, as soon as its tasks take fewer slots than its last report counted (freedSoonest apart
+// at most), on a drain or undrain (report, called by the drain itself), and once more when the worker stops.
 type reporter struct {
 	cl     client.Client
 	c      config
