@@ -67,15 +67,7 @@ func (st *PortAllocatorState) claimSlots(req PortRequest, now time.Time) *PortGr
 		return nil
 	}
 	gone := func(run string) bool { return run == req.Run || slices.Contains(req.Ended, run) }
-	seen := map[string]time.Time{}
-	for _, c := range req.Hosts {
-		seen[c.Host] = c.Seen
-	}
-	st.Claims = slices.DeleteFunc(st.Claims, func(c SlotClaim) bool {
-		s, asked := seen[c.Host]
-		return gone(c.Run) || now.Sub(c.At) > LiveFor || asked && s.After(c.At.Add(claimCounted))
-	})
-	st.Waiting = slices.DeleteFunc(st.Waiting, func(w SlotClaim) bool { return gone(w.Run) || now.After(w.Until) })
+	st.prune(req, now, gone)
 	claimed, reserved := map[string]int{}, map[string]int{}
 	for _, c := range st.Claims {
 		claimed[c.Host] += c.Count
@@ -106,25 +98,7 @@ func (st *PortAllocatorState) claimSlots(req PortRequest, now time.Time) *PortGr
 		}
 	}
 	if no != nil {
-		for _, c := range st.Claims {
-			no.addRun(c.Run, no.Busy[c.Host] > 0)
-		}
-		ahead := map[string]bool{}
-		for _, w := range st.Waiting {
-			if no.Reserved[w.Host] > 0 && queuedBefore(w.Queued, w.Run, req.Queued, req.Run) && !ahead[w.Run] {
-				ahead[w.Run] = true
-				no.Ahead++
-				no.addRun(w.Run, true)
-			}
-		}
-		if req.Retry > 0 {
-			for _, c := range req.Hosts {
-				if c.Claim > 0 {
-					st.Waiting = append(st.Waiting, SlotClaim{Run: req.Run, Host: c.Host, Count: c.Claim, At: now,
-						Queued: req.Queued, Until: now.Add(req.Retry + waitSlack)})
-				}
-			}
-		}
+		st.refuse(no, req, now)
 		return no
 	}
 	for _, c := range req.Hosts {
@@ -133,6 +107,45 @@ func (st *PortAllocatorState) claimSlots(req PortRequest, now time.Time) *PortGr
 		}
 	}
 	return nil
+}
+
+// prune drops the claims and waits of req's run and of those gone (ended), claims older than LiveFor or that a
+// report of their host req carries counts, and waits not asked again in time.
+func (st *PortAllocatorState) prune(req PortRequest, now time.Time, gone func(string) bool) {
+	seen := map[string]time.Time{}
+	for _, c := range req.Hosts {
+		seen[c.Host] = c.Seen
+	}
+	st.Claims = slices.DeleteFunc(st.Claims, func(c SlotClaim) bool {
+		s, asked := seen[c.Host]
+		return gone(c.Run) || now.Sub(c.At) > LiveFor || asked && s.After(c.At.Add(claimCounted))
+	})
+	st.Waiting = slices.DeleteFunc(st.Waiting, func(w SlotClaim) bool { return gone(w.Run) || now.After(w.Until) })
+}
+
+// refuse completes the refusal of req (no, which names the hosts with no room): the runs whose claims and waits
+// took their slots; and records req's launch as waiting when it will ask again.
+func (st *PortAllocatorState) refuse(no *PortGrant, req PortRequest, now time.Time) {
+	for _, c := range st.Claims {
+		no.addRun(c.Run, no.Busy[c.Host] > 0)
+	}
+	ahead := map[string]bool{}
+	for _, w := range st.Waiting {
+		if no.Reserved[w.Host] > 0 && queuedBefore(w.Queued, w.Run, req.Queued, req.Run) && !ahead[w.Run] {
+			ahead[w.Run] = true
+			no.Ahead++
+			no.addRun(w.Run, true)
+		}
+	}
+	if req.Retry == 0 {
+		return
+	}
+	for _, c := range req.Hosts {
+		if c.Claim > 0 {
+			st.Waiting = append(st.Waiting, SlotClaim{Run: req.Run, Host: c.Host, Count: c.Claim, At: now,
+				Queued: req.Queued, Until: now.Add(req.Retry + waitSlack)})
+		}
+	}
 }
 
 // addRun names run among those whose slots refused the launch (to be asked whether they still run), once.
