@@ -3,6 +3,8 @@ package workflows
 import (
 	"slices"
 	"time"
+
+	"go.temporal.io/sdk/workflow"
 )
 
 // Slot claims. Host reports reach the registry every ReportEvery, so two runs launched within the same
@@ -36,7 +38,8 @@ type SlotClaim struct {
 	Count  int       `json:"count"`
 	At     time.Time `json:"at"`
 	Queued time.Time `json:"queued,omitempty"`
-	Until  time.Time `json:"until,omitempty"`
+	// Until, on a claim, keeps it until then whatever the reports say (keepSlots); on a wait, is when it lapses.
+	Until time.Time `json:"until,omitempty"`
 }
 
 // RunLoad is how many of a host's slots one run's tasks take, as the host reported.
@@ -117,6 +120,9 @@ func (st *PortAllocatorState) prune(req PortRequest, now time.Time, gone func(st
 		seen[c.Host] = c.Seen
 	}
 	st.Claims = slices.DeleteFunc(st.Claims, func(c SlotClaim) bool {
+		if !c.Until.IsZero() {
+			return gone(c.Run) || now.After(c.Until) // slots kept through a gang restart's backoff
+		}
 		s, asked := seen[c.Host]
 		return gone(c.Run) || now.Sub(c.At) > LiveFor || asked && s.After(c.At.Add(claimCounted))
 	})
@@ -162,4 +168,54 @@ func queuedBefore(qa time.Time, a string, qb time.Time, b string) bool {
 		return qa.Before(qb)
 	}
 	return a < b
+}
+
+// Slots kept through a gang restart. When a run's tasks all end for a gang restart, its hosts report their
+// slots free, and for the restart's backoff a run queued behind it could take them: the restart would then
+// wait for that run to end (Slurm keeps a job's nodes across its steps). So the run asks the allocator to keep
+// the slots its tasks held, host by host, until the backoff ends: its next launch, which goes back to those
+// hosts (ChangeGangKeepsAddresses), replaces those claims with its own.
+
+// ChangeKeepSlots marks runs that keep their slots through a gang restart's backoff; asked only there.
+const ChangeKeepSlots = "clusterrun-keep-slots"
+
+// keepSlots asks the allocator to keep, for d and waitSlack more, the slots the generation that ended held: its
+// unpinned tasks' hosts, as their last attempts ended. Runs whose launches are not pre-placed (sharded, or with
+// leases of their own) keep none, nor does one that cannot reach the allocator.
+func (r *run) keepSlots(ctx workflow.Context, d time.Duration) {
+	if !r.leased || !r.batched || r.sharded || d <= 0 {
+		return
+	}
+	count := map[string]int{}
+	var order []string
+	for _, t := range r.tasks {
+		if h := t.ended; t.Host == "" && h != nil && h.Host != "" {
+			if count[h.Host] == 0 {
+				order = append(order, h.Host)
+			}
+			count[h.Host]++
+		}
+	}
+	if len(order) == 0 || workflow.GetVersion(ctx, ChangeKeepSlots, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	req := PortRequest{Run: r.ref.WorkflowID, Queued: r.queued, Keep: d + waitSlack}
+	for _, h := range order {
+		req.Hosts = append(req.Hosts, PortCount{Host: h, Claim: count[h]})
+	}
+	if _, err := allocatePorts(ctx, req); err != nil {
+		workflow.GetLogger(ctx).Warn("the port allocator keeps no slots for the gang restart; a run queued behind it may take them", "error", err)
+	}
+}
+
+// keep records req's claims as kept until req.Keep from now, in place of its run's earlier claims and waits.
+func (st *PortAllocatorState) keep(req PortRequest, now time.Time) {
+	mine := func(run string) bool { return run == req.Run }
+	st.Claims = slices.DeleteFunc(st.Claims, func(c SlotClaim) bool { return mine(c.Run) })
+	st.Waiting = slices.DeleteFunc(st.Waiting, func(w SlotClaim) bool { return mine(w.Run) })
+	for _, c := range req.Hosts {
+		if c.Claim > 0 {
+			st.Claims = append(st.Claims, SlotClaim{Run: req.Run, Host: c.Host, Count: c.Claim, At: now, Until: now.Add(req.Keep)})
+		}
+	}
 }

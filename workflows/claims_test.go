@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -235,4 +236,64 @@ func TestClaimSlots_WaitingLaunchesGoInTheOrderTheirRunsStarted(t *testing.T) {
 	g = ask("third", t3, 0, now.Add(9*time.Second), hostAsked("d", 2, 0))
 	assert.False(t, g.Refused)
 	assert.Empty(t, st.Waiting, "third's launch is granted: it waits no more")
+}
+
+// The slots a run keeps through a gang restart's backoff refuse other runs' launches whatever the reports say,
+// until the backoff (and waitSlack) ends; the run's own next launch takes them.
+func TestClaimSlots_SlotsKeptThroughAGangRestartAreKept(t *testing.T) {
+	var st PortAllocatorState
+	now := time.Date(2026, 11, 27, 21, 0, 0, 0, time.UTC)
+	g, err := st.allocate(PortRequest{Run: "gang", Keep: 10 * time.Second, Hosts: []PortCount{{Host: "a", Claim: 3}}}, now)
+	require.NoError(t, err)
+	assert.Empty(t, g.Ports)
+	require.Len(t, st.Claims, 1)
+
+	later := now.Add(5 * time.Second)
+	other := hostAsked("a", 2, 0)
+	other.Seen = later // a report that counts nothing of the gang: its tasks have ended
+	g, err = st.allocate(PortRequest{Run: "queued", Hosts: []PortCount{other}}, later)
+	require.NoError(t, err)
+	assert.True(t, g.Refused, "the gang keeps 3 of host a's 4 slots through its backoff")
+	assert.Equal(t, []string{"gang"}, g.BusyRuns)
+
+	g, err = st.allocate(PortRequest{Run: "gang", Hosts: []PortCount{hostAsked("a", 3, 0)}}, later)
+	require.NoError(t, err)
+	assert.False(t, g.Refused, "the gang's restart takes the slots it kept")
+	require.Len(t, st.Claims, 1)
+	assert.True(t, st.Claims[0].Until.IsZero(), "its launch's claim replaced the kept one")
+
+	st = PortAllocatorState{}
+	_, err = st.allocate(PortRequest{Run: "gang", Keep: 10 * time.Second, Hosts: []PortCount{{Host: "a", Claim: 3}}}, now)
+	require.NoError(t, err)
+	g, err = st.allocate(PortRequest{Run: "queued", Hosts: []PortCount{hostAsked("a", 2, 0)}}, now.Add(11*time.Second))
+	require.NoError(t, err)
+	assert.False(t, g.Refused, "kept slots lapse when the backoff is over")
+}
+
+// A run keeps the slots of its hosts through a gang restart's backoff, and its restart's launch takes them.
+func TestGangRestart_KeepsItsSlotsThroughTheBackoff(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run is not pre-placed")
+	}
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		if generation == 0 && task == "worker-1" {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	testRegistry = func() []HostEntry { return registryOf(true) }
+	var during []SlotClaim
+	h.env.RegisterDelayedCallback(func() { during = slices.Clone(testPorts.Claims) }, 30*time.Minute)
+	st, err := h.run(t, mustSpec(t, `{name: g, command: [x], restart: {policy: OnFailure, maxRestarts: 1, backoff: 1h, scope: all}, tasks: {worker: {replicas: 4}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	kept := map[string]int{}
+	for _, c := range during {
+		assert.False(t, c.Until.IsZero(), "%+v: kept until the backoff ends", c)
+		kept[c.Host] += c.Count
+	}
+	assert.Equal(t, map[string]int{"host-a": 2, "host-b": 2}, kept, "the hosts its tasks ran on, during the backoff")
+	for _, c := range testPorts.Claims {
+		assert.True(t, c.Until.IsZero(), "%+v: the restart's launch claimed its slots anew", c)
+	}
 }

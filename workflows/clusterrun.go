@@ -67,6 +67,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		r.reason = fmt.Sprintf("gang restart %d of %d in %s after: %s", r.restartCount, plan.Gang.MaxRestarts, backoff, d.reason)
 		at := workflow.Now(ctx).Add(backoff)
 		r.restartAt = &at
+		r.keepSlots(ctx, backoff)
 		if end := r.wait(ctx, backoff, ch.deadline); end != nil {
 			r.decision = end
 			break

@@ -40,6 +40,9 @@ type PortRequest struct {
 	// Retry is how soon the run asks again if this launch is refused (0: it will not wait); meanwhile launches
 	// of runs queued after it go only where they fit beside it.
 	Retry time.Duration `json:"retry,omitempty"`
+	// Keep asks for no ports: the allocator keeps the slots the hosts' Claims name for the run, this long
+	// (a gang restart's backoff: keepSlots).
+	Keep time.Duration `json:"keep,omitempty"`
 }
 
 // PortCount is how many ports a launch needs on one host, with what the registry says of the host's ports:
@@ -124,6 +127,9 @@ func PortAllocator(ctx workflow.Context, st PortAllocatorState) error {
 
 // checkPorts refuses a request that cannot be granted: a range that is none, or more ports than it holds.
 func checkPorts(req PortRequest) error {
+	if req.Keep > 0 {
+		return nil // no ports asked
+	}
 	for _, c := range req.Hosts {
 		size := c.Range.To - c.Range.From + 1
 		switch {
@@ -142,6 +148,10 @@ func checkPorts(req PortRequest) error {
 func (st *PortAllocatorState) allocate(req PortRequest, now time.Time) (PortGrant, error) {
 	if err := checkPorts(req); err != nil {
 		return PortGrant{}, err
+	}
+	if req.Keep > 0 {
+		st.keep(req, now)
+		return PortGrant{}, nil
 	}
 	if no := st.claimSlots(req, now); no != nil {
 		return *no, nil
