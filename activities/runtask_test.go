@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -233,6 +235,23 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
+// lowPort is a free port in 20000-29999 for a run to choose. Below 32768 the kernel never hands it out as the
+// local port of an outgoing connection, so the other packages' tests, which run beside these, cannot take it
+// between this check and the task's bind (a port chosen by ":0" was taken so in CI, and the task placed itself
+// on another port: a placement, not the start the test waited for). Above the end-to-end tests' 30000-31999.
+func lowPort(t *testing.T) int {
+	t.Helper()
+	for range 1000 {
+		port := 20000 + rand.IntN(10000)
+		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
+			require.NoError(t, ln.Close())
+			return port
+		}
+	}
+	t.Fatal("no free port in 20000-29999")
+	return 0
+}
+
 func newHarness(t *testing.T) *harness {
 	a := &harness{server: &fakeServer{}, state: t.TempDir()}
 	a.suite.SetLogger(quiet())
@@ -368,10 +387,7 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 		started bool
 	}{{[]string{"sleep", "300"}, true}, {[]string{"no-such-binary-xyz"}, false}} {
 		a := newHarness(t)
-		ln, err := net.Listen("tcp", ":0")
-		require.NoError(t, err)
-		port := ln.Addr().(*net.TCPAddr).Port
-		require.NoError(t, ln.Close())
+		port := lowPort(t)
 		var mu sync.Mutex
 		var placed []workflows.Placement
 		recorded := map[string]bool{} // task -> its record and process were there when its start was reported
@@ -403,12 +419,12 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 					startedAt["worker-0"], *placed[0].StartedAt)
 			}
 			mu.Unlock()
-			_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+			_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
 			require.NoError(t, err)
 			_, _ = wait()
 			continue
 		}
-		_, err = wait()
+		_, err := wait()
 		assert.Equal(t, workflows.ErrTaskStartFailed, appErr(t, err).Type())
 		time.Sleep(50 * time.Millisecond) // longer than the placements' batch window: a report would be out
 		mu.Lock()
@@ -434,10 +450,7 @@ func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
 	}
 	var eps []workflows.Endpoint
 	for _, name := range []string{"worker-0", "worker-1"} {
-		ln, err := net.Listen("tcp", ":0")
-		require.NoError(t, err)
-		eps = append(eps, workflows.Endpoint{Task: name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port})
-		require.NoError(t, ln.Close())
+		eps = append(eps, workflows.Endpoint{Task: name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: lowPort(t)})
 	}
 	m := clusterOf(eps...)
 	var waits []func() (workflows.TaskResult, error)
