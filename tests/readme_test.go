@@ -167,3 +167,34 @@ func TestMakeDemo_SaysWhenItsHostsAreNotAmongTheDevHosts(t *testing.T) {
 	entries, _ := os.ReadDir(state)
 	assert.Empty(t, entries, "nothing was started")
 }
+
+// make up says at once why a host worker did not start, with the end of its log: before, it waited 30 s for a
+// worker that had exited at once and said only that it did not come up (seen as a user, with a log folder on a
+// tmpfs, which is writable by everyone).
+func TestMakeUp_SaysAtOnceWhyAHostWorkerDidNotStart(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	logs := filepath.Join(state, "logs")
+	require.NoError(t, os.Mkdir(logs, 0o755))
+	require.NoError(t, os.Chmod(logs, 0o777))
+	runtime, err := newRuntimeDir()
+	require.NoError(t, err)
+	defer os.RemoveAll(runtime)
+	shellEnv := append(os.Environ(), "CLUSTERRUN_STATE="+state, "CLUSTERRUN_WORKER_SOCKET_DIR="+runtime, "CLUSTERRUN_DEV_HOSTS=u-a",
+		fmt.Sprintf("TEMPORAL_PORT=%d", lowFreePort()), fmt.Sprintf("TEMPORAL_UI_PORT=%d", lowFreePort()))
+	defer func() {
+		down := exec.Command(filepath.Join(env.root, "deployments", "dev", "down.sh"))
+		down.Dir, down.Env = env.root, shellEnv
+		if out, err := down.CombinedOutput(); err != nil {
+			t.Errorf("down.sh: %v\n%s", err, out)
+		}
+	}()
+	up := exec.Command(filepath.Join(env.root, "deployments", "dev", "up.sh"))
+	up.Dir, up.Env = env.root, shellEnv
+	out, err := up.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Contains(t, string(out), "up: host worker u-a exited; the end of its log")
+	assert.Contains(t, string(out), fmt.Sprintf("--log-dir %s can be written by other users (mode -rwxrwxrwx): chmod go-w %s", logs, logs))
+	assert.NotContains(t, string(out), "did not come up")
+}

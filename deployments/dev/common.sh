@@ -119,7 +119,7 @@ start_workers() {
 		echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"
 	done
 	for h in $hosts; do
-		wait_for "host worker $h" 30 grep -q "clusterrun-worker ready" "$state/worker-$h.log"
+		wait_up "$state/worker-$h.pid" "$state/worker-$h.log" "host worker $h" 30 grep -q "clusterrun-worker ready" "$state/worker-$h.log"
 	done
 	# A run places its unpinned tasks on the hosts the registry lists as live when it starts: wait until it
 	# lists every worker, or the first run after `make up` may put all its tasks on the first host to report.
