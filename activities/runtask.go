@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -528,8 +529,36 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		}
 		return res, workflows.TaskFailure(in.Task, res)
 	}
+	h.noteLogsFull(&res, x)
 	noteOOM(&res, x)
 	return res, workflows.AttemptOutcome(in, res)
+}
+
+// noteLogsFull marks the logs of a task that ended on its own whose file system ran out of space while it ran,
+// and, when it failed, says so first in its error: its last words (a traceback) were lost with the rest, so
+// without the note the failure says only its exit code.
+func (h *Host) noteLogsFull(res *workflows.TaskResult, x shim.Exit) {
+	if !x.LogsFull {
+		return
+	}
+	if res.Logs == nil {
+		res.Logs = &workflows.LogSizes{}
+	}
+	res.Logs.Full = true
+	if res.ExitCode == 0 && res.Signal == "" {
+		return
+	}
+	room := ""
+	var fs syscall.Statfs_t
+	if syscall.Statfs(h.LogDir, &fs) == nil {
+		room = fmt.Sprintf(", %s free of %s now", spec.FormatSize(int64(fs.Bavail)*fs.Bsize), spec.FormatSize(int64(fs.Blocks)*fs.Bsize))
+	}
+	note := fmt.Sprintf("%s, its last words with it (--log-dir %s%s: free space there, or give the worker a --log-dir with room)",
+		workflows.LogsFullNote(h.Name), h.LogDir, room)
+	if res.Error != "" {
+		note += "; " + res.Error
+	}
+	res.Error = note
 }
 
 // noteOOM puts the OOM killer's kills first in the error of a task that ended on its own: its main process's

@@ -252,11 +252,14 @@ func lowPort(t *testing.T) int {
 	return 0
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessLoggingTo(t, t.TempDir()) }
+
+// newHarnessLoggingTo is a harness whose host keeps its tasks' logs in logDir.
+func newHarnessLoggingTo(t *testing.T, logDir string) *harness {
 	a := &harness{server: &fakeServer{}, state: t.TempDir()}
 	a.suite.SetLogger(quiet())
 	a.env = a.suite.NewTestActivityEnvironment()
-	a.host = newHost(t, a.state, "", t.TempDir(), a.server)
+	a.host = newHost(t, a.state, "", logDir, a.server)
 	a.env.RegisterActivity(a.host.RunTask)
 	a.env.RegisterActivity(a.host.RunTasks)
 	return a
@@ -431,6 +434,57 @@ func TestRunTask_APrePlacedStartIsReportedOnceItsProcessRuns(t *testing.T) {
 		assert.Empty(t, placed, "no start reported")
 		mu.Unlock()
 	}
+}
+
+// smallFileSystem is a folder on a tmpfs of size bytes of its own, which tasks can fill; the test is skipped
+// where no file system can be mounted (not root).
+func smallFileSystem(t *testing.T, size int) string {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// A task whose log folder's file system fills up while it runs is said to have lost output: a failure says so
+// first in its error, with the folder and its free space (its traceback went with the rest, so its error said
+// only its exit code), and a success's logs are marked (the CLI says it). Seen as a user with a --log-dir on a
+// small tmpfs. A task started once it is full, which writes nothing that could be dated, is said too.
+func TestRunTask_ALogFolderThatFillsUpIsSaid(t *testing.T) {
+	logs := smallFileSystem(t, 1<<20)
+	a := newHarnessLoggingTo(t, logs)
+	fill := "head -c 3000000 /dev/zero | tr '\\0' x; exit %d"
+	for _, c := range []struct {
+		name string
+		cmd  string
+		code int
+	}{{"worker-0", fmt.Sprintf(fill, 3), 3}, {"worker-1", "echo started; exit 4", 4}, {"worker-2", fmt.Sprintf(fill, 0), 0}} {
+		tk := taskSpec("bash", "-c", c.cmd)
+		tk.Name = c.name
+		res, err := a.run(leased(tk))()
+		if c.code == 0 {
+			require.NoError(t, err, c.name)
+		} else {
+			e := appErr(t, err)
+			require.NoError(t, e.Details(&res))
+			assert.Contains(t, e.Message(), fmt.Sprintf("%s exited with code %d on test-host (attempt 1): %s, its last words with it (--log-dir %s, 0 B free of 1 MiB now: "+
+				"free space there, or give the worker a --log-dir with room)", c.name, c.code, workflows.LogsFullNote("test-host"), logs), c.name)
+		}
+		require.NotNil(t, res.Logs, c.name)
+		assert.True(t, res.Logs.Full, "%s: its logs are marked", c.name)
+	}
+
+	// A task that ends with room left is not marked.
+	require.NoError(t, os.RemoveAll(filepath.Join(logs, testWorkflowID)))
+	tk := taskSpec("bash", "-c", "echo fits; exit 5")
+	tk.Name = "worker-3"
+	res, err := a.run(leased(tk))()
+	e := appErr(t, err)
+	require.NoError(t, e.Details(&res))
+	assert.NotContains(t, e.Message(), "filled up")
+	require.NotNil(t, res.Logs)
+	assert.False(t, res.Logs.Full)
 }
 
 // The start of a pre-placed attempt that the run stopped before its host sent it is dropped (the stop's answer

@@ -261,6 +261,15 @@ type TaskExit struct {
 type LogSizes struct {
 	Stdout int64 `json:"stdout"`
 	Stderr int64 `json:"stderr"`
+	// Full says their file system ran out of space (or its disk quota) while the attempt ran: its output past
+	// that point was lost.
+	Full bool `json:"full,omitempty"`
+}
+
+// LogsFullNote says that an attempt's logs lost what it wrote once their file system on host filled up
+// (LogSizes.Full): its host's words in a failure's error, the CLI's for a task that succeeded.
+func LogsFullNote(host string) string {
+	return "its logs' file system on " + host + " filled up: output it wrote after that was lost"
 }
 
 // Of is the size of the stream named stdout or stderr.

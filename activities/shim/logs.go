@@ -1,8 +1,11 @@
 package shim
 
 import (
+	"errors"
 	"log"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/clusterrun/clusterrun/activities/logfile"
@@ -23,6 +26,7 @@ type taskLogs struct {
 	mu       sync.Mutex
 	watchers []*logfile.Watcher
 	failed   []bool // a failure is logged once per file, not four times a second
+	full     bool   // a write beside the logs found their file system out of space
 	closed   bool
 }
 
@@ -52,8 +56,8 @@ func (s *logSampler) add(cfg Config, logger *log.Logger) *taskLogs {
 }
 
 // finish takes a task's last samples once it has ended, so that its logs are fully dated before its exit is
-// recorded, and samples them no more.
-func (s *logSampler) finish(tl *taskLogs) {
+// recorded, and samples them no more. It says whether their file system ran out of space while the task ran.
+func (s *logSampler) finish(tl *taskLogs) (full bool) {
 	s.mu.Lock()
 	delete(s.logs, tl)
 	s.mu.Unlock()
@@ -62,9 +66,32 @@ func (s *logSampler) finish(tl *taskLogs) {
 	for _, w := range tl.watchers {
 		if err := w.Close(time.Now()); err != nil {
 			tl.logger.Printf("%v", err)
+			tl.full = tl.full || outOfSpace(err)
 		}
 	}
 	tl.closed = true
+	return tl.full
+}
+
+// noRoom says the file system of a task's log file has no room left for the task's user: the task may have
+// met it first, before anything it wrote was dated (an empty log on a file system another task filled). The
+// blocks kept for root count only for root.
+func noRoom(path string, user *User) bool {
+	var fs syscall.Statfs_t
+	if syscall.Statfs(path, &fs) != nil {
+		return false
+	}
+	if (user == nil && os.Geteuid() == 0) || (user != nil && user.UID == 0) {
+		return fs.Bfree == 0
+	}
+	return fs.Bavail == 0
+}
+
+// outOfSpace says an error is a full file system or an exhausted disk quota. The task writes its logs itself
+// (its stdout is the file), so the supervisor cannot see its writes fail; the small files it writes beside
+// them, each time they grow, fail the same way then.
+func outOfSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // loop samples every task's files each logfile.SampleEvery, and ends once no task is left.
@@ -98,7 +125,12 @@ func (tl *taskLogs) sample(now time.Time) {
 		return
 	}
 	for i, w := range tl.watchers {
-		if err := w.Sample(now); err != nil && !tl.failed[i] {
+		err := w.Sample(now)
+		if err == nil {
+			continue
+		}
+		tl.full = tl.full || outOfSpace(err)
+		if !tl.failed[i] {
 			tl.failed[i] = true
 			tl.logger.Printf("%v", err)
 		}

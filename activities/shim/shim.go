@@ -121,7 +121,10 @@ type Exit struct {
 	// OOMKilledChildren are the OOM killer's kills of the task's other processes (its process group's: children,
 	// a data loader's workers) that the supervisor could tell were the task's (oom.go).
 	OOMKilledChildren []OOMKill `json:"oomKilledChildren,omitempty"`
-	EndedAt           time.Time `json:"endedAt"`
+	// LogsFull says the file system of the task's log files ran out of space (or its disk quota) while the
+	// task ran: what it wrote past that was lost, and a failure's own words with it.
+	LogsFull bool      `json:"logsFull,omitempty"`
+	EndedAt  time.Time `json:"endedAt"`
 }
 
 // Who stopped a task, when the shim decided it itself.

@@ -147,7 +147,7 @@ func (t *task) start() error {
 // finish records how the task ended, hands it to every watcher and closes the task's socket.
 func (t *task) finish() {
 	x := t.p.Exit()
-	t.sampler.finish(t.logs)
+	full := t.sampler.finish(t.logs) || noRoom(t.cfg.Stdout, t.cfg.User) || noRoom(t.cfg.Stderr, t.cfg.User)
 	oom := t.oomKilled(x)
 	children := t.oom.killedIn(t.started.PID, t.started.PID, t.started.StartedAt) // the task leads its own group
 	for _, k := range children {
@@ -155,7 +155,7 @@ func (t *task) finish() {
 	}
 	t.mu.Lock()
 	t.exit = Exit{Code: x.Code, Signal: x.Signal, Stopped: t.stopping, By: t.by, Reason: t.reason, EndedAt: time.Now(),
-		OOMKilled: oom, OOMKilledChildren: children}
+		OOMKilled: oom, OOMKilledChildren: children, LogsFull: full}
 	if x.Signal == "SIGKILL" {
 		t.exit.KilledAfter = t.p.Overran()
 	}

@@ -274,6 +274,9 @@ func taskRow(t workflows.TaskStatus, hb map[string]heartbeat) []string {
 	if note == "" && t.ResultOmitted {
 		note = "(result too large for the run's results; see result.json in the task's log folder on " + t.Host + ")"
 	}
+	if t.Logs != nil && t.Logs.Full && !strings.Contains(note, workflows.LogsFullNote(t.Host)) {
+		note = strings.TrimSuffix(workflows.LogsFullNote(t.Host)+"; "+note, "; ")
+	}
 	host := t.Host
 	if host == "" {
 		host = "-"

@@ -284,6 +284,9 @@ func describeState(t workflows.TaskStatus) string {
 		}
 		return "waiting: " + t.Error
 	case workflows.TaskSucceeded:
+		if t.Logs != nil && t.Logs.Full {
+			return "exited 0; " + workflows.LogsFullNote(t.Host) // a failure's error says so itself
+		}
 		return "exited 0"
 	case workflows.TaskStopped:
 		line := "stopped"

@@ -125,3 +125,22 @@ func TestActive_ATaskWaitingForItsGangRestart(t *testing.T) {
 	assert.False(t, active(waiting))
 	assert.Equal(t, workflows.TaskStopped, stateOf(waiting))
 }
+
+// A task whose logs' file system filled up says so in its row and in run's line: a success in the CLI's words
+// (with its result after them), a failure in its host's, once.
+func TestTaskRow_SaysItsLogsLostOutputToAFullFileSystem(t *testing.T) {
+	zero, one := 0, 1
+	ok := workflows.TaskStatus{Name: "ok-0", State: workflows.TaskSucceeded, Host: "u-a", Attempt: 1, ExitCode: &zero,
+		Logs: &workflows.LogSizes{Stdout: 2 << 20, Full: true}}
+	assert.Equal(t, "its logs' file system on u-a filled up: output it wrote after that was lost", taskRow(ok, nil)[5])
+	assert.Equal(t, "exited 0; its logs' file system on u-a filled up: output it wrote after that was lost", describeState(ok))
+	ok.Result = []byte(`{"loss":0.1}`)
+	assert.Equal(t, `its logs' file system on u-a filled up: output it wrote after that was lost; {"loss":0.1}`, taskRow(ok, nil)[5])
+	failed := workflows.TaskStatus{Name: "bad-0", State: workflows.TaskFailed, Host: "u-b", Attempt: 1, ExitCode: &one,
+		Logs: &workflows.LogSizes{Full: true}, Error: "bad-0 exited with code 1 on u-b (attempt 1): " + workflows.LogsFullNote("u-b") + ", its last words with it (...)"}
+	assert.Equal(t, failed.Error, taskRow(failed, nil)[5])
+	assert.Equal(t, "failed: "+failed.Error, describeState(failed))
+	ok.Logs.Full, ok.Result = false, nil
+	assert.Equal(t, "", taskRow(ok, nil)[5])
+	assert.Equal(t, "exited 0", describeState(ok))
+}
