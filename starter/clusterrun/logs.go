@@ -116,6 +116,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !*follow && *attempt == 0 {
+		if note := cutShort(tasks); note != "" {
+			fmt.Fprintln(stderr, "clusterrun logs: "+note)
+		}
 		if note := earlierAttempts(id, tasks); note != "" {
 			fmt.Fprintln(stderr, "clusterrun logs: "+note)
 		}
@@ -153,6 +156,32 @@ func earlierAttempts(runID string, shown []workflows.TaskStatus) string {
 	}
 	return fmt.Sprintf("this was each task's latest attempt, and %d had earlier ones (%s); read one with: clusterrun logs %s TASK --attempt N",
 		len(had), list, runID)
+}
+
+// cutShort tells, after a listing of tasks' latest attempts, whose logs end early because their file system
+// filled up (LogSizes.Full): what those tasks wrote after that is not in them. It is empty when none did.
+func cutShort(shown []workflows.TaskStatus) string {
+	var cut []workflows.TaskStatus
+	for _, t := range shown {
+		if t.Logs != nil && t.Logs.Full {
+			cut = append(cut, t)
+		}
+	}
+	switch len(cut) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("%s's output ends early: %s", cut[0].Name, workflows.LogsFullNote(cut[0].Host))
+	}
+	var each []string
+	for _, t := range cut[:min(len(cut), 3)] {
+		each = append(each, t.Name+" on "+t.Host)
+	}
+	list := strings.Join(each, ", ")
+	if len(cut) > 3 {
+		list += fmt.Sprintf(" and %d more", len(cut)-3)
+	}
+	return fmt.Sprintf("the output of %d tasks ends early (%s): their logs' file system filled up, and what they wrote after that was lost", len(cut), list)
 }
 
 // logStreams are the streams --stdout and --stderr pick: both when neither or both are given.
