@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -305,15 +304,15 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	}
 	dir := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	if err := h.prepareLogs(dir); err != nil {
-		return fail(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err))
+		return fail(h.withRoomNote(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
 	e.setInfo(taskInfo(e.ref, h.Name, cluster))
 	ctl, err := h.serveControl(e)
 	if err != nil {
-		return fail(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err))
+		return fail(h.withRoomNote(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
 	if err := h.writeClusterFile(e, cluster); err != nil {
-		return fail(fmt.Errorf("cluster file for %s on %s: %w", e.ref.Task, h.Name, err))
+		return fail(h.withRoomNote(fmt.Errorf("cluster file for %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
 	env := TaskEnv(append(h.TaskEnv.Filter(os.Environ()), h.userEnv()...), TaskIdentity{RunID: e.ref.WorkflowID, Task: in.Task, Attempt: e.ref.Attempt,
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
@@ -330,7 +329,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		return fail(temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s cannot start on host %s: %s", e.ref.Task, h.Name, se.Msg),
 			workflows.ErrTaskStartFailed, nil, res))
 	case err != nil:
-		return fail(fmt.Errorf("start %s on %s: %w", e.ref.Task, h.Name, err))
+		return fail(h.withRoomNote(fmt.Errorf("start %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
 	// A stop asked for while the process was starting applies now.
 	if by, reason := e.stopCause(); by != "" {
@@ -532,33 +531,6 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 	h.noteLogsFull(&res, x)
 	noteOOM(&res, x)
 	return res, workflows.AttemptOutcome(in, res)
-}
-
-// noteLogsFull marks the logs of a task that ended on its own whose file system ran out of space while it ran,
-// and, when it failed, says so first in its error: its last words (a traceback) were lost with the rest, so
-// without the note the failure says only its exit code.
-func (h *Host) noteLogsFull(res *workflows.TaskResult, x shim.Exit) {
-	if !x.LogsFull {
-		return
-	}
-	if res.Logs == nil {
-		res.Logs = &workflows.LogSizes{}
-	}
-	res.Logs.Full = true
-	if res.ExitCode == 0 && res.Signal == "" {
-		return
-	}
-	room := ""
-	var fs syscall.Statfs_t
-	if syscall.Statfs(h.LogDir, &fs) == nil {
-		room = fmt.Sprintf(", %s free of %s now", spec.FormatSize(int64(fs.Bavail)*fs.Bsize), spec.FormatSize(int64(fs.Blocks)*fs.Bsize))
-	}
-	note := fmt.Sprintf("%s, its last words with it (--log-dir %s%s: free space there, or give the worker a --log-dir with room)",
-		workflows.LogsFullNote(h.Name), h.LogDir, room)
-	if res.Error != "" {
-		note += "; " + res.Error
-	}
-	res.Error = note
 }
 
 // noteOOM puts the OOM killer's kills first in the error of a task that ended on its own: its main process's

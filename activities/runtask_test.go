@@ -487,6 +487,31 @@ func TestRunTask_ALogFolderThatFillsUpIsSaid(t *testing.T) {
 	assert.False(t, res.Logs.Full)
 }
 
+// A task that cannot start because a folder of its host is full says which folder and what to do: the error
+// alone named a file deep inside it (seen as a user with a full --socket-dir, which is /dev/shm by default).
+func TestRunTask_AStartOnAFullRuntimeFolderNamesIt(t *testing.T) {
+	sockets := smallFileSystem(t, 256<<10)
+	a := &harness{server: &fakeServer{}, state: t.TempDir()}
+	a.suite.SetLogger(quiet())
+	a.env = a.suite.NewTestActivityEnvironment()
+	a.host = newHost(t, a.state, sockets, t.TempDir(), a.server)
+	a.env.RegisterActivity(a.host.RunTask)
+	filler, err := os.Create(filepath.Join(sockets, "filler"))
+	require.NoError(t, err)
+	_, err = filler.Write(make([]byte, 512<<10))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.NoError(t, filler.Close())
+
+	_, err = a.run(leased(taskSpec("true")))()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no space left on device (host test-host's --socket-dir "+sockets+" is full, 0 B free of 256 KiB now: "+
+		"free space there, or give the worker a --socket-dir with room)")
+
+	require.NoError(t, os.Remove(filler.Name()))
+	_, err = a.run(leased(taskSpec("true")))()
+	require.NoError(t, err, "it starts once there is room")
+}
+
 // The start of a pre-placed attempt that the run stopped before its host sent it is dropped (the stop's answer
 // carries the start time): sent then, it would land while the run is ending.
 func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
