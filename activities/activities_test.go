@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clusterrun/clusterrun/activities/logfile"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -111,11 +113,43 @@ func TestReadLogs_TheLatestDrawingOfARedrawnLine(t *testing.T) {
 	assert.Equal(t, " 44%|#  | 4/9", c.Redraw)
 	assert.Equal(t, " 44%|#  | 4/9", read(workflows.ReadLogsRequest{Stream: "stderr", Offset: c.Next, Redraw: true}).Redraw)
 	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stderr"}).Redraw, "only for a reader that asks")
-	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stdout", Redraw: true}).Redraw, "a part line with no carriage return")
+	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stdout", Redraw: true}).Redraw, "a part line with no carriage return, undated")
 	assert.Empty(t, read(workflows.ReadLogsRequest{Stream: "stderr", Redraw: true, Max: 4}).Redraw, "a read that stops short of the end")
 	last := read(workflows.ReadLogsRequest{Stream: "stderr", Offset: c.Next, Redraw: true, Flush: true})
 	assert.Equal(t, "\r  0%|   | 0/9\r 44%|#  | 4/9", string(last.Data), "a finished task's last line comes out whole")
 	assert.Empty(t, last.Redraw)
+}
+
+// A line with no newline and no carriage return that has stood unfinished for a second ("Loading data..." and,
+// a minute later, "done") shows as a drawing too: before, it showed only at its newline. One written a moment
+// ago does not: a line written in two pieces would show as progress.
+func TestReadLogs_ALineUnfinishedForASecondShows(t *testing.T) {
+	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, quiet())
+	dir := AttemptDir(h.LogDir, "run", 1, "worker-0")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	path := filepath.Join(dir, "stdout.log")
+	require.NoError(t, os.WriteFile(path, []byte("epoch 1\nLoading data..."), 0o644))
+	w, err := logfile.NewWatcher(path, 0)
+	require.NoError(t, err)
+	read := func() workflows.LogChunk {
+		res, err := h.ReadLogs(context.Background(), workflows.ReadLogsInput{RunID: "run", Requests: []workflows.ReadLogsRequest{
+			{Task: "worker-0", Attempt: 1, Stream: "stdout", Redraw: true}}})
+		require.NoError(t, err)
+		return res.Chunks[0]
+	}
+	require.NoError(t, w.Sample(time.Now().Add(-200*time.Millisecond)))
+	c := read()
+	assert.Equal(t, "epoch 1\n", string(c.Data))
+	assert.Empty(t, c.Redraw, "unfinished for less than a second")
+
+	require.NoError(t, os.WriteFile(path, []byte("epoch 1\nLoading data..."), 0o644)) // the same, sampled long ago
+	require.NoError(t, os.Remove(path+".times"))
+	w, err = logfile.NewWatcher(path, 0)
+	require.NoError(t, err)
+	require.NoError(t, w.Sample(time.Now().Add(-2*time.Second)))
+	c = read()
+	assert.Equal(t, "epoch 1\n", string(c.Data), "the line itself is still handed out only whole")
+	assert.Equal(t, "Loading data...", c.Redraw)
 }
 
 // Maps of runs started before endpoints carried their type still give each task its type.

@@ -121,7 +121,7 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 	atEnd := off+int64(len(buf)) == size
 	whole := wholeLines(buf, limit, r.Flush && atEnd)
 	if r.Redraw && atEnd {
-		c.Redraw = lines.Drawing(buf[len(whole):], workflows.MaxRedraw)
+		c.Redraw = drawing(path, off+int64(len(whole)), buf[len(whole):], time.Now())
 	}
 	buf = whole
 	c.Data, c.Next = buf, off+int64(len(buf))
@@ -135,6 +135,26 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 		shrink(&c, out)
 	}
 	return c
+}
+
+// unfinishedFor is how long a line with no newline and no carriage return stands unfinished before a read
+// shows it as a drawing: a line written in two pieces a moment apart is not one ("Loading data..." and, a
+// minute later, "done" is).
+const unfinishedFor = time.Second
+
+// drawing is what a reader that asks for it is shown of the line the file ends on, unfinished, which begins at
+// offset start and of which part is the end: its latest drawing when it is redrawn with carriage returns, and
+// the text so far when it has stood unfinished for unfinishedFor (by the first mark past its start; a line no
+// sample has seen yet is younger than a sample). "" otherwise.
+func drawing(path string, start int64, part []byte, now time.Time) string {
+	if d := lines.Drawing(part, workflows.MaxRedraw); d != "" || len(part) == 0 {
+		return d
+	}
+	marks := logfile.Marks(path, start, start+1)
+	if len(marks) == 0 || now.Sub(unixNano(marks[0].At)) < unfinishedFor {
+		return ""
+	}
+	return lines.Unfinished(part, workflows.MaxRedraw)
 }
 
 // shrink fits a chunk's data in out bytes for a reader that takes compressed data: compressed, halving the raw

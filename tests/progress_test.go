@@ -129,3 +129,21 @@ tasks: {worker: {replicas: %d}}
 		assert.NotContains(t, run.output(), "\r", "no carriage return reaches the output")
 	})
 }
+
+// A line left unfinished, with no carriage return ("Loading data..." and later "done"), shows in clusterrun run
+// as a progress line once it has stood for a second; before, nothing showed until its newline.
+func TestE2E_ALineLeftUnfinishedShowsWhileItWaits(t *testing.T) {
+	t.Parallel()
+	id, gate := runID(t), filepath.Join(t.TempDir(), "go")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	spec := writeSpec(t, fmt.Sprintf(`
+name: unfinished
+command: [sh, -c, 'echo epoch 1; printf "Loading data..."; while [ ! -e %s ]; do sleep 0.1; done; echo " done"']
+tasks: {worker: {replicas: 1}}
+`, gate))
+	run := env.startCLIToFile(t, "run", spec, "--id", id)
+	run.waitFor(t, "a progress line while the line waits", regexp.MustCompile(`\[worker-0\] ── progress Loading data\.\.\.\n`))
+	require.NoError(t, exec.Command("touch", gate).Run())
+	require.NoError(t, run.wait(t, 2*time.Minute))
+	assert.Contains(t, run.output(), "[worker-0] Loading data... done\n", "the line, whole, at its newline")
+}

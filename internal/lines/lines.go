@@ -27,10 +27,17 @@ const drawingWindow = 4 << 10
 // carriage returns; otherwise "". It is plain text (no escape sequences, control characters or invalid UTF-8),
 // cut to max bytes at a character's start.
 func Drawing(part []byte, max int) string {
-	part = part[len(part)-min(len(part), drawingWindow):]
-	if bytes.IndexByte(part, '\r') < 0 {
+	if bytes.IndexByte(part[len(part)-min(len(part), drawingWindow):], '\r') < 0 {
 		return ""
 	}
+	return Unfinished(part, max)
+}
+
+// Unfinished is what a line with no newline yet shows now, part being its end: its latest drawing when it is
+// redrawn with carriage returns, else the text so far (of its last 4 KiB), as Drawing gives it; "" when that
+// is blank.
+func Unfinished(part []byte, max int) string {
+	part = part[len(part)-min(len(part), drawingWindow):]
 	d := strings.TrimRightFunc(plain(LastDrawing(string(part))), func(r rune) bool { return r == ' ' })
 	if strings.TrimSpace(d) == "" {
 		return ""

@@ -26,3 +26,10 @@ func TestDrawing(t *testing.T) {
 	assert.Equal(t, "step 9", Drawing([]byte(long), 256))
 	assert.Equal(t, "", Drawing([]byte("\r"+strings.Repeat("x", 10000)), 256), "a drawing past the window is no progress bar")
 }
+
+func TestUnfinished(t *testing.T) {
+	assert.Equal(t, "Loading data...", Unfinished([]byte("Loading data..."), 256), "a part line that is not redrawn, as it is")
+	assert.Equal(t, " 45%|####", Unfinished([]byte("\r  0%|\r 45%|####  "), 256), "a redrawn one, as Drawing gives it")
+	assert.Equal(t, "", Unfinished([]byte("   \x1b[0m"), 256), "blank")
+	assert.Equal(t, strings.Repeat(".", 256), Unfinished([]byte(strings.Repeat(".", 10000)), 256), "cut to max")
+}
