@@ -5,13 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 )
 
 const attachUsage = `Follow a run that is already going, as 'clusterrun run' follows the run it starts.
 
 Usage: clusterrun attach RUN [--tail N] [-o table|json]
 
-Prints the last N lines of each task attempt so far (--tail, default 10; 0 prints all of it), then every task's
+Prints the last N lines of each task attempt so far (--tail, default 10, fewer past 100 tasks and none past 1,000;
+0 prints all of it), then every task's
 output as it comes, with the same state lines and progress as 'clusterrun run', and the result table at the end. Exits as
 'clusterrun run' would have: 0 on success, the chief's (or else the first failed task's) exit code on failure,
 124 on maxRunTime, 130 when canceled. A run that has ended prints its last lines and its end at once. Ctrl-C
@@ -23,8 +25,23 @@ Example:
   clusterrun attach mnist-42
 `
 
-// attachTail is how many lines of what each task wrote before 'clusterrun attach' began it shows by default.
-const attachTail = 10
+// attachTail is how many lines of what each task wrote before 'clusterrun attach' began it shows by default,
+// and attachTailBudget the most such lines in all: a run of more than 100 tasks shows fewer of each, and one of
+// more than 1,000 none (its tasks' output from the attach on). 10 lines of each of 4,000 tasks were 40,000
+// lines, and 8,000 streams to read, before the first new one.
+const (
+	attachTail       = 10
+	attachTailBudget = 1000
+)
+
+// earlierLines is how many lines of each task's earlier output a default attach to a run of n tasks shows; 0
+// when it shows none.
+func earlierLines(n int) int {
+	if n*attachTail <= attachTailBudget {
+		return attachTail
+	}
+	return attachTailBudget / n
+}
 
 func cmdAttach(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
@@ -63,6 +80,16 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
 	how := following{tail: *tail, first: &st.RunStatus}
+	if !flagGiven(fs, "tail") {
+		switch how.tail = earlierLines(len(st.Tasks)); how.tail {
+		case attachTail:
+		case 0:
+			how.since = time.Now().UnixNano()
+			fmt.Fprintf(stderr, "clusterrun attach: %d tasks: showing their output from now on (--tail N shows each task's last N lines first)\n", len(st.Tasks))
+		default:
+			fmt.Fprintf(stderr, "clusterrun attach: %d tasks: showing the last %d line(s) of each first (--tail N shows N)\n", len(st.Tasks), how.tail)
+		}
+	}
 	if *output == "json" {
 		return followRun(ctx, c, id, stderr, stderr, stdout, how)
 	}

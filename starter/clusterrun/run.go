@@ -124,6 +124,7 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 type following struct {
 	owner bool
 	tail  int
+	since int64 // with first: each stream's earlier output is shown from then (unix nanoseconds), if set
 	first *workflows.RunStatus
 }
 
@@ -155,7 +156,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 		defer f.block.close()
 	}
 	if how.first != nil {
-		f.tail = how.tail
+		f.tail, f.since = how.tail, how.since
 		f.update(*how.first)
 		f.tailDone()
 	}

@@ -505,3 +505,11 @@ func TestNoAnswer_SaysWhoDidNotAnswer(t *testing.T) {
 	assert.Equal(t, "no clusterrun-worker took the request for host d2 within 1m0s: is any host worker running? "+
 		"(clusterrun hosts says when each host was last seen)", noAnswer("d2", context.DeadlineExceeded))
 }
+
+// A default attach shows 10 lines of each task's earlier output up to 100 tasks, fewer past that so that 1,000
+// lines at most come before the first new one, and none past 1,000 tasks.
+func TestEarlierLines_BoundsWhatADefaultAttachShowsFirst(t *testing.T) {
+	for n, want := range map[int]int{1: 10, 100: 10, 101: 9, 250: 4, 1000: 1, 1001: 0, 10000: 0} {
+		assert.Equal(t, want, earlierLines(n), "%d tasks", n)
+	}
+}
