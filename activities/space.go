@@ -57,6 +57,15 @@ func (h *Host) withRoomNote(err error) error {
 	return fmt.Errorf("%w (host %s's %s %s is full%s: free space there, or give the worker a %s with room)", err, h.Name, flag, dir, room(dir), flag)
 }
 
+// LogDisk is the file system of the host's log folder, as its reports give it; nil when it cannot be read.
+func (h *Host) LogDisk() *workflows.DiskSpace {
+	var fs syscall.Statfs_t
+	if syscall.Statfs(h.LogDir, &fs) != nil {
+		return nil
+	}
+	return &workflows.DiskSpace{Free: int64(fs.Bavail) * fs.Bsize, Size: int64(fs.Blocks) * fs.Bsize}
+}
+
 // room says how much of a folder's file system is free: ", 0 B free of 64 MiB now". Empty when it cannot tell.
 func room(dir string) string {
 	var fs syscall.Statfs_t

@@ -61,7 +61,19 @@ type HostReport struct {
 	// PortsInUse are the ports of that range that are not free here (at most MaxPortsInUse): held by this
 	// host's running tasks, or by any other socket of the machine. The allocator gives them to no task.
 	PortsInUse []int `json:"portsInUse,omitempty"`
+	// LogDisk is the file system of the host's --log-dir (nil from workers before this field, or where it
+	// cannot be read): a full one loses its tasks' output.
+	LogDisk *DiskSpace `json:"logDisk,omitempty"`
 }
+
+// DiskSpace is a file system's size and the bytes of it free to its tasks, in bytes.
+type DiskSpace struct {
+	Free int64 `json:"free"`
+	Size int64 `json:"size"`
+}
+
+// Low says the file system is nearly full: less than a tenth of it free, and less than 1 GiB.
+func (d DiskSpace) Low() bool { return d.Free < min(1<<30, d.Size/10) }
 
 // MaxPortsInUse bounds a host report's PortsInUse.
 const MaxPortsInUse = 4096

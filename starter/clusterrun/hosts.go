@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -23,7 +24,8 @@ Usage: clusterrun hosts [--all] [-o table|json]
 
 A host is live when it reported within the last 30s and is not shutting down; runs place their unpinned tasks
 on the live hosts of each task's pool (see placement in docs/spec.md). UNPINNED counts the tasks that take one
-of the host's SLOTS; RUNNING counts every task there, pinned ones too.
+of the host's SLOTS; RUNNING counts every task there, pinned ones too. A host whose --log-dir is nearly full
+(less than a tenth and less than 1 GiB free) is said after the table, on stderr.
 
 Example:
   clusterrun hosts
@@ -73,7 +75,23 @@ func cmdHosts(args []string, stdout, stderr io.Writer) error {
 	if len(shown) == 0 {
 		fmt.Fprintln(stderr, "no live host; see every host that ever reported with --all")
 	}
+	for _, note := range diskNotes(shown) {
+		fmt.Fprintln(stderr, note)
+	}
 	return nil
+}
+
+// diskNotes warn of the hosts whose log folder's file system is nearly full: their tasks' output is lost once
+// it is (a task that fails then says so, but only then).
+func diskNotes(hosts []workflows.HostEntry) []string {
+	var out []string
+	for _, h := range hosts {
+		if d := h.LogDisk; d != nil && d.Low() {
+			out = append(out, fmt.Sprintf("%s: its --log-dir has %s free of %s; its tasks' output is lost once it is full: "+
+				"free space there (old runs' log folders), or move --log-dir", h.Host, spec.FormatSize(d.Free), spec.FormatSize(d.Size)))
+		}
+	}
+	return out
 }
 
 // errNoHosts is readHosts' answer when no host worker has ever reported.

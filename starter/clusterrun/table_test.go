@@ -144,3 +144,17 @@ func TestTaskRow_SaysItsLogsLostOutputToAFullFileSystem(t *testing.T) {
 	assert.Equal(t, "", taskRow(ok, nil)[5])
 	assert.Equal(t, "exited 0", describeState(ok))
 }
+
+// clusterrun hosts warns of a host whose log folder's file system is nearly full: less than a tenth free and
+// less than 1 GiB.
+func TestDiskNotes_WarnOfALogFolderNearlyFull(t *testing.T) {
+	host := func(name string, free, size int64) workflows.HostEntry {
+		return workflows.HostEntry{HostReport: workflows.HostReport{Host: name, LogDisk: &workflows.DiskSpace{Free: free, Size: size}}}
+	}
+	hosts := []workflows.HostEntry{host("full", 0, 2<<20), host("big", 20<<30, 250<<30), host("low", 900<<20, 250<<30),
+		host("small", 1<<20, 4<<20), {HostReport: workflows.HostReport{Host: "old"}}}
+	assert.Equal(t, []string{
+		"full: its --log-dir has 0 B free of 2 MiB; its tasks' output is lost once it is full: free space there (old runs' log folders), or move --log-dir",
+		"low: its --log-dir has 900 MiB free of 250 GiB; its tasks' output is lost once it is full: free space there (old runs' log folders), or move --log-dir",
+	}, diskNotes(hosts))
+}

@@ -115,7 +115,7 @@ func (r *reporter) report(ctx context.Context, stopping bool) error {
 	held, unpinned, runs := r.load()
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
 		Unpinned: unpinned, Runs: runs, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
-		Ports: r.c.ports}
+		Ports: r.c.ports, LogDisk: r.host.LogDisk()}
 	if r.c.ports != nil {
 		rep.PortsInUse = r.host.PortsIn(*r.c.ports, workflows.MaxPortsInUse)
 	}

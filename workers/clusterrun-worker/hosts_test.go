@@ -111,6 +111,10 @@ func TestReporter_ReportsFreedSlotsAtOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return len(cl.calls()) == 2 }, 2*time.Second, 5*time.Millisecond,
 		"slots freed were not reported within a second")
 	second := cl.calls()[1]
+	if assert.NotNil(t, second.LogDisk, "the report carries the log folder's file system") {
+		assert.Positive(t, second.LogDisk.Size)
+		assert.LessOrEqual(t, second.LogDisk.Free, second.LogDisk.Size)
+	}
 	assert.Equal(t, 1, second.Unpinned)
 	assert.Equal(t, []workflows.RunLoad{{Run: "r", Unpinned: 1}}, second.Runs)
 	time.Sleep(freedSoonest + 200*time.Millisecond)
