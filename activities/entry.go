@@ -84,13 +84,29 @@ type entry struct {
 	stopMoved chan struct{}
 	hung      bool
 	unheldAt  time.Time // when it lost its last lease (zero while held)
-	slot      func()    // frees the host slot it holds (an unpinned task of a batched lease), once it has ended
+	// killedSupervisor says why its host killed its supervisor (it did not answer), for the reaped end.
+	killedSupervisor string
+	slot             func() // frees the host slot it holds (an unpinned task of a batched lease), once it has ended
 }
 
 func newEntry(ref attemptRef, t spec.Task, legacy bool, grace time.Duration) *entry {
 	return &entry{ref: ref, task: t, legacy: legacy, key: recordKey(ref), grace: grace,
 		release: make(chan workflows.ClusterMap, 1), launched: make(chan struct{}), stopReq: make(chan struct{}), ended: make(chan struct{}),
 		unheldAt: time.Now()}
+}
+
+// supervisorKilled records why the host killed the attempt's supervisor.
+func (e *entry) supervisorKilled(why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.killedSupervisor = why
+}
+
+// whySupervisorDied is why its host killed the attempt's supervisor, or "".
+func (e *entry) whySupervisorDied() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.killedSupervisor
 }
 
 // claim gives the entry to lease n and returns the channel that closes when that lease loses it. A stale

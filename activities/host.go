@@ -75,6 +75,11 @@ type Host struct {
 	DataConverter converter.DataConverter
 	// Metrics receives clusterrun's own metrics. Optional: default none.
 	Metrics client.MetricsHandler
+	// silent records when each supervisor that did not answer a stop was continued (unanswered).
+	silent struct {
+		sync.Mutex
+		continued map[int]time.Time
+	}
 	// ProbeEvery is how often the server's health is checked. Optional: default 1s.
 	ProbeEvery time.Duration
 	// ReconcileEvery is how often unheld attempts are checked against their workflows. Optional: default 10s.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -31,6 +32,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -510,6 +512,78 @@ func TestRunTask_AStartOnAFullRuntimeFolderNamesIt(t *testing.T) {
 	require.NoError(t, os.Remove(filler.Name()))
 	_, err = a.run(leased(taskSpec("true")))()
 	require.NoError(t, err, "it starts once there is room")
+}
+
+// A stop whose supervisor does not answer does not wait forever (seen as a user: with a task's supervisor
+// SIGSTOPped, clusterrun cancel never returned): a stopped supervisor is continued and takes the stop.
+func TestStopTasks_AStoppedSupervisorIsContinuedAndStopsItsTask(t *testing.T) {
+	a := newHarness(t)
+	wait := a.run(leased(taskSpec("sleep", "300")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	e := a.host.reg.lookup(testWorkflowID, testRunID, "worker-0", 1)
+	require.NotNil(t, e)
+	shimPID := e.process().ShimPID
+	require.NoError(t, syscall.Kill(shimPID, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(shimPID, syscall.SIGCONT) })
+	waitFor(t, "the supervisor to be stopped", func() bool { return proc.State(shimPID) == 'T' })
+
+	stopped, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test",
+		GracePeriod: 5 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, stopped.Exits, 1)
+	assert.Equal(t, "SIGTERM", stopped.Exits[0].Signal, "stopped as asked, by its own supervisor")
+	assert.NotEqual(t, byte('T'), proc.State(shimPID))
+	_, _ = wait()
+}
+
+// Asks about two tasks of one stopped supervisor time out together: the first continues it, and the second
+// asks again rather than take the supervisor, running again, for hung (as a user saw: it killed it).
+func TestStopEntry_TwoAsksOfAStoppedSupervisorContinueIt(t *testing.T) {
+	a := newHarness(t)
+	var waits []func() (workflows.TaskResult, error)
+	for i, name := range []string{"worker-0", "worker-1"} {
+		waits = append(waits, a.run(leased(named(name, "sleep", "300"))))
+		waitFor(t, name+" to run", func() bool { return a.host.Running() == i+1 })
+	}
+	e0 := a.host.reg.lookup(testWorkflowID, testRunID, "worker-0", 1)
+	e1 := a.host.reg.lookup(testWorkflowID, testRunID, "worker-1", 1)
+	require.Equal(t, e0.process().ShimPID, e1.process().ShimPID, "one supervisor for the run's tasks here")
+	shimPID := e0.process().ShimPID
+	require.NoError(t, syscall.Kill(shimPID, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(shimPID, syscall.SIGCONT) })
+	waitFor(t, "the supervisor to be stopped", func() bool { return proc.State(shimPID) == 'T' })
+
+	go a.host.stopEntry(e0, stopByRun, "test", 5*time.Second)
+	go a.host.stopEntry(e1, stopByRun, "test", 5*time.Second)
+	for _, e := range []*entry{e0, e1} {
+		select {
+		case <-e.ended:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s did not end", e.ref.Task)
+		}
+		assert.Equal(t, "SIGTERM", e.exited().Signal, "%s: stopped by its own supervisor, not reaped", e.ref.Task)
+	}
+	for _, wait := range waits {
+		_, _ = wait()
+	}
+}
+
+// A supervisor that runs but does not answer (hung) is killed, with its tasks: the host's stop does not wait
+// for it forever, and their ends say why. Here the supervisor is a process of the test's that never answers
+// on a socket that takes connections.
+func TestUnanswered_AHungSupervisorIsKilledAndSaid(t *testing.T) {
+	h := newHost(t, t.TempDir(), "", t.TempDir(), &fakeServer{})
+	hung := exec.Command("sleep", "300")
+	require.NoError(t, hung.Start())
+	t.Cleanup(func() { _ = hung.Process.Kill(); _ = hung.Wait() })
+	e := newEntry(attemptRef{WorkflowID: testWorkflowID, RunID: testRunID, Task: "worker-0", Attempt: 1}, taskSpec("true"), false, time.Second)
+	e.markStarted(shim.Started{ShimPID: hung.Process.Pid, PID: hung.Process.Pid, BootID: shim.BootID()})
+	h.unanswered(e, "run", "test", time.Second, os.ErrDeadlineExceeded)
+	state, err := hung.Process.Wait()
+	require.NoError(t, err)
+	assert.Equal(t, "signal: killed", state.String())
+	assert.Equal(t, fmt.Sprintf("its supervisor clusterrun-shim (pid %d) did not answer a stop within 10s, so its host killed it, and the task with it",
+		hung.Process.Pid), e.whySupervisorDied())
 }
 
 // The start of a pre-placed attempt that the run stopped before its host sent it is dropped (the stop's answer

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clusterrun/clusterrun/activities/proc"
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/task"
@@ -202,9 +203,16 @@ func (h *Host) reap(e *entry, cause error) shim.Exit {
 	if x, ok, _ := shim.ReadExit(e.record); ok {
 		return x
 	}
+	why := e.whySupervisorDied()
+	if why == "" {
+		why = "its supervisor clusterrun-shim died, and the task with it"
+	}
 	h.Logger.Warn("the task's supervisor is gone; killing what is left of the task", "task", e.ref.Task, "error", cause)
-	return shim.Reap(e.record, "its supervisor clusterrun-shim died, and the task with it")
+	return shim.Reap(e.record, why)
 }
+
+// supervisorAnswers is how long a supervisor has to answer a request about one of its tasks.
+const supervisorAnswers = 10 * time.Second
 
 // stopEntry stops an attempt: before its process starts, the attempt ends there; after, its supervisor stops
 // the process (SIGTERM, grace, SIGKILL) and records by and reason with its exit. A stop under way with no
@@ -242,6 +250,9 @@ func (h *Host) stopEntries(entries []*entry, by, reason string, grace time.Durat
 					return
 				}
 				h.Logger.Info("stopping tasks one by one: their supervisor took no stop for all", "tasks", len(es), "error", err)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					h.unanswered(es[0], by, reason, grace, err)
+				}
 			}
 			for _, e := range es {
 				go h.askSupervisor(e, by, reason, grace)
@@ -252,15 +263,75 @@ func (h *Host) stopEntries(entries []*entry, by, reason string, grace time.Durat
 
 // askSupervisor asks an attempt's supervisor, through the attempt's own socket, to stop it.
 func (h *Host) askSupervisor(e *entry, by, reason string, grace time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), supervisorAnswers)
 	defer cancel()
 	if err := h.shimClient(e).Stop(ctx, shim.Stop{Grace: grace, By: by, Reason: reason}); err != nil {
-		if e.exited() == nil {
+		switch {
+		case e.exited() != nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			h.unanswered(e, by, reason, grace, err)
+		default:
 			h.Logger.Warn("cannot reach the task's supervisor to stop it", "task", e.ref.Task, "error", err)
 		}
 		return
 	}
 	e.stopTaken(grace)
+}
+
+// unanswered deals with the supervisor of an attempt that took a stop's connection and did not answer it in
+// time. Its tasks would run on, and their ends go unrecorded, until it answered, and a run that stops would
+// wait for them forever (seen as a user with a SIGSTOPped supervisor: `clusterrun cancel` never returned):
+//   - stopped (SIGSTOP): it is continued, and takes the stop the host asks again;
+//   - traced (a debugger holds it): it is left to whoever holds it, and said;
+//   - running but silent (hung): it is killed. Its tasks die with it (their parent-death signal), and each is
+//     reaped as for a supervisor that died, with the reason why.
+func (h *Host) unanswered(e *entry, by, reason string, grace time.Duration, cause error) {
+	st := e.process()
+	if st == nil || st.ShimPID <= 0 || st.BootID != shim.BootID() {
+		h.Logger.Warn("cannot reach the task's supervisor to stop it", "task", e.ref.Task, "error", cause)
+		return
+	}
+	// The asks about its tasks time out together: one decides, and a supervisor just continued is asked again,
+	// not taken for hung (seen: a second ask that timed out a moment after the first killed the supervisor that
+	// one had just continued).
+	h.silent.Lock()
+	defer h.silent.Unlock()
+	if h.silent.continued == nil {
+		h.silent.continued = map[int]time.Time{}
+	}
+	for pid, at := range h.silent.continued {
+		if time.Since(at) >= 2*supervisorAnswers {
+			delete(h.silent.continued, pid)
+		}
+	}
+	if _, ok := h.silent.continued[st.ShimPID]; ok {
+		go h.askSupervisor(e, by, reason, grace)
+		return
+	}
+	switch proc.State(st.ShimPID) {
+	case 0, 'Z', 'X':
+		return // it is gone: supervise reaps the attempt
+	case 'T':
+		h.Logger.Warn("the task's supervisor is stopped (SIGSTOP): continuing it", "task", e.ref.Task, "supervisor", st.ShimPID)
+		_ = syscall.Kill(st.ShimPID, syscall.SIGCONT)
+		h.silent.continued[st.ShimPID] = time.Now()
+		go h.askSupervisor(e, by, reason, grace)
+	case 't':
+		h.Logger.Warn("the task's supervisor is held by a debugger and cannot stop the task until it lets go", "task", e.ref.Task,
+			"supervisor", st.ShimPID)
+	default:
+		why := fmt.Sprintf("its supervisor clusterrun-shim (pid %d) did not answer a stop within %s, so its host killed it, and the task with it",
+			st.ShimPID, supervisorAnswers)
+		e.supervisorKilled(why)
+		for _, other := range h.reg.all() {
+			if e.supervisor != "" && other.supervisor == e.supervisor {
+				other.supervisorKilled(why) // its other tasks here die with it
+			}
+		}
+		h.Logger.Warn("the task's supervisor does not answer a stop: killing it, and its tasks with it", "task", e.ref.Task,
+			"supervisor", st.ShimPID, "error", cause)
+		_ = syscall.Kill(st.ShimPID, syscall.SIGKILL)
+	}
 }
 
 // signalEntry sends a notice (the deadline warning, mapChangeSignal) to an attempt's process group (and

@@ -417,6 +417,13 @@ func GroupAlive(pgid int) bool {
 	return false
 }
 
+// State is a process's state letter in /proc/PID/stat ('R', 'S', 'D', 'T' stopped, 't' traced, 'Z', ...), or 0
+// when there is no such process.
+func State(pid int) byte {
+	state, _, _ := procStat(pid)
+	return state
+}
+
 // procStat reads a process's state and process group from /proc/PID/stat.
 func procStat(pid int) (state byte, pgid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

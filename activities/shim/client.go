@@ -63,7 +63,7 @@ func (s Supervisor) Prepare() (*Pending, error) {
 	defer mu.(*sync.Mutex).Unlock()
 	var last error
 	for range 3 {
-		p, err := s.connect()
+		p, err := s.connect(StartTimeout)
 		if err == nil {
 			return p, nil
 		}
@@ -75,18 +75,19 @@ func (s Supervisor) Prepare() (*Pending, error) {
 	return nil, fmt.Errorf("the task supervisor at %s does not take tasks: %w (see %s)", s.Socket, last, s.Log)
 }
 
-// connect opens a connection the supervisor has greeted: from then on it takes a task on it.
-func (s Supervisor) connect() (*Pending, error) {
-	conn, err := net.DialTimeout("unix", s.Socket, StartTimeout)
+// connect opens a connection the supervisor has greeted within the given time: from then on it takes a task
+// on it.
+func (s Supervisor) connect(within time.Duration) (*Pending, error) {
+	conn, err := net.DialTimeout("unix", s.Socket, within)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrGone, err)
 	}
-	_ = conn.SetDeadline(time.Now().Add(StartTimeout))
+	_ = conn.SetDeadline(time.Now().Add(within))
 	r := bufio.NewReader(conn)
 	m, err := readMessage(r)
 	switch {
 	case err != nil:
-		err = fmt.Errorf("%w: %v", ErrGone, err)
+		err = fmt.Errorf("%w: %w", ErrGone, err) // a timeout stays one: the supervisor took the connection and is silent
 	case !m.OK:
 		err = fmt.Errorf("%w: %s", ErrGone, m.Error)
 	}
@@ -155,7 +156,11 @@ func (s Supervisor) spawn() error {
 // StopTasks asks the supervisor to stop the tasks whose record folders are named (as Client.Stop asks one
 // task), in one request. A supervisor from before this request answers with an error.
 func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) error {
-	p, err := s.connect()
+	within := StartTimeout
+	if d, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(d))
+	}
+	p, err := s.connect(within)
 	if err != nil {
 		return err
 	}
@@ -369,11 +374,11 @@ func (c Client) call(ctx context.Context, req request) error {
 		_ = conn.SetDeadline(d)
 	}
 	if err := send(conn, req); err != nil {
-		return fmt.Errorf("%w: %v", ErrGone, err)
+		return fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	m, err := readMessage(bufio.NewReader(conn))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrGone, err)
+		return fmt.Errorf("%w: %w", ErrGone, err) // a timeout stays one (errors.Is os.ErrDeadlineExceeded)
 	}
 	if m.Error != "" {
 		return supervisorRefusal(m.Error)
