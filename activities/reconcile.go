@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -32,8 +35,30 @@ func (h *Host) reconcileLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-h.kick:
 		}
+		h.continueStopped()
 		if h.contact.ok() {
 			h.reconcile(ctx)
+		}
+	}
+}
+
+// continueStopped continues the supervisors of this host's running attempts that are stopped (SIGSTOP). Their
+// tasks run on, but a stopped supervisor supervises nothing: their ends go unseen (they show Running, as
+// zombies) and their stops unanswered (unanswered continues it then). No one stops a supervisor to pause its
+// tasks, which are processes of their own; one held by a debugger ('t') is left to it. One /proc read per
+// supervisor each ReconcileEvery.
+func (h *Host) continueStopped() {
+	seen := map[int]bool{}
+	for _, e := range h.reg.all() {
+		st := e.process()
+		if st == nil || e.exited() != nil || st.ShimPID <= 0 || seen[st.ShimPID] || st.BootID != shim.BootID() {
+			continue
+		}
+		seen[st.ShimPID] = true
+		if proc.State(st.ShimPID) == 'T' {
+			h.Logger.Warn("a task supervisor is stopped (SIGSTOP): continuing it, or its tasks' ends go unseen", "run", e.ref.WorkflowID,
+				"supervisor", st.ShimPID)
+			_ = syscall.Kill(st.ShimPID, syscall.SIGCONT)
 		}
 	}
 }

@@ -536,6 +536,28 @@ func TestStopTasks_AStoppedSupervisorIsContinuedAndStopsItsTask(t *testing.T) {
 	_, _ = wait()
 }
 
+// A supervisor stopped while its task runs is continued by its host within ReconcileEvery, so the task's end is
+// seen: before, a task that ended under a stopped supervisor showed Running, a zombie, until someone asked.
+func TestReconcile_AStoppedSupervisorIsContinued(t *testing.T) {
+	a := newHarness(t)
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := a.run(leased(taskSpec("sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.05; done")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	e := a.host.reg.lookup(testWorkflowID, testRunID, "worker-0", 1)
+	shimPID := e.process().ShimPID
+	require.NoError(t, syscall.Kill(shimPID, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(shimPID, syscall.SIGCONT) })
+	require.NoError(t, os.WriteFile(gate, nil, 0o644)) // the task ends while its supervisor is stopped
+	select {
+	case <-e.ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task's end was not seen: its supervisor stayed stopped")
+	}
+	assert.Equal(t, 0, e.exited().Code)
+	_, err := wait()
+	require.NoError(t, err)
+}
+
 // Asks about two tasks of one stopped supervisor time out together: the first continues it, and the second
 // asks again rather than take the supervisor, running again, for hung (as a user saw: it killed it).
 func TestStopEntry_TwoAsksOfAStoppedSupervisorContinueIt(t *testing.T) {
