@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -58,7 +57,9 @@ func (h *Host) continueStopped() {
 		if proc.State(st.ShimPID) == 'T' {
 			h.Logger.Warn("a task supervisor is stopped (SIGSTOP): continuing it, or its tasks' ends go unseen", "run", e.ref.WorkflowID,
 				"supervisor", st.ShimPID)
-			_ = syscall.Kill(st.ShimPID, syscall.SIGCONT)
+			h.silent.Lock()
+			h.continueSupervisor(st.ShimPID)
+			h.silent.Unlock()
 		}
 	}
 }

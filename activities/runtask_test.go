@@ -212,7 +212,7 @@ type harness struct {
 
 // newHost makes a host with a state folder and a socket folder (a restarted worker reuses both: sockets ""
 // makes a new one) and starts it.
-func newHost(t *testing.T, state, sockets, logDir string, server *fakeServer) *Host {
+func newHost(t *testing.T, state, sockets, logDir string, server *fakeServer, options ...func(*Host)) *Host {
 	t.Helper()
 	h := NewHost("test-host", "127.0.0.1", logDir, server, quiet())
 	h.StateDir = state
@@ -223,6 +223,9 @@ func newHost(t *testing.T, state, sockets, logDir string, server *fakeServer) *H
 	h.SupervisorIdle = 200 * time.Millisecond
 	h.Shim = []string{os.Args[0]}
 	h.ProbeEvery, h.ReconcileEvery = 50*time.Millisecond, 100*time.Millisecond
+	for _, o := range options {
+		o(h)
+	}
 	server.host = h
 	require.NoError(t, h.Start())
 	t.Cleanup(func() { h.Shutdown(true, 0, 10*time.Second) })
@@ -254,14 +257,16 @@ func lowPort(t *testing.T) int {
 	return 0
 }
 
-func newHarness(t *testing.T) *harness { return newHarnessLoggingTo(t, t.TempDir()) }
+func newHarness(t *testing.T, options ...func(*Host)) *harness {
+	return newHarnessLoggingTo(t, t.TempDir(), options...)
+}
 
 // newHarnessLoggingTo is a harness whose host keeps its tasks' logs in logDir.
-func newHarnessLoggingTo(t *testing.T, logDir string) *harness {
+func newHarnessLoggingTo(t *testing.T, logDir string, options ...func(*Host)) *harness {
 	a := &harness{server: &fakeServer{}, state: t.TempDir()}
 	a.suite.SetLogger(quiet())
 	a.env = a.suite.NewTestActivityEnvironment()
-	a.host = newHost(t, a.state, "", logDir, a.server)
+	a.host = newHost(t, a.state, "", logDir, a.server, options...)
 	a.env.RegisterActivity(a.host.RunTask)
 	a.env.RegisterActivity(a.host.RunTasks)
 	return a
@@ -514,10 +519,14 @@ func TestRunTask_AStartOnAFullRuntimeFolderNamesIt(t *testing.T) {
 	require.NoError(t, err, "it starts once there is room")
 }
 
+// reconcileSeldom leaves a stopped supervisor to the stop that finds it: the host's reconciler, which continues
+// one too, comes every 100 ms in these tests.
+func reconcileSeldom(h *Host) { h.ReconcileEvery = time.Hour }
+
 // A stop whose supervisor does not answer does not wait forever (seen as a user: with a task's supervisor
 // SIGSTOPped, clusterrun cancel never returned): a stopped supervisor is continued and takes the stop.
 func TestStopTasks_AStoppedSupervisorIsContinuedAndStopsItsTask(t *testing.T) {
-	a := newHarness(t)
+	a := newHarness(t, reconcileSeldom)
 	wait := a.run(leased(taskSpec("sleep", "300")))
 	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
 	e := a.host.reg.lookup(testWorkflowID, testRunID, "worker-0", 1)
@@ -561,7 +570,7 @@ func TestReconcile_AStoppedSupervisorIsContinued(t *testing.T) {
 // Asks about two tasks of one stopped supervisor time out together: the first continues it, and the second
 // asks again rather than take the supervisor, running again, for hung (as a user saw: it killed it).
 func TestStopEntry_TwoAsksOfAStoppedSupervisorContinueIt(t *testing.T) {
-	a := newHarness(t)
+	a := newHarness(t, reconcileSeldom)
 	var waits []func() (workflows.TaskResult, error)
 	for i, name := range []string{"worker-0", "worker-1"} {
 		waits = append(waits, a.run(leased(named(name, "sleep", "300"))))

@@ -211,6 +211,28 @@ func (h *Host) reap(e *entry, cause error) shim.Exit {
 	return shim.Reap(e.record, why)
 }
 
+// continueSupervisor continues a stopped supervisor, and notes when, so that an ask about its tasks that times
+// out meanwhile does not take it, running again, for hung. h.silent is held.
+func (h *Host) continueSupervisor(pid int) {
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	if h.silent.continued == nil {
+		h.silent.continued = map[int]time.Time{}
+	}
+	h.silent.continued[pid] = time.Now()
+}
+
+// continuedLately says a supervisor was continued within the last two answer times (it may not have caught up
+// with its asks yet), and forgets older ones. h.silent is held.
+func (h *Host) continuedLately(pid int) bool {
+	for p, at := range h.silent.continued {
+		if time.Since(at) >= 2*supervisorAnswers {
+			delete(h.silent.continued, p)
+		}
+	}
+	_, ok := h.silent.continued[pid]
+	return ok
+}
+
 // supervisorAnswers is how long a supervisor has to answer a request about one of its tasks.
 const supervisorAnswers = 10 * time.Second
 
@@ -296,15 +318,7 @@ func (h *Host) unanswered(e *entry, by, reason string, grace time.Duration, caus
 	// one had just continued).
 	h.silent.Lock()
 	defer h.silent.Unlock()
-	if h.silent.continued == nil {
-		h.silent.continued = map[int]time.Time{}
-	}
-	for pid, at := range h.silent.continued {
-		if time.Since(at) >= 2*supervisorAnswers {
-			delete(h.silent.continued, pid)
-		}
-	}
-	if _, ok := h.silent.continued[st.ShimPID]; ok {
+	if h.continuedLately(st.ShimPID) {
 		go h.askSupervisor(e, by, reason, grace)
 		return
 	}
@@ -313,8 +327,7 @@ func (h *Host) unanswered(e *entry, by, reason string, grace time.Duration, caus
 		return // it is gone: supervise reaps the attempt
 	case 'T':
 		h.Logger.Warn("the task's supervisor is stopped (SIGSTOP): continuing it", "task", e.ref.Task, "supervisor", st.ShimPID)
-		_ = syscall.Kill(st.ShimPID, syscall.SIGCONT)
-		h.silent.continued[st.ShimPID] = time.Now()
+		h.continueSupervisor(st.ShimPID)
 		go h.askSupervisor(e, by, reason, grace)
 	case 't':
 		h.Logger.Warn("the task's supervisor is held by a debugger and cannot stop the task until it lets go", "task", e.ref.Task,
