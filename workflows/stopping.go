@@ -31,6 +31,10 @@ const ChangeStopTakesEnds = "clusterrun-stop-takes-ends"
 // when such a report comes during that wait, so that a run whose stop hears none records no marker.
 const ChangeStopsHearEnds = "clusterrun-stops-hear-ends"
 
+// ChangeStopsHearLeaseEnds marks runs whose final stop does not wait for the StopTasks of a host whose tasks'
+// leases all ended meanwhile, each end seen on the host. It is asked only when that happens first.
+const ChangeStopsHearLeaseEnds = "clusterrun-stops-hear-lease-ends"
+
 // stopAll stops every task that has not ended and waits until each is confirmed gone. Cancellation reaches a
 // RunTask only on its next heartbeat, so StopTasks on each host's downlink does the fast stop; the cancellation
 // keeps Temporal from retrying and covers a host worker that is gone.
@@ -246,9 +250,18 @@ func (r *run) awaitStops(ctx workflow.Context, hosts []string, byHost map[string
 		r.signals++
 		r.onExits(ctx, sig)
 	})
+	leased := make([]bool, len(hosts)) // every lease of the host's tasks ended, as seen on the host
+	sel.AddReceive(r.hearLeaseEnds(ctx, hosts, byHost), func(c workflow.ReceiveChannel, _ bool) {
+		var i int
+		c.Receive(ctx, &i)
+		if !answered[i] && workflow.GetVersion(ctx, ChangeStopsHearLeaseEnds, workflow.DefaultVersion, 1) == 1 {
+			leased[i] = true
+		}
+	})
+	over := func(i int) bool { return leased[i] || r.ended(byHost[hosts[i]]) }
 	waited := func() bool {
-		for i, h := range hosts {
-			if !answered[i] && !r.ended(byHost[h]) {
+		for i := range hosts {
+			if !answered[i] && !over(i) {
 				return false
 			}
 		}
@@ -257,11 +270,46 @@ func (r *run) awaitStops(ctx workflow.Context, hosts []string, byHost map[string
 	for !asOld && !waited() {
 		sel.Select(ctx)
 	}
-	for i, h := range hosts {
-		if !answered[i] && !asOld && r.ended(byHost[h]) {
-			answered[i] = true // its tasks' reports said it all
+	for i := range hosts {
+		if !answered[i] && !asOld && over(i) {
+			answered[i] = true // its tasks' reports, or their leases, said it all
 		}
 	}
+}
+
+// hearLeaseEnds sends on the channel it returns the index of each host whose tasks' leases have all ended, each
+// end seen on the host (its process is gone), so that a stop does not wait for that host's StopTasks: it
+// confirms nothing more. At 10,000 tasks a loaded server handed one host's StopTasks to a poll that never got
+// it; that host's tasks stopped on their leases' cancellation 11 s later, and the run waited out the StopTasks'
+// 35 s heartbeat timeout and its second attempt before it ended (docs/design.md, "Stopping: fast and
+// confirmed"). A host with a task that has no lease, or whose lease the server ended (its host may still run
+// the process), is left to its answer.
+func (r *run) hearLeaseEnds(ctx workflow.Context, hosts []string, byHost map[string][]string) workflow.ReceiveChannel {
+	ch := workflow.NewBufferedChannel(ctx, len(hosts))
+	for i, h := range hosts {
+		var leases []workflow.Future
+		for _, name := range byHost[h] {
+			if t := r.byName[name]; !t.done {
+				if t.future == nil || t.between() {
+					leases = nil
+					break
+				}
+				leases = append(leases, t.future)
+			}
+		}
+		if len(leases) == 0 {
+			continue
+		}
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			for _, f := range leases {
+				if _, err := leaseResult(ctx, f); !hostSawTheEnd(err) {
+					return
+				}
+			}
+			ch.Send(ctx, i)
+		})
+	}
+	return ch
 }
 
 // stopAnswered records what a host's StopTasks confirmed; false when it failed.
