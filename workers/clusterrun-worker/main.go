@@ -385,9 +385,7 @@ func run(args []string) error {
 		control = append(control, w)
 		return w
 	}
-	workflowOpts := base
-	workflowOpts.StickyScheduleToStartTimeout = stickyTimeout
-	workflowWorker := add(workflows.TaskQueue, workflowOpts, func(w worker.Worker) {
+	workflowWorker := add(workflows.TaskQueue, workflowWorkerOptions(base), func(w worker.Worker) {
 		w.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
 		w.RegisterWorkflowWithOptions(workflows.LogSession, workflow.RegisterOptions{Name: workflows.LogSessionWorkflowType})
 		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
@@ -699,6 +697,21 @@ func defaultAddr() string {
 	}
 	return "127.0.0.1"
 }
+
+// workflowWorkerOptions are the options of the worker that runs the workflows: base, with the two below.
+func workflowWorkerOptions(base worker.Options) worker.Options {
+	o := base
+	o.StickyScheduleToStartTimeout = stickyTimeout
+	o.DeadlockDetectionTimeout = workflowStall
+	return o
+}
+
+// workflowStall is how long a workflow task's code may run without blocking before the SDK takes it for a
+// deadlock and fails the task. The SDK's 1 s is wall-clock time: a host worker starved of CPU by the tasks it
+// starts went past it on a workflow task of a 10,000-task run's start-up, whose whole history's code takes
+// 0.5 s of CPU, and the task's retry replayed a history of 20 MB (docs/design.md, "Shards"). It stays under the
+// server's workflow task timeout (10 s), which bounds a workflow task that truly hangs.
+const workflowStall = 5 * time.Second
 
 // stickyTimeout is how long a workflow task or query waits for the worker that holds the workflow's state
 // before any worker may take it (and replay the history). The SDK's 5 s is all a run gives its read of the host

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -141,4 +142,15 @@ func TestParseFlags_ChoicesInAnyCase(t *testing.T) {
 	assert.Equal(t, "json", c.logFormat)
 	assert.Equal(t, "warn", c.logLevel)
 	assert.Nil(t, c.ports)
+}
+
+// The workflow worker lets a workflow task run longer than the SDK's 1 s before it takes it for a deadlock
+// (a host starved of CPU went past 1 s at 10,000 tasks), and less than the server's 10 s workflow task
+// timeout, which bounds a task that truly hangs.
+func TestWorkflowWorkerOptions_ToleratesAStarvedHost(t *testing.T) {
+	o := workflowWorkerOptions(worker.Options{MaxConcurrentActivityExecutionSize: 7})
+	assert.Greater(t, o.DeadlockDetectionTimeout, time.Second)
+	assert.Less(t, o.DeadlockDetectionTimeout, 10*time.Second)
+	assert.Equal(t, stickyTimeout, o.StickyScheduleToStartTimeout)
+	assert.Equal(t, 7, o.MaxConcurrentActivityExecutionSize, "the base options are kept")
 }
