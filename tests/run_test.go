@@ -580,7 +580,7 @@ func TestE2E_BadInput(t *testing.T) {
 	t.Run("usage", func(t *testing.T) {
 		r := cli(t, "run")
 		assert.Equal(t, 2, r.code)
-		assert.Contains(t, r.stderr, "missing argument; usage: clusterrun run SPEC")
+		assert.Contains(t, r.stderr, "missing SPEC (a YAML or JSON spec file; docs/spec.md); usage: clusterrun run SPEC")
 		r = cli(t, "run", "--bogus", "x.yaml")
 		assert.Equal(t, 2, r.code)
 		r = cli(t, "status", "--help")

@@ -181,11 +181,34 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 	if len(pos) < minPos || len(pos) > maxPos {
 		line := usageLine(usage)
 		if len(pos) < minPos {
-			return nil, usageErrorf("missing argument; usage: %s (see clusterrun %s --help)", line, fs.Name())
+			return nil, usageErrorf("missing %s; usage: %s (see clusterrun %s --help)", missingArgument(line, len(pos)), line, fs.Name())
 		}
 		return nil, usageErrorf("unexpected argument %q; usage: %s (see clusterrun %s --help)", pos[maxPos], line, fs.Name())
 	}
 	return pos, nil
+}
+
+// missingArgument names the first positional argument a usage line wants past the given ones (its upper-case
+// placeholder, RUN in "clusterrun status RUN [-o table|json]"), with where to find one.
+func missingArgument(line string, given int) string {
+	var names []string
+	for _, w := range strings.Fields(line) {
+		w = strings.TrimSuffix(w, "...")
+		if w != "" && strings.Trim(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZ-") == "" {
+			names = append(names, w)
+		}
+	}
+	if given >= len(names) {
+		return "an argument"
+	}
+	where := map[string]string{
+		"RUN":  " (a run's ID: clusterrun list shows the runs, newest first)",
+		"TASK": " (a task's name, such as worker-0: clusterrun status RUN lists them)",
+		"HOST": " (a host worker's --host: clusterrun hosts lists them)",
+		"SPEC": " (a YAML or JSON spec file; docs/spec.md)",
+		"TYPE": " (a task type of the run's spec, such as worker)",
+	}
+	return names[given] + where[names[given]]
 }
 
 // usageLine picks the "Usage: ..." line out of a command's help text.
