@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +36,7 @@ Example:
 func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0'")
-	attempt := fs.Int("attempt", 0, "read this attempt (default: each task's latest)")
+	attempt := fs.Int("attempt", 0, "read this attempt of each task that has one; a named task must (default: each task's latest)")
 	outOnly := fs.Bool("stdout", false, "read only stdout")
 	errOnly := fs.Bool("stderr", false, "read only stderr")
 	tail := fs.Int("tail", 0, "only the last N lines of each task")
@@ -305,6 +306,7 @@ func inBrackets(why string) string {
 func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attempt int, waiting bool) ([]workflows.TaskStatus, error) {
 	var out []workflows.TaskStatus
 	neverStarted, neverStartedWhy := "", false
+	most := workflows.TaskStatus{} // of the tasks that ran, the one with the most attempts
 	for _, t := range st.Tasks {
 		if !chosen.has(t.Name) {
 			continue
@@ -329,10 +331,19 @@ func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attemp
 			}
 			continue
 		}
+		if t.Attempt > most.Attempt {
+			most = t
+		}
 		if attempt > t.Attempt {
+			if !slices.Contains(chosen.names, t.Name) {
+				continue // of the tasks not named (every task, or a pattern's), those that have the attempt
+			}
 			return nil, &exitError{code: 1, msg: fmt.Sprintf("%s has no attempt %d: it has run %d attempt(s)", t.Name, attempt, t.Attempt)}
 		}
 		out = append(out, t)
+	}
+	if len(out) == 0 && most.Attempt > 0 && !waiting {
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("no task of run %s has an attempt %d: the most any has run is %d (%s)", runID, attempt, most.Attempt, most.Name)}
 	}
 	if len(out) == 0 && !waiting {
 		return nil, &exitError{code: 1, msg: "no started task matches" + neverStarted + "; see the tasks with: clusterrun status " + runID}

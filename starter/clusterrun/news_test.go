@@ -553,6 +553,33 @@ func TestSelectTasks_NeverStarted(t *testing.T) {
 	assert.EqualError(t, err, "worker-1 never started (no host worker picked up worker-1), so it has no logs")
 }
 
+// --attempt N reads that attempt of each task that has one, unless a task is named; none having it is said
+// with the most any has run (seen as a user: "--attempt 3" on a run said only "chief-0 has no attempt 3").
+func TestSelectTasks_AnAttemptOfEveryTask(t *testing.T) {
+	started := time.Now()
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskRunning, Host: "u-a", Attempt: 1, StartTime: &started},
+		{Name: "worker-0", State: workflows.TaskRunning, Host: "u-b", Attempt: 1, StartTime: &started},
+		{Name: "worker-1", State: workflows.TaskRunning, Host: "u-a", Attempt: 2, StartTime: &started},
+	}}
+	names := func(ts []workflows.TaskStatus) (out []string) {
+		for _, t := range ts {
+			out = append(out, t.Name)
+		}
+		return out
+	}
+	got, err := selectTasks("r", st, taskChoice{}, 2, false)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-1"}, names(got))
+	got, err = selectTasks("r", st, taskChoice{patterns: []string{"worker-*"}}, 2, false)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"worker-1"}, names(got))
+	_, err = selectTasks("r", st, taskChoice{}, 3, false)
+	assert.EqualError(t, err, "no task of run r has an attempt 3: the most any has run is 2 (worker-1)")
+	_, err = selectTasks("r", st, taskChoice{names: []string{"worker-0"}}, 2, false)
+	assert.EqualError(t, err, "worker-0 has no attempt 2: it has run 1 attempt(s)")
+}
+
 // A task whose host could not be reached (its worker restarting) and that its host's worker took up again is
 // said to run on, each time; the unreachable line was the last word on it. In a large run, the tasks back
 // together share a line.
