@@ -48,17 +48,19 @@ func TestTaskEnv_Contract(t *testing.T) {
 	assert.JSONEq(t, `{"cluster":{"chief":["10.0.0.1:1000"],"worker":["10.0.0.1:1001","10.0.0.2:1002"]},"task":{"type":"worker","index":1}}`, got["TF_CONFIG"])
 
 	assert.Equal(t, "1", got["PYTHONUNBUFFERED"], "Python's prints reach the log as they are made")
-	unbuffered := func(base []string, specEnv map[string]string) []string {
+	assert.Equal(t, "1", got["PYTHONFAULTHANDLER"], "a hung or crashing Python task dumps its traceback")
+	pythonVars := func(base []string, specEnv map[string]string) []string {
 		var out []string
 		for _, kv := range TaskEnv(base, TaskIdentity{Task: spec.Task{Name: "worker-0", Type: "worker", Env: specEnv}}, m) {
-			if strings.HasPrefix(kv, "PYTHONUNBUFFERED=") {
+			if strings.HasPrefix(kv, "PYTHONUNBUFFERED=") || strings.HasPrefix(kv, "PYTHONFAULTHANDLER=") {
 				out = append(out, kv)
 			}
 		}
 		return out
 	}
-	assert.Equal(t, []string{"PYTHONUNBUFFERED="}, unbuffered(nil, map[string]string{"PYTHONUNBUFFERED": ""}), "the spec may buffer")
-	assert.Equal(t, []string{"PYTHONUNBUFFERED="}, unbuffered([]string{"PYTHONUNBUFFERED="}, nil), "so may the host")
+	assert.Equal(t, []string{"PYTHONUNBUFFERED=", "PYTHONFAULTHANDLER="},
+		pythonVars(nil, map[string]string{"PYTHONUNBUFFERED": "", "PYTHONFAULTHANDLER": ""}), "the spec may buffer, and leave the handler off")
+	assert.Equal(t, []string{"PYTHONUNBUFFERED=", "PYTHONFAULTHANDLER="}, pythonVars([]string{"PYTHONUNBUFFERED=", "PYTHONFAULTHANDLER="}, nil), "so may the host")
 
 	eval := TaskEnv(nil, TaskIdentity{Task: spec.Task{Name: "evaluator-0", Type: "evaluator", Rank: -1}}, m)
 	joined := strings.Join(eval, "\n")

@@ -23,7 +23,7 @@ type TaskIdentity struct {
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy),
-// PYTHONUNBUFFERED=1 unless that sets it, then the spec's env, then the clusterrun contract (which a spec may
+// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env, then the clusterrun contract (which a spec may
 // not override). Evaluators get TF_CONFIG and
 // MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
@@ -40,11 +40,14 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 			set(k, v)
 		}
 	}
-	if _, ok := vars["PYTHONUNBUFFERED"]; !ok {
+	for _, k := range []string{"PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"} {
 		// Python buffers a file's output in 8 KiB blocks, and a task's stdout is a file: its prints would show
-		// late, read as a hang to hangTimeout, and be lost when it is killed. The host or the spec may say
-		// otherwise (an empty value buffers).
-		set("PYTHONUNBUFFERED", "1")
+		// late, read as a hang to hangTimeout, and be lost when it is killed. And without its fault handler, a
+		// hung task's SIGABRT (hangSignal) or a crash in native code dumps no traceback. The host or the spec
+		// may say otherwise (Python reads only a non-empty value).
+		if _, ok := vars[k]; !ok {
+			set(k, "1")
+		}
 	}
 	for _, k := range sortedKeys(id.Task.Env) {
 		set(k, id.Task.Env[k])

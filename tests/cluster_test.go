@@ -285,8 +285,10 @@ func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd
 	cmd.Dir = c.root
 	// Tasks inherit this environment (the clusterrun CLI under test is on their PATH), but for the worker's Temporal
 	// settings and its own configuration. The server's address goes as the flag, which the whole suite so tests.
-	// A host's service manager sets no PYTHONUNBUFFERED, whatever this machine's shell does.
-	base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHONUNBUFFERED=") })
+	// A host's service manager sets no PYTHONUNBUFFERED or PYTHONFAULTHANDLER, whatever this machine's shell does.
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "PYTHONUNBUFFERED=") || strings.HasPrefix(kv, "PYTHONFAULTHANDLER=")
+	})
 	cmd.Env = append(base, "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
 	return cmd
