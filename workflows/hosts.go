@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -427,16 +428,21 @@ const slotNotePrefix = "waiting for a free slot on "
 // together (they meet at the rendezvous), and the pool's live hosts have too few slots, or too few free.
 func slotNote(host, pool string, need int, f *poolSlots) string {
 	head := slotNotePrefix + host + ": "
+	drained := drainedClause(f.drained)
 	if need > f.slots {
+		fix := "add hosts to the pool, raise their --slots, or run fewer replicas"
+		if len(f.drained) > 0 {
+			fix = "undrain a host, " + fix
+		}
 		return head + fmt.Sprintf("this launch's %d tasks of pool %s start together, and the pool's live hosts have %s in all "+
-			"(--slots): add hosts to the pool, raise their --slots, or run fewer replicas", need, pool, slotCount(f.slots))
+			"(--slots)%s: %s", need, pool, slotCount(f.slots), drained, fix)
 	}
 	if need == 1 {
-		return head + fmt.Sprintf("the live hosts of pool %s have %d of their %s free (--slots): it starts as other tasks end",
-			pool, f.free, slotCount(f.slots))
+		return head + fmt.Sprintf("the live hosts of pool %s have %d of their %s free (--slots)%s: it starts as other tasks end",
+			pool, f.free, slotCount(f.slots), drained)
 	}
 	return head + fmt.Sprintf("this launch's %d tasks of pool %s start together, and the pool's live hosts have %d of their %s "+
-		"free (--slots): they start as other tasks end", need, pool, f.free, slotCount(f.slots))
+		"free (--slots)%s: they start as other tasks end", need, pool, f.free, slotCount(f.slots), drained)
 }
 
 func slotCount(n int) string {
@@ -460,10 +466,12 @@ func listHosts(ctx workflow.Context) ([]HostEntry, error) {
 	return hosts, err
 }
 
-// poolSlots counts a pool's slots on its live, undrained hosts, how many are free, and which host has how many.
+// poolSlots counts a pool's slots on its live, undrained hosts, how many are free, and which host has how many;
+// drained names its live hosts that are drained, whose slots a note says are left out.
 type poolSlots struct {
 	slots, free int
 	hostFree    map[string]int
+	drained     []string
 }
 
 func freeSlots(hosts []HostEntry) map[string]*poolSlots {
@@ -481,5 +489,35 @@ func freeSlots(hosts []HostEntry) map[string]*poolSlots {
 			out[p].hostFree[h.Host] = max(h.Slots-h.Unpinned, 0)
 		}
 	}
+	for p, f := range out {
+		f.drained = drainedHosts(hosts, p)
+	}
 	return out
+}
+
+// drainedHosts names the live hosts of pool that are drained.
+func drainedHosts(hosts []HostEntry, pool string) []string {
+	var out []string
+	for _, h := range hosts {
+		if h.Live && h.Drained && inPool(h.Pools, pool) {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
+// drainedClause tells a note's reader that the slots it counts leave drained hosts out, and how to take one
+// back: ", not counting drained host u-b (clusterrun drain u-b --undo takes tasks there again)". Empty when
+// none is drained.
+func drainedClause(drained []string) string {
+	switch {
+	case len(drained) == 0:
+		return ""
+	case len(drained) == 1:
+		return fmt.Sprintf(", not counting drained host %s (clusterrun drain %s --undo takes tasks there again)", drained[0], drained[0])
+	case len(drained) <= 3:
+		return fmt.Sprintf(", not counting drained hosts %s (clusterrun drain HOST --undo takes tasks there again)", strings.Join(drained, ", "))
+	}
+	return fmt.Sprintf(", not counting drained hosts %s and %d more (clusterrun drain HOST --undo takes tasks there again)",
+		strings.Join(drained[:3], ", "), len(drained)-3)
 }

@@ -108,6 +108,26 @@ func TestSlotNote_NeverFitsOrWaitsForOthers(t *testing.T) {
 		"it starts as other tasks end", slotNote("a", "default", 1, one))
 }
 
+// A note that counts a pool's slots leaves its drained hosts out, and says so: a drained host is the first
+// thing to undo when a launch does not fit.
+func TestSlotNote_NamesTheDrainedHostsItLeavesOut(t *testing.T) {
+	drained := func(name string) HostEntry {
+		return HostEntry{HostReport: HostReport{Host: name, Slots: 4, Drained: true}}
+	}
+	pool := freeSlots(hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 4}}, drained("b")))["default"]
+	assert.Equal(t, "waiting for a free slot on a: this launch's 6 tasks of pool default start together, and the pool's live "+
+		"hosts have 4 slots in all (--slots), not counting drained host b (clusterrun drain b --undo takes tasks there again): "+
+		"undrain a host, add hosts to the pool, raise their --slots, or run fewer replicas", slotNote("a", "default", 6, pool))
+	many := freeSlots(hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 4, Unpinned: 4}},
+		drained("b"), drained("c"), drained("d"), drained("e")))["default"]
+	assert.Equal(t, "waiting for a free slot on a: the live hosts of pool default have 0 of their 4 slots free (--slots), "+
+		"not counting drained hosts b, c, d and 1 more (clusterrun drain HOST --undo takes tasks there again): it starts as "+
+		"other tasks end", slotNote("a", "default", 1, many))
+	other := freeSlots(hostsFor(t, HostEntry{HostReport: HostReport{Host: "a", Slots: 4}},
+		HostEntry{HostReport: HostReport{Host: "g", Slots: 4, Pools: []string{"gpu"}, Drained: true}}))["default"]
+	assert.Empty(t, other.drained, "a drained host of another pool is not this pool's")
+}
+
 // A task pinned to a host the registry does not list as live (a misspelt name, a worker that is down) says it
 // waits for that host; a note it had goes once its host is live.
 func TestNoteAbsentHosts(t *testing.T) {

@@ -204,19 +204,19 @@ func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Ti
 		why = append(why, "other tasks take them")
 	}
 	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the hosts it "+
-		"would start on have too few of their %s free: %s (clusterrun hosts); the run asks again at %s", pool, need,
-		slotCount(slots), strings.Join(why, ", "), at.UTC().Format("15:04:05 UTC"))
+		"would start on have too few of their %s free: %s (clusterrun hosts)%s; the run asks again at %s", pool, need,
+		slotCount(slots), strings.Join(why, ", "), drainedClause(drainedHosts(hosts, pool)), at.UTC().Format("15:04:05 UTC"))
 }
 
 // holdNote says why a held task waits, and when the run looks again.
 func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
-	slots := "no slot"
+	slots, drained := "no slot", ""
 	if f != nil {
-		slots = slotCount(f.slots)
+		slots, drained = slotCount(f.slots), drainedClause(f.drained)
 	}
 	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the host registry "+
-		"lists %s on its live hosts (clusterrun hosts); the run reads it again at %s for hosts that have come up or "+
-		"freed slots", pool, need, slots, at.UTC().Format("15:04:05 UTC"))
+		"lists %s on its live hosts (clusterrun hosts)%s; the run reads it again at %s for hosts that have come up or "+
+		"freed slots", pool, need, slots, drained, at.UTC().Format("15:04:05 UTC"))
 }
 
 // hold waits d with the held orders, which have no lease meanwhile (between), then launches them again: the

@@ -118,6 +118,30 @@ func TestOverflow_HeldTasksGoToAHostThatCameUp(t *testing.T) {
 	assert.Equal(t, 2, held, "two tasks were held while the others waited for them at the rendezvous")
 }
 
+// A held task's note counts only the undrained hosts' slots, so it names the drained ones and how to take one
+// back: seen as a user, 6 tasks on a pool of 2 hosts, one drained, said only that the registry listed 4 slots.
+func TestOverflow_AHeldTaskNamesTheDrainedHostsOfItsPool(t *testing.T) {
+	shortHolds(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	drained := poolHost("h2", 2, 0)
+	drained.Drained = true
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h1", 2, 0), drained}, {poolHost("h1", 2, 2), poolHost("h2", 2, 0)}}}
+	testRegistry = reg.read
+	during := statusAt(t, h, holdEvery/2)
+	st, err := h.run(t, mustSpec(t, fourWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	held := 0
+	for _, ts := range during.Tasks {
+		if ts.State == TaskPending {
+			held++
+			assert.Contains(t, ts.Error, "and the host registry lists 2 slots on its live hosts (clusterrun hosts), not counting "+
+				"drained host h2 (clusterrun drain h2 --undo takes tasks there again); the run reads it again at", ts.Name)
+		}
+	}
+	assert.Equal(t, 2, held, "two tasks were held while the others waited for them at the rendezvous")
+}
+
 // A pool that stays too small holds its overflow OverflowHolds times, ReportEvery apart, and then places it on
 // its hosts as before, where it waits for a slot.
 func TestOverflow_HoldsAreBounded(t *testing.T) {
@@ -253,4 +277,16 @@ func TestNextWait_SoonAtTheHeadOfTheQueueAndNeverPastItsBounds(t *testing.T) {
 	assert.Equal(t, waitBehind, wait(3, 5*time.Second, 1))
 	assert.Zero(t, wait(3, 6*time.Second, 1), "its startTimeout would run out first")
 	assert.Zero(t, r.nextWait(nil, 0))
+}
+
+// A launch that waits whole for room says, too, which hosts of its pool are drained.
+func TestRoomNote_NamesTheDrainedHostsOfThePool(t *testing.T) {
+	drained := poolHost("h2", 4, 0)
+	drained.Drained = true
+	no := PortGrant{Refused: true, Used: map[string]int{"h1": 4}}
+	at := time.Date(2026, 11, 28, 4, 20, 0, 0, time.UTC)
+	assert.Equal(t, "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the hosts it would "+
+		"start on have too few of their 4 slots free: their last reports count 4 tasks of other runs (clusterrun hosts), not "+
+		"counting drained host h2 (clusterrun drain h2 --undo takes tasks there again); the run asks again at 04:20:00 UTC",
+		roomNote("default", 4, no, []HostEntry{poolHost("h1", 4, 4), drained}, at))
 }
