@@ -63,7 +63,9 @@ $(WORKFLOWCHECK):
 
 # The version the binaries print (--version): the commit, from git when there is one.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
-VERSION_FLAG := -X github.com/clusterrun/clusterrun/internal/version.Version=$(VERSION)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+VERSION_FLAG := -X github.com/clusterrun/clusterrun/internal/version.Version=$(VERSION) \
+	-X github.com/clusterrun/clusterrun/internal/version.Commit=$(COMMIT)
 
 build:
 	$(GO) build -ldflags="$(VERSION_FLAG)" -o $(BIN)/clusterrun ./starter/clusterrun
