@@ -318,6 +318,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("signal process group %d: %w", p.pid, err)
 	}
 	if p.cgroup != nil {
+		// Let the other stops of a batch signal their groups before this one reads its cgroup: a supervisor runs
+		// on one processor, and 64 reads of cgroup.procs between the signals held the last task's SIGTERM back.
+		runtime.Gosched()
 		for _, pid := range p.cgroup.Procs() {
 			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != p.pid {
 				_ = syscall.Kill(pid, sig)
