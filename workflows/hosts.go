@@ -489,8 +489,14 @@ func freeSlots(hosts []HostEntry) map[string]*poolSlots {
 			out[p].hostFree[h.Host] = max(h.Slots-h.Unpinned, 0)
 		}
 	}
-	for p, f := range out {
-		f.drained = drainedHosts(hosts, p)
+	for _, h := range hosts { // the drained hosts of pools that have others, in the registry's order
+		if h.Live && h.Drained {
+			for _, p := range h.Pools {
+				if f := out[p]; f != nil {
+					f.drained = append(f.drained, h.Host)
+				}
+			}
+		}
 	}
 	return out
 }
