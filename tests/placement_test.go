@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -728,4 +729,29 @@ func TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn(t *testing.T) {
 		}
 	}
 	assert.True(t, started[first].Before(started[second]), "the gang queued first started first: %v", started)
+	// Each gang asked again as the run that held its room ended, not at the end of a wait.
+	assert.Contains(t, c.wokenBy(t, first), block, "the first gang watched the blocker and saw it end")
+	assert.Contains(t, c.wokenBy(t, second), first, "the second gang watched the first and saw it end")
+}
+
+// wokenBy lists the runs whose end cut short a wait of run id for room (AwaitRunEnd activities that named one).
+func (c *cluster) wokenBy(t *testing.T, id string) []string {
+	watch := map[int64]bool{}
+	var ended []string
+	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == workflows.ActivityAwaitRunEnd {
+			watch[ev.GetEventId()] = true
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && watch[a.GetScheduledEventId()] {
+			var res workflows.AwaitRunEndResult
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetResult(), &res))
+			if res.Ended != "" {
+				ended = append(ended, res.Ended)
+			}
+		}
+	}
+	return ended
 }

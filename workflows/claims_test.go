@@ -88,7 +88,7 @@ func TestPrePlaced_ALaunchIntoSlotsAnotherRunTookIsHeldWhole(t *testing.T) {
 		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it was held", ts.Name)
 		assert.Contains(t, ts.Error, "waiting for room in pool default: this launch's 4 tasks of the pool start together, "+
 			"and the hosts it would start on have too few of their 4 slots free: runs launched since those reports took 4 "+
-			"(clusterrun hosts); the run asks again at ", ts.Name)
+			"(clusterrun hosts); the run asks again as soon as a run that holds them ends, and at ", ts.Name)
 	}
 	assert.Len(t, h.hosts.leasedMaps(), 4, "launched again, the launch was pre-placed")
 	assert.Empty(t, h.hosts.releases, "nothing waited for a Release")
@@ -124,11 +124,37 @@ func TestPrePlaced_ALaunchTheReportsShowNoRoomForWaitsWhole(t *testing.T) {
 		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it waited", ts.Name)
 		assert.Contains(t, ts.Error, "waiting for room in pool default: this launch's 4 tasks of the pool start together, "+
 			"and the hosts it would start on have too few of their 8 slots free: their last reports count 8 tasks of other "+
-			"runs (clusterrun hosts); the run asks again at ", ts.Name)
+			"runs (clusterrun hosts); the run asks again as soon as a run that holds them ends, and at ", ts.Name)
 	}
 	assert.Len(t, h.hosts.leasedMaps(), 4, "the launch was pre-placed")
 	assert.Empty(t, h.hosts.releases, "nothing waited for a Release")
 	assert.Empty(t, testPorts.Waiting, "granted, it waits no more")
+}
+
+// A launch waiting whole watches the runs that hold its room, and asks again as soon as one of them ends, not
+// at the end of its wait: before, a gang queued behind another started up to 2 s (4 s behind other runs)
+// after that run had ended.
+func TestPrePlaced_AWaitingLaunchAsksAgainWhenARunHoldingItsRoomEnds(t *testing.T) {
+	if shardedRuns() {
+		t.Skip("a sharded run is not pre-placed")
+	}
+	shortHolds(t, 100*time.Millisecond)
+	h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+	full := registryOf(true)
+	for i := range full {
+		full[i].Unpinned, full[i].Runs = 4, []RunLoad{{Run: "other", Unpinned: 4}}
+	}
+	reg := &changingRegistry{lists: [][]HostEntry{full, registryOf(true)}}
+	testRegistry = reg.read
+	h.hosts.runEnded = func(in AwaitRunEndInput) string { return in.Runs[0] }
+	st, err := h.run(t, mustSpec(t, fourWorkers))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	assert.Equal(t, 2, reg.count(), "one wait, cut short by the other run's end")
+	assert.Equal(t, []AwaitRunEndInput{{Runs: []string{"other"}, For: holdEvery}}, h.hosts.watched)
+	require.NotNil(t, st.EndTime)
+	assert.Less(t, st.EndTime.Sub(st.StartTime), holdEvery, "launched as the other run ended, before the wait's end")
+	assert.Len(t, h.hosts.leasedMaps(), 4, "the launch was pre-placed")
 }
 
 // The allocator names the runs whose claims refused a launch, and drops the claims of runs the asker says have

@@ -131,6 +131,10 @@ type fakeHosts struct {
 	// batchEnds, when set, runs before a batch completes, once all its members have ended: a host's batch
 	// completes only once its lease's cancellation reaches it on a heartbeat.
 	batchEnds func(ctx context.Context, in RunTasksInput)
+	// runEnded, when set, answers an AwaitRunEnd at once with the run it names; else it says none ended, and the
+	// run waits the rest on its clock. watched lists every AwaitRunEnd's input.
+	runEnded func(in AwaitRunEndInput) string
+	watched  []AwaitRunEndInput
 }
 
 // stoppedHoldBack is the fakes' hold-back of a stopped member's report (a host's is exitHoldBack, 1 s).
@@ -162,7 +166,18 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	env.RegisterActivityWithOptions(f.signalTasks, activity.RegisterOptions{Name: ActivitySignalTasks})
 	env.RegisterActivityWithOptions(f.updateMap, activity.RegisterOptions{Name: ActivityUpdateMap})
 	env.RegisterActivityWithOptions(f.withdrawTasks, activity.RegisterOptions{Name: ActivityWithdrawTasks})
+	env.RegisterActivityWithOptions(f.awaitRunEnd, activity.RegisterOptions{Name: ActivityAwaitRunEnd})
 	return f
+}
+
+func (f *fakeHosts) awaitRunEnd(_ context.Context, in AwaitRunEndInput) (AwaitRunEndResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watched = append(f.watched, in)
+	if f.runEnded == nil {
+		return AwaitRunEndResult{}, nil
+	}
+	return AwaitRunEndResult{Ended: f.runEnded(in)}, nil
 }
 
 func (f *fakeHosts) runTask(ctx context.Context, in RunTaskInput) (TaskResult, error) {

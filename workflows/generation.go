@@ -160,7 +160,7 @@ func (g *generation) act() {
 	for _, cancel := range todo.cancel {
 		cancel()
 	}
-	held, d := r.place(g.genCtx, todo.launch)
+	held, w := r.place(g.genCtx, todo.launch)
 	waits := map[*task]bool{}
 	for _, o := range held {
 		waits[o.t] = true
@@ -172,7 +172,7 @@ func (g *generation) act() {
 		}
 	}
 	g.launchAll(launch)
-	g.hold(held, d)
+	g.hold(held, w)
 	if todo.checkHosts {
 		g.checkHosts()
 	}

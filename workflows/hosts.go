@@ -299,10 +299,10 @@ var testRegistry func() []HostEntry
 // place; older ones leave every unpinned task to its pool's queue), and pre-places the launch when it can. A
 // registry that cannot be read leaves unpinned tasks to their pools too, and the launch to its rendezvous. It
 // returns the orders held back for room in their pools (overflow.go), which are not to be launched now, and
-// for how long.
-func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, time.Duration) {
+// how they wait.
+func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, roomWait) {
 	if !r.leased {
-		return nil, 0
+		return nil, roomWait{}
 	}
 	notePinned(orders)
 	prePlace := r.mayPrePlace(ctx, orders)
@@ -335,12 +335,12 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, 
 		reqs = append(reqs, req)
 	}
 	if len(tasks) == 0 && !prePlace || workflow.GetVersion(ctx, ChangePlacement, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil, 0
+		return nil, roomWait{}
 	}
 	hosts, err := listHosts(ctx)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("cannot read the host registry; unpinned tasks wait in their pools' queues", "error", err)
-		return nil, 0
+		return nil, roomWait{}
 	}
 	free, reported := freeSlots(hosts), slices.Clone(hosts) // placeTasks counts this launch in hosts
 	for i, h := range placeTasks(reqs, hosts, r.plan.Placement == spec.PlacementPack) {
@@ -372,7 +372,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, 
 			return r.holdForRoom(ctx, unpinned, *no, need, reported)
 		}
 	}
-	return held, holdEvery
+	return held, roomWait{d: holdEvery}
 }
 
 // noteAbsentHosts notes, for each task pinned to a host the registry does not list as live, or lists as drained,

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,7 +106,8 @@ const ChangeWaitWhole = "clusterrun-wait-whole"
 
 // How long a launch waiting whole for room is held before it asks again: first, and at the head of the queue
 // (the slots free as the runs that hold them end), or behind runs queued before it (which take the slots
-// first). Each ask costs 7 events of the run's history (WaitWholeFor bounds them) and a registry read.
+// first). Each ask costs 8 events of the run's history (WaitWholeFor bounds them), a registry read and a watch of the
+// runs that hold the room (roomwake.go).
 var (
 	waitFirst  = 2 * time.Second
 	waitBehind = 4 * time.Second
@@ -142,9 +144,9 @@ func (r *run) nextWait(orders []launchOrder, ahead int) time.Duration {
 // starts where it finds room. It returns the held orders and how long they are held; none (the launch goes on
 // as it was, its tasks to wait on their hosts) when they may not be held again. Runs from before
 // ChangeWaitWhole hold such a launch only for claims, holdEvery at a time, OverflowHolds times.
-func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGrant, need map[string]int, hosts []HostEntry) ([]launchOrder, time.Duration) {
+func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGrant, need map[string]int, hosts []HostEntry) ([]launchOrder, roomWait) {
 	if len(orders) == 0 || workflow.GetVersion(ctx, ChangeHoldForClaims, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil, 0
+		return nil, roomWait{}
 	}
 	d, whole := r.nextWait(orders, no.Ahead), workflow.GetVersion(ctx, ChangeWaitWhole, workflow.DefaultVersion, 1) == 1
 	if !whole {
@@ -156,7 +158,11 @@ func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGra
 		}
 	}
 	if d == 0 {
-		return nil, 0
+		return nil, roomWait{}
+	}
+	w := roomWait{d: d}
+	if whole {
+		w.runs = slices.DeleteFunc(slices.Clone(no.BusyRuns), func(run string) bool { return run == r.ref.WorkflowID })
 	}
 	at := workflow.Now(ctx).Add(d)
 	held := make([]launchOrder, 0, len(orders))
@@ -168,18 +174,18 @@ func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGra
 		}
 		t := o.t
 		t.placedHost = ""
-		t.waitNote = roomNote(t.Pool, need[t.Pool], no, hosts, at)
+		t.waitNote = roomNote(t.Pool, need[t.Pool], no, hosts, at, len(w.runs) > 0)
 		if t.attempt == 0 && o.how == newAttempt {
 			t.status.Error = t.waitNote
 		}
 		held = append(held, o)
 	}
-	return held, d
+	return held, w
 }
 
 // roomNote says why a launch's task of pool waits whole: what takes the slots of the pool's hosts that had no
-// room for the launch (no), and when the run asks again.
-func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Time) string {
+// room for the launch (no), and when the run asks again: at, or sooner when it watches the runs that hold them.
+func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Time, watched bool) string {
 	slots, used, busy, reserved := 0, 0, 0, 0
 	for _, h := range hosts {
 		if _, full := no.Used[h.Host]; (full || no.Busy[h.Host] > 0) && inPool(h.Pools, pool) {
@@ -203,9 +209,13 @@ func roomNote(pool string, need int, no PortGrant, hosts []HostEntry, at time.Ti
 	if len(why) == 0 {
 		why = append(why, "other tasks take them")
 	}
+	when := "at " + at.UTC().Format("15:04:05 UTC")
+	if watched {
+		when = "as soon as a run that holds them ends, and at " + at.UTC().Format("15:04:05 UTC") + " at the latest"
+	}
 	return fmt.Sprintf("waiting for room in pool %s: this launch's %d tasks of the pool start together, and the hosts it "+
-		"would start on have too few of their %s free: %s (clusterrun hosts)%s; the run asks again at %s", pool, need,
-		slotCount(slots), strings.Join(why, ", "), drainedClause(drainedHosts(hosts, pool)), at.UTC().Format("15:04:05 UTC"))
+		"would start on have too few of their %s free: %s (clusterrun hosts)%s; the run asks again %s", pool, need,
+		slotCount(slots), strings.Join(why, ", "), drainedClause(drainedHosts(hosts, pool)), when)
 }
 
 // holdNote says why a held task waits, and when the run looks again.
@@ -219,29 +229,35 @@ func holdNote(pool string, need int, f *poolSlots, at time.Time) string {
 		"freed slots", pool, need, slots, drained, at.UTC().Format("15:04:05 UTC"))
 }
 
-// hold waits d with the held orders, which have no lease meanwhile (between), then launches them again: the
+// hold waits with the held orders (w), which have no lease meanwhile (between), then launches them again: the
 // launch reads the registry anew. A held task that ended meanwhile (terminate-task, a stop request:
-// endWaiting) has left the hold.
-func (g *generation) hold(held []launchOrder, d time.Duration) {
+// endWaiting) has left the hold. A wait cut short by a run's end counts only the time it took.
+func (g *generation) hold(held []launchOrder, w roomWait) {
 	if len(held) == 0 {
 		return
 	}
-	timer := workflow.NewTimerWithOptions(g.genCtx, d, workflow.TimerOptions{
-		Summary: fmt.Sprintf("hold %d tasks for room in their pools (hold %d)", len(held), held[0].holds+held[0].waits)})
+	start := workflow.Now(g.ctx)
+	wake := awaitRoom(g.genCtx, w, fmt.Sprintf("hold %d tasks for room in their pools (hold %d)", len(held), held[0].holds+held[0].waits))
 	for i := range held {
-		held[i].heldFor += d
+		held[i].heldFor += w.d
 	}
 	for _, o := range held {
-		o.t.backoff, o.t.cancelBackoff, o.t.held = timer, func() {}, true
+		o.t.backoff, o.t.cancelBackoff, o.t.held = wake, func() {}, true
 	}
-	g.sel.AddFuture(timer, func(f workflow.Future) {
-		canceled := f.Get(g.ctx, nil) != nil
+	g.sel.AddFuture(wake, func(f workflow.Future) {
+		var ended string
+		canceled := f.Get(g.ctx, &ended) != nil
+		unused := time.Duration(0)
+		if ended != "" {
+			unused = max(w.d-workflow.Now(g.ctx).Sub(start), 0)
+		}
 		for _, o := range held {
 			if o.t.backoff != f {
 				continue
 			}
 			o.t.backoff, o.t.cancelBackoff, o.t.held = nil, nil, false
 			if !canceled {
+				o.heldFor -= unused
 				g.r.todo.launch = append(g.r.todo.launch, o)
 			}
 		}

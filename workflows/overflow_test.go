@@ -288,5 +288,7 @@ func TestRoomNote_NamesTheDrainedHostsOfThePool(t *testing.T) {
 	assert.Equal(t, "waiting for room in pool default: this launch's 4 tasks of the pool start together, and the hosts it would "+
 		"start on have too few of their 4 slots free: their last reports count 4 tasks of other runs (clusterrun hosts), not "+
 		"counting drained host h2 (clusterrun drain h2 --undo takes tasks there again); the run asks again at 04:20:00 UTC",
-		roomNote("default", 4, no, []HostEntry{poolHost("h1", 4, 4), drained}, at))
+		roomNote("default", 4, no, []HostEntry{poolHost("h1", 4, 4), drained}, at, false))
+	assert.Contains(t, roomNote("default", 4, no, []HostEntry{poolHost("h1", 4, 4)}, at, true),
+		"(clusterrun hosts); the run asks again as soon as a run that holds them ends, and at 04:20:00 UTC at the latest")
 }

@@ -185,6 +185,41 @@ func endedRuns(ctx context.Context, cl client.Client, runs []string) []string {
 	return ended
 }
 
+// awaitRunEnd watches runs for a launch waiting for their room (workflows/roomwake.go): it long-polls each
+// run's history for its close event and names the first run that has ended, or none once in.For has passed. A
+// run the server does not know has ended (its history is gone); one that cannot be asked about is not watched.
+func awaitRunEnd(cl client.Client) func(context.Context, workflows.AwaitRunEndInput) (workflows.AwaitRunEndResult, error) {
+	return func(ctx context.Context, in workflows.AwaitRunEndInput) (workflows.AwaitRunEndResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, in.For)
+		defer cancel()
+		ended := make(chan string, len(in.Runs))
+		for _, id := range in.Runs {
+			go func() {
+				if runCloses(ctx, cl, id) {
+					ended <- id
+				}
+			}()
+		}
+		select {
+		case id := <-ended:
+			return workflows.AwaitRunEndResult{Ended: id}, nil
+		case <-ctx.Done():
+			return workflows.AwaitRunEndResult{}, nil
+		}
+	}
+}
+
+// runCloses says whether run id closes (or is unknown) before ctx is done.
+func runCloses(ctx context.Context, cl client.Client, id string) bool {
+	it := cl.GetWorkflowHistory(ctx, id, "", true, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	if !it.HasNext() {
+		return false
+	}
+	_, err := it.Next()
+	var nf *serviceerror.NotFound
+	return err == nil || errors.As(err, &nf)
+}
+
 // askAllocator sends the allocator one request, starting the allocator first when there is none.
 func askAllocator(cl client.Client) func(context.Context, workflows.PortRequest) (workflows.PortGrant, error) {
 	return func(ctx context.Context, req workflows.PortRequest) (workflows.PortGrant, error) {
