@@ -106,8 +106,8 @@ const ChangeWaitWhole = "clusterrun-wait-whole"
 
 // How long a launch waiting whole for room is held before it asks again: first, and at the head of the queue
 // (the slots free as the runs that hold them end), or behind runs queued before it (which take the slots
-// first). Each ask costs 8 events of the run's history (WaitWholeFor bounds them), a registry read and a watch of the
-// runs that hold the room (roomwake.go).
+// first). Each ask costs 8 events of the run's history (WaitWholeFor bounds them), a registry read and a watch
+// of the runs that hold the room (roomwake.go).
 var (
 	waitFirst  = 2 * time.Second
 	waitBehind = 4 * time.Second
