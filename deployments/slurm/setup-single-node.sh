@@ -11,7 +11,7 @@ if ! command -v srun >/dev/null || ! command -v slurmctld >/dev/null; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null
 fi
-if sinfo -h -o %t 2>/dev/null | grep -qx idle && grep -q MaxTasksPerNode /etc/slurm/slurm.conf 2>/dev/null; then
+if sinfo -h -o %t 2>/dev/null | grep -qx idle && grep -q '^Licenses=handoff' /etc/slurm/slurm.conf 2>/dev/null; then
 	echo "setup-single-node: Slurm already up"
 	exit 0
 fi
@@ -44,6 +44,8 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 NodeName=$host CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:256
+# make bench's scenario q: two jobs that each ask for the one license queue as on a full partition.
+Licenses=handoff:1
 CONF
 chown munge:munge /run/munge 2>/dev/null || true
 pgrep -x munged >/dev/null || sudo -u munge munged 2>/dev/null || munged --force

@@ -14,6 +14,8 @@
 //	g. what the work survives: worker restarts, a lost host, a server outage (liveness.go)
 //	h. start-up (submit → every task running) and stop (decision → every process gone) of N sleeping tasks,
 //	   for N in -scale-tasks, against srun -n N (scale.go)
+//	q. a gang queued behind one that fills the pool: the first's end → the queued gang's first task running,
+//	   against two srun jobs that share one license (queue.go)
 //
 // Times are whole-command wall times (fork to exit), so both sides pay for process start and connection setup.
 package main
@@ -52,6 +54,7 @@ var (
 	smallRuns  = flag.Int("scale-runs-small", 7, "repetitions of sizes up to 1,000 tasks in scenario h (at 3, one noisy run moved a 64-task median by 15%)")
 	largeRuns  = flag.Int("scale-runs-large", 1, "repetitions of sizes of 10,000 tasks and more in scenario h (each takes minutes)")
 	backend    = flag.String("backend", "dev server", "the Temporal server's backend, named in the report")
+	queueN     = flag.Int("queue-tasks", 16, "tasks of each gang in scenario q: the bench hosts' slots in run.sh's queue phase")
 	logDir     = flag.String("log-dir", ".clusterrun-bench/logs", "the host workers' --log-dir, where the barrier scenarios' tasks leave their timestamps")
 )
 
@@ -87,6 +90,9 @@ func main() {
 			sizes = append(sizes, n)
 		}
 		startStop(dir, sizes, haveSrun)
+	}
+	if want("q") {
+		queueHandoff(dir, haveSrun)
 	}
 	if want("g") {
 		liveness(dir)

@@ -31,6 +31,11 @@ CLUSTERRUN_DEV_HOSTS="s1 s2 s3 s4 s5 s6 s7 s8" ./deployments/dev/up.sh
 "${harness[@]}" -only f "$@"
 ./deployments/dev/down.sh >/dev/null
 
+# A gang queued behind another that fills the pool: four hosts of 4 slots.
+CLUSTERRUN_WORKER_SLOTS=4 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
+"${harness[@]}" -only q "$@"
+./deployments/dev/down.sh >/dev/null
+
 # Start-up and stop of 64 to 10,000 tasks: four hosts with room for all of them.
 export CLUSTERRUN_WORKER_SLOTS=3000
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/dev/up.sh
@@ -43,3 +48,5 @@ make --no-print-directory postgres-tools >/dev/null
 export CLUSTERRUN_STATE=$root/.clusterrun-bench-postgres POSTGRES_PORT=5444
 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/postgres/up.sh
 "${harness[@]}" -only abdh -backend "PostgreSQL server" "$@"
+CLUSTERRUN_WORKER_SLOTS=4 CLUSTERRUN_DEV_HOSTS="bench-a bench-b bench-c bench-d" ./deployments/postgres/up.sh
+"${harness[@]}" -only q -backend "PostgreSQL server" "$@"
