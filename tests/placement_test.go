@@ -711,6 +711,23 @@ func TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn(t *testing.T) {
 		}
 		return true
 	})
+	// They say they wait, in their status and in clusterrun list (their ClusterRunState); the blocker runs.
+	for _, id := range []string{first, second} {
+		st, _ := c.query(t, id)
+		assert.Equal(t, workflows.StatusWaiting, st.Status, id)
+	}
+	waitUntil(t, "clusterrun list to show both gangs Waiting", time.Minute, func() bool {
+		r := c.cli(t, "list", "--state", "waiting", "-o", "json")
+		var runs []struct{ RunID, State string }
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &runs) != nil {
+			return false
+		}
+		waiting := map[string]bool{}
+		for _, run := range runs {
+			waiting[run.RunID] = run.State == workflows.StatusWaiting
+		}
+		return len(runs) == 2 && waiting[first] && waiting[second]
+	})
 	for _, h := range c.hostEntries(t) {
 		assert.Equal(t, 3, h.Running, "%s: no task of a waiting gang holds a lease there", h.Host)
 		assert.Equal(t, []workflows.RunLoad{{Run: block, Unpinned: 3}}, h.Runs, "%s reports whose tasks take its slots", h.Host)

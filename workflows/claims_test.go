@@ -119,6 +119,7 @@ func TestPrePlaced_ALaunchTheReportsShowNoRoomForWaitsWhole(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, StatusSucceeded, st.Status)
 	assert.Equal(t, 3, reg.count(), "two holds, then the registry showed room")
+	assert.Equal(t, StatusWaiting, during.Status, "a run whose launch waits whole runs nothing: it says it waits")
 	require.Len(t, during.Tasks, 4)
 	for _, ts := range during.Tasks {
 		assert.Equal(t, TaskPending, ts.State, "%s: no task of the launch went out while it waited", ts.Name)

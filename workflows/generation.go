@@ -173,6 +173,7 @@ func (g *generation) act() {
 	}
 	g.launchAll(launch)
 	g.hold(held, w)
+	r.showWaiting(g.genCtx)
 	if todo.checkHosts {
 		g.checkHosts()
 	}

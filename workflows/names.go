@@ -126,6 +126,7 @@ const (
 // Run statuses.
 const (
 	StatusRunning   = "Running"
+	StatusWaiting   = "Waiting" // running, but no task holds a lease: its launch waits for room (waiting.go)
 	StatusStopping  = "Stopping"
 	StatusSucceeded = "Succeeded"
 	StatusFailed    = "Failed"

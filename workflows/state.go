@@ -108,6 +108,7 @@ type run struct {
 	signals      int              // signals received, against the run's signal budget
 	outcomes     int              // barrier outcomes published (BarrierOutcome.Seq)
 	searchable   bool             // started with clusterrun's search attributes, so it may update them
+	shownWaiting bool             // its search attribute says Waiting (waiting.go)
 	// leased: the run uses leases (started by this version or later). Runs started before replay with
 	// Temporal's retries as their restarts, and a lost heartbeat as a lost task.
 	leased bool
@@ -146,6 +147,9 @@ const MaxStatusBytes = 1792 << 10
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
 		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded}
+	if r.waiting() {
+		s.Status = StatusWaiting
+	}
 	s.Tasks = make([]TaskStatus, len(r.tasks))
 	for i, t := range r.tasks {
 		s.Tasks[i] = t.status

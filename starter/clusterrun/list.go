@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,8 +27,9 @@ const listUsage = `List runs, newest first: running ones and those that ended.
 Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] [--query FILTER]
 
 The name comes from the run's memo and the state from its ClusterRunState search attribute (registered by make
-up; see docs/operations.md), or from Temporal's own status for runs started without it. --state keeps the runs
-in one of the states the STATE column shows (Running, Succeeded, Failed, TimedOut, Canceled, Terminated; any case);
+up; see docs/operations.md), or from Temporal's own status for runs started without it. Waiting is a run that
+runs nothing yet: its tasks wait for room on a full pool, behind other runs. --state keeps the runs in one of the
+states the STATE column shows (Running, Waiting, Succeeded, Failed, TimedOut, Canceled, Terminated; any case);
 --name those of one spec name (its ClusterRunName search attribute); --query adds a Temporal list filter, as
 temporal workflow list --query takes.
 
@@ -41,6 +43,7 @@ Example:
 // told apart as the STATE column tells it (runState): a run that timed out and one that failed both failed.
 var listStates = map[string]string{
 	workflows.StatusRunning:   "Running",
+	workflows.StatusWaiting:   "Running",
 	workflows.StatusSucceeded: "Completed",
 	workflows.StatusFailed:    "Failed",
 	workflows.StatusTimedOut:  "Failed', 'TimedOut",
@@ -75,9 +78,9 @@ func listQuery(states, name, extra string) (string, map[string]bool, error) {
 				}
 				return "", nil, usageErrorf("--state %q: a run's state is one of %s", st, strings.Join(sortStrings(valid), ", "))
 			}
-			if !keep[st] {
-				keep[st] = true
-				in = append(in, "'"+status+"'")
+			keep[st] = true
+			if q := "'" + status + "'"; !slices.Contains(in, q) {
+				in = append(in, q) // Running and Waiting are both Temporal's Running
 			}
 		}
 		query += " AND ExecutionStatus IN (" + strings.Join(in, ", ") + ")"
@@ -99,8 +102,8 @@ var runNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	limit := fs.Int("limit", 20, "at most this many runs")
-	running := fs.Bool("running", false, "only runs still running (--state Running)")
-	states := fs.String("state", "", "only runs in these states, comma-separated: Running, Succeeded, Failed, TimedOut, Canceled, Terminated")
+	running := fs.Bool("running", false, "only runs still running, or waiting for room (--state Running,Waiting)")
+	states := fs.String("state", "", "only runs in these states, comma-separated: Running, Waiting, Succeeded, Failed, TimedOut, Canceled, Terminated")
 	name := fs.String("name", "", "only runs of this spec name")
 	extra := fs.String("query", "", "only runs this Temporal list filter also matches")
 	output, checkOutput := addOutputFlag(fs)
@@ -114,10 +117,10 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 		return usageErrorf("--limit %d: must be at least 1", *limit)
 	}
 	if *running && *states != "" {
-		return usageErrorf("--running and --state: give one (--running is --state Running)")
+		return usageErrorf("--running and --state: give one (--running is --state Running,Waiting)")
 	}
 	if *running {
-		*states = workflows.StatusRunning
+		*states = workflows.StatusRunning + "," + workflows.StatusWaiting
 	}
 	query, keep, err := listQuery(*states, *name, *extra)
 	if err != nil {
@@ -215,9 +218,12 @@ type listedRun struct {
 // runState names a run's state: clusterrun's own when the run recorded it, else Temporal's status.
 func runState(status enumspb.WorkflowExecutionStatus, attr string) string {
 	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if attr == workflows.StatusWaiting {
+			return workflows.StatusWaiting
+		}
 		return workflows.StatusRunning
 	}
-	if attr != "" && attr != workflows.StatusRunning {
+	if attr != "" && attr != workflows.StatusRunning && attr != workflows.StatusWaiting { // a run terminated while it ran or waited
 		return attr
 	}
 	switch status {

@@ -350,6 +350,19 @@ func TestList_StatesInAnyCase(t *testing.T) {
 	assert.Contains(t, q, "ExecutionStatus IN ('Failed', ")
 }
 
+// A run waiting for room is Temporal's Running with ClusterRunState Waiting: --state Waiting (and --running, which
+// takes both) asks Temporal for running runs once, and keeps the states asked for.
+func TestList_WaitingIsARunningRunWaitingForRoom(t *testing.T) {
+	q, keep, err := listQuery("Running,waiting", "", "")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{workflows.StatusRunning: true, workflows.StatusWaiting: true}, keep)
+	assert.Contains(t, q, "ExecutionStatus IN ('Running')")
+	assert.Equal(t, workflows.StatusWaiting, runState(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, workflows.StatusWaiting))
+	assert.Equal(t, workflows.StatusRunning, runState(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, workflows.StatusRunning))
+	assert.Equal(t, "Terminated", runState(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, workflows.StatusWaiting),
+		"a run terminated while it waited is not waiting")
+}
+
 func TestOutputFlag_AnyCase(t *testing.T) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	format, check := addOutputFlag(fs)

@@ -111,7 +111,7 @@ func cmdStartTask(args []string, stdout, stderr io.Writer) error {
 		if st.Task(name) == nil && index != count {
 			return nil, "", &exitError{code: 1, msg: gapMessage(typ, index, count)}
 		}
-		if st.StopRequest != nil || st.Status != workflows.StatusRunning {
+		if st.StopRequest != nil || st.Status != workflows.StatusRunning && st.Status != workflows.StatusWaiting {
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s is ending (%s); it starts no more tasks", id, st.Status)}
 		}
 		if most := workflows.MaxTasksOf(st.Sharded); st.Task(name) == nil && len(st.Tasks) >= most {

@@ -418,7 +418,7 @@ func runBarriersRaw(dir string, n, k int) (lat []time.Duration, history, signals
 		if err := json.Unmarshal(out, &st); err != nil {
 			return nil, 0, 0, 0, err
 		}
-		if st.Status != "Running" {
+		if st.Status != "Running" && st.Status != "Waiting" {
 			break
 		}
 		time.Sleep(time.Second)
