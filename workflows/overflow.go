@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -162,7 +161,7 @@ func (r *run) holdForRoom(ctx workflow.Context, orders []launchOrder, no PortGra
 	}
 	w := roomWait{d: d}
 	if whole {
-		w.runs = slices.DeleteFunc(slices.Clone(no.BusyRuns), func(run string) bool { return run == r.ref.WorkflowID })
+		w.runs = watchedRuns(ctx, no.BusyRuns, r.ref.WorkflowID)
 	}
 	at := workflow.Now(ctx).Add(d)
 	held := make([]launchOrder, 0, len(orders))

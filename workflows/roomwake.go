@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,13 +51,23 @@ type roomWait struct {
 	runs []string
 }
 
+// watchedRuns is the runs a launch waiting whole watches: those that refused it (busy) but its own, at most
+// MaxWatchedRuns; none in runs from before ChangeWakeOnRunEnd.
+func watchedRuns(ctx workflow.Context, busy []string, self string) []string {
+	runs := slices.DeleteFunc(slices.Clone(busy), func(run string) bool { return run == self })
+	if len(runs) == 0 || workflow.GetVersion(ctx, ChangeWakeOnRunEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	return runs[:min(len(runs), MaxWatchedRuns)]
+}
+
 // awaitRoom returns a future that is ready when w is over: its time has passed (value ""), or one of its runs
 // has ended (that run's ID). It fails when ctx is canceled.
 func awaitRoom(ctx workflow.Context, w roomWait, summary string) workflow.Future {
-	if len(w.runs) == 0 || workflow.GetVersion(ctx, ChangeWakeOnRunEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if len(w.runs) == 0 {
 		return workflow.NewTimerWithOptions(ctx, w.d, workflow.TimerOptions{Summary: summary})
 	}
-	runs := w.runs[:min(len(w.runs), MaxWatchedRuns)]
+	runs := w.runs
 	until := workflow.Now(ctx).Add(w.d)
 	wake, set := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
