@@ -733,6 +733,9 @@ func TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn(t *testing.T) {
 		assert.Equal(t, []workflows.RunLoad{{Run: block, Unpinned: 3}}, h.Runs, "%s reports whose tasks take its slots", h.Host)
 	}
 
+	// The blocker ends while the first gang's watch has at least 1.5 s to run (its second watch or later, 2 s
+	// long): an end that fell between two watches would be found by the ask between them, and wake nothing.
+	waitUntil(t, "a watch of the first gang with time left", time.Minute, func() bool { return c.freshWatch(t, first, 500*time.Millisecond) })
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 	started := map[string]time.Time{}
 	for _, id := range []string{block, first, second} {
@@ -746,15 +749,59 @@ func TestE2E_GangsQueuedOnAFullPoolWaitWholeAndStartInTurn(t *testing.T) {
 		}
 	}
 	assert.True(t, started[first].Before(started[second]), "the gang queued first started first: %v", started)
-	// Each gang asked again as the run that held its room ended, not at the end of a wait.
+	// The first gang asked again as the blocker ended, not at the end of a wait; the second, queued behind the
+	// first, watched it (when the first ended is not the test's to choose, so neither is whether a watch saw it).
 	assert.Contains(t, c.wokenBy(t, first), block, "the first gang watched the blocker and saw it end")
-	assert.Contains(t, c.wokenBy(t, second), first, "the second gang watched the first and saw it end")
+	assert.Contains(t, c.watched(t, second), first, "the second gang watched the first")
+}
+
+// watched lists the runs run id's AwaitRunEnd activities were asked to watch.
+func (c *cluster) watched(t *testing.T, id string) []string {
+	var runs []string
+	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == workflows.ActivityAwaitRunEnd {
+			var in workflows.AwaitRunEndInput
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in))
+			runs = append(runs, in.Runs...)
+		}
+	}
+	return runs
+}
+
+// freshWatch says whether run id has a running AwaitRunEnd that started less than within ago, after at least one
+// that ended (so it is a 2 s watch, not the first wait's 1 s).
+func (c *cluster) freshWatch(t *testing.T, id string, within time.Duration) bool {
+	d, err := c.client.DescribeWorkflowExecution(context.Background(), id, "")
+	if err != nil {
+		return false
+	}
+	for _, pa := range d.GetPendingActivities() {
+		if pa.GetActivityType().GetName() == workflows.ActivityAwaitRunEnd && pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED &&
+			pa.GetLastStartedTime() != nil && time.Since(pa.GetLastStartedTime().AsTime()) < within {
+			return len(c.watchesEnded(t, id)) > 0
+		}
+	}
+	return false
 }
 
 // wokenBy lists the runs whose end cut short a wait of run id for room (AwaitRunEnd activities that named one).
 func (c *cluster) wokenBy(t *testing.T, id string) []string {
-	watch := map[int64]bool{}
 	var ended []string
+	for _, res := range c.watchesEnded(t, id) {
+		if res.Ended != "" {
+			ended = append(ended, res.Ended)
+		}
+	}
+	return ended
+}
+
+// watchesEnded lists the results of run id's AwaitRunEnd activities that have completed.
+func (c *cluster) watchesEnded(t *testing.T, id string) []workflows.AwaitRunEndResult {
+	watch := map[int64]bool{}
+	var out []workflows.AwaitRunEndResult
 	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -765,10 +812,8 @@ func (c *cluster) wokenBy(t *testing.T, id string) []string {
 		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && watch[a.GetScheduledEventId()] {
 			var res workflows.AwaitRunEndResult
 			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(a.GetResult(), &res))
-			if res.Ended != "" {
-				ended = append(ended, res.Ended)
-			}
+			out = append(out, res)
 		}
 	}
-	return ended
+	return out
 }
