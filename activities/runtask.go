@@ -85,7 +85,7 @@ func (h *Host) serve(ctx context.Context, in workflows.RunTaskInput, ml memberLe
 	if e.process() != nil {
 		// The same attempt again, while its process runs (a lease lost at the start): never a second copy.
 		defer e.letGo(lease)
-		return h.hold(ctx, in, e, lease, holder, ml)
+		return h.hold(ctx, in, e, lease, holder, ml, true)
 	}
 	defer e.letGo(lease)
 	// The supervisor starts while the placement is reported and the rendezvous completes, not before: the
@@ -111,7 +111,7 @@ func (h *Host) serve(ctx context.Context, in workflows.RunTaskInput, ml memberLe
 	if end := h.start(ctx, in, e, adm, sp.pending, cluster, ln, res); end != nil {
 		return end.res, end.err
 	}
-	return h.hold(ctx, in, e, lease, holder, ml)
+	return h.hold(ctx, in, e, lease, holder, ml, false)
 }
 
 type spawnResult struct {
@@ -381,20 +381,28 @@ func (h *Host) attach(ctx context.Context, in workflows.RunTaskInput, ref attemp
 			h.Logger.Warn("cannot tell the run that a task was taken up again", "task", ref.Task, "error", err)
 		}
 	}()
-	return h.hold(ctx, in, e, lease, holder, ml)
+	return h.hold(ctx, in, e, lease, holder, ml, true)
 }
 
 // hold heartbeats for a running attempt until its process ends (and reports how), the run stops it, or the
 // lease is given up: contact with the server is lost, a newer lease took over, or this worker shuts down. The
-// process runs on in every case but the first two.
-func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, lease int, holder chan struct{}, ml memberLease) (workflows.TaskResult, error) {
+// process runs on in every case but the first two. takenUp says the process ran before this lease (a worker
+// took it up again): its last output line goes with the lease's first beat, not only with the next tick's.
+func (h *Host) hold(ctx context.Context, in workflows.RunTaskInput, e *entry, lease int, holder chan struct{}, ml memberLease, takenUp bool) (workflows.TaskResult, error) {
 	st := e.process()
 	res := workflows.TaskResult{Task: e.ref.Task, Host: h.Name, Attempt: e.ref.Attempt, PID: st.PID}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
 	stdout, stderr := filepath.Join(logs, "stdout.log"), filepath.Join(logs, "stderr.log")
+	last := ""
+	if takenUp {
+		last = lastLine(stdout, stderr)
+	}
 	hb := ml.hb
 	hb.update(ml.beat, func(d *workflows.HeartbeatDetails) {
 		d.PID, d.Lease, d.Phase, d.Note = st.PID, lease, phaseRunning, ""
+		if takenUp {
+			d.Last = last
+		}
 	}, func(d *workflows.HeartbeatDetails) {
 		d.Last = lastLine(stdout, stderr)
 		d.Progress = e.lastProgress()

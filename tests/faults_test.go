@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -253,6 +254,11 @@ tasks:
 	assert.Contains(t, twinOut.String(), "another clusterrun-worker (pid "+strconv.Itoa(env.workerPID(host))+") already runs as host "+host)
 	assert.True(t, alive(pid), "the refused worker touched the task")
 
+	var before int
+	waitUntil(t, "the task's heartbeat", time.Minute, func() bool {
+		before = taskBeat(t, id, "worker-0").Lease
+		return before > 0
+	})
 	env.stopWorker(host, sig)
 	assert.True(t, alive(pid), "the task died with its worker (%s)", sig)
 	if sig == syscall.SIGTERM {
@@ -266,6 +272,14 @@ tasks:
 		return m != nil && m[1] == strconv.Itoa(pid)
 	})
 
+	// The first beat of the lease that took the task up shows its last output line, not a blank until the
+	// next tick.
+	var beat starter.Heartbeat
+	waitUntil(t, "a heartbeat of the lease that took the task up", time.Minute, func() bool {
+		beat = taskBeat(t, id, "worker-0")
+		return beat.Lease > before
+	})
+	assert.Regexp(t, `^tick \d+$`, beat.Last, "the first beat after the take-up")
 	if sig == syscall.SIGTERM {
 		// Once the next worker takes the task up, clusterrun run says it runs on: the loss is not its last word.
 		run.waitFor(t, "clusterrun run to say the task runs on", regexp.MustCompile(
@@ -285,6 +299,18 @@ tasks:
 	for i, m := range ticks {
 		assert.Equal(t, strconv.Itoa(i+1), m[1], "logs --follow lost or repeated a line around the restart:\n%s", out.String())
 	}
+}
+
+// taskBeat is the last heartbeat of a running run's task, as clusterrun status shows it (zero when none, or
+// when the status cannot be read now).
+func taskBeat(_ *testing.T, id, task string) starter.Heartbeat {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := starter.NewClient(env.client, "default").Run(id).Status(ctx)
+	if err != nil {
+		return starter.Heartbeat{}
+	}
+	return st.Heartbeats[task]
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a command writes to it.
