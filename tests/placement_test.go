@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -595,6 +596,16 @@ func TestE2E_TasksNoHostCanTakeSayWhy(t *testing.T) {
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
 	waitUntil(t, "the wait for host-nope in the status", 30*time.Second, func() bool {
 		return strings.Contains(cli(t, "status", id).stdout, "waiting for host host-nope")
+	})
+	// It runs nothing, and says it waits: in its status and in clusterrun list (its ClusterRunState).
+	assert.Contains(t, cli(t, "status", id).stdout, "run "+id+" (nohost): Waiting\n")
+	waitUntil(t, "clusterrun list to show the run Waiting", 30*time.Second, func() bool {
+		r := cli(t, "list", "--state", "waiting", "-o", "json")
+		var runs []struct{ RunID, State string }
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &runs) != nil {
+			return false
+		}
+		return slices.Contains(runs, struct{ RunID, State string }{id, workflows.StatusWaiting})
 	})
 	require.Equal(t, 0, cli(t, "cancel", id).code)
 	st, _ = outcome(t, id)

@@ -126,7 +126,7 @@ const (
 // Run statuses.
 const (
 	StatusRunning   = "Running"
-	StatusWaiting   = "Waiting" // running, but no task holds a lease: its launch waits for room (waiting.go)
+	StatusWaiting   = "Waiting" // running, but nothing of it runs: it waits for room or for a host (waiting.go)
 	StatusStopping  = "Stopping"
 	StatusSucceeded = "Succeeded"
 	StatusFailed    = "Failed"

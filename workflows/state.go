@@ -147,7 +147,7 @@ const MaxStatusBytes = 1792 << 10
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
 		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded}
-	if r.waiting() {
+	if r.waiting() || r.waitingForHosts() {
 		s.Status = StatusWaiting
 	}
 	s.Tasks = make([]TaskStatus, len(r.tasks))

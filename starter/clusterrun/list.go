@@ -28,7 +28,8 @@ Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] 
 
 The name comes from the run's memo and the state from its ClusterRunState search attribute (registered by make
 up; see docs/operations.md), or from Temporal's own status for runs started without it. Waiting is a run that
-runs nothing yet: its tasks wait for room on a full pool, behind other runs. --state keeps the runs in one of the
+runs nothing yet: its tasks wait for room on a full pool, behind other runs, or for a host (one with no worker,
+a drained one, a pool no live host serves). --state keeps the runs in one of the
 states the STATE column shows (Running, Waiting, Succeeded, Failed, TimedOut, Canceled, Terminated; any case);
 --name those of one spec name (its ClusterRunName search attribute); --query adds a Temporal list filter, as
 temporal workflow list --query takes.
