@@ -648,7 +648,7 @@ func TestE2E_GangsLaunchedTogetherStartOneAfterTheOther(t *testing.T) {
 				}
 			}
 			heldWhole = heldWhole || held == 4
-			if st.Status != workflows.StatusRunning {
+			if st.Status != workflows.StatusRunning && st.Status != workflows.StatusWaiting {
 				done++
 			}
 		}
