@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -380,6 +381,15 @@ func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 	})
 	out := temporal("workflow", "query", "--workflow-id", id, "--name", workflows.QueryStatus)
 	assert.Contains(t, out, `"state":"Running"`)
+	// Started without clusterrun's search attributes, the run set them itself (the namespace has them): list
+	// names it, and finds it by name and state.
+	listed := func(state string) bool {
+		r := cli(t, "list", "--name", "via-cli", "--state", state, "-o", "json")
+		var runs []struct{ RunID, Name, State string }
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &runs) == nil &&
+			slices.Contains(runs, struct{ RunID, Name, State string }{id, "via-cli", state})
+	}
+	waitUntil(t, "clusterrun list to find the run by its name, Running", 30*time.Second, func() bool { return listed(workflows.StatusRunning) })
 
 	// The pid arrives with the first heartbeat after the start.
 	var status cliResult
@@ -394,6 +404,7 @@ func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 	assert.Equal(t, workflows.StatusCanceled, st.Status)
 	assert.Equal(t, workflows.TaskStopped, st.Task("worker-0").State)
 	assert.Empty(t, markedProcessesOf(t, "sleep 300"))
+	waitUntil(t, "clusterrun list to find the run Canceled", 30*time.Second, func() bool { return listed(workflows.StatusCanceled) })
 }
 
 func TestE2E_ClusterrunCancel(t *testing.T) {

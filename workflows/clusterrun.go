@@ -36,6 +36,9 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 		r.receiveEnds(ctx)
 	}
 	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
+	if !r.searchable && leased {
+		r.searchable = adoptSearchAttributes(ctx, plan.Name)
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RunStatus, error) { return r.snapshot(), nil }); err != nil {
 		return nil, err
 	}

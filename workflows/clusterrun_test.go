@@ -70,6 +70,8 @@ type fakeHosts struct {
 	// cannot have.
 	registry []HostEntry
 	taken    map[int]bool
+	// memoName is the name the run recorded in its memo, if it did.
+	memoName string
 	// silentStart: the host of a pre-placed task dies before it reports the start.
 	silentStart func(RunTaskInput) bool
 	// startedAt, when set, is the process start a pre-placed task's report and a StopTasks answer carry.
@@ -158,8 +160,14 @@ func newFakeHosts(env *testsuite.TestWorkflowEnvironment, script func(string, in
 	}
 	// Host workers follow the run's memo for barrier outcomes; so do the fakes.
 	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
-		if o, ok := args.Get(0).(map[string]interface{})[MemoBarrier].(BarrierOutcome); ok {
+		m := args.Get(0).(map[string]interface{})
+		if o, ok := m[MemoBarrier].(BarrierOutcome); ok {
 			f.outcome(o)
+		}
+		if name, ok := m[MemoName].(string); ok {
+			f.mu.Lock()
+			f.memoName = name
+			f.mu.Unlock()
 		}
 	}).Return(nil)
 	env.RegisterActivityWithOptions(f.notifyStop, activity.RegisterOptions{Name: ActivityNotifyStop})
@@ -700,6 +708,9 @@ func newHarness(t *testing.T, script func(string, int, int) behavior) *harness {
 	// The fakes stand in for the registry and the allocator through package variables: a replay after this test
 	// must read the recorded ones.
 	t.Cleanup(func() { testRegistry, testPorts = nil, PortAllocatorState{} })
+	// The test environment's namespace has no search attributes, unless a test says.
+	testSearchAttributes = func() bool { return false }
+	t.Cleanup(func() { testSearchAttributes = nil })
 	return h
 }
 

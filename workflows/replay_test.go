@@ -19,7 +19,8 @@ import (
 // room, that ended TimedOut before ChangeCanceledTimers, and two runs of 8 tasks that failed milliseconds
 // apart, one before ChangeSharedBackoffs (a timer each) and one after (one shared timer); v6/ two gangs queued
 // behind a blocker, each woken by the end of the run before it (ChangeWakeOnRunEnd); v7/ two runs whose
-// tasks waited for a host with no worker, saying Waiting (ChangeWaitingForHosts). A workflow change
+// tasks waited for a host with no worker, saying Waiting (ChangeWaitingForHosts), and a run started by the
+// temporal CLI that set its search attributes itself (ChangeAdoptSearchAttributes). A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
@@ -146,6 +148,25 @@ func listHosts(cl client.Client) func(context.Context) ([]workflows.HostEntry, e
 		}
 		var hosts []workflows.HostEntry
 		return hosts, v.Get(&hosts)
+	}
+}
+
+// searchAttributesRegistered is the local activity a run started without clusterrun's search attributes asks
+// whether its namespace has them (workflows/searchattrs.go): both, as Keyword. A server that does not say (an
+// error, a credential that may not list them) is a no, and the run goes on without them, as before.
+func searchAttributesRegistered(cl client.Client) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		resp, err := cl.OperatorService().ListSearchAttributes(ctx,
+			&operatorservice.ListSearchAttributesRequest{Namespace: activity.GetInfo(ctx).Namespace})
+		if err != nil {
+			return false, nil
+		}
+		for _, name := range []string{workflows.SearchAttrName, workflows.SearchAttrState} {
+			if resp.GetCustomAttributes()[name] != enumspb.INDEXED_VALUE_TYPE_KEYWORD {
+				return false, nil
+			}
+		}
+		return true, nil
 	}
 }
 

@@ -397,6 +397,7 @@ func run(args []string) error {
 		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
 		w.RegisterActivityWithOptions(allocatePorts(cl), activity.RegisterOptions{Name: workflows.ActivityAllocatePorts})
 		w.RegisterActivityWithOptions(awaitRunEnd(cl), activity.RegisterOptions{Name: workflows.ActivityAwaitRunEnd})
+		w.RegisterActivityWithOptions(searchAttributesRegistered(cl), activity.RegisterOptions{Name: workflows.ActivitySearchAttributesRegistered})
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
 	// polling while the host is drained.

@@ -1,0 +1,66 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// A run started without clusterrun's search attributes (by temporal workflow start, or a program's own
+// client) had no name in clusterrun list and only Temporal's status there: Failed for a run that timed out, and
+// never Waiting. Such a run now records its name in its memo (which needs no registration) when it was started
+// without it, asks whether the namespace has the attributes and, when it has, sets them itself, as clusterrun
+// run would have at the start.
+
+// ChangeAdoptSearchAttributes marks runs that set clusterrun's search attributes themselves when they were
+// started without them; asked only by such runs.
+const ChangeAdoptSearchAttributes = "clusterrun-adopt-search-attributes"
+
+// ActivitySearchAttributesRegistered is the local activity that says whether the run's namespace has
+// ClusterRunName and ClusterRunState, both Keyword. An answer it cannot get is false.
+const ActivitySearchAttributesRegistered = "SearchAttributesRegistered"
+
+// testSearchAttributes stands in for ActivitySearchAttributesRegistered in this package's tests.
+var testSearchAttributes func() bool
+
+// adoptSearchAttributes records the run's name in its memo when the start did not, and sets its name and state
+// attributes when its namespace has them; it says whether the run has them now.
+func adoptSearchAttributes(ctx workflow.Context, name string) bool {
+	if workflow.GetVersion(ctx, ChangeAdoptSearchAttributes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	if workflow.GetInfo(ctx).Memo.GetFields()[MemoName] == nil {
+		if err := workflow.UpsertMemo(ctx, map[string]any{MemoName: name}); err != nil {
+			workflow.GetLogger(ctx).Warn("cannot record the run's name in its memo", "error", err)
+		}
+	}
+	if !searchAttributesRegistered(ctx) {
+		return false
+	}
+	err := workflow.UpsertTypedSearchAttributes(ctx,
+		temporal.NewSearchAttributeKeyKeyword(SearchAttrName).ValueSet(name),
+		temporal.NewSearchAttributeKeyKeyword(SearchAttrState).ValueSet(StatusRunning))
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("cannot set the run's search attributes", "error", err)
+		return false
+	}
+	return true
+}
+
+// searchAttributesRegistered asks ActivitySearchAttributesRegistered, once; a failure is a no.
+func searchAttributesRegistered(ctx workflow.Context) bool {
+	if testSearchAttributes != nil {
+		return testSearchAttributes()
+	}
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 5 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var ok bool
+	if err := workflow.ExecuteLocalActivity(lctx, ActivitySearchAttributesRegistered).Get(ctx, &ok); err != nil {
+		workflow.GetLogger(ctx).Warn("cannot tell whether the namespace has clusterrun's search attributes", "error", err)
+		return false
+	}
+	return ok
+}
