@@ -106,26 +106,35 @@ func (b *heartbeater) loop() {
 	defer tick.Stop()
 	starts := newBurst(startsQuiet, startsAtMost)
 	defer starts.stop()
+	lines := time.NewTimer(time.Hour)
+	lines.Stop()
+	defer lines.Stop()
 	// No beat at once: the first is kept for a process start (the kick), so its pid shows at once; the ticker
 	// beats in time should the rendezvous be slow.
 	for {
-		refresh := false
+		refresh, started := false, false
 		select {
 		case <-tick.C:
 			refresh = true
+		case <-lines.C:
+			refresh = true // the first output of the processes that just started
 		case <-b.kick:
 			if b.batch {
 				starts.add() // beat once this batch's starts settle
 				continue
 			}
-			// A process started: its pid shows at once.
+			started = true // a process started: its pid shows at once
 		case <-starts.settled():
-			// A batch's processes started: their pids show now. Their last lines wait for the next tick
+			// A batch's processes started: their pids show now. Their last lines wait for the next refresh
 			// (refreshing every member on each beat would read each log once per beat).
+			started = true
 		case <-b.done:
 			return
 		}
 		starts.beaten()
+		if started && b.every > 2*firstLinesAfter {
+			lines.Reset(firstLinesAfter)
+		}
 		// An RPC may take as long as the period: the next beat waits for it, so beats never pile up.
 		if v := b.beat(refresh); v != 0 {
 			b.say(v)
@@ -133,6 +142,11 @@ func (b *heartbeater) loop() {
 		}
 	}
 }
+
+// firstLinesAfter is how long after its processes start a lease beats with their last output lines, so that the
+// status shows what a task printed first in a second, not at the next periodic beat (heartbeatTimeout/2, 5 s by
+// default). One beat more per start of a lease.
+var firstLinesAfter = time.Second
 
 // A batch's members start in a burst (a 1,000-task launch starts 250 processes a host over seconds). One beat
 // per start kept a beat in flight all along, each a write of the run's mutable state with every member's

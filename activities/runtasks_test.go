@@ -511,3 +511,28 @@ func TestWaitingMembers_OneThatGotItsSlotIsKept(t *testing.T) {
 	w.withdraw(k, "asked", notHeld, time.Now())
 	assert.NotContains(t, w.refused, old, "refusals are forgotten after refusalKept")
 }
+
+// A lease beats with its members' first output soon after they start, not only at the next periodic beat
+// (every 5 s here, as with the default heartbeatTimeout).
+func TestRunTasks_TheFirstOutputShowsSoonAfterTheStart(t *testing.T) {
+	was := firstLinesAfter
+	firstLinesAfter = 200 * time.Millisecond
+	t.Cleanup(func() { firstLinesAfter = was })
+	a := newHarness(t)
+	began := time.Now()
+	wait := a.runBatch(leaseOn(named("worker-0", "sh", "-c", "echo hello; exec sleep 300"), named("worker-1", "sleep", "300")))
+	deadline := began.Add(4 * time.Second) // before the first periodic beat, 5 s after the lease began
+	var beat []workflows.HeartbeatDetails
+	for time.Now().Before(deadline) && (len(beat) != 2 || beat[0].Last != "hello") {
+		time.Sleep(20 * time.Millisecond)
+		a.server.mu.Lock()
+		beat, _ = a.server.lastBeat.([]workflows.HeartbeatDetails)
+		a.server.mu.Unlock()
+	}
+	require.Len(t, beat, 2)
+	assert.Equal(t, "hello", beat[0].Last, "worker-0's first line, %s after the lease began", time.Since(began))
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = wait()
+	require.NoError(t, err)
+}
