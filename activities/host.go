@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -184,6 +185,24 @@ func (h *Host) sweep() {
 		}
 	}
 }
+
+// holdUntilPollsStop holds the end of a lease while this host shuts down, until the worker running the lease
+// has stopped polling its task queue (or a bound passes). Its run launches the task again as soon as it hears
+// of the end, on this host's queues; a launch that reached a poll this worker still held was taken by it and
+// dropped as it stopped, and the task waited for its heartbeat timeout (seen after make up: 8 s Unreachable).
+func (h *Host) holdUntilPollsStop(ctx context.Context) {
+	if !h.reg.closed() {
+		return
+	}
+	select {
+	case <-activity.GetWorkerStopChannel(ctx):
+	case <-ctx.Done():
+	case <-time.After(pollsStopBound):
+	}
+}
+
+// pollsStopBound bounds holdUntilPollsStop: a worker stops its polls at the start of its shutdown.
+const pollsStopBound = 5 * time.Second
 
 // Shutdown refuses new attempts and lets go of every lease: the RunTasks return TaskDetached, and the processes
 // go on under their supervisors, for the next worker with this host name to take up; batch members still

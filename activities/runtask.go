@@ -31,7 +31,9 @@ func AttemptDir(logDir, runID string, attempt int, task string) string {
 func (h *Host) RunTask(ctx context.Context, in workflows.RunTaskInput) (workflows.TaskResult, error) {
 	hb := h.startHeartbeats(ctx, false)
 	defer hb.stop()
-	return h.serve(ctx, in, h.memberOf(hb, in, true))
+	res, err := h.serve(ctx, in, h.memberOf(hb, in, true))
+	h.holdUntilPollsStop(ctx)
+	return res, err
 }
 
 // memberLease is one attempt's part of the lease that holds it: its entry in the lease's heartbeats, and the

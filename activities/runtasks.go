@@ -50,6 +50,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 		go func() {
 			defer wg.Done()
 			res, err := h.serveMember(ctx, mi, ml, rank, deadline)
+			h.holdUntilPollsStop(ctx)
 			ends[i] = workflows.TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true,
 				Error: workflows.LeaseErrorOf(err)}
 			delivered[i] = h.reportEnd(ctx, in, ends[i], hb, running.Add(-1) == 0)

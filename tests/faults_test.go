@@ -301,6 +301,37 @@ tasks:
 	}
 }
 
+// A host worker stopped with SIGTERM (make up, an upgrade) lets its leases go only once it polls no more, so
+// that the lease its run sends to take the tasks up again waits for the next worker. Before, the stopping
+// worker's last polls now and then took that lease and dropped it, and the tasks stayed Unreachable until the
+// lease's heartbeat timeout (seen after make up: 8 s; here it would be a minute). Several restarts in a row
+// are each taken up well within it.
+func TestFault_WorkerSIGTERMsLoseNoTakeUp(t *testing.T) {
+	t.Parallel()
+	host := "restarts-" + randomHex(3)
+	require.NoError(t, env.startWorker(host))
+	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: restarts
+heartbeatTimeout: 60s
+command: [sleep, "600"]
+tasks:
+  worker: {replicas: 2, hosts: [%s]}
+`, host))
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	t.Cleanup(func() { cli(t, "cancel", id) })
+	lease := func() int { return min(taskBeat(t, id, "worker-0").Lease, taskBeat(t, id, "worker-1").Lease) }
+	waitUntil(t, "both tasks' heartbeats", time.Minute, func() bool { return lease() > 0 })
+	for i := range 6 {
+		before := lease()
+		env.stopWorker(host, syscall.SIGTERM)
+		require.NoError(t, env.startWorker(host))
+		waitUntil(t, fmt.Sprintf("restart %d: both tasks taken up again, well within their heartbeatTimeout (60s)", i+1), 20*time.Second,
+			func() bool { return lease() > before })
+	}
+}
+
 // taskBeat is the last heartbeat of a running run's task, as clusterrun status shows it (zero when none, or
 // when the status cannot be read now).
 func taskBeat(_ *testing.T, id, task string) starter.Heartbeat {

@@ -437,8 +437,19 @@ func run(args []string) error {
 	} else {
 		logger.Info("shutting down: this host's tasks keep running for the next worker with --host "+c.host, "running", host.Running())
 	}
-	// Detach (or stop) the tasks while the pollers stop: the RunTasks return, and the workers' stops finish.
+	// The activity workers stop polling first, and the tasks are detached (or stopped) meanwhile: each lease's
+	// end waits until its worker polls no more (Host.holdUntilPollsStop), so the launches its run sends on
+	// hearing of it wait in the queue for the next worker instead of being taken and dropped by this one. Their
+	// stops finish once the RunTasks return.
 	var wg sync.WaitGroup
+	pollers.stop(&wg)
+	for _, w := range control {
+		if w == workflowWorker {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Stop() }()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -451,14 +462,6 @@ func run(args []string) error {
 	releaseSticky(cl, logger)
 	stopReports()
 	<-reportsDone
-	pollers.stop(&wg)
-	for _, w := range control {
-		if w == workflowWorker {
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); w.Stop() }()
-	}
 	wg.Wait()
 	host.Close()
 	logger.Info("clusterrun-worker stopped")
