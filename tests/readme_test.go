@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,41 @@ func TestMakeUp_SaysAtOnceWhyAHostWorkerDidNotStart(t *testing.T) {
 	assert.Contains(t, string(out), "up: host worker u-a exited; the end of its log")
 	assert.Contains(t, string(out), fmt.Sprintf("--log-dir %s can be written by other users (mode -rwxrwxrwx): chmod go-w %s", logs, logs))
 	assert.NotContains(t, string(out), "did not come up")
+}
+
+// make up keeps a host worker that already runs this build with these settings: restarting it showed its tasks
+// Unreachable for a moment, for nothing. A worker whose settings changed is restarted, and the log of the one
+// before is kept beside the new one.
+func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	runtime, err := newRuntimeDir()
+	require.NoError(t, err)
+	defer os.RemoveAll(runtime)
+	shellEnv := append(os.Environ(), "CLUSTERRUN_STATE="+state, "CLUSTERRUN_WORKER_SOCKET_DIR="+runtime, "CLUSTERRUN_DEV_HOSTS=k-a",
+		fmt.Sprintf("TEMPORAL_PORT=%d", lowFreePort()), fmt.Sprintf("TEMPORAL_UI_PORT=%d", lowFreePort()))
+	sh := func(script string, vars ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(env.root, "deployments", "dev", script))
+		cmd.Dir, cmd.Env = env.root, append(slices.Clone(shellEnv), vars...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s: %s", script, out)
+		return string(out)
+	}
+	defer sh("down.sh")
+	pid := func() string {
+		b, err := os.ReadFile(filepath.Join(state, "worker-k-a.pid"))
+		require.NoError(t, err)
+		return strings.TrimSpace(string(b))
+	}
+	assert.Contains(t, sh("up.sh"), "up: starting host worker k-a")
+	first := pid()
+	assert.Contains(t, sh("up.sh"), "up: host worker k-a already runs this build with these settings (pid "+first+"); kept")
+	assert.Equal(t, first, pid())
+
+	assert.Contains(t, sh("up.sh", "CLUSTERRUN_WORKER_SLOTS=3"), "up: restarting host worker k-a (another build or other settings)")
+	assert.NotEqual(t, first, pid())
+	before, err := os.ReadFile(filepath.Join(state, "worker-k-a.log.1"))
+	require.NoError(t, err, "the log of the worker before")
+	assert.Contains(t, string(before), "clusterrun-worker stopped")
 }

@@ -11,6 +11,12 @@ mkdir -p "$state/logs"
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# worker_alive PIDFILE HOST: the process in PIDFILE lives and is HOST's clusterrun-worker (not another process
+# that took the pid of one that died).
+worker_alive() {
+	alive "$1" && tr '\0' ' ' <"/proc/$(cat "$1")/cmdline" 2>/dev/null | grep -q -- "clusterrun-worker --host $2 "
+}
+
 # wait_for DESCRIPTION SECONDS COMMAND...: retry COMMAND until it succeeds or the deadline passes.
 wait_for() {
 	local what=$1 secs=$2
@@ -89,8 +95,22 @@ register_search_attributes() {
 	done
 }
 
-# start_workers: (re)start the host workers, so that they run the binaries just built; the tasks they run go
-# on (each new worker takes its tasks up again).
+# worker_build_and_settings ARGS...: a digest of what a host worker is started from: the binaries it runs
+# (itself, the task supervisor, the CLI tasks call), its command line, the variables it reads, and the codec
+# key file's contents.
+worker_build_and_settings() {
+	{
+		sha256sum "$bin/clusterrun-worker" "$bin/clusterrun-shim" "$bin/clusterrun"
+		printf '%s\n' "$@"
+		env | grep -E '^(CLUSTERRUN|TEMPORAL)_' | sort
+		if [ -n "${CLUSTERRUN_CODEC_KEY_FILE:-}" ]; then sha256sum "$CLUSTERRUN_CODEC_KEY_FILE" 2>&1; fi
+	} | sha256sum | cut -d' ' -f1
+}
+
+# start_workers: start the host workers that are not running, and restart those that run another build or
+# other settings, so that they run the binaries just built; the tasks they run go on (each new worker takes its
+# tasks up again). A worker already running this build with these settings is kept: restarting it would only
+# show its tasks Unreachable for a moment.
 start_workers() {
 	# The dev hosts share one machine: give each more slots than its share of the cores (a worker's default).
 	export CLUSTERRUN_WORKER_SLOTS=${CLUSTERRUN_WORKER_SLOTS:-16}
@@ -107,15 +127,25 @@ start_workers() {
 		local ports=$((20000 + i * 1000))-$((20000 + i * 1000 + 999))
 		i=$((i + 1))
 		pidf=$state/worker-$h.pid
-		if alive "$pidf"; then
+		local args=(--host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}")
+		local settings
+		settings=$(CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} worker_build_and_settings "${args[@]}")
+		if worker_alive "$pidf" "$h"; then
+			if [ "$(cat "$state/worker-$h.settings" 2>/dev/null)" = "$settings" ]; then
+				echo "up: host worker $h already runs this build with these settings (pid $(cat "$pidf")); kept"
+				continue
+			fi
+			echo "up: restarting host worker $h (another build or other settings); its tasks go on"
 			kill -TERM "$(cat "$pidf")"
 			wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
 		fi
+		# The log of the worker before is kept beside the new one, for what it said as it stopped.
+		if [ -s "$state/worker-$h.log" ]; then mv "$state/worker-$h.log" "$state/worker-$h.log.1"; fi
 		: >"$state/worker-$h.log"
 		CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} \
-			setsid "$bin/clusterrun-worker" --host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}" \
-			>>"$state/worker-$h.log" 2>&1 </dev/null &
+			setsid "$bin/clusterrun-worker" "${args[@]}" >>"$state/worker-$h.log" 2>&1 </dev/null &
 		echo $! >"$pidf"
+		echo "$settings" >"$state/worker-$h.settings"
 		echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"
 	done
 	for h in $hosts; do
