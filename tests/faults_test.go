@@ -327,7 +327,7 @@ tasks:
 		before := lease()
 		env.stopWorker(host, syscall.SIGTERM)
 		require.NoError(t, env.startWorker(host))
-		waitUntil(t, fmt.Sprintf("restart %d: both tasks taken up again, well within their heartbeatTimeout (60s)", i+1), 20*time.Second,
+		waitUntil(t, fmt.Sprintf("restart %d: both tasks taken up again, well within their heartbeatTimeout (60s)", i+1), 40*time.Second,
 			func() bool { return lease() > before })
 	}
 }
