@@ -208,6 +208,18 @@ type harness struct {
 	host   *Host
 	server *fakeServer
 	state  string
+	// polling is open while the worker running the activities polls for more; shutdown closes it, as the
+	// worker's stop does.
+	polling chan struct{}
+}
+
+// shutdown stops the harness's host as its worker does: its polls stop, and its host shuts down.
+func (a *harness) shutdown(stopTasks bool) {
+	if a.polling != nil {
+		close(a.polling)
+		a.polling = nil
+	}
+	a.host.Shutdown(stopTasks, time.Second, 10*time.Second)
 }
 
 // newHost makes a host with a state folder and a socket folder (a restarted worker reuses both: sockets ""
@@ -266,6 +278,8 @@ func newHarnessLoggingTo(t *testing.T, logDir string, options ...func(*Host)) *h
 	a := &harness{server: &fakeServer{}, state: t.TempDir()}
 	a.suite.SetLogger(quiet())
 	a.env = a.suite.NewTestActivityEnvironment()
+	a.polling = make(chan struct{})
+	a.env.SetWorkerStopChannel(a.polling)
 	a.host = newHost(t, a.state, "", logDir, a.server, options...)
 	a.env.RegisterActivity(a.host.RunTask)
 	a.env.RegisterActivity(a.host.RunTasks)
@@ -750,7 +764,7 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
 	pid := a.host.reg.all()[0].process().PID
 
-	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.shutdown(false)
 	a.host.Close()
 	_, err := wait()
 	e := appErr(t, err)
@@ -785,7 +799,7 @@ func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	dir := t.TempDir()
 	wait := a.run(leased(taskSpec("sh", "-c", `while [ ! -e "`+dir+`/go" ]; do sleep 0.02; done; exit 3`)))
 	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
-	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.shutdown(false)
 	a.host.Close()
 	_, _ = wait()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
@@ -1047,7 +1061,7 @@ func TestShutdown_ForgetsTheEndedAttemptsOfRunsThatEnded(t *testing.T) {
 			a.server.ended = ended
 			a.server.status = &workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", Attempt: 1, State: workflows.TaskSucceeded}}}
 			a.server.mu.Unlock()
-			a.host.Shutdown(false, time.Second, 10*time.Second)
+			a.shutdown(false)
 			_, err = os.Stat(a.host.recordDir(e.key))
 			a.host.Close()
 			_, rootErr := os.Stat(a.host.recordRoot())

@@ -385,7 +385,7 @@ func TestRunTasks_ShutdownCompletesWithoutHoldingBack(t *testing.T) {
 	a := newHarness(t)
 	wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300"), named("worker-1", "sleep", "300")))
 	waitFor(t, "both tasks to run", func() bool { return a.host.Running() == 2 })
-	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.shutdown(false)
 	res, err := wait()
 	require.NoError(t, err, "it completed, within the wait's 30 s")
 	for _, task := range []string{"worker-0", "worker-1"} {
@@ -394,6 +394,28 @@ func TestRunTasks_ShutdownCompletesWithoutHoldingBack(t *testing.T) {
 		assert.Equal(t, workflows.ErrTaskDetached, e.Error.Type)
 	}
 	assert.Equal(t, 2, a.host.Running(), "the processes run on")
+}
+
+// A lease a shutting-down host lets go reports its end only once its worker polls no more: the run launches the
+// take-up lease on hearing of it, and one that reached the stopping worker's last polls was dropped there (the
+// tasks stayed Unreachable until their heartbeatTimeout).
+func TestRunTasks_AShutdownReportsEndsOnlyOnceTheWorkerPollsNoMore(t *testing.T) {
+	a := newHarness(t)
+	wait := a.runBatch(leaseOn(named("worker-0", "sleep", "300")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	polling := a.polling
+	a.polling = nil // this test stops the polls itself
+	shut := make(chan struct{})
+	go func() { defer close(shut); a.host.Shutdown(false, time.Second, 10*time.Second) }()
+	waitFor(t, "the host to shut down", a.host.reg.closed)
+	time.Sleep(300 * time.Millisecond) // the end must not come meanwhile
+	assert.Empty(t, a.server.reported(), "the end was reported while the worker still polled")
+	close(polling)
+	waitFor(t, "the end to be reported", func() bool { return len(a.server.reported()) == 1 })
+	assert.Equal(t, workflows.ErrTaskDetached, a.server.reported()["worker-0"].Error.Type)
+	_, err := wait()
+	require.NoError(t, err)
+	<-shut
 }
 
 // A member waiting for a slot when its worker shuts down gives its lease up unstarted, for its run to launch
@@ -408,7 +430,7 @@ func TestRunTasks_ShutdownGivesUpAMemberWaitingForASlot(t *testing.T) {
 	in.StartTimeout = 5 * time.Minute // beyond the wait's 30 s
 	waiter := a.runBatch(in)
 	waitFor(t, "the second member to wait for the slot", func() bool { return a.host.slots.waiting() == 1 })
-	a.host.Shutdown(false, time.Second, 10*time.Second)
+	a.shutdown(false)
 	res, err := waiter()
 	require.NoError(t, err, "it completed, within the wait's 30 s")
 	x := endOf(t, res, "worker-1")
@@ -454,7 +476,7 @@ func TestRunTasks_WithdrawGivesUpOnlyAWaitingMember(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got.Withdrawn, "nothing waits any more")
 	assert.Equal(t, 1, a.host.Running(), "worker-0 runs on")
-	a.host.Shutdown(true, time.Second, 10*time.Second)
+	a.shutdown(true)
 	_, err = holder()
 	require.NoError(t, err)
 }
