@@ -219,7 +219,12 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 		require.NoError(t, err, "%s: %s", script, out)
 		return string(out)
 	}
-	defer sh("down.sh")
+	downDone := false
+	defer func() {
+		if !downDone {
+			sh("down.sh")
+		}
+	}()
 	pid := func() string {
 		b, err := os.ReadFile(filepath.Join(state, "worker-k-a.pid"))
 		require.NoError(t, err)
@@ -235,4 +240,9 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	before, err := os.ReadFile(filepath.Join(state, "worker-k-a.log.1"))
 	require.NoError(t, err, "the log of the worker before")
 	assert.Contains(t, string(before), "clusterrun-worker stopped")
+
+	down := sh("down.sh")
+	downDone = true
+	assert.Contains(t, down, "down: stopped host worker k-a")
+	assert.NotContains(t, down, "left running", "no task ran")
 }

@@ -34,8 +34,13 @@ done
 # those started for a run (--log) and those a worker started ahead as spares (--log-dir).
 shims() { pgrep -f "clusterrun-shim (--ready-fd 3 --idle [^ ]* --log|--spare-fd 3 --log-dir) $state/state/" || true; }
 if [ -n "$(shims)" ]; then
-	n=$(shims | wc -l)
-	echo "down: stopping the tasks left running by the host workers ($n task supervisor(s))"
+	# The supervisors' children are the tasks; a supervisor without any is idle (its run's tasks ended) or a spare.
+	tasks=$(for p in $(shims); do pgrep -P "$p" || true; done | wc -l)
+	if [ "$tasks" -gt 0 ]; then
+		echo "down: stopping the $tasks task(s) the host workers left running (SIGTERM, their grace period, SIGKILL)"
+	else
+		echo "down: stopping $(shims | wc -l) idle task supervisor(s)"
+	fi
 	kill -TERM $(shims) 2>/dev/null || true
 	deadline=$((SECONDS + 40))
 	while [ -n "$(shims)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
