@@ -201,8 +201,8 @@ func TestMakeUp_SaysAtOnceWhyAHostWorkerDidNotStart(t *testing.T) {
 }
 
 // make up keeps a host worker that already runs this build with these settings: restarting it showed its tasks
-// Unreachable for a moment, for nothing. A worker whose settings changed is restarted, and the log of the one
-// before is kept beside the new one.
+// Unreachable for a moment, for nothing. A worker whose settings or environment changed is restarted, and the
+// log of the one before is kept beside the new one.
 func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir()
@@ -235,7 +235,8 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	assert.Contains(t, sh("up.sh"), "up: host worker k-a already runs this build with these settings (pid "+first+"); kept")
 	assert.Equal(t, first, pid())
 
-	assert.Contains(t, sh("up.sh", "CLUSTERRUN_WORKER_SLOTS=3"), "up: restarting host worker k-a (another build or other settings)")
+	// Tasks inherit the worker's environment: a variable set now is a new setting.
+	assert.Contains(t, sh("up.sh", "TRAINING_DATA=/data/v2"), "up: restarting host worker k-a (other settings or environment); its tasks go on")
 	assert.NotEqual(t, first, pid())
 	before, err := os.ReadFile(filepath.Join(state, "worker-k-a.log.1"))
 	require.NoError(t, err, "the log of the worker before")

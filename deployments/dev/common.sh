@@ -95,16 +95,27 @@ register_search_attributes() {
 	done
 }
 
-# worker_build_and_settings ARGS...: a digest of what a host worker is started from: the binaries it runs
-# (itself, the task supervisor, the CLI tasks call), its command line, the variables it reads, and the codec
-# key file's contents.
-worker_build_and_settings() {
+# worker_build: a digest of the binaries a host worker runs (itself, the task supervisor, the CLI tasks call).
+worker_build() { sha256sum "$bin/clusterrun-worker" "$bin/clusterrun-shim" "$bin/clusterrun" | sha256sum | cut -d' ' -f1; }
+
+# worker_settings ARGS...: a digest of what else a host worker is started from: its command line, its working
+# directory and environment (which its settings come from, and which its tasks inherit), but for the variables
+# a shell or make sets anew each time, and the codec key file's contents.
+worker_settings() {
 	{
-		sha256sum "$bin/clusterrun-worker" "$bin/clusterrun-shim" "$bin/clusterrun"
 		printf '%s\n' "$@"
-		env | grep -E '^(CLUSTERRUN|TEMPORAL)_' | sort
+		env -0 | grep -zvE '^(_|OLDPWD|SHLVL|MAKEFLAGS|MAKELEVEL|MFLAGS|MAKE_TERMOUT|MAKE_TERMERR|SSH_CLIENT|SSH_CONNECTION|SSH_TTY|WINDOWID|COLUMNS|LINES)=' | sort -z
 		if [ -n "${CLUSTERRUN_CODEC_KEY_FILE:-}" ]; then sha256sum "$CLUSTERRUN_CODEC_KEY_FILE" 2>&1; fi
 	} | sha256sum | cut -d' ' -f1
+}
+
+# changed OLD NEW: what differs between two worker_started records ("build settings"), in words.
+changed() {
+	local why=()
+	[ "${1%% *}" = "${2%% *}" ] || why+=("a new build")
+	[ "${1#* }" = "${2#* }" ] || why+=("other settings or environment")
+	local IFS=,
+	echo "${why[*]/#/ }" | sed 's/^ //; s/,/ and/'
 }
 
 # start_workers: start the host workers that are not running, and restart those that run another build or
@@ -128,14 +139,15 @@ start_workers() {
 		i=$((i + 1))
 		pidf=$state/worker-$h.pid
 		local args=(--host "$h" --addr 127.0.0.1 --log-dir "$state/logs" --state-dir "$state/state" "${runas[@]}")
-		local settings
-		settings=$(CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} worker_build_and_settings "${args[@]}")
+		local started was
+		started="$(worker_build) $(CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} worker_settings "${args[@]}")"
 		if worker_alive "$pidf" "$h"; then
-			if [ "$(cat "$state/worker-$h.settings" 2>/dev/null)" = "$settings" ]; then
+			was=$(cat "$state/worker-$h.settings" 2>/dev/null || echo "unknown unknown")
+			if [ "$was" = "$started" ]; then
 				echo "up: host worker $h already runs this build with these settings (pid $(cat "$pidf")); kept"
 				continue
 			fi
-			echo "up: restarting host worker $h (another build or other settings); its tasks go on"
+			echo "up: restarting host worker $h ($(changed "$was" "$started")); its tasks go on"
 			kill -TERM "$(cat "$pidf")"
 			wait_for "the old worker $h to stop" 30 bash -c "! kill -0 $(cat "$pidf")"
 		fi
@@ -145,7 +157,7 @@ start_workers() {
 		CLUSTERRUN_WORKER_PORTS=${CLUSTERRUN_WORKER_PORTS:-$ports} \
 			setsid "$bin/clusterrun-worker" "${args[@]}" >>"$state/worker-$h.log" 2>&1 </dev/null &
 		echo $! >"$pidf"
-		echo "$settings" >"$state/worker-$h.settings"
+		echo "$started" >"$state/worker-$h.settings"
 		echo "up: starting host worker $h (pid $!), log $state/worker-$h.log"
 	done
 	for h in $hosts; do
