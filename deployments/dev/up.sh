@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Brings up the local dev environment in the background: the Temporal dev server (with the Web UI and a
 # persistent database under .clusterrun/) and host workers (host-a and host-b by default), each with a pid file
-# and a log under .clusterrun/. Idempotent: a running server is kept; workers are restarted so they run the
-# binaries just built, and the tasks they run go on (each new worker takes its tasks up again). `make down`
+# and a log under .clusterrun/. Idempotent: a running server is kept; a worker is restarted when it does not run
+# the binaries just built with these settings, and the tasks it runs go on (the new worker takes them up
+# again); the others are kept. `make down`
 # (deployments/dev/down.sh) stops everything. deployments/postgres/up.sh is the same on PostgreSQL.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
