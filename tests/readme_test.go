@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,6 +236,17 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	first := pid()
 	assert.Contains(t, sh("up.sh"), "up: host worker k-a already runs this build with these settings (pid "+first+"); kept")
 	assert.Equal(t, first, pid())
+
+	// A stopped worker is not kept as if it were well: make up says what to do.
+	firstPID, err := strconv.Atoi(first)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(firstPID, syscall.SIGSTOP))
+	cmd := exec.Command(filepath.Join(env.root, "deployments", "dev", "up.sh"))
+	cmd.Dir, cmd.Env = env.root, shellEnv
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, syscall.Kill(firstPID, syscall.SIGCONT))
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, string(out), fmt.Sprintf("up: host worker k-a (pid %d) is stopped (SIGSTOP or a debugger) and takes no task: resume it with kill -CONT %[1]d", firstPID))
 
 	// Tasks inherit the worker's environment: a variable set now is a new setting.
 	assert.Contains(t, sh("up.sh", "TRAINING_DATA=/data/v2"), "up: restarting host worker k-a (other settings or environment); its tasks go on")

@@ -118,6 +118,18 @@ changed() {
 	echo "${why[*]/#/ }" | sed 's/^ //; s/,/ and/'
 }
 
+# worker_not_stopped HOST PID: fail, saying what to do, when the worker to keep is stopped (SIGSTOP, a
+# debugger): it would take no task, and its registry entry would still look live for a while.
+worker_not_stopped() {
+	local st
+	st=$(sed 's/.*) //' "/proc/$2/stat" 2>/dev/null | cut -d' ' -f1)
+	if [ "$st" = T ] || [ "$st" = t ]; then
+		echo "up: host worker $1 (pid $2) is stopped (SIGSTOP or a debugger) and takes no task: resume it with" \
+			"kill -CONT $2, or end it with kill -KILL $2 and run make up again to start a new one" >&2
+		exit 1
+	fi
+}
+
 # start_workers: start the host workers that are not running, and restart those that run another build or
 # other settings, so that they run the binaries just built; the tasks they run go on (each new worker takes its
 # tasks up again). A worker already running this build with these settings is kept: restarting it would only
@@ -144,6 +156,7 @@ start_workers() {
 		if worker_alive "$pidf" "$h"; then
 			was=$(cat "$state/worker-$h.settings" 2>/dev/null || echo "unknown unknown")
 			if [ "$was" = "$started" ]; then
+				worker_not_stopped "$h" "$(cat "$pidf")"
 				echo "up: host worker $h already runs this build with these settings (pid $(cat "$pidf")); kept"
 				continue
 			fi
