@@ -109,7 +109,8 @@ worker_settings() {
 	} | sha256sum | cut -d' ' -f1
 }
 
-# changed OLD NEW: what differs between two worker_started records ("build settings"), in words.
+# changed OLD NEW: what differs, in words, between two records of what a worker was started from ("BUILD
+# SETTINGS", the digests above).
 changed() {
 	local why=()
 	[ "${1%% *}" = "${2%% *}" ] || why+=("a new build")
