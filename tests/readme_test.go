@@ -255,7 +255,16 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	require.NoError(t, err, "the log of the worker before")
 	assert.Contains(t, string(before), "clusterrun-worker stopped")
 
-	down := sh("down.sh")
+	// So are the contents of the temporal.toml the worker reads its connection's profile from.
+	toml := filepath.Join(state, "temporal.toml")
+	require.NoError(t, os.WriteFile(toml, []byte("[profile.default]\nnamespace = \"default\"\n"), 0o600))
+	withToml := "TEMPORAL_CONFIG_FILE=" + toml
+	assert.Contains(t, sh("up.sh", withToml), "up: restarting host worker k-a (other settings or environment)")
+	assert.Contains(t, sh("up.sh", withToml), "already runs this build with these settings")
+	require.NoError(t, os.WriteFile(toml, []byte("[profile.default]\nnamespace = \"default\"\n[profile.default.grpc_meta]\nx-team = \"ml\"\n"), 0o600))
+	assert.Contains(t, sh("up.sh", withToml), "up: restarting host worker k-a (other settings or environment)", "a changed profile")
+
+	down := sh("down.sh", withToml)
 	downDone = true
 	assert.Contains(t, down, "down: stopped host worker k-a")
 	assert.NotContains(t, down, "left running", "no task ran")

@@ -100,14 +100,20 @@ worker_build() { sha256sum "$bin/clusterrun-worker" "$bin/clusterrun-shim" "$bin
 
 # worker_settings ARGS...: a digest of what else a host worker is started from: its command line, its working
 # directory and environment (which its settings come from, and which its tasks inherit), but for the variables
-# a shell or make sets anew each time, and the codec key file's contents.
+# a shell or make sets anew each time, and the contents of the files it reads its settings from: the codec key
+# file and the temporal.toml of its connection's profile (TEMPORAL_CONFIG_FILE, or the user's own).
 worker_settings() {
 	{
 		printf '%s\n' "$@"
 		env -0 | grep -zvE '^(_|OLDPWD|SHLVL|MAKEFLAGS|MAKELEVEL|MFLAGS|MAKE_TERMOUT|MAKE_TERMERR|SSH_CLIENT|SSH_CONNECTION|SSH_TTY|WINDOWID|COLUMNS|LINES)=' | sort -z
 		if [ -n "${CLUSTERRUN_CODEC_KEY_FILE:-}" ]; then sha256sum "$CLUSTERRUN_CODEC_KEY_FILE" 2>&1; fi
+		if [ -f "$(temporal_toml)" ]; then sha256sum "$(temporal_toml)" 2>&1; fi
 	} | sha256sum | cut -d' ' -f1
 }
+
+# temporal_toml: the temporal.toml a host worker reads its connection's profile from, as the Temporal SDK finds
+# it: TEMPORAL_CONFIG_FILE, else temporalio/temporal.toml in the user's configuration folder.
+temporal_toml() { echo "${TEMPORAL_CONFIG_FILE:-${XDG_CONFIG_HOME:-$HOME/.config}/temporalio/temporal.toml}"; }
 
 # changed OLD NEW: what differs, in words, between two records of what a worker was started from ("BUILD
 # SETTINGS", the digests above).
