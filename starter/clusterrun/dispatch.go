@@ -49,6 +49,8 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintln(stdout, version.String("clusterrun")) }})
+	root.CompletionOptions.DisableDefaultCmd = true // cobra's prints the whole help, exit 0, for a shell it lacks
+	root.AddCommand(completionCommand(root, stdout))
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
 		for _, c := range commands() {
 			if c.name == cmd.Name() && cmd != root {
@@ -56,9 +58,58 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 				return
 			}
 		}
+		if cmd.Name() == "completion" {
+			fmt.Fprint(stdout, completionUsage)
+			return
+		}
 		fmt.Fprint(stdout, topUsage)
 	})
 	return root
+}
+
+const completionUsage = `Print a shell completion script for clusterrun's commands and flags.
+
+Usage: clusterrun completion SHELL
+
+SHELL is bash, zsh, fish or powershell.
+
+Example:
+  source <(clusterrun completion bash)
+`
+
+// completionShells are the shells completionCommand writes a script for, and how.
+var completionShells = map[string]func(root *cobra.Command, w io.Writer) error{
+	"bash":       func(root *cobra.Command, w io.Writer) error { return root.GenBashCompletionV2(w, true) },
+	"zsh":        func(root *cobra.Command, w io.Writer) error { return root.GenZshCompletion(w) },
+	"fish":       func(root *cobra.Command, w io.Writer) error { return root.GenFishCompletion(w, true) },
+	"powershell": func(root *cobra.Command, w io.Writer) error { return root.GenPowerShellCompletionWithDesc(w) },
+}
+
+// completionCommand prints the completion script of the shell it is given; anything else is a usage error
+// that names the shells.
+func completionCommand(root *cobra.Command, stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:                "completion",
+		Short:              shortOf(completionUsage),
+		DisableFlagParsing: true,
+		ValidArgs:          []string{"bash", "zsh", "fish", "powershell"},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+				fmt.Fprint(stdout, completionUsage)
+				return nil
+			}
+			if len(args) != 1 {
+				return &exitError{code: exitUsage, command: "completion",
+					msg: "name one shell: bash, zsh, fish or powershell, as in: source <(clusterrun completion bash)"}
+			}
+			gen, ok := completionShells[args[0]]
+			if !ok {
+				return &exitError{code: exitUsage, command: "completion",
+					msg: fmt.Sprintf("%q is not a shell clusterrun writes completion for: use bash, zsh, fish or powershell", args[0])}
+			}
+			return gen(root, stdout)
+		},
+	}
 }
 
 // shortOf is a command's help text's first line.

@@ -151,7 +151,33 @@ func TestCompletion(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 0, mainWithCode([]string{"completion", "bash"}, &out, &errb))
 	assert.Contains(t, out.String(), "__start_clusterrun")
+	for shell, mark := range map[string]string{"zsh": "#compdef clusterrun", "fish": "complete -c clusterrun", "powershell": "Register-ArgumentCompleter"} {
+		out.Reset()
+		require.Equal(t, 0, mainWithCode([]string{"completion", shell}, &out, &errb), shell)
+		assert.Contains(t, out.String(), mark, shell)
+	}
 	out.Reset()
+	require.Equal(t, 0, mainWithCode([]string{"__complete", "completion", ""}, &out, &errb))
+	assert.Contains(t, out.String(), "powershell")
+	out.Reset()
+}
+
+// A shell clusterrun has no script for is a usage error that names the ones it has, not the whole help.
+func TestCompletion_AnUnknownShellSaysWhichThereAre(t *testing.T) {
+	for _, args := range [][]string{{"completion", "tcsh"}, {"completion"}, {"completion", "bash", "zsh"}} {
+		var out, errb bytes.Buffer
+		assert.Equal(t, exitUsage, mainWithCode(args, &out, &errb), args)
+		assert.Empty(t, out.String(), args)
+		assert.Contains(t, errb.String(), "clusterrun completion: ", args)
+		assert.Contains(t, errb.String(), "bash, zsh, fish or powershell", args)
+	}
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, mainWithCode([]string{"completion", "--help"}, &out, &errb))
+	assert.Contains(t, out.String(), "Usage: clusterrun completion SHELL")
+}
+
+func TestVersionFlag(t *testing.T) {
+	var out, errb bytes.Buffer
 	require.Equal(t, 0, mainWithCode([]string{"--version"}, &out, &errb))
 	assert.Contains(t, out.String(), "clusterrun ")
 }
