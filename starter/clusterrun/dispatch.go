@@ -47,8 +47,18 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 			ValidArgsFunction: completer(c),
 		})
 	}
-	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
-		Run: func(*cobra.Command, []string) { fmt.Fprintln(stdout, version.String("clusterrun")) }})
+	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+				fmt.Fprintln(stdout, "Print clusterrun's version, commit, platform and Go version.\n\nUsage: clusterrun version (or clusterrun --version)")
+				return nil
+			}
+			if len(args) > 0 {
+				return &exitError{code: exitUsage, command: "version", msg: fmt.Sprintf("unexpected argument %q; usage: clusterrun version", args[0])}
+			}
+			fmt.Fprintln(stdout, version.String("clusterrun"))
+			return nil
+		}})
 	root.CompletionOptions.DisableDefaultCmd = true // cobra's prints the whole help, exit 0, for a shell it lacks
 	root.AddCommand(completionCommand(root, stdout))
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {

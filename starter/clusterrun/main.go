@@ -121,6 +121,10 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "clusterrun: unknown command %q; commands are %s (see clusterrun --help)\n", args[0], strings.Join(commandNames(), ", "))
 		return exitUsage
+	case strings.HasPrefix(err.Error(), "unknown flag") || strings.HasPrefix(err.Error(), "unknown shorthand flag"):
+		// a flag where cobra looked for a command: clusterrun --bogus, or clusterrun --bogus list
+		fmt.Fprintf(stderr, "clusterrun: %s (see clusterrun --help)\n", err)
+		return exitUsage
 	default:
 		fmt.Fprintln(stderr, "clusterrun: "+err.Error())
 		return 1

@@ -51,6 +51,13 @@ func TestMainWithCode_Usage(t *testing.T) {
 	errb.Reset()
 	assert.Equal(t, 0, mainWithCode([]string{"cancel", "--help"}, &out, &errb))
 	assert.Contains(t, errb.String(), "Example:")
+	// cobra's own commands and flags are usage errors too, said by what was wrong.
+	errb.Reset()
+	assert.Equal(t, exitUsage, mainWithCode([]string{"version", "extra"}, &out, &errb))
+	assert.Equal(t, "clusterrun version: unexpected argument \"extra\"; usage: clusterrun version\n", errb.String())
+	errb.Reset()
+	assert.Equal(t, exitUsage, mainWithCode([]string{"--bogus", "list"}, &out, &errb))
+	assert.Equal(t, "clusterrun: unknown flag: --bogus (see clusterrun --help)\n", errb.String())
 }
 
 func TestRun_RefusesARunIDThatCannotNameAFolder(t *testing.T) {
