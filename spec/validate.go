@@ -188,8 +188,8 @@ func (s *RunSpec) Validate() []Problem {
 			v.add(path+".hosts", "%d hosts; at most %d", len(t.Hosts), MaxTasks)
 		}
 		for i, h := range t.Hosts {
-			if len(h) > MaxHostNameLength || !hostNameRE().MatchString(h) {
-				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%s is not a valid host name (letters, digits, '.', '_', '-'; at most %d characters)", short(h), MaxHostNameLength)
+			if err := CheckHostName(h); err != nil {
+				v.add(fmt.Sprintf("%s.hosts[%d]", path, i), "%v", err)
 				break
 			}
 		}
@@ -306,9 +306,28 @@ func (v *validator) workingDir(path, dir string) {
 }
 
 func (v *validator) pool(path, pool string) {
-	if pool != "" && (len(pool) > MaxNameLength || !hostNameRE().MatchString(pool)) {
-		v.add(path, "%s is not a valid pool name (letters, digits, '.', '_', '-'; at most %d characters)", short(pool), MaxNameLength)
+	if pool == "" {
+		return
 	}
+	if err := CheckPoolName(pool); err != nil {
+		v.add(path, "%v", err)
+	}
+}
+
+// CheckHostName says why name cannot name a host (a spec's hosts, a host worker's --host), or returns nil.
+func CheckHostName(name string) error {
+	if len(name) > MaxHostNameLength || !hostNameRE().MatchString(name) {
+		return fmt.Errorf("%s is not a valid host name (letters, digits, '.', '_', '-'; at most %d characters)", short(name), MaxHostNameLength)
+	}
+	return nil
+}
+
+// CheckPoolName says why name cannot name a pool (a spec's pool, a host worker's --pool), or returns nil.
+func CheckPoolName(name string) error {
+	if len(name) > MaxNameLength || !hostNameRE().MatchString(name) {
+		return fmt.Errorf("%s is not a valid pool name (letters, digits, '.', '_', '-'; at most %d characters)", short(name), MaxNameLength)
+	}
+	return nil
 }
 
 func (v *validator) oneOf(path, value string, allowed ...string) {

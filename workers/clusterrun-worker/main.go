@@ -156,10 +156,17 @@ func parseFlags(args []string) (config, error) {
 	if c.host == "" {
 		return c, errors.New("--host is empty and the machine has no hostname: pass --host NAME")
 	}
+	if err := spec.CheckHostName(c.host); err != nil {
+		return c, fmt.Errorf("--host: %v, so no spec could pin a task to it: pass --host NAME", err)
+	}
 	for _, p := range strings.Split(pools, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			c.pools = append(c.pools, p)
+		if p = strings.TrimSpace(p); p == "" {
+			continue
 		}
+		if err := spec.CheckPoolName(p); err != nil {
+			return c, fmt.Errorf("--pool: %v, so no spec could name it", err)
+		}
+		c.pools = append(c.pools, p)
 	}
 	if idleEnvErr != nil {
 		return c, idleEnvErr
@@ -197,6 +204,8 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.addr == "" {
 		c.addr = defaultAddr()
+	} else if err := checkAddr(c.addr); err != nil {
+		return c, err
 	}
 	shimPath, err := findShim(c.shim)
 	if err != nil {
@@ -204,6 +213,18 @@ func parseFlags(args []string) (config, error) {
 	}
 	c.shim = shimPath
 	return c, nil
+}
+
+// checkAddr says why --addr cannot be what other tasks dial (TF_CONFIG and MASTER_ADDR join it to a port).
+func checkAddr(addr string) error {
+	ip := net.ParseIP(addr)
+	switch {
+	case ip != nil && ip.To4() == nil:
+		return fmt.Errorf("--addr %q: an IPv6 address cannot be joined to a port in TF_CONFIG; give a host name that resolves to it", addr)
+	case ip == nil && spec.CheckHostName(addr) != nil:
+		return fmt.Errorf("--addr %q: give the IPv4 address or host name other tasks dial to reach this host, without a port", addr)
+	}
+	return nil
 }
 
 // defaultPorts lies below Linux's default range of ephemeral ports (32768-60999), which outgoing connections

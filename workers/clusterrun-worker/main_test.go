@@ -110,6 +110,30 @@ func TestParseFlags_Ports(t *testing.T) {
 	assert.EqualError(t, err, `--ports "500-600": the range must lie within 1024-65535 and FROM must not exceed TO, e.g. 20000-29999`)
 }
 
+// A host, pool or address a spec could not name, or a task could not dial, is refused with what would be right.
+func TestParseFlags_NamesAndAddress(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "gpu-a.example.com", "--shim", shim, "--pool", "gpus, big", "--addr", "gpu-a.example.com"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gpus", "big"}, c.pools)
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim, "--pool", "", "--addr", "10.0.0.5"})
+	require.NoError(t, err)
+	assert.Empty(t, c.pools, "no pool: only tasks pinned to this host")
+	assert.Equal(t, "10.0.0.5", c.addr)
+
+	for args, want := range map[[2]string]string{
+		{"--host", "a b"}:         `--host: "a b" is not a valid host name (letters, digits, '.', '_', '-'; at most 253 characters), so no spec could pin a task to it: pass --host NAME`,
+		{"--host", "../h"}:        `--host: "../h" is not a valid host name`,
+		{"--pool", "gpu pool"}:    `--pool: "gpu pool" is not a valid pool name (letters, digits, '.', '_', '-'; at most 63 characters), so no spec could name it`,
+		{"--addr", "10.0.0.5:80"}: `--addr "10.0.0.5:80": give the IPv4 address or host name other tasks dial to reach this host, without a port`,
+		{"--addr", "fe80::1"}:     `--addr "fe80::1": an IPv6 address cannot be joined to a port in TF_CONFIG; give a host name that resolves to it`,
+	} {
+		_, err := parseFlags(append([]string{"--host", "h", "--shim", shim}, args[:]...))
+		require.Error(t, err, "%v", args)
+		assert.Contains(t, err.Error(), want, "%v", args)
+	}
+}
+
 // A flag that does not exist, or whose value does not parse, is said in one line with what would be right.
 func TestParseFlags_FlagProblemsAreSaidInOneLine(t *testing.T) {
 	_, err := parseFlags([]string{"--host", "h", "--slot", "4"})
