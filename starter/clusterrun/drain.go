@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -87,6 +88,9 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 		return usageErrorf("--now and --undo exclude each other: --now drains and stops the tasks, --undo ends a drain")
 	}
 	host := pos[0]
+	if err := spec.CheckHostName(host); err != nil {
+		return usageErrorf("%v: name a host as its worker's --host does (clusterrun hosts lists them)", err)
+	}
 	drain := !*undo
 	in := workflows.ControlHostInput{Host: host, Drain: &drain, StopTasks: *now}
 	ctx, cancel := context.WithTimeout(context.Background(), drainWait)

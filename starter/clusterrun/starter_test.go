@@ -56,6 +56,9 @@ func TestMainWithCode_Usage(t *testing.T) {
 	assert.Equal(t, exitUsage, mainWithCode([]string{"version", "extra"}, &out, &errb))
 	assert.Equal(t, "clusterrun version: unexpected argument \"extra\"; usage: clusterrun version\n", errb.String())
 	errb.Reset()
+	assert.Equal(t, exitUsage, mainWithCode([]string{"drain", "gpu a"}, &out, &errb), "no worker can have that --host")
+	assert.Contains(t, errb.String(), `clusterrun drain: "gpu a" is not a valid host name`)
+	errb.Reset()
 	assert.Equal(t, exitUsage, mainWithCode([]string{"--bogus", "list"}, &out, &errb))
 	assert.Equal(t, "clusterrun: unknown flag: --bogus (see clusterrun --help)\n", errb.String())
 }
