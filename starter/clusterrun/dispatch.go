@@ -49,7 +49,7 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
-			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			if asksHelp(args) {
 				fmt.Fprintln(stdout, "Print clusterrun's version, commit, platform and Go version.\n\nUsage: clusterrun version (or clusterrun --version)")
 				return nil
 			}
@@ -104,7 +104,7 @@ func completionCommand(root *cobra.Command, stdout io.Writer) *cobra.Command {
 		DisableFlagParsing: true,
 		ValidArgs:          []string{"bash", "zsh", "fish", "powershell"},
 		RunE: func(_ *cobra.Command, args []string) error {
-			if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			if asksHelp(args) {
 				fmt.Fprint(stdout, completionUsage)
 				return nil
 			}
@@ -120,6 +120,11 @@ func completionCommand(root *cobra.Command, stdout io.Writer) *cobra.Command {
 			return gen(root, stdout)
 		},
 	}
+}
+
+// asksHelp says whether the arguments of a command that parses no flags ask for its help.
+func asksHelp(args []string) bool {
+	return len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help")
 }
 
 // shortOf is a command's help text's first line.
