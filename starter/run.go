@@ -261,7 +261,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 			pending = append(pending, r.shardActivities(ctx, desc.GetPendingChildren())...)
 		}
 		st.Heartbeats = heartbeatsOf(pending)
-		st.Items = r.itemCounts(ctx)
+		st.Items = r.itemCounts(ctx, st.RunStatus)
 		return st, nil
 	}
 	st.Ended = true
@@ -270,7 +270,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if errors.As(st.Outcome, &enc) {
 		return st, enc // not the run's outcome: this client cannot read it
 	}
-	st.Items = r.itemCounts(ctx)
+	st.Items = r.itemCounts(ctx, st.RunStatus)
 	return st, nil
 }
 
@@ -291,8 +291,11 @@ func (r *Run) shardActivities(ctx context.Context, children []*workflowpb.Pendin
 }
 
 // itemCounts reads the work-item counts from the memo of the run's ClusterItems workflow; nil when the run
-// has no work items.
-func (r *Run) itemCounts(ctx context.Context) *workflows.ItemCounts {
+// has no work items (st, its status, says so, or there is no such workflow).
+func (r *Run) itemCounts(ctx context.Context, st workflows.RunStatus) *workflows.ItemCounts {
+	if st.NoItems {
+		return nil
+	}
 	desc, err := r.c.c.DescribeWorkflowExecution(ctx, workflows.ItemsWorkflowID(r.ID), "")
 	if err != nil {
 		return nil
@@ -342,7 +345,7 @@ func (e *NoItemsError) Error() string {
 func (r *Run) Wait(ctx context.Context) (workflows.RunStatus, error) {
 	st, err := r.wait(ctx)
 	if st.Status != "" {
-		st.Items = r.itemCounts(ctx)
+		st.Items = r.itemCounts(ctx, st)
 	}
 	if err == nil || ctx.Err() != nil {
 		return st, err

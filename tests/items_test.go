@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,11 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -538,4 +543,36 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 3}}
 		require.Len(t, ts.Earlier, 1, ts.Name)
 		assert.Equal(t, ts.Earlier[0].Host, ts.Host, "%s came back to its host", ts.Name)
 	}
+}
+
+// A run whose spec has no items says so in its status (noItems), and is read without asking the server for
+// a ClusterItems child it does not have: one call fewer at the end of every `clusterrun run`, and at each of
+// its looks at the run.
+func TestE2E_ARunWithoutItemsIsReadWithoutLookingForThem(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if d, ok := req.(*workflowservice.DescribeWorkflowExecutionRequest); ok && strings.HasSuffix(d.GetExecution().GetWorkflowId(), "/items") {
+			asked.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c, err := client.Dial(client.Options{HostPort: env.address, Logger: quietLogger(),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}}})
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := spec.Parse([]byte(`{name: no-items, command: ["true"], tasks: {worker: {replicas: 2}}}`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := starter.NewClient(c, "default").Start(ctx, s, starter.StartOptions{ID: runID(t)})
+	require.NoError(t, err)
+	st, err := run.Wait(ctx)
+	require.NoError(t, err)
+	assert.True(t, st.NoItems)
+	assert.Nil(t, st.Items)
+	read, err := run.Status(ctx)
+	require.NoError(t, err)
+	assert.True(t, read.NoItems)
+	assert.Zero(t, asked.Load(), "no run ID/items was described")
 }

@@ -146,7 +146,7 @@ const MaxStatusBytes = 1792 << 10
 // snapshot is the query "status" and the run's result.
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
-		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded}
+		StartTime: r.startTime, EndTime: r.endTime, Sharded: r.sharded, NoItems: r.plan.Items == nil}
 	if r.waiting() || r.waitingForHosts() {
 		s.Status = StatusWaiting
 	}

@@ -511,6 +511,9 @@ type RunStatus struct {
 	// Items counts the run's work items when its spec has them. The run does not hold them (its ClusterItems
 	// child does); readers such as starter.Run.Status fill this in from the child's memo.
 	Items *ItemCounts `json:"items,omitempty"`
+	// NoItems says the run's spec has no items block, so a reader need not look for a ClusterItems child (runs
+	// from before this field leave it false, and are looked at).
+	NoItems bool `json:"noItems,omitempty"`
 }
 
 // Task returns the named task's status, or nil.
