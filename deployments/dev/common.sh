@@ -11,6 +11,22 @@ mkdir -p "$state/logs"
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# check_hosts: CLUSTERRUN_DEV_HOSTS names at least one host, each a name a worker takes as its --host (a spec's
+# rule for hosts:), before anything starts.
+check_hosts() {
+	local h
+	if [ -z "${hosts// /}" ]; then
+		echo "up: CLUSTERRUN_DEV_HOSTS names no host: leave it unset for host-a and host-b, or name some, e.g. CLUSTERRUN_DEV_HOSTS=\"gpu-a gpu-b\"" >&2
+		exit 2
+	fi
+	for h in $hosts; do
+		if [ ${#h} -gt 253 ] || ! [[ $h =~ ^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$ ]]; then
+			echo "up: CLUSTERRUN_DEV_HOSTS names \"$h\", which is not a valid host name (letters, digits, '.', '_', '-'; at most 253 characters), so no spec could pin a task to it: rename it, e.g. CLUSTERRUN_DEV_HOSTS=\"gpu-a gpu-b\"" >&2
+			exit 2
+		fi
+	done
+}
+
 # worker_alive PIDFILE HOST: the process in PIDFILE lives and is HOST's clusterrun-worker (not another process
 # that took the pid of one that died).
 worker_alive() {
