@@ -105,7 +105,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.host, "host", env("CLUSTERRUN_WORKER_HOST", hostname), "host name that tasks pin to with hosts: [CLUSTERRUN_WORKER_HOST]")
 	fs.StringVar(&c.addr, "addr", env("CLUSTERRUN_WORKER_ADDR", ""), "address other tasks dial to reach tasks here (default: this machine's first non-loopback IPv4) [CLUSTERRUN_WORKER_ADDR]")
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
-	fs.IntVar(&c.slots, "slots", envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots()), "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
+	slotsDefault, slotsEnvErr := envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots())
+	fs.IntVar(&c.slots, "slots", slotsDefault, "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
 	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO runs may choose their tasks' ports here from, in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip); off: this host picks each port itself [CLUSTERRUN_WORKER_PORTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
@@ -125,7 +126,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.runAs, "run-as", env("CLUSTERRUN_WORKER_RUN_AS", ""), "the user tasks run as (default: the worker's user; a worker running as root needs it, and runs tasks as root only with --run-as root) [CLUSTERRUN_WORKER_RUN_AS]")
 	fs.StringVar(&c.codecKeyFile, "codec-key-file", env("CLUSTERRUN_CODEC_KEY_FILE", ""), "encrypt and decrypt payloads with the keys in this file (AES-256-GCM; every worker and CLI of the namespace needs the same keys) [CLUSTERRUN_CODEC_KEY_FILE]")
 	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
-	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT"), "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
+	stopDefault, stopEnvErr := envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT")
+	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", stopDefault, "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
 	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
 	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
@@ -168,8 +170,10 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.pools = append(c.pools, p)
 	}
-	if idleEnvErr != nil {
-		return c, idleEnvErr
+	for _, err := range []error{slotsEnvErr, idleEnvErr, stopEnvErr} {
+		if err != nil {
+			return c, err // a variable the operator set is not silently taken for its default
+		}
 	}
 	if c.supervisorIdle <= 0 {
 		return c, fmt.Errorf("--supervisor-idle %s: must be positive, e.g. 15s", c.supervisorIdle)
@@ -666,11 +670,16 @@ func env(key, def string) string {
 	return def
 }
 
-func envInt(key string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
-		return v
+func envInt(key string, def int) (int, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
 	}
-	return def
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return def, fmt.Errorf("%s=%q: not a whole number; use e.g. 8", key, v)
+	}
+	return n, nil
 }
 
 func envDuration(key string, def time.Duration) (time.Duration, error) {
@@ -706,9 +715,16 @@ func envList(key string) []string {
 	return out
 }
 
-func envBool(key string) bool {
-	v, _ := strconv.ParseBool(os.Getenv(key))
-	return v
+func envBool(key string) (bool, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: use true or false", key, v)
+	}
+	return b, nil
 }
 
 // defaultAddr is the first non-loopback IPv4 address of this machine, or 127.0.0.1.

@@ -110,6 +110,25 @@ func TestParseFlags_Ports(t *testing.T) {
 	assert.EqualError(t, err, `--ports "500-600": the range must lie within 1024-65535 and FROM must not exceed TO, e.g. 20000-29999`)
 }
 
+// A variable the operator set is used, or said to be malformed: never silently taken for its default.
+func TestParseFlags_VariablesAreUsedOrRefused(t *testing.T) {
+	shim := shimBeside(t)
+	t.Setenv("CLUSTERRUN_WORKER_SLOTS", "6")
+	t.Setenv("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT", "true")
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	assert.Equal(t, 6, c.slots)
+	assert.True(t, c.stopTasksOnExit)
+
+	t.Setenv("CLUSTERRUN_WORKER_SLOTS", "eight")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.EqualError(t, err, `CLUSTERRUN_WORKER_SLOTS="eight": not a whole number; use e.g. 8`)
+	t.Setenv("CLUSTERRUN_WORKER_SLOTS", "6")
+	t.Setenv("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT", "yes")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.EqualError(t, err, `CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT="yes": use true or false`)
+}
+
 // A host, pool or address a spec could not name, or a task could not dial, is refused with what would be right.
 func TestParseFlags_NamesAndAddress(t *testing.T) {
 	shim := shimBeside(t)
