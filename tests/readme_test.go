@@ -270,29 +270,31 @@ func TestMakeUp_KeepsAWorkerThatRunsThisBuild(t *testing.T) {
 	assert.NotContains(t, down, "left running", "no task ran")
 }
 
-// make up checks the dev hosts' names before it starts anything: a name no spec could pin a task to used to
-// start the server and the first workers, then fail on a path made of the name.
-func TestMakeUp_RefusesHostNamesNoSpecCanUse(t *testing.T) {
+// make up checks its settings before it starts anything: a host name no spec could pin a task to used to start
+// the server and the first workers, then fail on a path made of the name; TEMPORAL_UI_PORT=0 said the Web UI
+// was at localhost:0.
+func TestMakeUp_RefusesSettingsItCannotUse(t *testing.T) {
 	t.Parallel()
-	for hosts, want := range map[string]string{
-		"ok-a bad/b": `up: CLUSTERRUN_DEV_HOSTS names "bad/b", which is not a valid host name`,
-		" ":          "up: CLUSTERRUN_DEV_HOSTS names no host",
+	for setting, want := range map[string]string{
+		"CLUSTERRUN_DEV_HOSTS=ok-a bad/b": `up: CLUSTERRUN_DEV_HOSTS names "bad/b", which is not a valid host name`,
+		"CLUSTERRUN_DEV_HOSTS= ":          "up: CLUSTERRUN_DEV_HOSTS names no host",
+		"TEMPORAL_UI_PORT=0":              "up: TEMPORAL_UI_PORT=0 is not a port: give a number from 1 to 65535",
 	} {
 		state := t.TempDir()
-		vars := append(os.Environ(), "CLUSTERRUN_STATE="+state,
+		vars := append(os.Environ(), "CLUSTERRUN_STATE="+state, "CLUSTERRUN_DEV_HOSTS=ok-a",
 			fmt.Sprintf("TEMPORAL_PORT=%d", lowFreePort()), fmt.Sprintf("TEMPORAL_UI_PORT=%d", lowFreePort()))
 		cmd := exec.Command(filepath.Join(env.root, "deployments", "dev", "up.sh"))
-		cmd.Dir, cmd.Env = env.root, append(slices.Clone(vars), "CLUSTERRUN_DEV_HOSTS="+hosts)
+		cmd.Dir, cmd.Env = env.root, append(slices.Clone(vars), setting)
 		t.Cleanup(func() { // should up.sh start something after all
 			down := exec.Command(filepath.Join(env.root, "deployments", "dev", "down.sh"))
-			down.Dir, down.Env = env.root, append(slices.Clone(vars), "CLUSTERRUN_DEV_HOSTS=ok-a")
+			down.Dir, down.Env = env.root, vars
 			_ = down.Run()
 		})
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "%s", out)
-		assert.Equal(t, 2, exit.ExitCode(), "%s", out)
-		assert.Contains(t, string(out), want)
-		assert.NoFileExists(t, filepath.Join(state, "temporal.pid"), "nothing started")
+		require.ErrorAs(t, err, &exit, "%s: %s", setting, out)
+		assert.Equal(t, 2, exit.ExitCode(), "%s: %s", setting, out)
+		assert.Contains(t, string(out), want, setting)
+		assert.NoFileExists(t, filepath.Join(state, "temporal.pid"), "%s: nothing started", setting)
 	}
 }

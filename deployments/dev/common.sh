@@ -11,10 +11,20 @@ mkdir -p "$state/logs"
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# check_hosts: CLUSTERRUN_DEV_HOSTS names at least one host, each a name a worker takes as its --host (a spec's
-# rule for hosts:), before anything starts.
-check_hosts() {
+# check_port VALUE NAME: VALUE, which the variable NAME gave, is a TCP port number.
+check_port() {
+	if ! [[ $1 =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ] || [ "$1" -gt 65535 ]; then
+		echo "up: $2=$1 is not a port: give a number from 1 to 65535 (or leave $2 unset for its default)" >&2
+		exit 2
+	fi
+}
+
+# check_settings: before anything starts, TEMPORAL_PORT and TEMPORAL_UI_PORT are ports, and CLUSTERRUN_DEV_HOSTS
+# names at least one host, each a name a worker takes as its --host (a spec's rule for hosts:).
+check_settings() {
 	local h
+	check_port "$port" TEMPORAL_PORT
+	check_port "$ui_port" TEMPORAL_UI_PORT
 	if [ -z "${hosts// /}" ]; then
 		echo "up: CLUSTERRUN_DEV_HOSTS names no host: leave it unset for host-a and host-b, or name some, e.g. CLUSTERRUN_DEV_HOSTS=\"gpu-a gpu-b\"" >&2
 		exit 2

@@ -8,7 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-check_hosts
+check_settings
 claim_backend dev
 if alive "$state/temporal.pid"; then
 	echo "up: Temporal dev server already running (pid $(cat "$state/temporal.pid"))"

@@ -13,7 +13,8 @@ pg_port=${POSTGRES_PORT:-5432}
 db=${TEMPORAL_DB:-temporal}
 namespace=${TEMPORAL_NAMESPACE:-default}
 pgdata=$state/postgres
-check_hosts
+check_settings
+check_port "$pg_port" POSTGRES_PORT
 claim_backend postgres
 
 # The server's internal ports: upstream's defaults when TEMPORAL_PORT is 7233, moved along with it otherwise.
