@@ -23,7 +23,7 @@ const maxBatchWindow = 100 * time.Millisecond
 // server makes, and a workflow task the run works through, while the launch still needs the processors. With
 // 30 ms and 100 ms, a 1,000-task start-up on PostgreSQL took 3.4 s and 1.9 s of the server's CPU; with these,
 // 2.1–2.5 s and 0.5 s (docs/design.md). The status shows a task running up to a second after its process
-// started; a task's end sends its run's gathered starts first (sendExits).
+// started; a task's end sends its run's gathered starts first, less those of the attempts ending (sendExits).
 const (
 	startsWindow    = 100 * time.Millisecond
 	startsMaxWindow = time.Second
@@ -42,7 +42,8 @@ type batcher[T any] struct {
 type batch[T any] struct {
 	workflowID, runID string
 	items             []T
-	waiters           []chan error
+	waiters           []chan error  // one per item: told how the send holding it went
+	afters            []chan error  // callers of after: told how the send of what was gathered before went
 	last              time.Time     // when the newest item came
 	now               bool          // an item came with now: send without waiting for quiet
 	wake              chan struct{} // tells a settling gathering that now is set
@@ -99,7 +100,7 @@ func (b *batcher[T]) after(ctx context.Context, workflowID, runID string) error 
 		return nil
 	}
 	done := make(chan error, 1)
-	bt.waiters = append(bt.waiters, done)
+	bt.afters = append(bt.afters, done)
 	bt.now = true
 	select {
 	case bt.wake <- struct{}{}:
@@ -114,14 +115,37 @@ func (b *batcher[T]) after(ctx context.Context, workflowID, runID string) error 
 	}
 }
 
+// drop takes the items gone says are no longer worth sending out of the run's gathering; their callers are
+// told nil at once, as if they had gone out.
+func (b *batcher[T]) drop(workflowID, runID string, gone func(T) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bt := b.runs[workflowID+"\x00"+runID]
+	if bt == nil {
+		return
+	}
+	n := 0
+	for i, it := range bt.items {
+		if gone(it) {
+			bt.waiters[i] <- nil
+			continue
+		}
+		bt.items[n], bt.waiters[n] = it, bt.waiters[i]
+		n++
+	}
+	clear(bt.items[n:])
+	clear(bt.waiters[n:])
+	bt.items, bt.waiters = bt.items[:n], bt.waiters[:n]
+}
+
 // flush sends what gathered for one run, each time it has gone quiet, until nothing is left.
 func (b *batcher[T]) flush(k string, bt *batch[T]) {
 	first, most := cmp.Or(b.window, batchWindow), cmp.Or(b.maxWindow, maxBatchWindow)
 	for quiet := first; ; quiet = min(2*quiet, most) {
 		b.settle(bt, quiet, most)
 		b.mu.Lock()
-		items, waiters := bt.items, bt.waiters
-		bt.items, bt.waiters, bt.now = nil, nil, false
+		items, waiters := bt.items, append(bt.waiters, bt.afters...)
+		bt.items, bt.waiters, bt.afters, bt.now = nil, nil, nil, false
 		if len(items) == 0 {
 			delete(b.runs, k)
 			b.mu.Unlock()

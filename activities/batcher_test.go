@@ -136,3 +136,35 @@ func TestBatcher_AfterSendsWhatIsGatheredFirst(t *testing.T) {
 	}
 	assert.Equal(t, [][]int{{1}}, s.all())
 }
+
+// drop takes items out of a gathering before it goes out: their callers return nil at once, and the rest go out
+// as one signal.
+func TestBatcher_DroppedItemsAreNotSent(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: time.Hour, maxWindow: time.Hour}
+	added := make([]chan error, 4)
+	for i := range added {
+		added[i] = make(chan error, 1)
+		go func() { added[i] <- b.add(context.Background(), "run", "r1", i) }()
+		require.Eventually(t, func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return b.runs["run\x00r1"] != nil && len(b.runs["run\x00r1"].items) == i+1
+		}, 10*time.Second, time.Millisecond)
+	}
+	b.drop("run", "r1", func(i int) bool { return i%2 == 1 })
+	b.drop("other", "r1", func(int) bool { return true }) // nothing gathered there
+	for _, i := range []int{1, 3} {
+		select {
+		case err := <-added[i]:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the caller of dropped item %d still waits", i)
+		}
+	}
+	assert.Empty(t, s.all(), "nothing sent yet")
+	require.NoError(t, b.after(context.Background(), "run", "r1"))
+	require.NoError(t, <-added[0])
+	require.NoError(t, <-added[2])
+	assert.Equal(t, [][]int{{0, 2}}, s.all())
+}

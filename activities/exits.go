@@ -71,8 +71,15 @@ func (h *Host) sendStarts(ctx context.Context, workflowID, runID string, items [
 
 // sendExits signals a run the ends gathered for it, in as many signals as their size needs, after the starts
 // this host gathered for the run (reportStarted): a start that reached the run after its task's end could come
-// in as the run completes on its ends, and fail its final workflow task.
+// in as the run completes on its ends, and fail its final workflow task. The starts of the attempts that end
+// here are not sent at all: an end carries its process's start (TaskResult's PID and StartTime), and the run
+// takes it for one (state.go). In a run of short tasks they were half its signals, and each signal is a write
+// and a workflow task while the hosts still start processes (docs/design.md, "Decision: ends carry their starts").
 func (h *Host) sendExits(ctx context.Context, workflowID, runID string, items []workflows.TaskExitReport) error {
+	ended := endedAttempts(items)
+	h.starts.drop(workflowID, runID, func(p workflows.Placement) bool {
+		return ended[attemptLease{p.Task, p.Attempt, p.Generation, p.Lease}]
+	})
 	_ = h.starts.after(ctx, workflowID, runID) // a start that cannot be sent is its sender's to report
 	var batch []workflows.TaskExitReport
 	size := 0
@@ -94,4 +101,19 @@ func (h *Host) sendExits(ctx context.Context, workflowID, runID string, items []
 		batch, size = append(batch, it), size+len(b)
 	}
 	return flush()
+}
+
+// attemptLease names one lease of one attempt of a run's task.
+type attemptLease struct {
+	task                       string
+	attempt, generation, lease int
+}
+
+// endedAttempts is the set of the attempts (and leases) whose ends are in ends.
+func endedAttempts(ends []workflows.TaskExitReport) map[attemptLease]bool {
+	set := make(map[attemptLease]bool, len(ends))
+	for _, x := range ends {
+		set[attemptLease{x.Result.Task, x.Result.Attempt, x.Generation, x.Lease}] = true
+	}
+	return set
 }

@@ -558,3 +558,56 @@ func TestRunTasks_TheFirstOutputShowsSoonAfterTheStart(t *testing.T) {
 	_, err = wait()
 	require.NoError(t, err)
 }
+
+// The start of a pre-placed member that ends before its host sent it is not sent: its end carries the start
+// (the result's pid and start time). The starts of members still running go out first, as before.
+func TestRunTasks_AnEndCarriesAStartNotYetSent(t *testing.T) {
+	a := newHarness(t)
+	a.host.starts.window, a.host.starts.maxWindow = time.Minute, time.Minute // gathered until an end sends them
+	gate := filepath.Join(t.TempDir(), "go")
+	in := leaseOn(
+		named("worker-0", "sh", "-c", `while [ ! -e "`+gate+`" ]; do sleep 0.02; done`),
+		named("worker-1", "sleep", "300"),
+	)
+	var eps []workflows.Endpoint
+	for i, m := range in.Members {
+		eps = append(eps, workflows.Endpoint{Task: m.Task.Name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: lowPort(t)})
+		in.Members[i].Port = eps[i].Port
+	}
+	m := clusterOf(eps...)
+	in.Cluster = &m
+	wait := a.runBatch(in)
+	waitFor(t, "both starts gathered", func() bool {
+		a.host.starts.mu.Lock()
+		defer a.host.starts.mu.Unlock()
+		bt := a.host.starts.runs[testWorkflowID+"\x00"+testRunID]
+		return bt != nil && len(bt.items) == 2
+	})
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	waitFor(t, "worker-0's end reported", func() bool { _, ok := a.server.reported()["worker-0"]; return ok })
+
+	var order []string
+	a.server.mu.Lock()
+	for _, s := range a.server.signals {
+		switch s := s.(type) {
+		case workflows.PlacedSignal:
+			for _, p := range s.Placements {
+				order = append(order, "start of "+p.Task)
+			}
+		case workflows.TaskExits:
+			for _, x := range s.Exits {
+				order = append(order, "end of "+x.Result.Task)
+			}
+		}
+	}
+	a.server.mu.Unlock()
+	assert.Equal(t, []string{"start of worker-1", "end of worker-0"}, order)
+	end := a.server.reported()["worker-0"]
+	assert.NotZero(t, end.Result.PID, "the end says which process it was")
+	assert.False(t, end.Result.StartTime.IsZero(), "and when it started")
+
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	_, err = wait()
+	require.NoError(t, err)
+}

@@ -19,6 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/activities"
+	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -865,4 +867,26 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 	assert.Contains(t, ended.stdout, "[worker-0] a2-30\n")
 	assert.NotContains(t, ended.stdout, "a2-29", "a run that has ended: its last lines and its end")
 	assert.Contains(t, ended.stdout, "run "+id+" Failed: worker-0 exited with code 3")
+}
+
+// Tasks that end as soon as they start keep their start times: their hosts send most of their starts with their
+// ends, not on their own (docs/design.md, "Decision: ends carry their starts").
+func TestE2E_QuickTasksKeepTheirStartTimes(t *testing.T) {
+	t.Parallel()
+	s, err := spec.Parse([]byte(`{name: quick, command: ["true"], tasks: {worker: {replicas: 16}}}`))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := starter.NewClient(env.client, "default").Start(ctx, s, starter.StartOptions{ID: runID(t)})
+	require.NoError(t, err)
+	st, err := run.Wait(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Tasks, 16)
+	for _, task := range st.Tasks {
+		require.NotNil(t, task.StartTime, task.Name)
+		require.NotNil(t, task.EndTime, task.Name)
+		assert.False(t, task.EndTime.Before(*task.StartTime), "%s ended before it started", task.Name)
+		assert.NotEmpty(t, task.Host, task.Name)
+		assert.Equal(t, workflows.TaskSucceeded, task.State, task.Name)
+	}
 }
