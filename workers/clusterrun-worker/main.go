@@ -11,13 +11,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,55 +32,10 @@ import (
 
 	"github.com/clusterrun/clusterrun/activities"
 	"github.com/clusterrun/clusterrun/activities/proc"
-	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/internal/conn"
-	"github.com/clusterrun/clusterrun/internal/flagerr"
-	"github.com/clusterrun/clusterrun/internal/version"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
-
-type config struct {
-	host, addr, logDir  string
-	socketDir, stateDir string
-	shim, cgroup        string
-	supervisorIdle      time.Duration
-	taskEnv             activities.EnvPolicy
-	policy              activities.HostPolicy
-	runAs               string
-	codecKeyFile        string
-	pools               []string
-	slots               int
-	ports               *workflows.PortRange
-	logCap              int64
-	shutdownGrace       time.Duration
-	stopTasksOnExit     bool
-	heartbeatThrottle   time.Duration
-	metricsAddr         string
-	logFormat, logLevel string
-	connection          conn.Connection // the temporal CLI's connection flags; the API key comes only from the environment
-}
-
-const usage = `clusterrun-worker runs the processes of clusterrun tasks on this machine.
-
-Usage: clusterrun-worker [flags]
-
-Every flag can also be set by an environment variable (shown in brackets); a flag wins.
-The Temporal connection comes from the temporal CLI's flags (--address, --namespace, --tls-*, --profile,
---config-file), variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*) and config
-file, as for the temporal CLI (default localhost:7233, namespace default). The API key has no flag here: a
-flag can be read by every process on the host, tasks included. --addr is this host's address for its tasks'
-peers, not the server's.
-
-Each run's tasks here run under a supervisor of their own (clusterrun-shim, found beside this program or on
-PATH), so stopping, restarting or upgrading the worker leaves the tasks running; the next worker with the same --host takes them
-up again. --stop-tasks-on-exit stops them instead.
-
-Example:
-  clusterrun-worker --host gpu-a --addr 10.0.0.5 --pool gpus --slots 8 --log-dir /var/log/clusterrun
-
-Flags:
-`
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -93,170 +45,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "clusterrun-worker:", err)
 		os.Exit(2)
 	}
-}
-
-func parseFlags(args []string) (config, error) {
-	hostname, _ := os.Hostname()
-	home, _ := os.UserHomeDir()
-	fs := flag.NewFlagSet("clusterrun-worker", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); flagerr.PrintDefaults(fs) }
-	var c config
-	var pools string
-	fs.StringVar(&c.host, "host", env("CLUSTERRUN_WORKER_HOST", hostname), "host name that tasks pin to with hosts: [CLUSTERRUN_WORKER_HOST]")
-	fs.StringVar(&c.addr, "addr", env("CLUSTERRUN_WORKER_ADDR", ""), "address other tasks dial to reach tasks here (default: this machine's first non-loopback IPv4) [CLUSTERRUN_WORKER_ADDR]")
-	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
-	slotsDefault, slotsEnvErr := envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots())
-	fs.IntVar(&c.slots, "slots", slotsDefault, "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
-	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO runs may choose their tasks' ports here from, in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip); off: this host picks each port itself [CLUSTERRUN_WORKER_PORTS]")
-	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
-	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
-	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
-	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' sockets and cluster files (default: a runtime folder on tmpfs, the first of $XDG_RUNTIME_DIR/clusterrun, /run/clusterrun-<uid>, /dev/shm/clusterrun-<uid>; else <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
-	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
-	idleDefault, idleEnvErr := envDuration("CLUSTERRUN_WORKER_SUPERVISOR_IDLE", shim.DefaultIdleAfter)
-	fs.DurationVar(&c.supervisorIdle, "supervisor-idle", idleDefault, "how long a run's task supervisor (clusterrun-shim) lives on once it has no task left here and no new one is starting [CLUSTERRUN_WORKER_SUPERVISOR_IDLE]")
-	c.taskEnv.Withhold = envList("CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD")
-	c.taskEnv.Pass = envList("CLUSTERRUN_WORKER_TASK_ENV_PASS")
-	fs.Var((*listFlag)(&c.taskEnv.Withhold), "task-env-withhold", "keep this variable of the worker's environment from tasks (a name or glob, repeatable; TEMPORAL_* and CLUSTERRUN_WORKER_* always are) [CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD, comma-separated]")
-	fs.Var((*listFlag)(&c.taskEnv.Pass), "task-env-pass", "let tasks inherit this variable even where a withheld pattern matches it, e.g. TEMPORAL_ADDRESS (a name or glob, repeatable) [CLUSTERRUN_WORKER_TASK_ENV_PASS, comma-separated]")
-	c.policy.Commands = envList("CLUSTERRUN_WORKER_ALLOW_COMMAND")
-	c.policy.Dirs = envList("CLUSTERRUN_WORKER_ALLOW_DIR")
-	fs.Var((*listFlag)(&c.policy.Commands), "allow-command", "run only programs whose absolute path (found on the task's PATH, or where its symlinks lead) matches this glob, e.g. /usr/bin/python3* or /opt/train/bin/** (repeatable; default: any program) [CLUSTERRUN_WORKER_ALLOW_COMMAND, comma-separated]")
-	fs.Var((*listFlag)(&c.policy.Dirs), "allow-dir", "run tasks only in this working directory or beneath it (repeatable; default: any) [CLUSTERRUN_WORKER_ALLOW_DIR, comma-separated]")
-	fs.StringVar(&c.runAs, "run-as", env("CLUSTERRUN_WORKER_RUN_AS", ""), "the user tasks run as (default: the worker's user; a worker running as root needs it, and runs tasks as root only with --run-as root) [CLUSTERRUN_WORKER_RUN_AS]")
-	fs.StringVar(&c.codecKeyFile, "codec-key-file", env("CLUSTERRUN_CODEC_KEY_FILE", ""), "encrypt and decrypt payloads with the keys in this file (AES-256-GCM; every worker and CLI of the namespace needs the same keys) [CLUSTERRUN_CODEC_KEY_FILE]")
-	fs.StringVar(&c.cgroup, "cgroup", env("CLUSTERRUN_WORKER_CGROUP", "auto"), "auto: put each task in its own cgroup v2 where one can be made, so its escaped descendants are found; off: process groups only [CLUSTERRUN_WORKER_CGROUP]")
-	stopDefault, stopEnvErr := envBool("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT")
-	fs.BoolVar(&c.stopTasksOnExit, "stop-tasks-on-exit", stopDefault, "on SIGTERM or SIGINT, stop this host's tasks (they end failed, so their restart policy applies) instead of leaving them running for the next worker [CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT]")
-	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 15*time.Second, "with --stop-tasks-on-exit: time between SIGTERM and SIGKILL for this host's tasks")
-	fs.DurationVar(&c.heartbeatThrottle, "heartbeat-throttle", 0, "most time a task's heartbeat (pid, progress, last line) waits before it is sent (default: the SDK's, 0.8 × the run's heartbeatTimeout); the SDK also gives each heartbeat RPC this long (at least 1s)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", env("CLUSTERRUN_WORKER_METRICS_ADDR", ""), "serve Prometheus metrics at http://ADDR/metrics, e.g. :9464 (default: off) [CLUSTERRUN_WORKER_METRICS_ADDR]")
-	fs.StringVar(&c.logFormat, "log-format", env("CLUSTERRUN_WORKER_LOG_FORMAT", "console"), "console or json [CLUSTERRUN_WORKER_LOG_FORMAT]")
-	fs.StringVar(&c.logLevel, "log-level", env("CLUSTERRUN_WORKER_LOG_LEVEL", "info"), "debug, info, warn or error [CLUSTERRUN_WORKER_LOG_LEVEL]")
-	conn.AddFlags(fs, &c.connection)
-	fs.Func("api-key", "not taken here: a flag can be read by every process on this host, tasks included; set TEMPORAL_API_KEY or the config file's profile", func(string) error {
-		return errors.New("not taken by the worker, whose command line every process on this host can read: set TEMPORAL_API_KEY, or api_key in the config file's profile")
-	})
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.SetOutput(io.Discard) // a problem is said in one line, below
-	err := fs.Parse(args)
-	fs.SetOutput(os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.Usage()
-		return c, err
-	}
-	if err != nil {
-		return c, errors.New(flagerr.Problem(fs, err, " (see clusterrun-worker --help)"))
-	}
-	if *showVersion {
-		fmt.Println(version.String("clusterrun-worker"))
-		return c, flag.ErrHelp
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q (clusterrun-worker takes only flags; see --help)", fs.Arg(0))
-	}
-	if c.host == "" {
-		return c, errors.New("--host is empty and the machine has no hostname: pass --host NAME")
-	}
-	if err := spec.CheckHostName(c.host); err != nil {
-		return c, fmt.Errorf("--host: %v, so no spec could pin a task to it: pass --host NAME", err)
-	}
-	for _, p := range strings.Split(pools, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		if err := spec.CheckPoolName(p); err != nil {
-			return c, fmt.Errorf("--pool: %v, so no spec could name it", err)
-		}
-		c.pools = append(c.pools, p)
-	}
-	for _, err := range []error{slotsEnvErr, idleEnvErr, stopEnvErr} {
-		if err != nil {
-			return c, err // a variable the operator set is not silently taken for its default
-		}
-	}
-	if c.supervisorIdle <= 0 {
-		return c, fmt.Errorf("--supervisor-idle %s: must be positive, e.g. 15s", c.supervisorIdle)
-	}
-	if err := activities.CheckEnvPatterns("--task-env-withhold", c.taskEnv.Withhold); err != nil {
-		return c, err
-	}
-	if err := activities.CheckEnvPatterns("--task-env-pass", c.taskEnv.Pass); err != nil {
-		return c, err
-	}
-	if err := activities.CheckPolicy(c.policy); err != nil {
-		return c, err
-	}
-	if c.policy.User, err = taskUser(c.runAs); err != nil {
-		return c, err
-	}
-	if c.logCap, err = spec.ParseSize(*logCap); err != nil {
-		return c, fmt.Errorf("--log-cap: %v", err)
-	}
-	if c.logCap != 0 && c.logCap < spec.MinLogCap {
-		return c, fmt.Errorf("--log-cap %s: at least %s, or 0 for no cap", *logCap, spec.FormatSize(spec.MinLogCap))
-	}
-	if c.slots < 1 {
-		return c, fmt.Errorf("--slots %d: must be at least 1", c.slots)
-	}
-	if c.ports, err = parsePorts(*ports); err != nil {
-		return c, err
-	}
-	c.cgroup, c.logFormat, c.logLevel = strings.ToLower(c.cgroup), strings.ToLower(c.logFormat), strings.ToLower(c.logLevel)
-	if c.cgroup != "auto" && c.cgroup != "off" {
-		return c, fmt.Errorf("--cgroup %q: use auto or off", c.cgroup)
-	}
-	if c.addr == "" {
-		c.addr = defaultAddr()
-	} else if err := checkAddr(c.addr); err != nil {
-		return c, err
-	}
-	shimPath, err := findShim(c.shim)
-	if err != nil {
-		return c, err
-	}
-	c.shim = shimPath
-	return c, nil
-}
-
-// checkAddr says why --addr cannot be what other tasks dial (TF_CONFIG and MASTER_ADDR join it to a port).
-func checkAddr(addr string) error {
-	ip := net.ParseIP(addr)
-	switch {
-	case ip != nil && ip.To4() == nil:
-		return fmt.Errorf("--addr %q: an IPv6 address cannot be joined to a port in TF_CONFIG; give a host name that resolves to it", addr)
-	case ip == nil && spec.CheckHostName(addr) != nil:
-		return fmt.Errorf("--addr %q: give the IPv4 address or host name other tasks dial to reach this host, without a port", addr)
-	}
-	return nil
-}
-
-// defaultPorts lies below Linux's default range of ephemeral ports (32768-60999), which outgoing connections
-// take from.
-const defaultPorts = "20000-29999"
-
-// parsePorts reads --ports: FROM-TO, or off.
-func parsePorts(s string) (*workflows.PortRange, error) {
-	if strings.EqualFold(strings.TrimSpace(s), "off") {
-		return nil, nil
-	}
-	from, to, ok := strings.Cut(s, "-")
-	a, errA := strconv.Atoi(strings.TrimSpace(from))
-	b, errB := strconv.Atoi(strings.TrimSpace(to))
-	switch {
-	case !ok || errA != nil || errB != nil:
-		return nil, fmt.Errorf("--ports %q: give a range FROM-TO, e.g. %s, or off", s, defaultPorts)
-	case a < 1024 || b > 65535 || a > b:
-		return nil, fmt.Errorf("--ports %q: the range must lie within 1024-65535 and FROM must not exceed TO, e.g. %s", s, defaultPorts)
-	}
-	return &workflows.PortRange{From: a, To: b}, nil
-}
-
-func portsText(r *workflows.PortRange) string {
-	if r == nil {
-		return "off"
-	}
-	return fmt.Sprintf("%d-%d", r.From, r.To)
 }
 
 // taskUser resolves --run-as. A worker running as root must name the user: root only when said so.
@@ -356,6 +144,37 @@ func run(args []string) error {
 	}
 	defer cl.Close()
 
+	w := newHostWorker(c, cl, newHost(c, cl, metrics, logger), logger)
+	warnPolicy(c, logger)
+	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
+	if err := w.host.Start(); err != nil {
+		return err
+	}
+	if err := awaitServer(ctx, cl, w.host, logger); err != nil {
+		w.host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
+		w.host.Close()
+		if ctx.Err() != nil {
+			logger.Info("clusterrun-worker stopped before the Temporal server answered; this host's tasks keep running for the next worker",
+				"running", w.host.Running())
+			return nil
+		}
+		return err
+	}
+	if err := w.start(); err != nil {
+		return err
+	}
+	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
+		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "ports", portsText(c.ports), "logDir", c.logDir,
+		"stateDir", w.host.StateDir, "socketDir", activities.SocketDir(w.host.SocketDir), "shim", c.shim, "cgroups", w.host.CgroupParent != "", "drained", w.host.Drained(),
+		"tasksTakenUp", w.host.Running(), "metrics", c.metricsAddr)
+	<-ctx.Done()
+	w.stop()
+	logger.Info("clusterrun-worker stopped")
+	return nil
+}
+
+// newHost is this host's task runner, as the flags set it up.
+func newHost(c config, cl client.Client, metrics client.MetricsHandler, logger log.Logger) *activities.Host {
 	host := activities.NewHost(c.host, c.addr, c.logDir, cl, logger)
 	host.Metrics = metrics.WithTags(map[string]string{"host": c.host})
 	host.SocketDir = c.socketDir
@@ -368,6 +187,27 @@ func run(args []string) error {
 	host.Policy = c.policy
 	host.Slots = c.slots
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
+	return host
+}
+
+// hostWorker is what a clusterrun-worker runs against the server: the workflow worker, the host's downlink,
+// the pollers of its pools' queues, and its reports to the host registry.
+type hostWorker struct {
+	c       config
+	cl      client.Client
+	host    *activities.Host
+	logger  log.Logger
+	pollers *taskPollers
+	reports *reporter
+
+	workflows worker.Worker // the ClusterRun workflows and the helpers they call
+	downlink  worker.Worker // the host's control queue
+
+	stopReports context.CancelFunc
+	reportsDone chan struct{}
+}
+
+func newHostWorker(c config, cl client.Client, host *activities.Host, logger log.Logger) *hostWorker {
 	base := worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
 		// Zero keeps the SDK's throttle (0.8 × heartbeatTimeout). A small cap makes status fresher but also gives
@@ -377,105 +217,95 @@ func run(args []string) error {
 		// restart: the SDK's default of 1,000 activities at once would leave the rest waiting, then lost.
 		MaxConcurrentActivityExecutionSize: maxTasksPerHost,
 	}
-	pollers := &taskPollers{c: c, host: host, base: base}
-	reports := newReporter(cl, c, host, logger)
+	w := &hostWorker{c: c, cl: cl, host: host, logger: logger, pollers: &taskPollers{c: c, host: host, base: base},
+		reports: newReporter(cl, c, host, logger), reportsDone: make(chan struct{})}
 	host.OnDrain = func(drained bool) error {
-		err := pollers.drain(drained)
+		err := w.pollers.drain(drained)
 		// Before the drain's tasks stop (drain --now): their restarts must not be placed here.
-		if rerr := reports.report(context.Background(), false); rerr != nil {
+		if rerr := w.reports.report(context.Background(), false); rerr != nil {
 			logger.Warn("cannot report the drain to the host registry", "error", rerr)
 		}
 		return err
 	}
-	warnPolicy(c, logger)
-	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
-	if err := host.Start(); err != nil {
-		return err
+	w.workflows = worker.New(cl, workflows.TaskQueue, workflowWorkerOptions(base))
+	w.workflows.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
+	for name, fn := range map[string]any{
+		workflows.LogSessionWorkflowType:    workflows.LogSession,
+		workflows.ReadLogsWorkflowType:      workflows.ReadLogs,
+		workflows.HostControlWorkflowType:   workflows.HostControl,
+		workflows.HostRegistryWorkflowType:  workflows.HostRegistry,
+		workflows.PortAllocatorWorkflowType: workflows.PortAllocator,
+		workflows.ItemsWorkflowType:         workflows.ClusterItems,
+		workflows.ShardWorkflowType:         workflows.ClusterShard,
+	} {
+		w.workflows.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
 	}
-	if err := awaitServer(ctx, cl, host, logger); err != nil {
-		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
-		host.Close()
-		if ctx.Err() != nil {
-			logger.Info("clusterrun-worker stopped before the Temporal server answered; this host's tasks keep running for the next worker",
-				"running", host.Running())
-			return nil
-		}
-		return err
-	}
-
-	var control []worker.Worker
-	add := func(queue string, o worker.Options, reg func(worker.Worker)) worker.Worker {
-		w := worker.New(cl, queue, o)
-		reg(w)
-		control = append(control, w)
-		return w
-	}
-	workflowWorker := add(workflows.TaskQueue, workflowWorkerOptions(base), func(w worker.Worker) {
-		w.RegisterWorkflowWithOptions(workflows.ClusterRun, workflows.RegisterOptions)
-		w.RegisterWorkflowWithOptions(workflows.LogSession, workflow.RegisterOptions{Name: workflows.LogSessionWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.ReadLogs, workflow.RegisterOptions{Name: workflows.ReadLogsWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.HostControl, workflow.RegisterOptions{Name: workflows.HostControlWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.HostRegistry, workflow.RegisterOptions{Name: workflows.HostRegistryWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.PortAllocator, workflow.RegisterOptions{Name: workflows.PortAllocatorWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.ClusterItems, workflow.RegisterOptions{Name: workflows.ItemsWorkflowType})
-		w.RegisterWorkflowWithOptions(workflows.ClusterShard, workflow.RegisterOptions{Name: workflows.ShardWorkflowType})
-		w.RegisterActivityWithOptions(listHosts(cl), activity.RegisterOptions{Name: workflows.ActivityListHosts})
-		w.RegisterActivityWithOptions(allocatePorts(cl), activity.RegisterOptions{Name: workflows.ActivityAllocatePorts})
-		w.RegisterActivityWithOptions(awaitRunEnd(cl), activity.RegisterOptions{Name: workflows.ActivityAwaitRunEnd})
-		w.RegisterActivityWithOptions(searchAttributesRegistered(cl), activity.RegisterOptions{Name: workflows.ActivitySearchAttributesRegistered})
+	registerActivities(w.workflows, map[string]any{
+		workflows.ActivityListHosts:                  listHosts(cl),
+		workflows.ActivityAllocatePorts:              allocatePorts(cl),
+		workflows.ActivityAwaitRunEnd:                awaitRunEnd(cl),
+		workflows.ActivitySearchAttributesRegistered: searchAttributesRegistered(cl),
 	})
 	// The downlink: control activities, and the leases that take a task up again, whatever its pool. It keeps
 	// polling while the host is drained.
-	add(workflows.ControlQueue(c.host), base, func(w worker.Worker) {
-		w.RegisterActivityWithOptions(host.Release, activity.RegisterOptions{Name: workflows.ActivityRelease})
-		w.RegisterActivityWithOptions(host.StopTasks, activity.RegisterOptions{Name: workflows.ActivityStopTasks})
-		w.RegisterActivityWithOptions(host.ReadLogs, activity.RegisterOptions{Name: workflows.ActivityReadLogs})
-		w.RegisterActivityWithOptions(host.NotifyStop, activity.RegisterOptions{Name: workflows.ActivityNotifyStop})
-		w.RegisterActivityWithOptions(host.UpdateMap, activity.RegisterOptions{Name: workflows.ActivityUpdateMap})
-		w.RegisterActivityWithOptions(host.SignalTasks, activity.RegisterOptions{Name: workflows.ActivitySignalTasks})
-		w.RegisterActivityWithOptions(host.ControlHost, activity.RegisterOptions{Name: workflows.ActivityControlHost})
-		w.RegisterActivityWithOptions(host.WithdrawTasks, activity.RegisterOptions{Name: workflows.ActivityWithdrawTasks})
-		w.RegisterActivityWithOptions(host.RunTask, activity.RegisterOptions{Name: workflows.ActivityRunTask})
-		w.RegisterActivityWithOptions(host.RunTasks, activity.RegisterOptions{Name: workflows.ActivityRunTasks})
+	w.downlink = worker.New(cl, workflows.ControlQueue(c.host), base)
+	registerActivities(w.downlink, map[string]any{
+		workflows.ActivityRelease:       host.Release,
+		workflows.ActivityStopTasks:     host.StopTasks,
+		workflows.ActivityReadLogs:      host.ReadLogs,
+		workflows.ActivityNotifyStop:    host.NotifyStop,
+		workflows.ActivityUpdateMap:     host.UpdateMap,
+		workflows.ActivitySignalTasks:   host.SignalTasks,
+		workflows.ActivityControlHost:   host.ControlHost,
+		workflows.ActivityWithdrawTasks: host.WithdrawTasks,
+		workflows.ActivityRunTask:       host.RunTask,
+		workflows.ActivityRunTasks:      host.RunTasks,
 	})
-	for _, w := range control {
-		if err := w.Start(); err != nil {
+	return w
+}
+
+func registerActivities(w worker.Worker, byName map[string]any) {
+	for name, fn := range byName {
+		w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+}
+
+// start polls the workflow and downlink queues, then (unless the host is drained) its pools' queues, and
+// starts the registry reports.
+func (w *hostWorker) start() error {
+	for _, ww := range []worker.Worker{w.workflows, w.downlink} {
+		if err := ww.Start(); err != nil {
 			return fmt.Errorf("start worker: %w", err)
 		}
 	}
-	if !host.Drained() {
-		if err := pollers.start(); err != nil {
+	if !w.host.Drained() {
+		if err := w.pollers.start(); err != nil {
 			return err
 		}
 	}
-	reportCtx, stopReports := context.WithCancel(context.Background())
-	reportsDone := make(chan struct{})
-	go func() { defer close(reportsDone); reports.run(reportCtx) }()
-	logger.Info("clusterrun-worker ready", "allowCommand", strings.Join(c.policy.Commands, ","), "allowDir", strings.Join(c.policy.Dirs, ","),
-		"runAs", c.runAs, "encrypted", c.codecKeyFile != "", "addr", c.addr, "pools", strings.Join(c.pools, ","), "slots", c.slots, "ports", portsText(c.ports), "logDir", c.logDir,
-		"stateDir", host.StateDir, "socketDir", activities.SocketDir(host.SocketDir), "shim", c.shim, "cgroups", host.CgroupParent != "", "drained", host.Drained(),
-		"tasksTakenUp", host.Running(), "metrics", c.metricsAddr)
-	<-ctx.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stopReports = cancel
+	go func() { defer close(w.reportsDone); w.reports.run(ctx) }()
+	return nil
+}
 
+// stop shuts the worker down, leaving this host's tasks running for the next worker (or stopping them, with
+// --stop-tasks-on-exit).
+func (w *hostWorker) stop() {
+	c, host := w.c, w.host
 	if c.stopTasksOnExit {
-		logger.Info("shutting down: stopping this host's tasks", "running", host.Running(), "grace", c.shutdownGrace)
+		w.logger.Info("shutting down: stopping this host's tasks", "running", host.Running(), "grace", c.shutdownGrace)
 	} else {
-		logger.Info("shutting down: this host's tasks keep running for the next worker with --host "+c.host, "running", host.Running())
+		w.logger.Info("shutting down: this host's tasks keep running for the next worker with --host "+c.host, "running", host.Running())
 	}
 	// The activity workers stop polling first, and the tasks are detached (or stopped) meanwhile: each lease's
 	// end waits until its worker polls no more (Host.holdUntilPollsStop), so the launches its run sends on
 	// hearing of it wait in the queue for the next worker instead of being taken and dropped by this one. Their
 	// stops finish once the RunTasks return.
 	var wg sync.WaitGroup
-	pollers.stop(&wg)
-	for _, w := range control {
-		if w == workflowWorker {
-			continue
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); w.Stop() }()
-	}
-	wg.Add(1)
+	w.pollers.stop(&wg)
+	wg.Add(2)
+	go func() { defer wg.Done(); w.downlink.Stop() }()
 	go func() {
 		defer wg.Done()
 		host.Shutdown(c.stopTasksOnExit, c.shutdownGrace, c.shutdownGrace+5*time.Second)
@@ -483,14 +313,12 @@ func run(args []string) error {
 	// The workflow worker stops before the registry hears that this host stops: it took the workflow task of
 	// that report while stopping and dropped it, and the registry (every read of it, so every launch) waited
 	// for the workflow task timeout, 10 s.
-	workflowWorker.Stop()
-	releaseSticky(cl, logger)
-	stopReports()
-	<-reportsDone
+	w.workflows.Stop()
+	releaseSticky(w.cl, w.logger)
+	w.stopReports()
+	<-w.reportsDone
 	wg.Wait()
 	host.Close()
-	logger.Info("clusterrun-worker stopped")
-	return nil
 }
 
 // serverRetry is how often a worker that keeps its tasks tries the server again; serverNag, how often it says
@@ -661,83 +489,6 @@ func (p *taskPollers) stop(wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Stop() }()
 	}
-}
-
-func env(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(key string, def int) (int, error) {
-	v := os.Getenv(key)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		return def, fmt.Errorf("%s=%q: not a whole number; use e.g. 8", key, v)
-	}
-	return n, nil
-}
-
-func envDuration(key string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(key)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return def, fmt.Errorf("%s=%q: not a duration; use e.g. 15s or 1m", key, v)
-	}
-	return d, nil
-}
-
-// listFlag is a repeatable flag; its default (from the environment) is kept and added to.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	*l = append(*l, v)
-	return nil
-}
-
-// envList reads a comma-separated list from the environment.
-func envList(key string) []string {
-	var out []string
-	for _, v := range strings.Split(os.Getenv(key), ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-func envBool(key string) (bool, error) {
-	v := os.Getenv(key)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: use true or false", key, v)
-	}
-	return b, nil
-}
-
-// defaultAddr is the first non-loopback IPv4 address of this machine, or 127.0.0.1.
-func defaultAddr() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-				return ipn.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
 
 // workflowWorkerOptions are the options of the worker that runs the workflows: base, with the two below.
