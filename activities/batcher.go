@@ -115,19 +115,20 @@ func (b *batcher[T]) after(ctx context.Context, workflowID, runID string) error 
 	}
 }
 
-// drop takes the items gone says are no longer worth sending out of the run's gathering; their callers are
-// told nil at once, as if they had gone out.
-func (b *batcher[T]) drop(workflowID, runID string, gone func(T) bool) {
+// drop takes the items gone says are no longer worth sending out of the run's gathering, and returns them;
+// their callers are told nil at once, as if they had gone out.
+func (b *batcher[T]) drop(workflowID, runID string, gone func(T) bool) (dropped []T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	bt := b.runs[workflowID+"\x00"+runID]
 	if bt == nil {
-		return
+		return nil
 	}
 	n := 0
 	for i, it := range bt.items {
 		if gone(it) {
 			bt.waiters[i] <- nil
+			dropped = append(dropped, it)
 			continue
 		}
 		bt.items[n], bt.waiters[n] = it, bt.waiters[i]
@@ -136,6 +137,7 @@ func (b *batcher[T]) drop(workflowID, runID string, gone func(T) bool) {
 	clear(bt.items[n:])
 	clear(bt.waiters[n:])
 	bt.items, bt.waiters = bt.items[:n], bt.waiters[:n]
+	return dropped
 }
 
 // flush sends what gathered for one run, each time it has gone quiet, until nothing is left.

@@ -75,38 +75,65 @@ func (h *Host) sendStarts(ctx context.Context, workflowID, runID string, items [
 // here are not sent at all: an end carries its process's start (TaskResult's PID and StartTime), and the run
 // takes it for one (state.go). In a run of short tasks they were half its signals, and each signal is a write
 // and a workflow task while the hosts still start processes (docs/design.md, "Decision: ends carry their starts").
+// Should the ends not go out (they are tried again, or their leases' completions report them), the starts they
+// carried go out on their own, ahead of them as before.
 func (h *Host) sendExits(ctx context.Context, workflowID, runID string, items []workflows.TaskExitReport) error {
 	ended := endedAttempts(items)
-	h.starts.drop(workflowID, runID, func(p workflows.Placement) bool {
-		return ended[attemptLease{p.Task, p.Attempt, p.Generation, p.Lease}]
-	})
+	carried := h.starts.drop(workflowID, runID, func(p workflows.Placement) bool { return ended[leaseOf(p)] })
 	_ = h.starts.after(ctx, workflowID, runID) // a start that cannot be sent is its sender's to report
+	sent, err := h.signalExits(ctx, workflowID, runID, items)
+	if err != nil {
+		unsent := endedAttempts(items[sent:])
+		var starts []workflows.Placement
+		for _, p := range carried {
+			if unsent[leaseOf(p)] {
+				starts = append(starts, p)
+			}
+		}
+		if len(starts) > 0 {
+			_ = h.sendStarts(ctx, workflowID, runID, starts)
+		}
+	}
+	return err
+}
+
+// signalExits signals the ends to the run in as many signals as their size needs, and says how many of them
+// went out.
+func (h *Host) signalExits(ctx context.Context, workflowID, runID string, items []workflows.TaskExitReport) (sent int, err error) {
 	var batch []workflows.TaskExitReport
 	size := 0
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTaskExits, workflows.TaskExits{Exits: batch})
+		if err := h.Client.SignalWorkflow(ctx, workflowID, runID, workflows.SignalTaskExits, workflows.TaskExits{Exits: batch}); err != nil {
+			return err
+		}
+		sent += len(batch)
 		batch, size = nil, 0
-		return err
+		return nil
 	}
 	for _, it := range items {
 		b, _ := json.Marshal(it)
 		if size+len(b) > maxExitBatch {
 			if err := flush(); err != nil {
-				return err
+				return sent, err
 			}
 		}
 		batch, size = append(batch, it), size+len(b)
 	}
-	return flush()
+	return sent, flush()
 }
 
 // attemptLease names one lease of one attempt of a run's task.
 type attemptLease struct {
 	task                       string
 	attempt, generation, lease int
+}
+
+// leaseOf names the lease whose start p reports.
+func leaseOf(p workflows.Placement) attemptLease {
+	return attemptLease{p.Task, p.Attempt, p.Generation, p.Lease}
 }
 
 // endedAttempts is the set of the attempts (and leases) whose ends are in ends.

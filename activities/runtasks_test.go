@@ -563,6 +563,23 @@ func TestRunTasks_TheFirstOutputShowsSoonAfterTheStart(t *testing.T) {
 // (the result's pid and start time). The starts of members still running go out first, as before.
 func TestRunTasks_AnEndCarriesAStartNotYetSent(t *testing.T) {
 	a := newHarness(t)
+	assert.Equal(t, []string{"start of worker-1", "end of worker-0"}, endBeforeItsStartWentOut(t, a))
+	end := a.server.reported()["worker-0"]
+	assert.NotZero(t, end.Result.PID, "the end says which process it was")
+	assert.False(t, end.Result.StartTime.IsZero(), "and when it started")
+}
+
+// When the end cannot go out, the start it carried goes out on its own, ahead of the end's next try.
+func TestRunTasks_AStartAnEndCouldNotCarryGoesOutAlone(t *testing.T) {
+	a := newHarness(t)
+	a.server.failExits = 1
+	assert.Equal(t, []string{"start of worker-1", "start of worker-0", "end of worker-0"}, endBeforeItsStartWentOut(t, a))
+}
+
+// endBeforeItsStartWentOut runs a pre-placed batch of two members whose starts are gathered for a minute, ends
+// the first once both starts are gathered, and returns the starts and ends the host signaled, in order, once
+// the first's end went out.
+func endBeforeItsStartWentOut(t *testing.T, a *harness) []string {
 	a.host.starts.window, a.host.starts.maxWindow = time.Minute, time.Minute // gathered until an end sends them
 	gate := filepath.Join(t.TempDir(), "go")
 	in := leaseOn(
@@ -577,6 +594,12 @@ func TestRunTasks_AnEndCarriesAStartNotYetSent(t *testing.T) {
 	m := clusterOf(eps...)
 	in.Cluster = &m
 	wait := a.runBatch(in)
+	t.Cleanup(func() {
+		_, err := a.host.StopTasks(context.Background(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+		assert.NoError(t, err)
+		_, err = wait()
+		assert.NoError(t, err)
+	})
 	waitFor(t, "both starts gathered", func() bool {
 		a.host.starts.mu.Lock()
 		defer a.host.starts.mu.Unlock()
@@ -588,6 +611,7 @@ func TestRunTasks_AnEndCarriesAStartNotYetSent(t *testing.T) {
 
 	var order []string
 	a.server.mu.Lock()
+	defer a.server.mu.Unlock()
 	for _, s := range a.server.signals {
 		switch s := s.(type) {
 		case workflows.PlacedSignal:
@@ -600,14 +624,5 @@ func TestRunTasks_AnEndCarriesAStartNotYetSent(t *testing.T) {
 			}
 		}
 	}
-	a.server.mu.Unlock()
-	assert.Equal(t, []string{"start of worker-1", "end of worker-0"}, order)
-	end := a.server.reported()["worker-0"]
-	assert.NotZero(t, end.Result.PID, "the end says which process it was")
-	assert.False(t, end.Result.StartTime.IsZero(), "and when it started")
-
-	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
-	require.NoError(t, err)
-	_, err = wait()
-	require.NoError(t, err)
+	return order
 }
