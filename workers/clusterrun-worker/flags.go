@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -141,7 +143,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.pools = append(c.pools, p)
 	}
-	for _, err := range []error{slotsEnvErr, idleEnvErr, stopEnvErr} {
+	for _, err := range []error{slotsEnvErr, idleEnvErr, stopEnvErr, unknownVariable(fs)} {
 		if err != nil {
 			return c, err // a variable the operator set is not silently taken for its default
 		}
@@ -305,4 +307,37 @@ func defaultAddr() string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// workerPrefix begins the name of each of the worker's variables.
+const workerPrefix = "CLUSTERRUN_WORKER_"
+
+// variableInUsage finds the variable a flag's usage names ("[CLUSTERRUN_WORKER_SLOTS]").
+var variableInUsage = regexp.MustCompile(`\[(CLUSTERRUN_[A-Z_]+)`)
+
+// unknownVariable refuses a CLUSTERRUN_WORKER_* variable, set in the environment, that no flag of fs reads: a
+// misspelt setting in the worker's environment file (CLUSTERRUN_WORKER_SLOT=8) was taken for the default in
+// silence, where the same flag misspelt stops the worker.
+func unknownVariable(fs *flag.FlagSet) error {
+	var known, suffixes []string // the names, and what follows workerPrefix in them
+	fs.VisitAll(func(f *flag.Flag) {
+		if m := variableInUsage.FindStringSubmatch(f.Usage); m != nil {
+			known = append(known, m[1])
+			suffixes = append(suffixes, strings.TrimPrefix(m[1], workerPrefix))
+		}
+	})
+	environ := os.Environ()
+	slices.Sort(environ)
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, workerPrefix) || value == "" || slices.Contains(known, name) {
+			continue
+		}
+		hint := ""
+		if near := flagerr.Nearest(strings.TrimPrefix(name, workerPrefix), suffixes); near != "" {
+			hint = fmt.Sprintf(" (did you mean %s%s?)", workerPrefix, near)
+		}
+		return fmt.Errorf("%s=%q: not a setting of clusterrun-worker%s; unset it (--help names each flag's variable)", name, value, hint)
+	}
+	return nil
 }

@@ -127,6 +127,20 @@ func TestParseFlags_VariablesAreUsedOrRefused(t *testing.T) {
 	t.Setenv("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT", "yes")
 	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
 	assert.EqualError(t, err, `CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT="yes": use true or false`)
+	t.Setenv("CLUSTERRUN_WORKER_STOP_TASKS_ON_EXIT", "")
+
+	// A variable of the worker's that no flag reads is a misspelt one, refused as a misspelt flag is.
+	t.Setenv("CLUSTERRUN_WORKER_SLOT", "8")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.EqualError(t, err, `CLUSTERRUN_WORKER_SLOT="8": not a setting of clusterrun-worker (did you mean CLUSTERRUN_WORKER_SLOTS?); `+
+		`unset it (--help names each flag's variable)`)
+	t.Setenv("CLUSTERRUN_WORKER_SLOT", "")
+	t.Setenv("CLUSTERRUN_WORKER_GRACE", "30s")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.EqualError(t, err, `CLUSTERRUN_WORKER_GRACE="30s": not a setting of clusterrun-worker; unset it (--help names each flag's variable)`)
+	t.Setenv("CLUSTERRUN_WORKER_GRACE", "")
+	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
+	assert.NoError(t, err, "an empty variable is no setting")
 }
 
 // A host, pool or address a spec could not name, or a task could not dial, is refused with what would be right.
