@@ -18,6 +18,16 @@ const batchWindow = 3 * time.Millisecond
 // limited).
 const maxBatchWindow = 100 * time.Millisecond
 
+// laterWindow and laterMaxWindow gather the items that nothing waits for (pace later): a task's clean end that
+// changes nothing in its run until the run's last end, which comes with now. A host's ends of a run of short
+// tasks then go out in one signal, not one every few of them: each signal is a write, on PostgreSQL a
+// transaction, and often a workflow task, while the hosts still start processes (docs/design.md, "Decision:
+// ends nothing waits for go out later").
+const (
+	laterWindow    = 100 * time.Millisecond
+	laterMaxWindow = 300 * time.Millisecond
+)
+
 // startsWindow and startsMaxWindow gather the starts of pre-placed attempts (reportStarted), which come one
 // launch at a time (250 a host in a 1,000-task launch, over seconds on 2 cores): each signal is a write the
 // server makes, and a workflow task the run works through, while the launch still needs the processors. With
@@ -29,11 +39,22 @@ const (
 	startsMaxWindow = time.Second
 )
 
+// pace is how soon an item wants to go out.
+type pace int
+
+const (
+	soon  pace = iota // once the gathering goes quiet for the window
+	now               // at once: the caller has nothing more to add for a while
+	later             // with the next item that wants to go sooner, else after laterWindow's quiet
+)
+
 // batcher gathers items per workflow run and sends each gathering with one call of send.
 type batcher[T any] struct {
 	send func(ctx context.Context, workflowID, runID string, items []T) error
-	// window and maxWindow override batchWindow and maxBatchWindow (tests).
-	window, maxWindow time.Duration
+	// window and maxWindow override batchWindow and maxBatchWindow, laterWindow and laterMaxWindow those
+	// constants (tests).
+	window, maxWindow           time.Duration
+	laterWindow, laterMaxWindow time.Duration
 
 	mu   sync.Mutex
 	runs map[string]*batch[T]
@@ -45,19 +66,21 @@ type batch[T any] struct {
 	waiters           []chan error  // one per item: told how the send holding it went
 	afters            []chan error  // callers of after: told how the send of what was gathered before went
 	last              time.Time     // when the newest item came
+	eager             bool          // an item came with soon or now: the gathering waits the short windows
 	now               bool          // an item came with now: send without waiting for quiet
-	wake              chan struct{} // tells a settling gathering that now is set
+	wake              chan struct{} // tells a settling gathering that eager or now is set
 }
 
 // add queues item for the run and returns once the batch holding it was sent (or failed).
 func (b *batcher[T]) add(ctx context.Context, workflowID, runID string, item T) error {
-	return b.put(ctx, workflowID, runID, item, false)
+	return b.put(ctx, workflowID, runID, item, soon)
 }
 
-// put is add; with now (the caller has nothing more to add for a while: the last running member of a lease
-// batch ended), the gathering goes out at once rather than when it has gone quiet, which would only delay it
-// (a run waits for its last ends). The next gathering waits for quiet as before.
-func (b *batcher[T]) put(ctx context.Context, workflowID, runID string, item T, now bool) error {
+// put is add at pace p. With now (the caller has nothing more to add for a while: the last running member of a
+// lease batch ended), the gathering goes out at once rather than when it has gone quiet, which would only delay
+// it (a run waits for its last ends); the next gathering waits for quiet as before. Items that come with later
+// go with the first item that comes sooner, or once they have been quiet for laterWindow.
+func (b *batcher[T]) put(ctx context.Context, workflowID, runID string, item T, p pace) error {
 	done := make(chan error, 1)
 	k := workflowID + "\x00" + runID
 	b.mu.Lock()
@@ -73,8 +96,8 @@ func (b *batcher[T]) put(ctx context.Context, workflowID, runID string, item T, 
 	bt.items = append(bt.items, item)
 	bt.waiters = append(bt.waiters, done)
 	bt.last = time.Now()
-	if now {
-		bt.now = true
+	if (p != later && !bt.eager) || p == now {
+		bt.eager, bt.now = true, bt.now || p == now
 		select {
 		case bt.wake <- struct{}{}:
 		default:
@@ -147,7 +170,7 @@ func (b *batcher[T]) flush(k string, bt *batch[T]) {
 		b.settle(bt, quiet, most)
 		b.mu.Lock()
 		items, waiters := bt.items, append(bt.waiters, bt.afters...)
-		bt.items, bt.waiters, bt.afters, bt.now = nil, nil, nil, false
+		bt.items, bt.waiters, bt.afters, bt.now, bt.eager = nil, nil, nil, false, false
 		if len(items) == 0 {
 			delete(b.runs, k)
 			b.mu.Unlock()
@@ -166,12 +189,17 @@ func (b *batcher[T]) flush(k string, bt *batch[T]) {
 	}
 }
 
-// settle waits until no item has come for quiet, or for most at the longest, or until an item came with now.
+// settle waits until no item has come for quiet, or for most at the longest, or until an item came with now. A
+// gathering of items that all came with later waits for the later windows instead.
 func (b *batcher[T]) settle(bt *batch[T], quiet, most time.Duration) {
-	deadline := time.Now().Add(most)
+	began := time.Now()
 	for {
 		b.mu.Lock()
-		wait := min(time.Until(bt.last.Add(quiet)), time.Until(deadline))
+		q, m := quiet, most
+		if !bt.eager {
+			q, m = max(q, cmp.Or(b.laterWindow, laterWindow)), max(m, cmp.Or(b.laterMaxWindow, laterMaxWindow))
+		}
+		wait := min(time.Until(bt.last.Add(q)), time.Until(began.Add(m)))
 		now := bt.now
 		b.mu.Unlock()
 		if now || wait <= 0 {

@@ -95,7 +95,7 @@ func TestBatcher_NowSendsTheGatheringAtOnce(t *testing.T) {
 		return b.runs["run\x00r1"] != nil && len(b.runs["run\x00r1"].items) == 1
 	}, 10*time.Second, time.Millisecond, "the first item is gathered")
 	done := make(chan error, 1)
-	go func() { done <- b.put(context.Background(), "run", "r1", 2, true) }()
+	go func() { done <- b.put(context.Background(), "run", "r1", 2, now) }()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
@@ -167,4 +167,29 @@ func TestBatcher_DroppedItemsAreNotSent(t *testing.T) {
 	require.NoError(t, <-added[0])
 	require.NoError(t, <-added[2])
 	assert.Equal(t, [][]int{{0, 2}}, s.all())
+}
+
+// Items that come with later wait for the later windows, or go with the first item that comes sooner.
+func TestBatcher_LaterItemsWaitOrGoWithASoonerOne(t *testing.T) {
+	var s sends
+	b := &batcher[int]{send: s.send, window: 5 * time.Millisecond, maxWindow: 50 * time.Millisecond, laterWindow: time.Hour, laterMaxWindow: time.Hour}
+	first := make(chan error, 1)
+	go func() { first <- b.put(context.Background(), "run", "r1", 1, later) }()
+	select {
+	case <-first:
+		t.Fatal("an item that came with later went out before the later windows")
+	case <-time.After(200 * time.Millisecond):
+	}
+	assert.Empty(t, s.all())
+	require.NoError(t, b.put(context.Background(), "run", "r1", 2, soon))
+	require.NoError(t, <-first)
+	assert.Equal(t, [][]int{{1, 2}}, s.all(), "one signal with both, at the sooner one's pace")
+
+	var q sends
+	quiet := &batcher[int]{send: q.send, window: 5 * time.Millisecond, maxWindow: 50 * time.Millisecond,
+		laterWindow: 100 * time.Millisecond, laterMaxWindow: time.Hour}
+	began := time.Now()
+	require.NoError(t, quiet.put(context.Background(), "run", "r1", 1, later))
+	assert.GreaterOrEqual(t, time.Since(began), 100*time.Millisecond, "it waited for the later window's quiet")
+	assert.Equal(t, [][]int{{1}}, q.all())
 }

@@ -40,6 +40,11 @@ func (h *Host) Release(_ context.Context, in workflows.ReleaseInput) (workflows.
 // and returns once their processes are gone (or, for an attempt that had not started its process yet, once it
 // has ended), with how each task's newest attempt ended.
 func (h *Host) StopTasks(ctx context.Context, in workflows.StopTasksInput) (workflows.StopTasksResult, error) {
+	// The ends this host gathered for the run and has not sent (pace later) go first, beside the stop: the
+	// answer repeats those it names, and a signal sent after it could reach the run as it completes.
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); _ = h.exits.after(ctx, in.WorkflowID, in.RunID) }()
+	defer func() { <-flushed }()
 	entries := h.reg.find(in.WorkflowID, in.RunID, in.Tasks)
 	h.Logger.Info("stopping tasks", "run", in.WorkflowID, "tasks", len(entries), "reason", in.Reason)
 	ownEnd := map[*entry]bool{}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -53,7 +54,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 			h.holdUntilPollsStop(ctx)
 			ends[i] = workflows.TaskExitReport{Generation: in.Generation, Lease: m.Lease, Result: res, Member: true,
 				Error: workflows.LeaseErrorOf(err)}
-			delivered[i] = h.reportEnd(ctx, in, ends[i], hb, running.Add(-1) == 0)
+			delivered[i] = h.reportEnd(ctx, in, ends[i], hb, endPace(in, m.Task, ends[i], running.Add(-1) == 0))
 		}()
 	}
 	wg.Wait()
@@ -166,15 +167,30 @@ func (h *Host) slotWait(pool string) string {
 		"it starts there as one of them ends", h.Name, h.slots.max, pool)
 }
 
+// endPace is how soon a member's end goes to its run: at once when it is the batch's last (nothing more of
+// the batch will come to wait for); soon when the run may act on it at once (a failure, whatever the run's
+// onFailure; a clean exit that restart policy Always starts again; the chief's end, which may end the run; a
+// stop's end, which a run that goes on after the stop waits for; any end of a sharded run's, which its shard
+// passes on); later otherwise: a clean exit that changes nothing in the run until its last end.
+func endPace(in workflows.RunTasksInput, t spec.Task, end workflows.TaskExitReport, last bool) pace {
+	switch {
+	case last:
+		return now
+	case end.Error != nil || end.Result.Stopped || t.Type == spec.TypeChief || t.Restart.Policy == spec.PolicyAlways ||
+		in.ReportTo != in.Run:
+		return soon
+	}
+	return later
+}
+
 // reportEnd sends one member's end to the run (or the shard that holds the lease) by signal, and says whether
 // the run has it, or needs it no more. A lease the server canceled or gave up reports nothing: the completion
 // (or the run's end) says it. An attempt the run stopped (StopTasks) has its end in the run already, from
 // StopTasks' answer; if the run ends there, a report would only queue before its final workflow task, so the
 // member waits a moment and asks the server first, as a lone lease does. A report that cannot be sent (the
 // server is down) is tried again while the lease holds: the batch completes only when its last member ends,
-// which may be much later. The batch's last end (last) goes out at once, with whatever the host gathered for
-// the run beside it: nothing more of the batch will come to wait for.
-func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end workflows.TaskExitReport, hb *heartbeater, last bool) bool {
+// which may be much later. The end goes at pace p (endPace).
+func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end workflows.TaskExitReport, hb *heartbeater, p pace) bool {
 	if !in.ReportExit || hb.verdictNow() != 0 {
 		return false
 	}
@@ -191,7 +207,7 @@ func (h *Host) reportEnd(ctx context.Context, in workflows.RunTasksInput, end wo
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
 		// Not the activity's context: the end of a member whose worker is stopping is worth sending still.
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := h.exits.put(sctx, in.ReportTo.WorkflowID, in.ReportTo.RunID, end, last)
+		err := h.exits.put(sctx, in.ReportTo.WorkflowID, in.ReportTo.RunID, end, p)
 		cancel()
 		var notFound *serviceerror.NotFound
 		switch {

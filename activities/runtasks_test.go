@@ -626,3 +626,92 @@ func endBeforeItsStartWentOut(t *testing.T, a *harness) []string {
 	}
 	return order
 }
+
+// A member's clean end waits for the batch's last end and goes with it, in one signal; a failure goes at once.
+func TestRunTasks_CleanEndsGoWithTheBatchsLast(t *testing.T) {
+	a := newHarness(t)
+	a.host.exits.laterWindow, a.host.exits.laterMaxWindow = time.Minute, time.Minute
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := a.runBatch(leaseOn(
+		named("worker-0", "true"),
+		named("worker-1", "sh", "-c", `while [ ! -e "`+gate+`" ]; do sleep 0.02; done; exit 3`),
+		named("worker-2", "sh", "-c", `while [ ! -e "`+gate+`.2" ]; do sleep 0.02; done`),
+	))
+	waitFor(t, "worker-0 to end", func() bool { return a.host.Running() == 2 })
+	time.Sleep(200 * time.Millisecond) // what a sooner pace would have taken (3 ms here) and more
+	assert.Empty(t, a.server.reported(), "a clean end went out before the batch's last")
+
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	waitFor(t, "worker-1's failure reported", func() bool { _, ok := a.server.reported()["worker-1"]; return ok })
+	assert.Contains(t, a.server.reported(), "worker-0", "the clean end went with the failure")
+	assert.Equal(t, 1, a.server.exitSignals(), "in one signal")
+
+	require.NoError(t, os.WriteFile(gate+".2", nil, 0o600))
+	_, err := wait()
+	require.NoError(t, err)
+	assert.Contains(t, a.server.reported(), "worker-2")
+}
+
+// A stop of the run sends the ends this host gathered for it first: its answer repeats them, and a signal sent
+// after the answer could reach the run as it completes.
+func TestRunTasks_AStopSendsTheGatheredEndsFirst(t *testing.T) {
+	a := newHarness(t)
+	a.host.exits.laterWindow, a.host.exits.laterMaxWindow = time.Minute, time.Minute
+	wait := a.runBatch(leaseOn(named("worker-0", "true"), named("worker-1", "sleep", "300")))
+	waitFor(t, "worker-0 to end", func() bool { return a.host.Running() == 1 })
+	waitFor(t, "worker-0's end gathered", func() bool {
+		a.host.exits.mu.Lock()
+		defer a.host.exits.mu.Unlock()
+		bt := a.host.exits.runs[testWorkflowID+"\x00"+testRunID]
+		return bt != nil && len(bt.items) == 1
+	})
+	assert.Empty(t, a.server.reported())
+	_, err := a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
+	require.NoError(t, err)
+	assert.Contains(t, a.server.reported(), "worker-0", "sent before the stop's answer")
+	_, err = wait()
+	require.NoError(t, err)
+}
+
+// exitSignals counts the task-exits signals sent.
+func (c *fakeServer) exitSignals() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, s := range c.signals {
+		if _, ok := s.(workflows.TaskExits); ok {
+			n++
+		}
+	}
+	return n
+}
+
+func TestEndPace(t *testing.T) {
+	run := workflows.RunRef{WorkflowID: "r", RunID: "1"}
+	in := workflows.RunTasksInput{Run: run, ReportTo: run}
+	sharded := workflows.RunTasksInput{Run: run, ReportTo: workflows.RunRef{WorkflowID: "r/shard-0", RunID: "2"}}
+	worker := spec.Task{Name: "worker-0", Type: "worker"}
+	always := worker
+	always.Restart.Policy = spec.PolicyAlways
+	clean := workflows.TaskExitReport{Member: true}
+	failed := workflows.TaskExitReport{Member: true, Error: &workflows.LeaseError{Type: workflows.ErrTaskFailed}}
+	stopped := workflows.TaskExitReport{Member: true, Result: workflows.TaskResult{Stopped: true}}
+	for _, c := range []struct {
+		name string
+		in   workflows.RunTasksInput
+		task spec.Task
+		end  workflows.TaskExitReport
+		last bool
+		want pace
+	}{
+		{"a clean end", in, worker, clean, false, later},
+		{"the batch's last end", in, worker, clean, true, now},
+		{"a failure", in, worker, failed, false, soon},
+		{"a stop's end", in, worker, stopped, false, soon},
+		{"the chief's clean end", in, spec.Task{Name: "chief-0", Type: spec.TypeChief}, clean, false, soon},
+		{"a clean end restart policy Always restarts", in, always, clean, false, soon},
+		{"a sharded run's clean end", sharded, worker, clean, false, soon},
+	} {
+		assert.Equal(t, c.want, endPace(c.in, c.task, c.end, c.last), c.name)
+	}
+}

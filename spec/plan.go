@@ -199,9 +199,12 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 	return p, nil
 }
 
+// TypeChief is the chief's task type: its end can end the run (chiefExit).
+const TypeChief = "chief"
+
 // HasChief reports whether the plan has a chief task.
 func (p *Plan) HasChief() bool {
-	return len(p.Tasks) > 0 && p.Tasks[0].Type == "chief"
+	return len(p.Tasks) > 0 && p.Tasks[0].Type == TypeChief
 }
 
 // WorldSize is the number of tasks with a rank.
