@@ -92,6 +92,24 @@ func (s *LogReader) Close() {
 	s.id = ""
 }
 
+// LiveHosts reads which hosts the host registry counts live (reported within workflows.LiveFor, not shutting
+// down); none if it cannot be read.
+func (s *LogReader) LiveHosts(ctx context.Context) map[string]bool {
+	live := map[string]bool{}
+	v, err := s.c.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
+	if err != nil {
+		return live
+	}
+	var hosts []workflows.HostEntry
+	if err := v.Get(&hosts); err != nil {
+		return live
+	}
+	for _, h := range hosts {
+		live[h.Host] = h.Live
+	}
+	return live
+}
+
 // sessionGone says the session's workflow has ended.
 func sessionGone(err error) bool {
 	var nf *serviceerror.NotFound

@@ -33,13 +33,15 @@ type logStream struct {
 	offset           int64
 	done             bool // the attempt has ended: read to the end, then close
 	closed           bool
+	rereads          int   // unanswered reads of the ended attempt asked again (readRound)
 	lastAt           int64 // the date of the last line read (unix nanoseconds), with Both
 }
 
 // Logs writes the chosen tasks' output to w: one task's exactly as it was written, several tasks' line by line
 // with a "[task] " prefix. Without Follow it reads each log to its current end; with Follow, until the run
-// ends. Output a host's log cap dropped before it was read is skipped; a host that does not answer, or a log
-// that is gone, is an error once the rest has been read.
+// ends. Output a host's log cap dropped before it was read is skipped; a host that does not answer (for an
+// ended attempt, asked again EndedRereads times while the host registry counts it live), or a log that is
+// gone, is an error once the rest has been read.
 func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	reader := r.LogReader()
 	defer reader.Close()
@@ -105,7 +107,7 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 // readRound reads once from every open stream, a fair share each, and writes what came: each stream's chunk as
 // it came, or, both streams together (inOrder), every line of the round in the order written. It reports
 // whether any output came (read on before looking at the run again).
-func readRound(ctx context.Context, reader *LogReader, streams map[string]*logStream, order []string, inOrder bool,
+func readRound(ctx context.Context, reader logReading, streams map[string]*logStream, order []string, inOrder bool,
 	prefix bool, w io.Writer, unread *[]string) (bool, error) {
 	var open []*logStream
 	for _, k := range order {
@@ -130,14 +132,21 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 		if err != nil {
 			return false, err
 		}
+		var live map[string]bool // read once per read, if a host did not answer for an ended attempt
 		for i, c := range res.Chunks {
 			if i >= len(batch) {
 				break
 			}
 			s := batch[i]
+			if c.Unreachable && s.done && s.rereads < EndedRereads && live == nil {
+				live = reader.LiveHosts(ctx)
+			}
 			switch {
 			case c.Unreachable && !s.done:
 				continue // its worker may be restarting: read on later
+			case c.Unreachable && s.rereads < EndedRereads && live[s.host]:
+				s.rereads++ // its worker may have just restarted, or its machine is loaded: ask again
+				continue
 			case c.Error != "" || c.Missing && s.done:
 				why := c.Error
 				if why == "" {
@@ -166,6 +175,18 @@ func readRound(ctx context.Context, reader *LogReader, streams map[string]*logSt
 		}
 	}
 	return got, writeInOrder(w, round)
+}
+
+// EndedRereads is how many more reads an ended attempt's log gets after one went unanswered, while the host
+// registry counts its host live (it reported within workflows.LiveFor and is not shutting down): a worker that
+// just restarted, or a loaded machine, can let one read go unpicked for 5 s and answer the next. A host that is
+// not live is not asked again. The CLI's follower keeps the same rule (starter/clusterrun/silent.go).
+const EndedRereads = 2
+
+// logReading is what readRound reads through: a LogReader.
+type logReading interface {
+	Read(ctx context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error)
+	LiveHosts(ctx context.Context) map[string]bool
 }
 
 // writeInOrder writes a round's lines in the order they were written; lines dated alike keep the order they

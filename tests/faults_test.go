@@ -995,6 +995,34 @@ tasks:
 // tail is the last n bytes of s.
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
+// A host worker killed after its task ended, and started again while clusterrun logs reads the task's output:
+// the first read goes unanswered, and as the host registry still counts the host live, logs asks it again and
+// prints every line once the new worker answers, where it gave the output up on that first read. (Seen in the
+// suite under load: logs --follow lost the last lines of a task whose worker had restarted, on one read the
+// loaded machine did not pick up.)
+func TestFault_LogsAskALiveHostAgainForAnEndedTask(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "anchor")
+	require.NoError(t, c.startWorker("back"))
+	id := runID(t)
+	spec := writeSpec(t, `
+name: lastwords
+command: [sh, -c, 'for i in 1 2 3; do echo "line $i"; done']
+tasks:
+  worker: {replicas: 1, hosts: [back]}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id).code)
+	c.stopWorker("back", syscall.SIGKILL)
+	logs := c.startCLIToFile(t, "logs", id, "worker-0")
+	logs.waitFor(t, "logs to ask the host again, or to give up", regexp.MustCompile(`asking again|cannot read`))
+	require.Contains(t, logs.output(), "host back did not pick up the read within 5s")
+	require.Contains(t, logs.output(), "it reported to the host registry lately: asking again for the rest of attempt 1's output")
+	require.NoError(t, c.startWorker("back"))
+	require.NoError(t, logs.wait(t, 2*time.Minute), logs.output())
+	assert.Contains(t, logs.output(), "line 1\nline 2\nline 3\n")
+	assert.NotContains(t, logs.output(), "cannot read")
+}
+
 // A host worker that hangs (SIGSTOP) as its run stops: the StopTasks it took up stops heartbeating, so the run
 // notices within the heartbeat timeout, says that it waits for the host, and once the worker resumes, ends
 // with the host's task confirmed stopped.

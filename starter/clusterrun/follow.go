@@ -80,6 +80,9 @@ type follower struct {
 	drawn    map[string]string
 	sayDrawn map[string]time.Time
 	hb       map[string]heartbeat // the tasks' latest heartbeats, for the block's bars
+	// liveHosts reads which hosts the host registry counts live (nil: none is asked again; silent.go).
+	liveHosts  func(context.Context) map[string]bool
+	askedAgain map[string]int // host -> the reread last said for it
 }
 
 // datedLine is a line of output (prefix and all) waiting in a read's batch, with when its host says it was
@@ -148,11 +151,16 @@ type stream struct {
 	// unstarted: the attempt ended without its process starting (opened while its host was out of contact), so
 	// its host may have no log of it, and none is no loss.
 	unstarted bool
+	rereads   int // unanswered reads of the ended attempt asked again (silent.go)
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	return &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]*silence{}, was: map[string]string{},
+	f := &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]*silence{}, was: map[string]string{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
+	if c != nil {
+		f.liveHosts = func(ctx context.Context) map[string]bool { return f.session().LiveHosts(ctx) }
+	}
+	return f
 }
 
 // open starts reading a task attempt's streams, unless they are open already; done reads to the end and stops.
@@ -336,15 +344,36 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	got := false
-	for i, c := range res.Chunks {
-		if i < len(keys) && f.take(f.streams[keys[i]], c) {
-			got = true
-		}
-	}
+	got := f.takeAll(ctx, keys, res.Chunks)
 	f.flush()
 	f.showDrawings()
 	return got, nil
+}
+
+// takeAll takes a read's chunks, each for the stream of its key, but asks again for an ended attempt's output
+// that a live host did not answer for (silent.go). It reports whether any chunk brought anything.
+func (f *follower) takeAll(ctx context.Context, keys []string, chunks []workflows.LogChunk) bool {
+	got := false
+	var live map[string]bool // read once per read, if a host did not answer for an ended attempt
+	for i, c := range chunks {
+		if i >= len(keys) {
+			break
+		}
+		s := f.streams[keys[i]]
+		if f.mayAskAgain(s, c) {
+			if live == nil {
+				live = f.liveHosts(ctx)
+			}
+			if live[s.host] {
+				f.askAgain(s, c)
+				continue
+			}
+		}
+		if f.take(s, c) {
+			got = true
+		}
+	}
+	return got
 }
 
 // readable lists the streams to read now: of each task, those of its earliest attempt not read to its end, so

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -646,4 +647,61 @@ func TestFollower_TasksWaitingForRoomShareALine(t *testing.T) {
 	}
 	f.tell(ts[:4])
 	assert.Equal(t, "[4 tasks] ── stopped before it started: it was "+why+": worker-0, worker-1, worker-2, worker-3\n", out.String())
+}
+
+// An ended attempt's output is not given up on one unanswered read while the host registry counts its host live
+// (a worker that just restarted, a loaded machine): the host is asked again, at most doneRereads times, even
+// when another of its streams made it silent. A host that is not live is not asked again. (Seen in the suite:
+// logs --follow lost a restarted host's last lines on one read the loaded machine did not pick up.)
+func TestFollower_ALiveHostIsAskedAgainForAnEndedAttempt(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	reads := 0
+	f.liveHosts = func(context.Context) map[string]bool { reads++; return map[string]bool{"a": true, "b": false} }
+	started := time.Now()
+	zero := 0
+	ended := func(name, host string) workflows.TaskStatus {
+		return workflows.TaskStatus{Name: name, State: workflows.TaskSucceeded, Host: host, Attempt: 1, StartTime: &started, EndTime: &started, ExitCode: &zero}
+	}
+	running := workflows.TaskStatus{Name: "worker-2", State: workflows.TaskRunning, Host: "a", Attempt: 1, StartTime: &started}
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{ended("worker-0", "a"), ended("worker-1", "b"), running}})
+	keys := []string{"worker-0/1/stdout", "worker-0/1/stderr", "worker-1/1/stdout", "worker-1/1/stderr", "worker-2/1/stdout"}
+	unanswered := func() []workflows.LogChunk {
+		var cs []workflows.LogChunk
+		for _, k := range keys {
+			host := f.streams[k].host
+			cs = append(cs, workflows.LogChunk{Unreachable: true, Error: "host " + host + " did not pick up the read within 5s"})
+		}
+		return cs
+	}
+	out.Reset()
+	f.takeAll(context.Background(), keys, unanswered())
+	assert.Equal(t, 1, reads, "the registry is read once per read")
+	assert.False(t, f.streams["worker-0/1/stdout"].closed, "host a is live: asked again")
+	assert.True(t, f.streams["worker-1/1/stdout"].closed, "host b is not live: given up at once")
+	f.unreadNow()
+	assert.Contains(t, f.readable(), "worker-0/1/stdout", "asked again although worker-2's stream made host a silent")
+	assert.Contains(t, f.readable(), "worker-0/1/stderr")
+	assert.Equal(t, 1, strings.Count(out.String(), "asking again"), "said once for the host, not per stream:\n%s", out.String())
+	assert.Contains(t, out.String(), "[worker-0] ── host a did not pick up the read within 5s; it reported to the host registry lately: asking again for the rest of attempt 1's output\n")
+
+	out.Reset()
+	f.takeAll(context.Background(), keys[:2], unanswered()[:2])
+	assert.False(t, f.streams["worker-0/1/stdout"].closed, "a second try")
+	assert.Equal(t, "[worker-0] ── host a still does not answer: asking again for the rest of attempt 1's output (2 of 2)\n", out.String())
+	f.takeAll(context.Background(), keys[:2], unanswered()[:2])
+	assert.True(t, f.streams["worker-0/1/stdout"].closed, "given up after doneRereads more reads")
+	assert.Equal(t, 2+2, f.unreadable, "worker-1's streams, then worker-0's")
+
+	// A host that answers the second read gives the output.
+	g := newFollower(nil, "run", io.Discard)
+	g.liveHosts = func(context.Context) map[string]bool { return map[string]bool{"a": true} }
+	g.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{ended("worker-0", "a")}})
+	g.takeAll(context.Background(), keys[:1], unanswered()[:1])
+	var got bytes.Buffer
+	g.out = &got
+	assert.True(t, g.takeAll(context.Background(), keys[:1], []workflows.LogChunk{{Data: []byte("last words\n"), Next: 11, EOF: true}}))
+	g.flush()
+	assert.Contains(t, got.String(), "last words")
+	assert.Zero(t, g.unreadable)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -14,6 +15,14 @@ import (
 // doubles up to maxSilentWait, or at once when the run shows one of its tasks running again after it was
 // unreachable (its worker came back and took it up). A stream of an attempt that ended there is not asked
 // for while its host is silent: its log stays on the host, and the follower says how to read it later.
+//
+// One unanswered read is not the end of an ended attempt's output while the host registry counts its host live
+// (it reported within LiveFor and is not shutting down): a worker that just restarted, or a machine under load,
+// can let one read go unpicked for 5 s and answer the next. The follower asks such a host again, at most
+// starter.EndedRereads more times, and gives the output up only then (seen in the suite: `logs --follow` lost
+// the last lines of a task whose worker had restarted, on one read the loaded machine did not pick up). A host
+// that is not live (stopped, or silent for LiveFor) is not asked again; one that died lately costs those reads,
+// 5 s each, before its output is given up.
 
 // silence is a host whose last read went unanswered: when to ask it again, and the wait before that.
 type silence struct {
@@ -42,10 +51,34 @@ func (f *follower) hushed(host string) bool {
 	return sl.wait == firstSilentWait
 }
 
-// skipped says whether a read leaves s out: its host is silent, and it is not yet time to ask it again.
+// skipped says whether a read leaves s out: its host is silent, and it is not yet time to ask it again. An
+// ended attempt's stream that is being asked again is not left out: its tries are few.
 func (f *follower) skipped(s *stream) bool {
 	sl := f.silent[s.host]
-	return sl != nil && time.Now().Before(sl.until)
+	return s.rereads == 0 && sl != nil && time.Now().Before(sl.until)
+}
+
+// mayAskAgain says whether c, an answer for s, leaves s to be asked again if its host is live: the host did not
+// answer for an ended attempt that has tries left.
+func (f *follower) mayAskAgain(s *stream, c workflows.LogChunk) bool {
+	return c.Unreachable && s.done && s.rereads < starter.EndedRereads && f.liveHosts != nil
+}
+
+// askAgain keeps s open for another read, and says so once per host and read.
+func (f *follower) askAgain(s *stream, c workflows.LogChunk) {
+	s.rereads++
+	if f.askedAgain == nil {
+		f.askedAgain = map[string]int{}
+	}
+	if f.askedAgain[s.host] == s.rereads {
+		return // another of its streams, in the same read
+	}
+	f.askedAgain[s.host] = s.rereads
+	if s.rereads > 1 {
+		f.say(s.task, fmt.Sprintf("host %s still does not answer: asking again for the rest of attempt %d's output (%d of %d)", s.host, s.attempt, s.rereads, starter.EndedRereads))
+		return
+	}
+	f.say(s.task, fmt.Sprintf("%s; it reported to the host registry lately: asking again for the rest of attempt %d's output", c.Error, s.attempt))
 }
 
 // backFrom asks a silent host again at once when t, which ran there, is running again after it was unreachable
@@ -72,7 +105,7 @@ func (f *follower) unreadNow() {
 	byHost := map[string][]workflows.TaskStatus{} // the tasks, each once, with the attempt
 	for _, k := range f.order {
 		s := f.streams[k]
-		if sl := f.silent[s.host]; sl == nil || s.closed || !s.done || !time.Now().Before(sl.until) {
+		if sl := f.silent[s.host]; sl == nil || s.closed || !s.done || s.rereads > 0 || !time.Now().Before(sl.until) {
 			continue
 		}
 		f.unreadable++
