@@ -93,9 +93,11 @@ func (s *LogReader) Close() {
 }
 
 // LiveHosts reads which hosts the host registry counts live (reported within workflows.LiveFor, not shutting
-// down); none if it cannot be read.
+// down); none if it cannot be read within registryPatience.
 func (s *LogReader) LiveHosts(ctx context.Context) map[string]bool {
 	live := map[string]bool{}
+	ctx, cancel := context.WithTimeout(ctx, registryPatience)
+	defer cancel()
 	v, err := s.c.QueryWorkflow(ctx, workflows.HostRegistryID, "", workflows.QueryHosts)
 	if err != nil {
 		return live
@@ -109,6 +111,9 @@ func (s *LogReader) LiveHosts(ctx context.Context) map[string]bool {
 	}
 	return live
 }
+
+// registryPatience bounds LiveHosts' read of the registry: a registry no worker answers for is no live host.
+const registryPatience = 10 * time.Second
 
 // sessionGone says the session's workflow has ended.
 func sessionGone(err error) bool {
