@@ -83,6 +83,8 @@ type follower struct {
 	// liveHosts reads which hosts the host registry counts live (nil: none is asked again; silent.go).
 	liveHosts  func(context.Context) map[string]bool
 	askedAgain map[string]int // host -> the reread last said for it
+	// toldUnanswered holds the task attempts (task/attempt) whose output was given up unanswered, said once.
+	toldUnanswered map[string]bool
 }
 
 // datedLine is a line of output (prefix and all) waiting in a read's batch, with when its host says it was
@@ -413,9 +415,17 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	delete(f.silent, s.host)
 	switch {
 	case c.Unreachable:
-		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d: %s", s.name, s.attempt, c.Error))
 		f.unreadable++
 		s.closed = true
+		// Once for the attempt, not for each of its streams, with how to read it later.
+		if k := fmt.Sprintf("%s/%d", s.task, s.attempt); !f.toldUnanswered[k] {
+			if f.toldUnanswered == nil {
+				f.toldUnanswered = map[string]bool{}
+			}
+			f.toldUnanswered[k] = true
+			f.say(s.task, fmt.Sprintf("cannot read the output of attempt %d: %s (clusterrun logs %s %s --attempt %d reads it once its worker is back)",
+				s.attempt, c.Error, f.runID, s.task, s.attempt))
+		}
 		return false
 	case c.Error != "":
 		f.say(s.task, fmt.Sprintf("cannot read %s of attempt %d on host %s: %s", s.name, s.attempt, s.host, c.Error))

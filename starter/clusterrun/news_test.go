@@ -415,8 +415,7 @@ func TestFollower_ARestartIsSaidBeforeTheNewAttemptsOutput(t *testing.T) {
 	require.NotNil(t, s)
 	f.take(s, workflows.LogChunk{Data: []byte("attempt 2 on d\n"), Next: 15})
 	f.release(false)
-	assert.Equal(t, "[worker-2] ── cannot read stdout of attempt 1: host c does not answer\n"+
-		"[worker-2] ── cannot read stderr of attempt 1: host c does not answer\n"+
+	assert.Equal(t, "[worker-2] ── cannot read the output of attempt 1: host c does not answer (clusterrun logs run worker-2 --attempt 1 reads it once its worker is back)\n"+
 		"[worker-2] ── waiting: restart 1 of 2 in 2s after: worker-2 lost: host c did not take it up again within hostLossGrace 15s\n"+
 		"[worker-2] ── running on d (attempt 2)\n"+
 		"[worker-2] attempt 2 on d\n", out.String())
