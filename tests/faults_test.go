@@ -1012,6 +1012,16 @@ tasks:
   worker: {replicas: 1, hosts: [back]}
 `)
 	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id).code)
+	// Killed right after a report, the host stays live in the registry for LiveFor (30 s): a loaded machine's
+	// reads have that long, not what was left of it since the last report.
+	waitUntil(t, "a fresh report from host back", time.Minute, func() bool {
+		for _, h := range c.hostEntries(t) {
+			if h.Host == "back" {
+				return time.Since(h.LastSeen) < 2*time.Second
+			}
+		}
+		return false
+	})
 	c.stopWorker("back", syscall.SIGKILL)
 	logs := c.startCLIToFile(t, "logs", id, "worker-0")
 	logs.waitFor(t, "logs to ask the host again, or to give up", regexp.MustCompile(`asking again|cannot read`))
