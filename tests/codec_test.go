@@ -93,7 +93,7 @@ func TestE2E_EncryptedPayloads(t *testing.T) {
 	defer cancel()
 	desc, err := c.client.DescribeWorkflowExecution(ctx, id, "")
 	require.NoError(t, err)
-	browser, closeBrowser := newBrowser(ctx, chromium)
+	browser, closeBrowser := newBrowser(ctx, t, chromium)
 	defer closeBrowser()
 	page := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/history", uiOrigin, id, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
 	_, err = chromedp.Run(browser, chromedp.Navigate(page))

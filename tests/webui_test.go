@@ -61,7 +61,7 @@ func TestE2E_WebUI(t *testing.T) {
 	require.NoError(t, err)
 	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 
-	browser, closeBrowser := newBrowser(ctx, chromium)
+	browser, closeBrowser := newBrowser(ctx, t, chromium)
 	defer closeBrowser()
 
 	page := env.uiURL + "/namespaces/default/workflows/" + id + "/" + runID + "/pending-activities"
@@ -93,10 +93,12 @@ func TestE2E_WebUI(t *testing.T) {
 	t.Logf("screenshot: %s", shotPath)
 }
 
-// newBrowser starts a headless Chromium for chromedp.
-func newBrowser(ctx context.Context, chromium string) (context.Context, func()) {
+// newBrowser starts a headless Chromium for chromedp. Chromium puts its singleton socket in a folder of
+// TMPDIR that it leaves behind when it is killed, so its TMPDIR is the test's own, which the test removes.
+func newBrowser(ctx context.Context, t *testing.T, chromium string) (context.Context, func()) {
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
@@ -141,7 +143,7 @@ tasks:
 	items := workflows.ItemsWorkflowID(id)
 	desc, err := env.client.DescribeWorkflowExecution(ctx, items, "")
 	require.NoError(t, err)
-	browser, closeBrowser := newBrowser(ctx, chromium)
+	browser, closeBrowser := newBrowser(ctx, t, chromium)
 	defer closeBrowser()
 	page := env.uiURL + "/namespaces/default/workflows/" + url.PathEscape(items) + "/" + desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() + "/history"
 	_, err = chromedp.Run(browser, chromedp.Navigate(page))
@@ -175,7 +177,7 @@ func TestE2E_WebUIShowsShards(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	browser, closeBrowser := newBrowser(ctx, chromium)
+	browser, closeBrowser := newBrowser(ctx, t, chromium)
 	defer closeBrowser()
 	see := func(workflowID, tab string, want ...string) {
 		t.Helper()
