@@ -136,8 +136,14 @@ func TestUpgrade_RunFromBeforeLeasesCompletesOnNewWorkers(t *testing.T) {
 	logFile, err := os.OpenFile(filepath.Join(c.workDir, "old-worker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer logFile.Close()
+	// The old worker has no --socket-dir: its sockets go to $TMPDIR/clusterrun-<uid>, which is the test's own
+	// (a short path, for the sockets' 107 bytes) rather than the machine's /tmp.
+	oldTmp, err := os.MkdirTemp("", "crold-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(oldTmp) }) // after the worker's kill below
 	cmd := exec.Command(oldWorker, "--host", host, "--addr", "127.0.0.1", "--log-dir", c.logDir, "--shutdown-grace", "2s")
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker, "PATH="+c.bin+":"+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address, "CLUSTERRUN_E2E_MARK="+c.marker, "PATH="+c.bin+":"+os.Getenv("PATH"),
+		"TMPDIR="+oldTmp)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	old, err := startOwned(cmd)
 	require.NoError(t, err)
