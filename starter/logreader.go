@@ -19,6 +19,11 @@ import (
 // reads it makes. A read asks for at most workflows.MaxLogRead bytes in all (each request's Max); the answer's
 // chunks say where to read on (Next), what the log cap dropped, and whether a host did not answer.
 type LogReader struct {
+	// Patience, when set, answers each read once this long has passed even if some host has not answered yet:
+	// its chunks come back Late (nothing read; ask again), and a host that died no longer holds the other
+	// hosts' output back for its 5 s (workflows.ReadLogsInput.Patience). Zero waits for every host.
+	Patience time.Duration
+
 	c     client.Client
 	runID string
 	id    string // the session's workflow ID, once started
@@ -42,7 +47,7 @@ func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) 
 		h, err := s.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID:   s.id,
 			UpdateName:   workflows.UpdateReadLogs,
-			Args:         []any{workflows.ReadLogsInput{RunID: s.runID, Requests: reqs}},
+			Args:         []any{workflows.ReadLogsInput{RunID: s.runID, Requests: reqs, Patience: s.Patience}},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		var res workflows.ReadLogsResult

@@ -35,10 +35,14 @@ func LogSession(ctx workflow.Context, in LogSessionInput) error {
 	}
 	last := workflow.Now(ctx)
 	closed := false
+	late := lateReads{}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReadLogs,
 		func(ctx workflow.Context, req ReadLogsInput) (*ReadLogsResult, error) {
 			last = workflow.Now(ctx)
 			req.RunID = in.RunID
+			if req.Patience > 0 && workflow.GetVersion(ctx, "clusterrun-logs-answer-late", workflow.DefaultVersion, 1) >= 1 {
+				return late.read(ctx, req), nil
+			}
 			return readFromHosts(ctx, req), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(req ReadLogsInput) error { return checkReadLogs(in.RunID, req) }})
@@ -70,6 +74,9 @@ func checkReadLogs(runID string, req ReadLogsInput) error {
 	if req.RunID != "" && req.RunID != runID {
 		return fmt.Errorf("this log session reads run %s, not %s", runID, req.RunID)
 	}
+	if req.Patience < 0 || req.Patience > MaxLogPatience {
+		return fmt.Errorf("a read's patience is 0 to %s, not %s", MaxLogPatience, req.Patience)
+	}
 	if len(req.Requests) == 0 || len(req.Requests) > MaxLogRequests {
 		return fmt.Errorf("a read asks for 1 to %d chunks, not %d", MaxLogRequests, len(req.Requests))
 	}
@@ -96,32 +103,11 @@ func ReadLogs(ctx workflow.Context, in ReadLogsInput) (*ReadLogsResult, error) {
 // downlink, in parallel) and returns them in request order. It is how the CLI reads files that live on other
 // machines without opening a port there.
 func readFromHosts(ctx workflow.Context, in ReadLogsInput) *ReadLogsResult {
-	var hosts []string
-	byHost := map[string][]int{}
-	for i, r := range in.Requests {
-		if _, ok := byHost[r.Host]; !ok {
-			hosts = append(hosts, r.Host)
-		}
-		byHost[r.Host] = append(byHost[r.Host], i)
-	}
+	hosts, byHost := byHostOf(in.Requests)
 	out := &ReadLogsResult{Chunks: make([]LogChunk, len(in.Requests))}
 	futures := make([]workflow.Future, len(hosts))
 	for i, h := range hosts {
-		part := ReadLogsInput{RunID: in.RunID}
-		for _, j := range byHost[h] {
-			part.Requests = append(part.Requests, in.Requests[j])
-		}
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: ControlQueue(h),
-			// A host that does not answer soon is gone; say so rather than hold up the other hosts' logs. A read
-			// is a few file reads (no waiting for output), well under a second even at MaxLogRead: one that a
-			// host took and then died holding holds every other host's output back for this long.
-			ScheduleToStartTimeout: 5 * time.Second,
-			StartToCloseTimeout:    readLogsTimeout,
-			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-			Summary:                "read logs on " + h,
-		})
-		futures[i] = workflow.ExecuteActivity(actx, ActivityReadLogs, part)
+		futures[i] = askHost(ctx, in.RunID, h, pick(in.Requests, byHost[h]))
 	}
 	for i, h := range hosts {
 		var res ReadLogsResult
@@ -129,14 +115,54 @@ func readFromHosts(ctx workflow.Context, in ReadLogsInput) *ReadLogsResult {
 		for k, j := range byHost[h] {
 			switch {
 			case err != nil:
-				out.Chunks[j] = LogChunk{ReadLogsRequest: in.Requests[j], Next: in.Requests[j].Offset, Unreachable: true,
-					Error: unansweredRead(h, err)}
+				out.Chunks[j] = unanswered(in.Requests[j], h, err)
 			case k < len(res.Chunks):
 				out.Chunks[j] = res.Chunks[k]
 			}
 		}
 	}
 	return out
+}
+
+// byHostOf groups requests by host: the hosts in the order first named, and each one's request indexes.
+func byHostOf(reqs []ReadLogsRequest) ([]string, map[string][]int) {
+	var hosts []string
+	byHost := map[string][]int{}
+	for i, r := range reqs {
+		if _, ok := byHost[r.Host]; !ok {
+			hosts = append(hosts, r.Host)
+		}
+		byHost[r.Host] = append(byHost[r.Host], i)
+	}
+	return hosts, byHost
+}
+
+func pick(reqs []ReadLogsRequest, idx []int) []ReadLogsRequest {
+	out := make([]ReadLogsRequest, len(idx))
+	for k, j := range idx {
+		out[k] = reqs[j]
+	}
+	return out
+}
+
+// askHost runs one ReadLogs activity on host's downlink for reqs.
+func askHost(ctx workflow.Context, runID, host string, reqs []ReadLogsRequest) workflow.Future {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ControlQueue(host),
+		// A host that does not answer soon is gone; say so rather than hold up the other hosts' logs. A read
+		// is a few file reads (no waiting for output), well under a second even at MaxLogRead: one that a
+		// host took and then died holding holds every other host's output back for this long.
+		ScheduleToStartTimeout: 5 * time.Second,
+		StartToCloseTimeout:    readLogsTimeout,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                "read logs on " + host,
+	})
+	return workflow.ExecuteActivity(actx, ActivityReadLogs, ReadLogsInput{RunID: runID, Requests: reqs})
+}
+
+// unanswered is the chunk of a request whose host's read failed.
+func unanswered(req ReadLogsRequest, host string, err error) LogChunk {
+	return LogChunk{ReadLogsRequest: req, Next: req.Offset, Unreachable: true, Error: unansweredRead(host, err)}
 }
 
 // readLogsTimeout bounds one host's part of a read once the host took it up. It was 30 s, and a host whose

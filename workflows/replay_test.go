@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,4 +62,28 @@ func TestReplay_AStopThatHeardEndsBeforeChangeStopsHearEnds(t *testing.T) {
 	r.RegisterWorkflowWithOptions(ClusterRun, RegisterOptions)
 	require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{
 		OriginalExecution: workflow.Execution{ID: started.GetWorkflowId(), RunID: started.GetOriginalExecutionRunId()}}))
+}
+
+// Log sessions recorded from `clusterrun run` of two hosts whose second host's worker was SIGKILLed: one from
+// workers before reads had patience, one after (its Late answers, the parts later reads took up, and the
+// timeouts of the dead host's parts). Each must replay on today's code: a session in flight during an upgrade
+// goes on, and the patient path is deterministic.
+func TestReplay_RecordedLogSessions(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "sessions", "*.json.gz"))
+	require.NoError(t, err)
+	require.Len(t, files, 2)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			in, err := os.Open(f)
+			require.NoError(t, err)
+			defer in.Close()
+			unzipped, err := gzip.NewReader(in)
+			require.NoError(t, err)
+			hist, err := client.HistoryFromJSON(unzipped, client.HistoryJSONOptions{})
+			require.NoError(t, err)
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(LogSession, workflow.RegisterOptions{Name: LogSessionWorkflowType})
+			require.NoError(t, r.ReplayWorkflowHistory(nil, hist))
+		})
+	}
 }

@@ -580,6 +580,9 @@ type LogChunk struct {
 	Missing bool `json:"missing,omitempty"`
 	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
 	Unreachable bool   `json:"unreachable,omitempty"`
+	// Late says the host had not answered within the read's Patience: nothing was read, ask again (Next is
+	// Offset). The host's answer, when it comes, serves the next read that asks it the same.
+	Late bool `json:"late,omitempty"`
 	Error       string `json:"error,omitempty"`
 	// Redraw (with the request's Redraw) is the latest drawing of the line the file ends on, a line with no
 	// newline yet that the task redraws with carriage returns; plain text, at most MaxRedraw bytes.
@@ -627,7 +630,14 @@ type LogMark struct {
 type ReadLogsInput struct {
 	RunID    string            `json:"runId"` // the ClusterRun workflow ID
 	Requests []ReadLogsRequest `json:"requests"`
+	// Patience, in a LogSession, answers the read once this long has passed even if some host has not answered
+	// yet: that host's chunks come back Late, and its answer serves the next read that asks it the same. Zero
+	// waits for every host (or its 5 s to pick the read up). At most MaxLogPatience.
+	Patience time.Duration `json:"patience,omitempty"`
 }
+
+// MaxLogPatience bounds ReadLogsInput.Patience: a host that has not picked a read up in 5 s is reported anyway.
+const MaxLogPatience = 5 * time.Second
 
 // ReadLogsResult holds one chunk per request, in request order.
 type ReadLogsResult struct {

@@ -70,6 +70,8 @@ type follower struct {
 	silent   map[string]*silence // hosts whose last read went unanswered (silent.go)
 	was      map[string]string   // task -> its state at the last look
 	logs     *starter.LogReader
+	// patience answers a live read without the hosts that have not answered within it (silent.go).
+	patience time.Duration
 	budget   int64 // bytes per read
 	next     int   // the stream the next read starts with
 	progShow map[string]progressShown
@@ -404,6 +406,9 @@ func (f *follower) firstUnread() map[string]int {
 
 // take prints one chunk of a stream and moves the stream on; it reports whether the chunk brought anything.
 func (f *follower) take(s *stream, c workflows.LogChunk) bool {
+	if c.Late {
+		return false // its host has not answered yet: the next read asks again, from the same offset
+	}
 	if c.Unreachable && !s.done {
 		// The task runs on; its host's worker may be restarting. Keep following, and say so once for the host,
 		// not for each of its tasks' streams.
@@ -497,6 +502,7 @@ func (s *stream) inOrder(times []time.Time) []time.Time {
 func (f *follower) drain(ctx context.Context) error {
 	defer f.release(true)
 	defer f.emitMerged(true)
+	f.patience = 0 // the last reads wait for every host: what a host still holds is the run's last output
 	for idle := 0; f.pending() && idle < 10; {
 		got, err := f.poll(ctx)
 		if err != nil {
@@ -517,6 +523,7 @@ func (f *follower) session() *starter.LogReader {
 	if f.logs == nil {
 		f.logs = f.run.LogReader()
 	}
+	f.logs.Patience = f.patience
 	return f.logs
 }
 

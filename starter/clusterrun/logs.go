@@ -91,6 +91,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	// file, byte for byte.
 	both := len(f.streamNames) > 1
 	f.inOrder = live && (f.prefix || both)
+	if live {
+		f.patience = livePatience
+	}
 	if both && !live {
 		f.merge = &merger{tail: *tail}
 	}

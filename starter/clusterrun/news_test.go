@@ -704,3 +704,37 @@ func TestFollower_ALiveHostIsAskedAgainForAnEndedAttempt(t *testing.T) {
 	assert.Contains(t, got.String(), "last words")
 	assert.Zero(t, g.unreadable)
 }
+
+// A Late chunk (its host had not answered within the read's patience) reads nothing and says nothing: the
+// stream stays where it was, to be asked again, its host is not taken for silent, and nothing counts as lost.
+func TestFollower_ALateChunkIsAskedAgain(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	f.liveHosts = func(context.Context) map[string]bool { t.Fatal("the registry is not read for a late chunk"); return nil }
+	started := time.Now()
+	zero := 0
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", State: workflows.TaskSucceeded, Host: "b", Attempt: 1, StartTime: &started, EndTime: &started, ExitCode: &zero},
+		{Name: "worker-1", State: workflows.TaskRunning, Host: "b", Attempt: 1, StartTime: &started}}})
+	keys := []string{"worker-0/1/stdout", "worker-1/1/stdout"}
+	f.streams[keys[0]].offset = 5
+	out.Reset()
+	late := []workflows.LogChunk{{ReadLogsRequest: workflows.ReadLogsRequest{Offset: 5}, Next: 5, Late: true}, {Late: true}}
+	assert.False(t, f.takeAll(context.Background(), keys, late))
+	f.unreadNow()
+	for _, k := range keys {
+		assert.False(t, f.streams[k].closed, k)
+		assert.Contains(t, f.readable(), k, "asked again by the next read")
+	}
+	assert.Equal(t, int64(5), f.streams[keys[0]].offset)
+	assert.Empty(t, f.silent)
+	assert.Zero(t, f.unreadable)
+	assert.Empty(t, out.String())
+
+	for _, s := range f.streams {
+		s.closed = true // nothing left to read
+	}
+	f.patience = livePatience
+	require.NoError(t, f.drain(context.Background()))
+	assert.Zero(t, f.patience, "an ended run's last reads wait for every host")
+}

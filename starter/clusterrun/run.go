@@ -147,7 +147,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	}()
 
 	f := newFollower(c, id, stdout)
-	f.inOrder, f.redraws = true, true
+	f.inOrder, f.redraws, f.patience = true, true, livePatience
 	defer f.close()
 	if isTerminal(os.Stdout) {
 		// On a terminal, progress is a block of bars under the scrolling output.
