@@ -710,7 +710,10 @@ func TestFollower_ALiveHostIsAskedAgainForAnEndedAttempt(t *testing.T) {
 func TestFollower_ALateChunkIsAskedAgain(t *testing.T) {
 	var out bytes.Buffer
 	f := newFollower(nil, "run", &out)
-	f.liveHosts = func(context.Context) map[string]bool { t.Fatal("the registry is not read for a late chunk"); return nil }
+	f.liveHosts = func(context.Context) map[string]bool {
+		t.Fatal("the registry is not read for a late chunk")
+		return nil
+	}
 	started := time.Now()
 	zero := 0
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
