@@ -579,11 +579,11 @@ type LogChunk struct {
 	// Missing says the file does not exist on the host.
 	Missing bool `json:"missing,omitempty"`
 	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
-	Unreachable bool `json:"unreachable,omitempty"`
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Error       string `json:"error,omitempty"`
 	// Late says the host had not answered within the read's Patience: nothing was read, ask again (Next is
 	// Offset). The host's answer, when it comes, serves the next read that asks it the same.
-	Late  bool   `json:"late,omitempty"`
-	Error string `json:"error,omitempty"`
+	Late bool `json:"late,omitempty"`
 	// Redraw (with the request's Redraw) is the latest drawing of the line the file ends on, a line with no
 	// newline yet that the task redraws with carriage returns; plain text, at most MaxRedraw bytes.
 	Redraw string `json:"redraw,omitempty"`
