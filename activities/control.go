@@ -187,6 +187,7 @@ func (h *Host) ControlHost(_ context.Context, in workflows.ControlHostInput) (wo
 			return workflows.HostState{}, err
 		}
 	}
+	stopping := 0
 	if in.StopTasks {
 		reason := in.Reason
 		if reason == "" {
@@ -194,11 +195,14 @@ func (h *Host) ControlHost(_ context.Context, in workflows.ControlHostInput) (wo
 		}
 		for _, e := range h.reg.all() {
 			if e.exited() == nil {
+				stopping++
 				go h.stopEntry(e, stopByHost, reason, e.grace)
 			}
 		}
 	}
-	return h.State(), nil
+	st := h.State()
+	st.Stopping = stopping // a task that dies at once on its SIGTERM already shows ended in st.Tasks
+	return st, nil
 }
 
 // State describes this host: drained or not, and every task attempt on it.

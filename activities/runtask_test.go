@@ -1103,3 +1103,20 @@ func TestShutdown_ForgetsTheEndedAttemptsOfRunsThatEnded(t *testing.T) {
 		})
 	}
 }
+
+// A host taken down counts the tasks it stopped, whether or not they have ended by the time it answers: a task
+// that dies at once on its SIGTERM showed "ended", and `clusterrun drain --now` said it stopped 0 tasks (seen in
+// the suite).
+func TestControlHost_CountsTheTasksItStops(t *testing.T) {
+	a := newHarness(t, reconcileSeldom)
+	wait := a.run(leased(taskSpec("sleep", "300")))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	st, err := a.host.ControlHost(t.Context(), workflows.ControlHostInput{StopTasks: true})
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Stopping)
+	require.Len(t, st.Tasks, 1)
+	_, _ = wait()
+	st, err = a.host.ControlHost(t.Context(), workflows.ControlHostInput{StopTasks: true})
+	require.NoError(t, err)
+	assert.Zero(t, st.Stopping, "an ended task is not stopped again")
+}

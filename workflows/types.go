@@ -672,6 +672,9 @@ type HostState struct {
 	Host    string     `json:"host"`
 	Drained bool       `json:"drained"`
 	Tasks   []HostTask `json:"tasks,omitempty"`
+	// Stopping counts the tasks a request to stop them (ControlHostInput.StopTasks) found running and stopped:
+	// some may have ended by the time Tasks was read.
+	Stopping int `json:"stopping,omitempty"`
 }
 
 // HostTask is one task attempt on a host.

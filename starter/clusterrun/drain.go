@@ -129,6 +129,9 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	case *undo:
 		fmt.Fprintf(stdout, "host %s takes tasks again (%d running)\n", host, running)
 	case *now:
+		if st.Stopping > 0 { // a worker from before does not count them: the tasks not ended yet are the best guess
+			running = st.Stopping
+		}
 		fmt.Fprintf(stdout, "host %s is drained and its %d task(s) are being stopped; their restart policy applies\n", host, running)
 	default:
 		fmt.Fprintf(stdout, "host %s is drained: it takes no new tasks; its %d running task(s) go on until they end\n", host, running)
