@@ -62,6 +62,10 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 			return err
 		}
 		ended = st.Ended || !opts.Follow
+		reader.Patience = 0
+		if !ended {
+			reader.Patience = LivePatience
+		}
 		for _, t := range st.Tasks {
 			if !chosen(opts.Tasks, t.Name) || t.Host == "" || t.Attempt == 0 || t.StartTime == nil {
 				continue
@@ -182,6 +186,12 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 // just restarted, or a loaded machine, can let one read go unpicked for 5 s and answer the next. A host that is
 // not live is not asked again. The CLI's follower keeps the same rule (starter/clusterrun/silent.go).
 const EndedRereads = 2
+
+// LivePatience is how long a read of a live run's logs waits for a host that has not answered before it is
+// answered without it (workflows.ReadLogsInput.Patience): the host's answer comes with a later read, and a host
+// that died holds the others' output back this long rather than its 5 s. The last reads of a run that has ended
+// wait for every host, as there is no later read. The CLI's follower reads with it too.
+const LivePatience = time.Second
 
 // logReading is what readRound reads through: a LogReader.
 type logReading interface {

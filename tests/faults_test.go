@@ -1122,27 +1122,96 @@ tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [hos
 	assert.GreaterOrEqual(t, ticks("worker-0"), 2, "the worker's output came again once its host was back:\n%s", out.String())
 
 	// The log session's reads that host-a left unanswered: at the kill, after 10 s and after 20 s more, where the
-	// follower used to ask on every read (one each 5 s or so: 7 or more in those 35 s).
-	// The session may have continued as new: every execution of it counts.
-	var sessions []*commonpb.WorkflowExecution
-	waitUntil(t, "clusterrun run's log session to be listed, closed", time.Minute, func() bool {
-		res, err := c.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
-			Query: "WorkflowType = '" + workflows.LogSessionWorkflowType + "'"})
-		if err != nil || len(res.Executions) == 0 {
-			return false
-		}
-		sessions = nil
-		for _, e := range res.Executions {
-			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				return false
-			}
-			sessions = append(sessions, e.GetExecution())
-		}
-		return true
+	// follower used to ask on every read (one each 5 s or so: 7 or more in those 35 s). And while each of those
+	// went unanswered, other reads were answered (the chief's output came on), where a read used to wait for
+	// every host it asked: no read was answered between the ask and its timeout.
+	unanswered, answeredMeanwhile := logReadsOfASilentHost(t, c)
+	assert.LessOrEqual(t, unanswered, 4, "reads host-a left unanswered")
+	assert.GreaterOrEqual(t, unanswered, 1, "host-a was asked while it was down")
+	assert.GreaterOrEqual(t, answeredMeanwhile, 2*unanswered, "reads answered while host-a's part of a read went unanswered")
+}
+
+// The Go package's Run.Logs, following a run, reads on without a host whose worker was SIGKILLed, as the CLI
+// does: while that host's part of a read goes unanswered, other reads are answered, where each read waited 5 s
+// for it. Every line of both tasks is written once the worker is back.
+func TestFault_TheGoPackagesLogsDoNotWaitForASilentHost(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: silent-host-package
+heartbeatTimeout: 2s
+hostLossGrace: 5m
+command: [sh, -c, 'for i in $(seq 1 40); do echo "$CLUSTERRUN_TASK tick $i"; sleep 1; done']
+tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [host-a]}}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	var out syncBuffer
+	followed := make(chan error, 1)
+	go func() {
+		followed <- starter.NewClient(c.client, "default").Run(id).Logs(context.Background(), starter.LogOptions{Follow: true}, &out)
+	}()
+	ticks := func(task string) int {
+		return len(regexp.MustCompile(`(?m)^\[`+task+`\] +`+task+` tick \d+$`).FindAllString(out.String(), -1))
+	}
+	waitUntil(t, "both tasks' output", time.Minute, func() bool { return ticks("worker-0") >= 2 && ticks("chief-0") >= 2 })
+	c.stopWorker("host-a", syscall.SIGKILL)
+	// The worker comes back once a read has gone without host-a's answer and the chief's output has come on
+	// after it: counting printed lines alone is not enough, as reads can lag the output under load.
+	waitUntil(t, "a read of host-a to go unanswered", 2*time.Minute, func() bool {
+		sessions, _ := logSessions(c)
+		unanswered, _ := silentHostReads(t, c, sessions)
+		return unanswered >= 1
 	})
-	// And while each of those went unanswered, other reads were answered (the chief's output came on), where a
-	// read used to wait for every host it asked: no read was answered between the ask and its timeout.
-	unanswered, answeredMeanwhile := 0, 0
+	from := ticks("chief-0")
+	waitUntil(t, "3 more lines of the chief, on host-b", time.Minute, func() bool { return ticks("chief-0") >= from+3 })
+	require.NoError(t, c.startWorker("host-a"))
+	select {
+	case err := <-followed:
+		require.NoError(t, err, out.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("Logs did not return once the run ended:\n%s", out.String())
+	}
+	assert.Equal(t, 40, ticks("chief-0"), out.String())
+	assert.Equal(t, 40, ticks("worker-0"), "every line of the silent host's task, once its worker was back:\n%s", out.String())
+
+	unanswered, answeredMeanwhile := logReadsOfASilentHost(t, c)
+	assert.GreaterOrEqual(t, unanswered, 1, "host-a was asked while it was down")
+	assert.GreaterOrEqual(t, answeredMeanwhile, 2*unanswered, "reads answered while host-a's part of a read went unanswered")
+}
+
+// logReadsOfASilentHost counts, in the histories of the cluster's log sessions (once every one has closed; a
+// session may have continued as new), the parts of reads that a host left unanswered (their activity timed
+// out), and the reads answered while each of those parts waited.
+func logReadsOfASilentHost(t *testing.T, c *cluster) (unanswered, answeredMeanwhile int) {
+	t.Helper()
+	var sessions []*commonpb.WorkflowExecution
+	waitUntil(t, "the log session to be listed, closed", time.Minute, func() bool {
+		var open bool
+		sessions, open = logSessions(c)
+		return len(sessions) > 0 && !open
+	})
+	return silentHostReads(t, c, sessions)
+}
+
+// logSessions lists the cluster's log sessions, every execution of each, and says whether one is still open.
+func logSessions(c *cluster) (sessions []*commonpb.WorkflowExecution, open bool) {
+	res, err := c.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: "WorkflowType = '" + workflows.LogSessionWorkflowType + "'"})
+	if err != nil {
+		return nil, true
+	}
+	for _, e := range res.Executions {
+		open = open || e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		sessions = append(sessions, e.GetExecution())
+	}
+	return sessions, open
+}
+
+// silentHostReads counts, in the sessions' histories, the parts of reads that a host left unanswered (their
+// activity timed out), and the reads answered while each of those parts waited.
+func silentHostReads(t *testing.T, c *cluster, sessions []*commonpb.WorkflowExecution) (unanswered, answeredMeanwhile int) {
+	t.Helper()
 	for _, e := range sessions {
 		it := c.client.GetWorkflowHistory(context.Background(), e.GetWorkflowId(), e.GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		var answered []int64 // the events that completed reads
@@ -1163,7 +1232,5 @@ tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [hos
 			}
 		}
 	}
-	assert.LessOrEqual(t, unanswered, 4, "reads host-a left unanswered")
-	assert.GreaterOrEqual(t, unanswered, 1, "host-a was asked while it was down")
-	assert.GreaterOrEqual(t, answeredMeanwhile, 2*unanswered, "reads answered while host-a's part of a read went unanswered")
+	return unanswered, answeredMeanwhile
 }

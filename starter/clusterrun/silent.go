@@ -24,12 +24,12 @@ import (
 // that is not live (stopped, or silent for LiveFor) is not asked again; one that died lately costs those reads,
 // 5 s each, before its output is given up.
 
-// A live follower's reads (clusterrun run, logs --follow) also have patience (livePatience): a read is answered
-// once every host has answered or the patience is over, a host still silent then being asked again by the next
-// read (workflows/readlate.go). So a host that has just died holds the others' output back for the patience,
-// not for its 5 s, and a silent host asked again costs the same. The last reads of an ended run wait for every
-// host, as before: there is no later read to take a slow host's answer.
-const livePatience = time.Second
+// A live follower's reads (clusterrun run, logs --follow) also have patience (starter.LivePatience): a read is
+// answered once every host has answered or the patience is over, a host still silent then being asked again by
+// the next read (workflows/readlate.go). So a host that has just died holds the others' output back for the
+// patience, not for its 5 s, and a silent host asked again costs the same. The last reads of an ended run wait
+// for every host, as before: there is no later read to take a slow host's answer.
+const livePatience = starter.LivePatience
 
 // silence is a host whose last read went unanswered: when to ask it again, and the wait before that.
 type silence struct {
