@@ -34,6 +34,8 @@ type LogReader struct {
 // LogReader returns a reader of the run's logs. Close it when done.
 func (r *Run) LogReader() *LogReader { return &LogReader{c: r.c.c, runID: r.ID} }
 
+func (s *LogReader) setPatience(d time.Duration) { s.Patience = d }
+
 // Read asks the hosts for the requested chunks, in one round trip.
 func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)

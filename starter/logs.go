@@ -45,6 +45,12 @@ type logStream struct {
 func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	reader := r.LogReader()
 	defer reader.Close()
+	return followLogs(ctx, opts, w, r.Status, reader)
+}
+
+// followLogs is Logs, with the run's status and its log reads through what it is given.
+func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(context.Context) (Status, error),
+	reader patientReading) error {
 	names := []string{"stdout"}
 	switch {
 	case opts.Both:
@@ -55,16 +61,26 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	streams := map[string]*logStream{}
 	var order []string
 	var unread []string
+	prefix := len(opts.Tasks) != 1
 	ended := false
+	// A status that is slow to come (the host worker that held the run's state has just died, and the query waits
+	// out its sticky worker) does not hold back the output of the streams already known: they are read on meanwhile.
+	readOn := func() error {
+		if ended {
+			return nil
+		}
+		_, err := readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread)
+		return err
+	}
 	for {
-		st, err := r.Status(ctx)
+		st, err := awaitStatus(ctx, status, readOn)
 		if err != nil {
 			return err
 		}
 		ended = st.Ended || !opts.Follow
-		reader.Patience = 0
+		reader.setPatience(0)
 		if !ended {
-			reader.Patience = LivePatience
+			reader.setPatience(LivePatience)
 		}
 		for _, t := range st.Tasks {
 			if !chosen(opts.Tasks, t.Name) || t.Host == "" || t.Attempt == 0 || t.StartTime == nil {
@@ -86,7 +102,6 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 				order = append(order, key)
 			}
 		}
-		prefix := len(opts.Tasks) != 1
 		// Read on while output keeps coming (for a second at most while following), then look at the run again.
 		for more, start := true, time.Now(); more && (ended || time.Since(start) < time.Second); {
 			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread); err != nil {
@@ -107,6 +122,33 @@ func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	}
 	return nil
 }
+
+// awaitStatus asks for the run's status and, each statusReadOn it has not come, does meanwhile.
+func awaitStatus(ctx context.Context, status func(context.Context) (Status, error), meanwhile func() error) (Status, error) {
+	type answer struct {
+		st  Status
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		st, err := status(ctx)
+		answers <- answer{st, err}
+	}()
+	for {
+		select {
+		case a := <-answers:
+			return a.st, a.err
+		case <-time.After(statusReadOn):
+			if err := meanwhile(); err != nil {
+				return Status{}, err
+			}
+		}
+	}
+}
+
+// statusReadOn is how long a status may take before the streams already known are read on meanwhile: about
+// the pause between rounds, so that a slow status costs the output no more than a round.
+const statusReadOn = 500 * time.Millisecond
 
 // readRound reads once from every open stream, a fair share each, and writes what came: each stream's chunk as
 // it came, or, both streams together (inOrder), every line of the round in the order written. It reports
@@ -197,6 +239,12 @@ const LivePatience = time.Second
 type logReading interface {
 	Read(ctx context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error)
 	LiveHosts(ctx context.Context) map[string]bool
+}
+
+// patientReading is what Logs reads through: a LogReader, whose patience it sets.
+type patientReading interface {
+	logReading
+	setPatience(time.Duration)
 }
 
 // writeInOrder writes a round's lines in the order they were written; lines dated alike keep the order they

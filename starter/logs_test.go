@@ -3,6 +3,8 @@ package starter
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +91,105 @@ func TestLogs_ALiveHostIsAskedAgainForAnEndedAttempt(t *testing.T) {
 	require.Len(t, unread, 2)
 	assert.Contains(t, unread[0], "worker-1 stdout (attempt 1): host gone did not pick up the read")
 	assert.Contains(t, unread[1], "worker-2 stdout (attempt 1): host slow did not pick up the read")
+}
+
+// ticking is a log reader whose one host answers every read with a new line, until the run has ended; it
+// records the patience each read was made with.
+type ticking struct {
+	mu        sync.Mutex
+	reads     int
+	ended     bool
+	patience  time.Duration
+	patiences map[time.Duration]int
+}
+
+func (r *ticking) Read(_ context.Context, reqs []workflows.ReadLogsRequest) (*workflows.ReadLogsResult, error) {
+	time.Sleep(10 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	r.patiences[r.patience]++
+	res := &workflows.ReadLogsResult{}
+	for _, q := range reqs {
+		if r.ended {
+			res.Chunks = append(res.Chunks, workflows.LogChunk{ReadLogsRequest: q, Next: q.Offset, EOF: true})
+			continue
+		}
+		data := fmt.Sprintf("tick %d\n", r.reads)
+		res.Chunks = append(res.Chunks, workflows.LogChunk{ReadLogsRequest: q, Data: []byte(data), Next: q.Offset + int64(len(data))})
+	}
+	return res, nil
+}
+
+func (r *ticking) LiveHosts(context.Context) map[string]bool { return nil }
+func (r *ticking) setPatience(d time.Duration)               { r.mu.Lock(); r.patience = d; r.mu.Unlock() }
+func (r *ticking) count() int                                { r.mu.Lock(); defer r.mu.Unlock(); return r.reads }
+
+// lockedBuffer is a bytes.Buffer that two goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *lockedBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+// A run's status that is slow to come (its query waits out the sticky worker of a host worker that has just
+// died) does not hold back the output of the tasks already known: Logs reads them on meanwhile, with the live
+// patience, and once the status says the run has ended, reads to the end without it.
+func TestLogs_ASlowStatusDoesNotHoldTheOutputBack(t *testing.T) {
+	started := time.Now()
+	running := Status{RunStatus: workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "worker-0", Host: "host-b", Attempt: 1, StartTime: &started}}}}
+	asked, blocked, release := 0, make(chan struct{}), make(chan struct{})
+	reader := &ticking{patiences: map[time.Duration]int{}}
+	status := func(ctx context.Context) (Status, error) {
+		if asked++; asked == 2 {
+			close(blocked)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return Status{}, ctx.Err()
+			}
+			reader.mu.Lock()
+			reader.ended = true
+			reader.mu.Unlock()
+			ended := running
+			ended.Ended = true
+			return ended, nil
+		}
+		return running, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- followLogs(ctx, LogOptions{Follow: true}, &out, status, reader) }()
+
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Logs did not ask for the status a second time")
+	}
+	before := reader.count()
+	deadline := time.Now().Add(10 * time.Second)
+	for reader.count() < before+3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, reader.count(), before+3, "reads made while the status was slow to come")
+	readMeanwhile := reader.count()
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Logs did not return once the run had ended")
+	}
+	assert.Contains(t, out.String(), fmt.Sprintf("tick %d\n", readMeanwhile), "a line read while the status was slow")
+	assert.Positive(t, reader.patiences[LivePatience], "reads of the live run")
+	assert.Positive(t, reader.patiences[0], "the last reads, of the ended run")
 }
