@@ -41,7 +41,9 @@ type logStream struct {
 // with a "[task] " prefix. Without Follow it reads each log to its current end; with Follow, until the run
 // ends. Output a host's log cap dropped before it was read is skipped; a host that does not answer (for an
 // ended attempt, asked again EndedRereads times while the host registry counts it live), or a log that is
-// gone, is an error once the rest has been read.
+// gone, is an error once the rest has been read. While it follows a live run, a host that has not answered a
+// read within LivePatience does not hold back the other hosts' output (its part comes with a later read), nor
+// does a status of the run that is slow to come.
 func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	reader := r.LogReader()
 	defer reader.Close()
