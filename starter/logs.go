@@ -65,13 +65,14 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 	var unread []string
 	prefix := len(opts.Tasks) != 1
 	ended := false
+	rests := hostRests{until: map[string]time.Time{}, seen: map[string]string{}}
 	// A status that is slow to come (the host worker that held the run's state has just died, and the query waits
 	// out its sticky worker) does not hold back the output of the streams already known: they are read on meanwhile.
 	readOn := func() error {
 		if ended {
 			return nil
 		}
-		_, err := readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread)
+		_, err := readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.until)
 		return err
 	}
 	for {
@@ -85,6 +86,7 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 			reader.setPatience(LivePatience)
 		}
 		for _, t := range st.Tasks {
+			rests.wake(t)
 			if !chosen(opts.Tasks, t.Name) || t.Host == "" || t.Attempt == 0 || t.StartTime == nil {
 				continue
 			}
@@ -106,7 +108,7 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 		}
 		// Read on while output keeps coming (for a second at most while following), then look at the run again.
 		for more, start := true, time.Now(); more && (ended || time.Since(start) < time.Second); {
-			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread); err != nil {
+			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.until); err != nil {
 				return err
 			}
 		}
@@ -154,12 +156,13 @@ const statusReadOn = 500 * time.Millisecond
 
 // readRound reads once from every open stream, a fair share each, and writes what came: each stream's chunk as
 // it came, or, both streams together (inOrder), every line of the round in the order written. It reports
-// whether any output came (read on before looking at the run again).
+// whether any output came (read on before looking at the run again). A live attempt's stream is not read while
+// its host rests (rests, if not nil: until when), and a host that does not answer for one rests silentRest.
 func readRound(ctx context.Context, reader logReading, streams map[string]*logStream, order []string, inOrder bool,
-	prefix bool, w io.Writer, unread *[]string) (bool, error) {
+	prefix bool, w io.Writer, unread *[]string, rests map[string]time.Time) (bool, error) {
 	var open []*logStream
 	for _, k := range order {
-		if s := streams[k]; !s.closed {
+		if s := streams[k]; !s.closed && (s.done || !time.Now().Before(rests[s.host])) {
 			open = append(open, s)
 		}
 	}
@@ -191,7 +194,10 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 			}
 			switch {
 			case c.Unreachable && !s.done:
-				continue // its worker may be restarting: read on later
+				if rests != nil {
+					rests[s.host] = time.Now().Add(silentRest) // its worker may be restarting: read on later
+				}
+				continue
 			case c.Unreachable && s.rereads < EndedRereads && live[s.host]:
 				s.rereads++ // its worker may have just restarted, or its machine is loaded: ask again
 				continue
@@ -230,6 +236,30 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 // just restarted, or a loaded machine, can let one read go unpicked for 5 s and answer the next. A host that is
 // not live is not asked again. The CLI's follower keeps the same rule (starter/clusterrun/silent.go).
 const EndedRereads = 2
+
+// silentRest is how long a host that did not answer a read of a live attempt is not asked again, unless one of
+// its tasks changes state first (its worker came back and took it up, or reported its end): each ask waits out a
+// read's patience, and a dead host asked on every read held the others' output back a second in five. The CLI
+// rests such a host 10 s too, and longer each time (starter/clusterrun/silent.go).
+const silentRest = 10 * time.Second
+
+// hostRests are the hosts that rest, and the state each task was last seen in.
+type hostRests struct {
+	until map[string]time.Time
+	seen  map[string]string
+}
+
+// wake ends the rest of t's host when t runs again after it was unreachable (its worker came back and took it
+// up), or has just ended with an exit its host reported (a worker that reports an exit answers reads too).
+func (r hostRests) wake(t workflows.TaskStatus) {
+	was, ok := r.seen[t.Name]
+	back := t.State == workflows.TaskRunning && was == workflows.TaskUnreachable
+	reported := t.State != was && (t.ExitCode != nil || t.Signal != "")
+	if ok && (back || reported) {
+		delete(r.until, t.Host)
+	}
+	r.seen[t.Name] = t.State
+}
 
 // LivePatience is how long a read of a live run's logs waits for a host that has not answered before it is
 // answered without it (workflows.ReadLogsInput.Patience): the host's answer comes with a later read, and a host

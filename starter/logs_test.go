@@ -82,7 +82,7 @@ func TestLogs_ALiveHostIsAskedAgainForAnEndedAttempt(t *testing.T) {
 	var w bytes.Buffer
 	var unread []string
 	for round := 0; round < 5 && !allClosed(streams); round++ {
-		_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread)
+		_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, nil)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, "[worker-0] last words of worker-0\n", w.String(), "the host that answered its second read")
@@ -192,4 +192,42 @@ func TestLogs_ASlowStatusDoesNotHoldTheOutputBack(t *testing.T) {
 	assert.Contains(t, out.String(), fmt.Sprintf("tick %d\n", readMeanwhile), "a line read while the status was slow")
 	assert.Positive(t, reader.patiences[LivePatience], "reads of the live run")
 	assert.Positive(t, reader.patiences[0], "the last reads, of the ended run")
+}
+
+// A host that does not answer a read of a live attempt rests silentRest before it is asked again, where it was
+// asked on every read (each ask waiting out a read's patience); an ended attempt's stream there is still read.
+// The rest ends early when one of the host's tasks runs again after it was unreachable, or reports its end.
+func TestLogs_ASilentHostRestsBeforeItIsAskedAgain(t *testing.T) {
+	r := &hostsAnswering{answerFrom: map[string]int{"dead": 99, "up": 1}, reads: map[string]int{}}
+	streams := map[string]*logStream{
+		"a": {host: "dead", task: "worker-0", name: "stdout", attempt: 1},
+		"b": {host: "up", task: "worker-1", name: "stdout", attempt: 1},
+	}
+	order := []string{"a", "b"}
+	rests := hostRests{until: map[string]time.Time{}, seen: map[string]string{}}
+	var w bytes.Buffer
+	var unread []string
+	for range 3 {
+		_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, rests.until)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, map[string]int{"dead": 1, "up": 3}, r.reads, "the silent host was asked once in three reads")
+	assert.Empty(t, unread)
+
+	streams["c"] = &logStream{host: "dead", task: "worker-2", name: "stdout", attempt: 1, done: true}
+	order = append(order, "c")
+	_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, rests.until)
+	require.NoError(t, err)
+	assert.Equal(t, 2, r.reads["dead"], "an ended attempt's stream is read on a resting host")
+
+	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskRunning})
+	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskUnreachable})
+	assert.Contains(t, rests.until, "dead", "a task gone unreachable does not end its host's rest")
+	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskRunning})
+	assert.NotContains(t, rests.until, "dead", "its task runs again: the host is asked at once")
+
+	rests.until["dead"] = time.Now().Add(time.Minute)
+	exit := 0
+	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskSucceeded, ExitCode: &exit})
+	assert.NotContains(t, rests.until, "dead", "its task reported its end: the host is asked at once")
 }
