@@ -295,6 +295,8 @@ func TestE2E_MovedPSUpdatesItsPeers(t *testing.T) {
 // crashes mid-run, comes back at the same address from its checkpoint, and the model still learns.
 func TestE2E_PSTrainingExample(t *testing.T) {
 	id := runID(t)
+	// The ps checkpoints to /tmp/ps-RUN.json (the example's CHECKPOINT_DIR default), which outlives the run.
+	t.Cleanup(func() { _ = os.Remove(filepath.Join("/tmp", "ps-"+id+".json")) })
 	r := cli(t, "run", "examples/ps-training/ps.yaml", "--id", id)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "ps: crashing on purpose after 120 pushes")
