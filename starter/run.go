@@ -181,6 +181,10 @@ func (c *Client) Start(ctx context.Context, s *spec.RunSpec, opts StartOptions) 
 		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {
 			return nil, &RunIDTakenError{ID: id}
 		}
+		if silent(err) {
+			// The start may have been persisted before the answer was lost, or not: only a read tells.
+			return nil, fmt.Errorf("start run %s: %w (whether the run started is not known: `clusterrun status %s` tells once the server answers)", id, err, id)
+		}
 		return nil, fmt.Errorf("start run %s: %w", id, err)
 	}
 	return &Run{c: c, ID: id}, warning

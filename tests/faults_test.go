@@ -110,6 +110,10 @@ tasks:
 
 	cut()
 	back := time.Now().Add(outage)
+	// A run started meanwhile must be written, so it fails, and the CLI says which part of the control plane
+	// is down rather than only gRPC's "context deadline exceeded".
+	late := c.startCLI(t, "run", writeSpec(t, "name: late\ncommand: [\"true\"]\ntasks: {chief: {replicas: 1, hosts: ["+a+"]}}\n"),
+		"--id", id+"-late", "--detach")
 	// The chief finishes its work while the server is down.
 	touch(t, filepath.Join(dir, "chief-0.go"))
 	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(pids["chief-0"]) })
@@ -118,6 +122,14 @@ tasks:
 			require.True(t, alive(pids[task]), "%s (pid %d) died %s into the outage", task, pids[task], outage-time.Until(back))
 		}
 		time.Sleep(time.Second)
+	}
+	lr := late.wait(t, time.Minute)
+	assert.Equal(t, 1, lr.code, lr.String())
+	if serverGone {
+		assert.Contains(t, lr.stderr, "cannot reach the Temporal server at "+c.address, lr.String())
+	} else {
+		assert.Contains(t, lr.stderr, "whether the run started is not known: `clusterrun status "+id+"-late`", lr.String())
+		assert.Contains(t, lr.stderr, "the Temporal server at "+c.address+" is up but did not answer in time: its database may be down", lr.String())
 	}
 	require.NoError(t, restore(), "start the control plane again on the same data")
 

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sys/unix"
 
@@ -172,6 +173,33 @@ func whyUnread(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// unanswered says, for a call the server did not answer in time, whether the server is up: gRPC's "context
+// deadline exceeded" alone does not tell a server that is gone from one whose database is (seen as a user:
+// every command said only that while the server's PostgreSQL was down, and the server's health check said
+// SERVING). It returns "" for other errors.
+func unanswered(err error) string {
+	var deadline *serviceerror.DeadlineExceeded
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &deadline) {
+		return ""
+	}
+	addr := connection.Address
+	if opts, oerr := conn.Options(); oerr == nil {
+		addr = opts.HostPort
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, herr := dial(ctx)
+	if herr == nil {
+		defer c.Close()
+		_, herr = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+	}
+	if herr != nil {
+		return fmt.Sprintf("\nclusterrun: the Temporal server at %s does not answer: is it running, and reachable from here?", addr)
+	}
+	return fmt.Sprintf("\nclusterrun: the Temporal server at %s is up but did not answer in time: its database may be down or "+
+		"overloaded (see the server's log)", addr)
 }
 
 // result waits for a run's end and returns its status and outcome (nil on success).
