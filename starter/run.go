@@ -64,6 +64,9 @@ type (
 		// ServerSilent says the Temporal server itself did not answer (it is down, or cannot be reached), not
 		// a worker behind it.
 		ServerSilent bool
+		// ServerSlow says the server is up (its health check answers) but did not answer the read in time:
+		// its database may be down or overloaded.
+		ServerSlow bool
 	}
 )
 
@@ -247,7 +250,8 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 		if errors.As(err, &nf) {
 			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
 		}
-		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: r.c.serverSilent(ctx, err)}
+		gone := r.c.serverSilent(ctx, err)
+		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: gone, ServerSlow: !gone && silent(err) && ctx.Err() == nil}
 	}
 	if t := desc.GetWorkflowExecutionInfo().GetType().GetName(); t != workflows.WorkflowType {
 		return st, fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, t)

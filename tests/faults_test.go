@@ -161,6 +161,8 @@ tasks:
 	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
 	if serverGone {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" does not answer: ", "which server is gone")
+	} else {
+		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" is up but did not answer in time, its database may be down", "which server lost its database")
 	}
 }
 

@@ -167,12 +167,30 @@ func (p *patience) seen(err error, meanwhile string) {
 // address, rather than by gRPC's "context deadline exceeded".
 func whyUnread(err error) string {
 	var unreadable *starter.UnreadableError
-	if errors.As(err, &unreadable) && unreadable.ServerSilent {
-		if opts, oerr := conn.Options(); oerr == nil {
-			return fmt.Sprintf("the Temporal server at %s does not answer: %v", opts.HostPort, err)
-		}
+	if !errors.As(err, &unreadable) {
+		return err.Error()
+	}
+	switch {
+	case unreadable.ServerSilent:
+		return fmt.Sprintf("the Temporal server at %s does not answer: %v", serverAddress(), err)
+	case unreadable.ServerSlow:
+		return fmt.Sprintf("the Temporal server at %s is up but did not answer in time, its database may be down or overloaded: %v", serverAddress(), err)
 	}
 	return err.Error()
+}
+
+// timedOut says err is a call that got no answer in time.
+func timedOut(err error) bool {
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &deadline)
+}
+
+// serverAddress is the Temporal server the command talks to.
+func serverAddress() string {
+	if opts, err := conn.Options(); err == nil {
+		return opts.HostPort
+	}
+	return connection.Address
 }
 
 // unanswered says, for a call the server did not answer in time, whether the server is up: gRPC's "context
@@ -180,14 +198,10 @@ func whyUnread(err error) string {
 // every command said only that while the server's PostgreSQL was down, and the server's health check said
 // SERVING). It returns "" for other errors.
 func unanswered(err error) string {
-	var deadline *serviceerror.DeadlineExceeded
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &deadline) {
+	if !timedOut(err) {
 		return ""
 	}
-	addr := connection.Address
-	if opts, oerr := conn.Options(); oerr == nil {
-		addr = opts.HostPort
-	}
+	addr := serverAddress()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	c, herr := dial(ctx)

@@ -50,3 +50,13 @@ func TestPatience_NamesTheServerThatDoesNotAnswer(t *testing.T) {
 	assert.Equal(t, "clusterrun: cannot read run r1 for now (the Temporal server at temporal.example:7233 does not answer: "+
 		"describe run r1: context deadline exceeded); meanwhile\n", notes.String())
 }
+
+// A server that is up but does not answer in time is said to be so: its database may be down.
+func TestPatience_NamesTheServerThatIsSlow(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+	var notes bytes.Buffer
+	p := patience{id: "r1", notes: &notes}
+	p.seen(&starter.UnreadableError{ID: "r1", Msg: "describe run r1", Err: context.DeadlineExceeded, ServerSlow: true}, "meanwhile")
+	assert.Equal(t, "clusterrun: cannot read run r1 for now (the Temporal server at temporal.example:7233 is up but did not answer in time, "+
+		"its database may be down or overloaded: describe run r1: context deadline exceeded); meanwhile\n", notes.String())
+}
