@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clusterrun/clusterrun/internal/lines"
+	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -65,14 +66,14 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 	var unread []string
 	prefix := len(opts.Tasks) != 1
 	ended := false
-	rests := hostRests{until: map[string]time.Time{}, seen: map[string]string{}}
+	rests := hostRests{silent: silence.Hosts{}, seen: map[string]string{}}
 	// A status that is slow to come (the host worker that held the run's state has just died, and the query waits
 	// out its sticky worker) does not hold back the output of the streams already known: they are read on meanwhile.
 	readOn := func() error {
 		if ended {
 			return nil
 		}
-		_, err := readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.until)
+		_, err := readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.silent)
 		return err
 	}
 	for {
@@ -108,7 +109,7 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 		}
 		// Read on while output keeps coming (for a second at most while following), then look at the run again.
 		for more, start := true, time.Now(); more && (ended || time.Since(start) < time.Second); {
-			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.until); err != nil {
+			if more, err = readRound(ctx, reader, streams, order, opts.Both, prefix, w, &unread, rests.silent); err != nil {
 				return err
 			}
 		}
@@ -157,12 +158,13 @@ const statusReadOn = 500 * time.Millisecond
 // readRound reads once from every open stream, a fair share each, and writes what came: each stream's chunk as
 // it came, or, both streams together (inOrder), every line of the round in the order written. It reports
 // whether any output came (read on before looking at the run again). A live attempt's stream is not read while
-// its host rests (rests, if not nil: until when), and a host that does not answer for one rests silentRest.
+// its host rests (silent, if not nil), and a host that does not answer for one rests (internal/silence: 10 s,
+// doubling up to a minute while it stays silent).
 func readRound(ctx context.Context, reader logReading, streams map[string]*logStream, order []string, inOrder bool,
-	prefix bool, w io.Writer, unread *[]string, rests map[string]time.Time) (bool, error) {
+	prefix bool, w io.Writer, unread *[]string, silent silence.Hosts) (bool, error) {
 	var open []*logStream
 	for _, k := range order {
-		if s := streams[k]; !s.closed && (s.done || !time.Now().Before(rests[s.host])) {
+		if s := streams[k]; !s.closed && (s.done || !silent.Resting(s.host)) {
 			open = append(open, s)
 		}
 	}
@@ -194,8 +196,8 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 			}
 			switch {
 			case c.Unreachable && !s.done:
-				if rests != nil {
-					rests[s.host] = time.Now().Add(silentRest) // its worker may be restarting: read on later
+				if silent != nil {
+					silent.Hush(s.host) // its worker may be restarting: read on later
 				}
 				continue
 			case c.Unreachable && s.rereads < EndedRereads && live[s.host]:
@@ -209,6 +211,9 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 				*unread = append(*unread, fmt.Sprintf("%s %s (attempt %d): %s", s.task, s.name, s.attempt, why))
 				s.closed = true
 				continue
+			}
+			if silent != nil && !c.Unreachable && !c.Late {
+				silent.Answered(s.host)
 			}
 			data := c.Data
 			if c.Deflated {
@@ -237,16 +242,12 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 // not live is not asked again. The CLI's follower keeps the same rule (starter/clusterrun/silent.go).
 const EndedRereads = 2
 
-// silentRest is how long a host that did not answer a read of a live attempt is not asked again, unless one of
-// its tasks changes state first (its worker came back and took it up, or reported its end): each ask waits out a
-// read's patience, and a dead host asked on every read held the others' output back a second in five. The CLI
-// rests such a host 10 s too, and longer each time (starter/clusterrun/silent.go).
-const silentRest = 10 * time.Second
-
-// hostRests are the hosts that rest, and the state each task was last seen in.
+// hostRests are the hosts that rest after a read they did not answer (internal/silence, as with the CLI's
+// follower: each ask waits out a read's patience, and a dead host asked on every read held the others' output
+// back a second in five), and the state each task was last seen in.
 type hostRests struct {
-	until map[string]time.Time
-	seen  map[string]string
+	silent silence.Hosts
+	seen   map[string]string
 }
 
 // wake ends the rest of t's host when t runs again after it was unreachable (its worker came back and took it
@@ -256,7 +257,7 @@ func (r hostRests) wake(t workflows.TaskStatus) {
 	back := t.State == workflows.TaskRunning && was == workflows.TaskUnreachable
 	reported := t.State != was && (t.ExitCode != nil || t.Signal != "")
 	if ok && (back || reported) {
-		delete(r.until, t.Host)
+		r.silent.Wake(t.Host)
 	}
 	r.seen[t.Name] = t.State
 }

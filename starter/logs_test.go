@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -194,9 +195,10 @@ func TestLogs_ASlowStatusDoesNotHoldTheOutputBack(t *testing.T) {
 	assert.Positive(t, reader.patiences[0], "the last reads, of the ended run")
 }
 
-// A host that does not answer a read of a live attempt rests silentRest before it is asked again, where it was
-// asked on every read (each ask waiting out a read's patience); an ended attempt's stream there is still read.
-// The rest ends early when one of the host's tasks runs again after it was unreachable, or reports its end.
+// A host that does not answer a read of a live attempt rests before it is asked again (10 s, then twice as long
+// each time it is asked in vain), where it was asked on every read (each ask waiting out a read's patience); an
+// ended attempt's stream there is still read. The rest ends early when one of the host's tasks runs again after
+// it was unreachable, or reports its end; a host that answers starts over.
 func TestLogs_ASilentHostRestsBeforeItIsAskedAgain(t *testing.T) {
 	r := &hostsAnswering{answerFrom: map[string]int{"dead": 99, "up": 1}, reads: map[string]int{}}
 	streams := map[string]*logStream{
@@ -204,30 +206,44 @@ func TestLogs_ASilentHostRestsBeforeItIsAskedAgain(t *testing.T) {
 		"b": {host: "up", task: "worker-1", name: "stdout", attempt: 1},
 	}
 	order := []string{"a", "b"}
-	rests := hostRests{until: map[string]time.Time{}, seen: map[string]string{}}
+	rests := hostRests{silent: silence.Hosts{}, seen: map[string]string{}}
 	var w bytes.Buffer
 	var unread []string
-	for range 3 {
-		_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, rests.until)
+	read := func() {
+		t.Helper()
+		_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, rests.silent)
 		require.NoError(t, err)
 	}
+	for range 3 {
+		read()
+	}
 	assert.Equal(t, map[string]int{"dead": 1, "up": 3}, r.reads, "the silent host was asked once in three reads")
+	assert.Equal(t, silence.FirstWait, rests.silent["dead"].Wait)
 	assert.Empty(t, unread)
+
+	rests.silent["dead"].Until = time.Now().Add(-time.Second) // its rest is over: asked again, in vain
+	read()
+	read()
+	assert.Equal(t, 2, r.reads["dead"], "asked once more")
+	assert.Equal(t, 2*silence.FirstWait, rests.silent["dead"].Wait, "a longer rest after another unanswered read")
 
 	streams["c"] = &logStream{host: "dead", task: "worker-2", name: "stdout", attempt: 1, done: true}
 	order = append(order, "c")
-	_, err := readRound(context.Background(), r, streams, order, false, true, &w, &unread, rests.until)
-	require.NoError(t, err)
-	assert.Equal(t, 2, r.reads["dead"], "an ended attempt's stream is read on a resting host")
+	read()
+	assert.Equal(t, 3, r.reads["dead"], "an ended attempt's stream is read on a resting host")
 
 	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskRunning})
 	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskUnreachable})
-	assert.Contains(t, rests.until, "dead", "a task gone unreachable does not end its host's rest")
+	assert.True(t, rests.silent.Resting("dead"), "a task gone unreachable does not end its host's rest")
 	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskRunning})
-	assert.NotContains(t, rests.until, "dead", "its task runs again: the host is asked at once")
+	assert.False(t, rests.silent.Resting("dead"), "its task runs again: the host is asked at once")
 
-	rests.until["dead"] = time.Now().Add(time.Minute)
+	rests.silent.Hush("dead")
 	exit := 0
 	rests.wake(workflows.TaskStatus{Name: "worker-0", Host: "dead", State: workflows.TaskSucceeded, ExitCode: &exit})
-	assert.NotContains(t, rests.until, "dead", "its task reported its end: the host is asked at once")
+	assert.False(t, rests.silent.Resting("dead"), "its task reported its end: the host is asked at once")
+
+	r.answerFrom["dead"] = r.reads["dead"] + 1 // it answers from its next read on
+	read()
+	assert.NotContains(t, rests.silent, "dead", "a host that answers starts over")
 }

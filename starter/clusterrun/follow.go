@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/lines"
+	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -66,9 +67,9 @@ type follower struct {
 	merge *merger
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
-	restarts int                 // the run's gang restarts already told
-	silent   map[string]*silence // hosts whose last read went unanswered (silent.go)
-	was      map[string]string   // task -> its state at the last look
+	restarts int               // the run's gang restarts already told
+	silent   silence.Hosts     // hosts whose last read went unanswered (silent.go)
+	was      map[string]string // task -> its state at the last look
 	logs     *starter.LogReader
 	// patience answers a live read without the hosts that have not answered within it (silent.go).
 	patience time.Duration
@@ -159,7 +160,7 @@ type stream struct {
 }
 
 func newFollower(c client.Client, runID string, out io.Writer) *follower {
-	f := &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: map[string]*silence{}, was: map[string]string{},
+	f := &follower{run: runOf(c, runID), runID: runID, out: out, notes: out, streams: map[string]*stream{}, states: map[string]string{}, opened: map[string]int{}, shown: map[string]bool{}, silent: silence.Hosts{}, was: map[string]string{},
 		streamNames: []string{"stdout", "stderr"}, prefix: true}
 	if c != nil {
 		f.liveHosts = func(ctx context.Context) map[string]bool { return f.session().LiveHosts(ctx) }
@@ -412,12 +413,12 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	if c.Unreachable && !s.done {
 		// The task runs on; its host's worker may be restarting. Keep following, and say so once for the host,
 		// not for each of its tasks' streams.
-		if f.hushed(s.host) {
+		if f.silent.Hush(s.host) {
 			f.say("clusterrun", fmt.Sprintf("%s; still following its tasks", c.Error))
 		}
 		return false
 	}
-	delete(f.silent, s.host)
+	f.silent.Answered(s.host)
 	switch {
 	case c.Unreachable:
 		f.unreadable++

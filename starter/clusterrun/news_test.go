@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -479,12 +480,12 @@ func TestFollower_ASilentHostDoesNotHoldTheOthersBack(t *testing.T) {
 	f.take(f.streams["worker-0/1/stdout"], gone)
 	f.take(f.streams["worker-0/1/stderr"], gone)
 	assert.Equal(t, []string{"worker-1/1/stdout", "worker-1/1/stderr"}, f.readable(), "host a is left out")
-	assert.Equal(t, firstSilentWait, f.silent["a"].wait, "once per read, not once per stream")
+	assert.Equal(t, silence.FirstWait, f.silent["a"].Wait, "once per read, not once per stream")
 
-	f.silent["a"].until = time.Now().Add(-time.Second)
+	f.silent["a"].Until = time.Now().Add(-time.Second)
 	assert.Len(t, f.readable(), 4, "asked again after its wait")
 	f.take(f.streams["worker-0/1/stdout"], gone)
-	assert.Equal(t, 2*firstSilentWait, f.silent["a"].wait, "a longer wait after another unanswered read")
+	assert.Equal(t, 2*silence.FirstWait, f.silent["a"].Wait, "a longer wait after another unanswered read")
 	assert.Len(t, f.readable(), 2)
 
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{running("worker-0", "a", workflows.TaskUnreachable), running("worker-1", "b", workflows.TaskRunning)}})
@@ -529,7 +530,7 @@ func TestFollower_ASilentHostsEndedAttemptsShareALine(t *testing.T) {
 		f.open(workflows.TaskStatus{Name: fmt.Sprintf("worker-%d", i), Host: "c"}, 1, true)
 	}
 	f.open(workflows.TaskStatus{Name: "worker-9", Host: "d"}, 1, true)
-	f.silent["c"] = &silence{until: time.Now().Add(time.Minute), wait: firstSilentWait}
+	f.silent.Hush("c")
 	f.unreadNow()
 	assert.Equal(t, "[clusterrun] ── cannot read the output of 6 ended attempts on host c, which does not answer: worker-0, worker-1, worker-2 "+
 		"and 3 more (clusterrun logs big TASK --attempt N reads each once the host's worker is back)\n", out.String())

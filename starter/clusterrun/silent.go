@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -12,7 +11,7 @@ import (
 // answered or let its part go unpicked for 5 s, so one dead host held every other task's output back 5 s per
 // read, as long as the follower kept asking it (seen as a user: with one of two hosts SIGKILLed, the other's
 // task printed its lines in bursts 5 s apart). The follower asks a silent host again only after a wait that
-// doubles up to maxSilentWait, or at once when the run shows one of its tasks running again after it was
+// doubles up to a minute (internal/silence), or at once when the run shows one of its tasks running again after it was
 // unreachable (its worker came back and took it up). A stream of an attempt that ended there is not asked
 // for while its host is silent: its log stays on the host, and the follower says how to read it later.
 //
@@ -31,38 +30,11 @@ import (
 // for every host, as before: there is no later read to take a slow host's answer.
 const livePatience = starter.LivePatience
 
-// silence is a host whose last read went unanswered: when to ask it again, and the wait before that.
-type silence struct {
-	until time.Time
-	wait  time.Duration
-}
-
-const (
-	firstSilentWait = 10 * time.Second
-	maxSilentWait   = time.Minute
-)
-
-// hushed marks host silent after a read it did not answer, and reports whether it was not silent before.
-func (f *follower) hushed(host string) bool {
-	sl := f.silent[host]
-	switch {
-	case sl == nil:
-		sl = &silence{wait: firstSilentWait}
-		f.silent[host] = sl
-	case time.Now().Before(sl.until):
-		return false // another of its streams, in the same read
-	default:
-		sl.wait = min(2*sl.wait, maxSilentWait)
-	}
-	sl.until = time.Now().Add(sl.wait)
-	return sl.wait == firstSilentWait
-}
-
-// skipped says whether a read leaves s out: its host is silent, and it is not yet time to ask it again. An
-// ended attempt's stream that is being asked again is not left out: its tries are few.
+// skipped says whether a read leaves s out: its host is silent, and it is not yet time to ask it again
+// (internal/silence: 10 s, doubling up to a minute). An ended attempt's stream that is being asked again is not
+// left out: its tries are few.
 func (f *follower) skipped(s *stream) bool {
-	sl := f.silent[s.host]
-	return s.rereads == 0 && sl != nil && time.Now().Before(sl.until)
+	return s.rereads == 0 && f.silent.Resting(s.host)
 }
 
 // mayAskAgain says whether c, an answer for s, leaves s to be asked again if its host is live: the host did not
@@ -93,14 +65,10 @@ func (f *follower) askAgain(s *stream, c workflows.LogChunk) {
 // reports an exit answers reads too. The second was seen as a lost log: a `logs --follow` that did not look
 // while the task was unreachable closed the ended attempt's streams unread, its host back for seconds.
 func (f *follower) backFrom(t workflows.TaskStatus, was string) {
-	sl := f.silent[t.Host]
-	if sl == nil {
-		return
-	}
 	back := t.State == workflows.TaskRunning && was == workflows.TaskUnreachable
 	reported := t.State != was && (t.ExitCode != nil || t.Signal != "")
 	if back || reported {
-		sl.until = time.Time{}
+		f.silent.Wake(t.Host)
 	}
 }
 
@@ -112,7 +80,7 @@ func (f *follower) unreadNow() {
 	byHost := map[string][]workflows.TaskStatus{} // the tasks, each once, with the attempt
 	for _, k := range f.order {
 		s := f.streams[k]
-		if sl := f.silent[s.host]; sl == nil || s.closed || !s.done || s.rereads > 0 || !time.Now().Before(sl.until) {
+		if s.closed || !s.done || s.rereads > 0 || !f.silent.Resting(s.host) {
 			continue
 		}
 		f.unreadable++

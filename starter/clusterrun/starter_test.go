@@ -18,6 +18,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -287,7 +288,7 @@ func TestLastRan(t *testing.T) {
 
 func TestFollower_TellsAnUnansweredHostOnce(t *testing.T) {
 	var notes bytes.Buffer
-	f := &follower{notes: &notes, out: io.Discard, width: 8, silent: map[string]*silence{}}
+	f := &follower{notes: &notes, out: io.Discard, width: 8, silent: silence.Hosts{}}
 	silent := workflows.LogChunk{Unreachable: true, Error: "host host-b did not pick up the read within 5s"}
 	streams := []*stream{{host: "host-b", task: "worker-1", name: "stdout"}, {host: "host-b", task: "worker-1", name: "stderr"},
 		{host: "host-b", task: "worker-3", name: "stdout"}}
