@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/starter"
+)
+
+// Reads of a run that nobody can answer for now, and what a command says of them.
+
+// live is a run's status with the last heartbeat of each running task.
+type live = starter.Status
+
+// fetchStatus returns a run's status: live from the query while it runs, from its result once it has ended.
+// done reports whether it has ended; outcome is the run's own error when it has.
+func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, done bool, outcome error, err error) {
+	st, err = runOf(c, runID).Status(ctx)
+	if err != nil {
+		return st, false, nil, cliError(err)
+	}
+	return st, st.Ended, st.Outcome, nil
+}
+
+// followPatience is how long a command that follows a run (status --watch, logs --follow) keeps trying to read
+// it: longer than a server restart or an outage the host workers ride out.
+const followPatience = 5 * time.Minute
+
+// followStatus is fetchStatus for commands that follow a run: a read the server or the workers cannot answer
+// for now does not end the command (patience).
+func followStatus(ctx context.Context, c client.Client, id string, notes io.Writer) (st live, done bool, err error) {
+	p := patience{id: id, notes: notes}
+	err = p.try(ctx, func() (err error) {
+		st, done, _, err = fetchStatus(ctx, c, id)
+		return err
+	})
+	return st, done, err
+}
+
+// patience keeps a command that follows a run going through a time nobody can answer for the run: an outage,
+// or the ~10 s after the worker that held the run's state stopped, when its queries and log reads wait on
+// that worker's queue. Such a read (starter.UnreadableError) is said once on notes and tried again each
+// second, for up to followPatience; the first read that succeeds again says so.
+type patience struct {
+	id      string
+	notes   io.Writer
+	failing time.Time // when reads began to fail; zero while they succeed
+}
+
+func (p *patience) try(ctx context.Context, read func() error) error {
+	for {
+		err := read()
+		var unreadable *starter.UnreadableError
+		switch {
+		case err == nil:
+			p.seen(nil, "")
+			return nil
+		case !errors.As(err, &unreadable) || ctx.Err() != nil:
+			return err
+		case p.failing.IsZero():
+			p.seen(err, fmt.Sprintf("trying again for up to %s", followPatience))
+		case time.Since(p.failing) > followPatience:
+			return fmt.Errorf("%w (tried for %s)", err, followPatience)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// seen notes how a read went, without waiting: the first failure says so (what follows says what the command
+// does meanwhile), and the first read that succeeds after failures says that.
+func (p *patience) seen(err error, meanwhile string) {
+	switch {
+	case err == nil && !p.failing.IsZero():
+		fmt.Fprintf(p.notes, "clusterrun: read run %s again after %s\n", p.id, time.Since(p.failing).Round(time.Second))
+		p.failing = time.Time{}
+	case err != nil && p.failing.IsZero():
+		p.failing = time.Now()
+		fmt.Fprintf(p.notes, "clusterrun: cannot read run %s for now (%s); %s\n", p.id, whyUnread(err), meanwhile)
+	}
+}
+
+// whyUnread says why a read of a run failed: a server that does not answer is named as such, with its
+// address, rather than by gRPC's "context deadline exceeded".
+func whyUnread(err error) string {
+	var unreadable *starter.UnreadableError
+	if !errors.As(err, &unreadable) {
+		return err.Error()
+	}
+	switch {
+	case unreadable.ServerSilent:
+		return fmt.Sprintf("the Temporal server at %s does not answer: %v", serverAddress(), err)
+	case unreadable.ServerSlow:
+		return fmt.Sprintf("the Temporal server at %s is up but did not answer in time, its database may be down or overloaded: %v", serverAddress(), err)
+	}
+	return err.Error()
+}
+
+// timedOut says err is a call that got no answer in time.
+func timedOut(err error) bool {
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &deadline)
+}
+
+// serverAddress is the Temporal server the command talks to.
+func serverAddress() string {
+	if opts, err := conn.Options(); err == nil {
+		return opts.HostPort
+	}
+	return connection.Address
+}
+
+// unanswered says, for a call the server did not answer in time, whether the server is up: gRPC's "context
+// deadline exceeded" alone does not tell a server that is gone from one whose database is (seen as a user:
+// every command said only that while the server's PostgreSQL was down, and the server's health check said
+// SERVING). It returns "" for other errors.
+func unanswered(err error) string {
+	if !timedOut(err) {
+		return ""
+	}
+	addr := serverAddress()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, herr := dial(ctx)
+	if herr == nil {
+		defer c.Close()
+		_, herr = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+	}
+	if herr != nil {
+		return fmt.Sprintf("\nclusterrun: the Temporal server at %s does not answer: is it running, and reachable from here?", addr)
+	}
+	return fmt.Sprintf("\nclusterrun: the Temporal server at %s is up but did not answer in time: its database may be down or "+
+		"overloaded (see the server's log)", addr)
+}
