@@ -77,18 +77,24 @@ func (e *UnreadableError) Error() string {
 	return fmt.Sprintf("%s: %v", e.Msg, e.Err)
 }
 
-// queryError says why a run's status query failed. When the server answered but no worker took the query in
-// its time, gRPC's words for it vary with who gave up first ("context deadline exceeded", the server's "query
-// timed out before a worker could process it", or a stream reset with CANCEL, each seen as a user with every
-// worker SIGKILLed); one sentence says it. silent says the server itself did not answer; gaveUp that the
-// caller's context ended.
-func queryError(id string, err error, silent, gaveUp bool) *UnreadableError {
+// queryError says why a query failed (what: "query run R", "read the host registry"; id: the workflow asked).
+// When the server answered but no worker took the query in its time, gRPC's words for it vary with who gave up
+// first ("context deadline exceeded", the server's "query timed out before a worker could process it", or a
+// stream reset with CANCEL, each seen as a user with every worker SIGKILLed); one sentence says it. silent says
+// the server itself did not answer; gaveUp that the caller's context ended.
+func queryError(what, id string, err error, silent, gaveUp bool) *UnreadableError {
 	var deadline *serviceerror.DeadlineExceeded
 	var canceled *serviceerror.Canceled
 	if !silent && !gaveUp && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &deadline) || errors.As(err, &canceled)) {
-		return &UnreadableError{ID: id, Msg: fmt.Sprintf("query run %s: no clusterrun-worker answered it in time (is one running?)", id)}
+		return &UnreadableError{ID: id, Msg: what + ": no clusterrun-worker answered it in time (is one running?)"}
 	}
-	return &UnreadableError{ID: id, Msg: fmt.Sprintf("query run %s (is a clusterrun-worker running?)", id), Err: err, ServerSilent: silent}
+	return &UnreadableError{ID: id, Msg: what + " (is a clusterrun-worker running?)", Err: err, ServerSilent: silent}
+}
+
+// QueryError says why a query of workflow id that a clusterrun-worker answers failed (what: "read the host
+// registry"): no worker answered in time, the server did not answer, or the error as it came.
+func (c *Client) QueryError(ctx context.Context, what, id string, err error) *UnreadableError {
+	return queryError(what, id, err, c.serverSilent(ctx, err), ctx.Err() != nil)
 }
 
 // serverSilent says whether a call failed because the server itself does not answer: no connection, or no
@@ -259,7 +265,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		v, err := r.c.c.QueryWorkflow(ctx, r.ID, "", workflows.QueryStatus)
 		if err != nil {
-			return st, queryError(r.ID, err, r.c.serverSilent(ctx, err), ctx.Err() != nil)
+			return st, r.c.QueryError(ctx, "query run "+r.ID, r.ID, err)
 		}
 		if err := v.Get(&st.RunStatus); err != nil {
 			return st, r.undecodable(err)
@@ -332,7 +338,7 @@ func (r *Run) Items(ctx context.Context, limit int) (workflows.ItemsView, error)
 			}
 			return view, &NoItemsError{ID: r.ID}
 		}
-		return view, fmt.Errorf("query the items of run %s (is a clusterrun-worker running?): %w", r.ID, err)
+		return view, r.c.QueryError(ctx, "query the items of run "+r.ID, r.ID, err)
 	}
 	if err := v.Get(&view); err != nil {
 		return view, r.undecodable(err)

@@ -21,15 +21,15 @@ func TestQueryError_SaysNoWorkerAnswered(t *testing.T) {
 		serviceerror.NewDeadlineExceeded("query timed out before a worker could process it"),
 		serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
 	} {
-		u := queryError("r1", err, false, false)
+		u := queryError("query run r1", "r1", err, false, false)
 		assert.Equal(t, "query run r1: no clusterrun-worker answered it in time (is one running?)", u.Error(), "%v", err)
 		assert.False(t, u.ServerSilent)
 	}
-	silent := queryError("r1", fmt.Errorf("query: %w", context.DeadlineExceeded), true, false)
+	silent := queryError("query run r1", "r1", fmt.Errorf("query: %w", context.DeadlineExceeded), true, false)
 	assert.Equal(t, "query run r1 (is a clusterrun-worker running?): query: context deadline exceeded", silent.Error())
 	assert.True(t, silent.ServerSilent)
-	assert.Contains(t, queryError("r1", context.Canceled, false, true).Error(), "context canceled")
-	failed := queryError("r1", serviceerror.NewQueryFailed("status: panic"), false, false)
+	assert.Contains(t, queryError("query run r1", "r1", context.Canceled, false, true).Error(), "context canceled")
+	failed := queryError("query run r1", "r1", serviceerror.NewQueryFailed("status: panic"), false, false)
 	assert.Equal(t, "query run r1 (is a clusterrun-worker running?): status: panic", failed.Error())
 }
 

@@ -974,6 +974,12 @@ tasks:
 	waitUntil(t, "logs --follow to show output", time.Minute, func() bool { return strings.Contains(logsOut.String(), "tick 3\n") })
 
 	c.stopWorker("solo", syscall.SIGKILL)
+	// A command that needs a worker's answer says none came (in its words, or in the server's once it has seen
+	// no poller for a while), and does not blame the server, which is up.
+	hosts := c.cli(t, "hosts")
+	assert.Equal(t, 1, hosts.code, hosts.String())
+	assert.Regexp(t, `^clusterrun: read the host registry(: no clusterrun-worker answered it in time \(is one running\?\)| `+
+		`\(is a clusterrun-worker running\?\): no poller seen for task queue recently, worker may be down)\n$`, hosts.stderr)
 	both := func(note string) func() bool {
 		return func() bool {
 			return logs.exited() || watch.exited() || strings.Contains(logsErr.String(), note) && strings.Contains(watchErr.String(), note)

@@ -36,11 +36,16 @@ func dial(ctx context.Context) (client.Client, error) {
 
 // runOf is the library's handle on run id, over the command's connection.
 func runOf(c client.Client, id string) *starter.Run {
+	return starterClient(c).Run(id)
+}
+
+// starterClient is the library's client over the command's connection, in its namespace.
+func starterClient(c client.Client) *starter.Client {
 	ns := client.DefaultNamespace
 	if opts, err := conn.Options(); err == nil {
 		ns = opts.Namespace
 	}
-	return starter.NewClient(c, ns).Run(id)
+	return starter.NewClient(c, ns)
 }
 
 // stdin is where a spec named "-" is read from.

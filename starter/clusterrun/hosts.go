@@ -105,7 +105,7 @@ func readHosts(ctx context.Context, c client.Client) ([]workflows.HostEntry, err
 		return nil, errNoHosts
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the host registry (is a clusterrun-worker running?): %w", err)
+		return nil, starterClient(c).QueryError(ctx, "read the host registry", workflows.HostRegistryID, err)
 	}
 	var hosts []workflows.HostEntry
 	if err := v.Get(&hosts); err != nil {

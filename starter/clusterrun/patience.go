@@ -120,12 +120,21 @@ func serverAddress() string {
 	return connection.Address
 }
 
-// unanswered says, for a call the server did not answer in time, whether the server is up: gRPC's "context
-// deadline exceeded" alone does not tell a server that is gone from one whose database is (seen as a user:
-// every command said only that while the server's PostgreSQL was down, and the server's health check said
-// SERVING). It returns "" for other errors.
+// unanswered says, for a call only the server answers (a start, a signal, a list) that it did not answer in
+// time, whether the server is up: gRPC's "context deadline exceeded" alone does not tell a server that is gone
+// from one whose database is (seen as a user: every command said only that while the server's PostgreSQL was
+// down, and the server's health check said SERVING). A read that also waits for a worker (a query, a log read:
+// starter.UnreadableError) has its own words, and the server's part only when its describe found the server
+// slow. It returns "" for other errors.
 func unanswered(err error) string {
-	if !timedOut(err) {
+	var unreadable *starter.UnreadableError
+	switch {
+	case errors.As(err, &unreadable) && unreadable.ServerSlow:
+		return fmt.Sprintf("\nclusterrun: the Temporal server at %s is up but did not answer in time: its database may be down or "+
+			"overloaded (see the server's log)", serverAddress())
+	case errors.As(err, &unreadable):
+		return "" // a read that waits for a worker as well says so itself
+	case !timedOut(err):
 		return ""
 	}
 	addr := serverAddress()
