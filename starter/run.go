@@ -92,9 +92,21 @@ func queryError(what, id string, err error, silent, gaveUp bool) *UnreadableErro
 }
 
 // QueryError says why a query of workflow id that a clusterrun-worker answers failed (what: "read the host
-// registry"): no worker answered in time, the server did not answer, or the error as it came.
+// registry"): no worker answered in time, the server did not answer, or the error as it came. A query that got
+// no answer in time from a server that is up is told apart by a describe of the workflow, which no worker
+// answers: when that gets none either, the server is slow (its database down, say), not the workers (seen as a
+// user: with PostgreSQL SIGKILLed under the server, `clusterrun hosts` blamed the workers, which were running).
 func (c *Client) QueryError(ctx context.Context, what, id string, err error) *UnreadableError {
-	return queryError(what, id, err, c.serverSilent(ctx, err), ctx.Err() != nil)
+	e := queryError(what, id, err, c.serverSilent(ctx, err), ctx.Err() != nil)
+	if e.Err != nil || ctx.Err() != nil {
+		return e
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, derr := c.c.DescribeWorkflowExecution(dctx, id, ""); derr != nil && silent(derr) {
+		return &UnreadableError{ID: id, Msg: what + ": the server answered neither it nor a describe of " + id + " in time", Err: err, ServerSlow: true}
+	}
+	return e
 }
 
 // serverSilent says whether a call failed because the server itself does not answer: no connection, or no

@@ -114,6 +114,8 @@ tasks:
 	// is down rather than only gRPC's "context deadline exceeded".
 	late := c.startCLI(t, "run", writeSpec(t, "name: late\ncommand: [\"true\"]\ntasks: {chief: {replicas: 1, hosts: ["+a+"]}}\n"),
 		"--id", id+"-late", "--detach")
+	// A query, which a worker answers, says the same when the server does not describe the workflow either.
+	hosts := c.startCLI(t, "hosts")
 	// The chief finishes its work while the server is down.
 	touch(t, filepath.Join(dir, "chief-0.go"))
 	waitUntil(t, "the chief to exit", 10*time.Second, func() bool { return !alive(pids["chief-0"]) })
@@ -123,13 +125,17 @@ tasks:
 		}
 		time.Sleep(time.Second)
 	}
-	lr := late.wait(t, time.Minute)
+	lr, hr := late.wait(t, time.Minute), hosts.wait(t, time.Minute)
 	assert.Equal(t, 1, lr.code, lr.String())
+	assert.Equal(t, 1, hr.code, hr.String())
 	if serverGone {
 		assert.Contains(t, lr.stderr, "cannot reach the Temporal server at "+c.address, lr.String())
+		assert.Contains(t, hr.stderr, "cannot reach the Temporal server at "+c.address, hr.String())
 	} else {
 		assert.Contains(t, lr.stderr, "whether the run started is not known: `clusterrun status "+id+"-late`", lr.String())
 		assert.Contains(t, lr.stderr, "the Temporal server at "+c.address+" is up but did not answer in time: its database may be down", lr.String())
+		assert.Contains(t, hr.stderr, "read the host registry: the server answered neither it nor a describe of "+workflows.HostRegistryID+" in time", hr.String())
+		assert.Contains(t, hr.stderr, "the Temporal server at "+c.address+" is up but did not answer in time: its database may be down", hr.String())
 	}
 	require.NoError(t, restore(), "start the control plane again on the same data")
 

@@ -374,4 +374,20 @@ func TestPostgres_UpFromNothing(t *testing.T) {
 	again := sh("make up again", 0, "make", "--no-print-directory", "up", "BACKEND=postgres")
 	assert.NotContains(t, again, "creating", "the cluster and its databases are kept")
 	assert.Contains(t, sh("clusterrun status", 0, "bin/clusterrun", "status", "pg-demo"), "Succeeded", "the run outlived make down")
+
+	// PostgreSQL SIGKILLed under the running server, for long enough that the server's pool has lost every
+	// connection: make up starts it again, and a run works. (make up once failed here, taking the server's
+	// first "no usable database connection" for a missing namespace.)
+	b, err := os.ReadFile(filepath.Join(state, "postgres", "postmaster.pid"))
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(b), "\n")
+	pgPid, err := strconv.Atoi(strings.TrimSpace(first))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pgPid, syscall.SIGKILL))
+	waitUntil(t, "PostgreSQL to die", 30*time.Second, func() bool { return !alive(pgPid) })
+	outage := sh("clusterrun list while PostgreSQL is down", 1, "bin/clusterrun", "list")
+	assert.Contains(t, outage, "is up but did not answer in time: its database may be down")
+	back := sh("make up after PostgreSQL died", 0, "make", "--no-print-directory", "up", "BACKEND=postgres")
+	assert.Contains(t, back, "up: started PostgreSQL")
+	assert.Contains(t, sh("a run after that", 0, "bin/clusterrun", "run", "examples/demo.yaml", "--id", "pg-demo-2"), "run pg-demo-2 Succeeded")
 }

@@ -90,10 +90,27 @@ else
 	echo "up: starting the Temporal server on PostgreSQL (pid $!), log $state/temporal.log"
 fi
 wait_up "$state/temporal.pid" "$state/temporal.log" "the Temporal server" 90 "$bin/temporal" operator cluster health --address "$TEMPORAL_ADDRESS"
-if ! "$bin/temporal" operator namespace describe --address "$TEMPORAL_ADDRESS" --namespace "$namespace" >/dev/null 2>&1; then
-	"$bin/temporal" operator namespace create --address "$TEMPORAL_ADDRESS" --namespace "$namespace" --retention 72h >/dev/null
-	echo "up: created namespace $namespace"
-fi
+# The namespace is created when the server says it has none. A server whose database has just come back (make
+# up after PostgreSQL stopped under it) can fail a describe for a moment: that is asked again, not taken for "no
+# namespace", whose create then failed with "already exists" (seen as a user).
+ensure_namespace() {
+	local out deadline=$((SECONDS + 60))
+	until out=$("$bin/temporal" operator namespace describe --address "$TEMPORAL_ADDRESS" --namespace "$namespace" 2>&1 >/dev/null); do
+		if grep -q "is not found" <<<"$out"; then
+			if out=$("$bin/temporal" operator namespace create --address "$TEMPORAL_ADDRESS" --namespace "$namespace" --retention 72h 2>&1 >/dev/null); then
+				echo "up: created namespace $namespace"
+				return 0
+			fi
+			grep -q "already exists" <<<"$out" && return 0
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			echo "up: could not read or create namespace $namespace within 60s: $out (see $state/temporal.log)" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+ensure_namespace
 # A new namespace reaches the frontend's cache within seconds; until then it is "not found".
 wait_for "namespace $namespace" 60 "$bin/temporal" workflow list --address "$TEMPORAL_ADDRESS" --namespace "$namespace" --limit 1
 register_search_attributes
