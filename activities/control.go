@@ -157,9 +157,24 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("run asks its tasks to stop", "run", in.WorkflowID, "by", in.By, "error", in.Error, "tasks", len(entries))
 	for _, e := range entries {
-		e.setNotice(in)
+		if e.setNotice(in) && e.task.StopSignal != "" {
+			h.sendStopSignal(e)
+		}
 	}
 	return nil
+}
+
+// sendStopSignal sends a task its stopSignal, so that one which does not check should-stop still hears of the
+// stop request before its grace period ends.
+func (h *Host) sendStopSignal(e *entry) {
+	sig := syscall.Signal(spec.SignalNumber(e.task.StopSignal))
+	if sig == 0 {
+		h.Logger.Warn("the task's stopSignal is not a signal name; it gets none", "task", e.ref.Task, "stopSignal", e.task.StopSignal)
+		return
+	}
+	if err := h.signalEntry(e, sig); err != nil {
+		h.Logger.Warn("stopSignal failed", "task", e.ref.Task, "signal", e.task.StopSignal, "error", err)
+	}
 }
 
 // SignalTasks sends a signal to the process group of every task of a run on this host.

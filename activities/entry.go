@@ -300,22 +300,33 @@ func (e *entry) lastProgress() *workflows.Progress {
 }
 
 // setNotice records the run's stop request: one that ends the run stands for good; a keepRun one stands
-// until cleared.
-func (e *entry) setNotice(n workflows.NotifyStopInput) {
+// until cleared. It says whether this call is the one that turned a request that ends the run on.
+func (e *entry) setNotice(n workflows.NotifyStopInput) (ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
 	case n.Clear:
 		if e.notice == nil || !e.notice.KeepRun {
-			return
+			return false
 		}
 		e.notice = nil
 	case e.notice == nil || (e.notice.KeepRun && !n.KeepRun):
 		e.notice = &n
 	default:
-		return
+		return false
 	}
 	e.stopChangedLocked()
+	return e.notice != nil && !e.notice.KeepRun
+}
+
+// endedByStopSignal says whether the attempt ended of its stopSignal, sent on a stop request that ends its run:
+// killed by it, or exiting 128 plus its number as a shell does.
+func (e *entry) endedByStopSignal(x shim.Exit) bool {
+	e.mu.Lock()
+	ending := e.notice != nil && !e.notice.KeepRun
+	e.mu.Unlock()
+	num := spec.SignalNumber(e.task.StopSignal)
+	return ending && num != 0 && !x.Stopped && (x.Signal == e.task.StopSignal || x.Code == 128+num)
 }
 
 // stopChangedLocked wakes every wait-for-stop; e.mu is held.

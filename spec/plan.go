@@ -59,8 +59,11 @@ type Task struct {
 	HangSignal string `json:"hangSignal,omitempty"`
 	// LogCap: keep at most this many bytes of each log stream (0: the host's --log-cap).
 	LogCap int64 `json:"logCap,omitempty"`
-	// SignalMain: the deadline warning and mapChangeSignal go to the task's own process only, not its group.
+	// SignalMain: the deadline warning, mapChangeSignal and StopSignal go to the task's own process only, not
+	// its group.
 	SignalMain bool `json:"signalMain,omitempty"`
+	// StopSignal is sent to the task when a stop request that ends its run reaches its host ("" for none).
+	StopSignal string `json:"stopSignal,omitempty"`
 }
 
 // Restart is a resolved restart policy.
@@ -163,6 +166,10 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		hangSignal := SignalName(or(ts.HangSignal, or(s.HangSignal, DefaultHangSignal)))
 		logCap := mustSize(ts.LogCap, mustSize(s.LogCap, 0))
 		signalMain := or(ts.SignalTo, s.SignalTo) == SignalToMain
+		stopSignal := ""
+		if name := or(ts.StopSignal, s.StopSignal); name != "" {
+			stopSignal = SignalName(name)
+		}
 		if p.Scope == ScopeAll {
 			// The workflow restarts the whole cluster; a single attempt per task.
 			restart.MaxRestarts = 0
@@ -185,6 +192,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 				HangSignal:          hangSignal,
 				LogCap:              logCap,
 				SignalMain:          signalMain,
+				StopSignal:          stopSignal,
 			}
 			if len(ts.Hosts) > 0 {
 				t.Host = ts.Hosts[i%len(ts.Hosts)]

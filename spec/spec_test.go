@@ -425,3 +425,26 @@ func TestPlan_SignalToMainIsPerTaskType(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `tasks.worker.signalTo: "leader" is not one of group, main`)
 }
+
+func TestPlan_StopSignalIsPerTaskTypeAndNamedInFull(t *testing.T) {
+	s, err := Parse([]byte(`{name: x, command: ["true"], stopSignal: term, tasks: {worker: {replicas: 1}, ps: {replicas: 1, stopSignal: SIGUSR1}}}`))
+	require.NoError(t, err)
+	p, err := NewPlan(s)
+	require.NoError(t, err)
+	for _, task := range p.Tasks {
+		assert.Equal(t, map[string]string{"worker": "SIGTERM", "ps": "SIGUSR1"}[task.Type], task.StopSignal, task.Name)
+	}
+	s, err = Parse([]byte(`{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	p, err = NewPlan(s)
+	require.NoError(t, err)
+	assert.Empty(t, p.Tasks[0].StopSignal, "none unless the spec asks")
+	for _, doc := range []string{
+		`{name: x, command: ["true"], stopSignal: SIGKILL, tasks: {worker: {replicas: 1}}}`,
+		`{name: x, command: ["true"], tasks: {worker: {replicas: 1, stopSignal: SIGKILL}}}`,
+	} {
+		_, err = Parse([]byte(doc))
+		require.Error(t, err, doc)
+		assert.Contains(t, err.Error(), `stopSignal: "SIGKILL" is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1`)
+	}
+}

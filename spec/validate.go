@@ -119,6 +119,7 @@ func (s *RunSpec) Validate() []Problem {
 	if s.MapChangeSignal != "" && SignalNumber(s.MapChangeSignal) == 0 {
 		v.add("mapChangeSignal", "%s is not a signal name; use e.g. SIGUSR2 or SIGHUP", short(s.MapChangeSignal))
 	}
+	v.stopSignal("stopSignal", s.StopSignal)
 	v.liveness("", s.HostLossGrace, s.StopAfterDisconnect, s.HangTimeout, s.HangSignal, s.StopGracePeriod, "", "")
 	if dw := s.DeadlineWarning; dw != nil {
 		before, ok := v.duration("deadlineWarning.before", dw.Before)
@@ -195,6 +196,7 @@ func (s *RunSpec) Validate() []Problem {
 		}
 		v.logCap(path+".logCap", t.LogCap)
 		v.oneOf(path+".signalTo", t.SignalTo, SignalToGroup, SignalToMain)
+		v.stopSignal(path+".stopSignal", t.StopSignal)
 		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
 		if t.Restart != nil && gang {
 			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")
@@ -400,6 +402,13 @@ func runPolicy(r *RestartSpec) string {
 		return ""
 	}
 	return r.Policy
+}
+
+// stopSignal checks a stopSignal: a signal a task can handle, since SIGKILL comes anyway when the grace ends.
+func (v *validator) stopSignal(path, name string) {
+	if name != "" && SignalNumber(name) == 0 {
+		v.add(path, "%s is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1 (SIGKILL follows anyway when stopGracePeriod ends)", short(name))
+	}
 }
 
 // signals a deadline warning or a hang check may send, by name.

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -258,6 +259,39 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [hos
 	assert.Equal(t, "worker-0", got.By)
 	assert.True(t, got.Cleared, "clear_stop re-armed it")
 	assert.Equal(t, workflows.TaskSucceeded, st.Task("worker-0").State, "the worker saw the final stop and exited")
+}
+
+// stopSignal tells tasks that never ask should-stop of a stop request that ends the run, each type its own
+// signal, so they end within the grace period rather than as stragglers; a keepRun request sends none.
+func TestE2E_StopSignalReachesTasksThatDoNotAsk(t *testing.T) {
+	id := runID(t)
+	signals := filepath.Join(t.TempDir(), "signals")
+	spec := writeSpec(t, `
+name: stop-signal
+stopGracePeriod: 2m
+stopSignal: SIGTERM
+env: {SIGNALS: `+signals+`}
+tasks:
+  chief: {replicas: 1, hosts: [host-a], command: [sh, -c, 'clusterrun task stop --keep-run; sleep 1;
+    if [ -e "$SIGNALS" ]; then echo "a keepRun request sent a signal"; fi; clusterrun task stop; while :; do sleep 0.1; done']}
+  worker: {replicas: 1, hosts: [host-b], command: [sh, -c, 'trap "echo TERM >> $SIGNALS; echo checkpoint on TERM; exit 0" TERM; while :; do sleep 0.1; done']}
+  ps: {replicas: 1, hosts: [host-b], stopSignal: USR1, command: [sh, -c, 'trap "echo USR1 >> $SIGNALS; echo ps got USR1; exit 0" USR1; while :; do sleep 0.1; done']}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "[worker-0] checkpoint on TERM")
+	assert.Contains(t, r.stdout, "[ps-0]     ps got USR1")
+	assert.NotContains(t, r.stdout, "a keepRun request sent a signal")
+	assert.Contains(t, r.stdout, "[chief-0]  ── stopped (SIGTERM): ended on its stopSignal, sent when the run's stop request reached host-a")
+	assert.Regexp(t, `chief-0 +Stopped +host-a +1 +143 \(SIGTERM\) +ended on its stopSignal`, r.stdout, "and its row")
+	st, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.Equal(t, "stop requested by chief-0", st.Reason, "no straggler: each task ended on its signal")
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("worker-0").State)
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("ps-0").State)
+	got, err := os.ReadFile(signals)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"TERM", "USR1"}, strings.Fields(string(got)), "each task got its signal once")
 }
 
 // stragglers: fail makes a stop that had to kill tasks after its grace period fail the run.
