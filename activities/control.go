@@ -156,9 +156,25 @@ func (h *Host) beatWhileStopping(ctx context.Context) (stop func()) {
 func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error {
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("run asks its tasks to stop", "run", in.WorkflowID, "by", in.By, "error", in.Error, "tasks", len(entries))
+	var changed []*entry
 	for _, e := range entries {
-		if e.setNotice(in) && e.task.StopSignal != "" {
+		moved, ends := e.setNotice(in)
+		if ends && e.task.StopSignal != "" {
 			h.sendStopSignal(e)
+		}
+		if moved {
+			changed = append(changed, e)
+		}
+	}
+	// Then on disk, once every task knows: a worker that takes a task up after a restart during the stop's grace
+	// period still answers should-stop with it (seen as a user: the task was told no, and killed as a straggler
+	// when the grace ran out).
+	for _, e := range changed {
+		if e.process() == nil || e.exited() != nil {
+			continue // its launch writes the record with the request; an ended task needs none
+		}
+		if err := h.saveRecord(e); err != nil {
+			h.Logger.Warn("cannot save the task's record", "task", e.ref.Task, "error", err)
 		}
 	}
 	return nil

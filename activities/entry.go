@@ -300,31 +300,38 @@ func (e *entry) lastProgress() *workflows.Progress {
 }
 
 // setNotice records the run's stop request: one that ends the run stands for good; a keepRun one stands
-// until cleared. It says whether this call is the one that turned a request that ends the run on.
-func (e *entry) setNotice(n workflows.NotifyStopInput) (ends bool) {
+// until cleared. changed says the task's stop state moved; ends, that this call turned on a request that ends
+// the run.
+func (e *entry) setNotice(n workflows.NotifyStopInput) (changed, ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
 	case n.Clear:
 		if e.notice == nil || !e.notice.KeepRun {
-			return false
+			return false, false
 		}
 		e.notice = nil
 	case e.notice == nil || (e.notice.KeepRun && !n.KeepRun):
 		e.notice = &n
 	default:
-		return false
+		return false, false
 	}
 	e.stopChangedLocked()
-	return e.notice != nil && !e.notice.KeepRun
+	return true, e.notice != nil && !e.notice.KeepRun
+}
+
+// stopNotice returns the run's standing stop request, or nil.
+func (e *entry) stopNotice() *workflows.NotifyStopInput {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.notice
 }
 
 // endedByStopSignal says whether the attempt ended of its stopSignal, sent on a stop request that ends its run:
 // killed by it, or exiting 128 plus its number as a shell does.
 func (e *entry) endedByStopSignal(x shim.Exit) bool {
-	e.mu.Lock()
-	ending := e.notice != nil && !e.notice.KeepRun
-	e.mu.Unlock()
+	n := e.stopNotice()
+	ending := n != nil && !n.KeepRun
 	num := spec.SignalNumber(e.task.StopSignal)
 	return ending && num != 0 && !x.Stopped && (x.Signal == e.task.StopSignal || x.Code == 128+num)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/clusterrun/clusterrun/activities/shim"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/task"
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // recordFile is the host worker's own file in an attempt's record folder, beside the supervisor's.
@@ -37,6 +38,8 @@ type taskRecord struct {
 	ClusterFile string `json:"clusterFile,omitempty"`
 	// SharedMap says ClusterFile is the one the run's tasks on this host share (not the attempt's own).
 	SharedMap bool `json:"sharedMap,omitempty"`
+	// StopNotice is the run's standing stop request (NotifyStop), which should-stop answers with.
+	StopNotice *workflows.NotifyStopInput `json:"stopNotice,omitempty"`
 }
 
 // legacyOrphanAfter: an attempt of a run started before leases dies soon after its worker, as it did when
@@ -431,6 +434,7 @@ func (h *Host) recover() {
 		e.setInfo(rec.Info)
 		e.controlSocket, e.shimSocket, e.supervisor = rec.ControlSocket, rec.ShimSocket, rec.Supervisor
 		e.clusterFile, e.sharedMap = rec.ClusterFile, rec.SharedMap
+		e.notice = rec.StopNotice
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
@@ -484,7 +488,8 @@ func (h *Host) saveRecord(e *entry) error {
 		info.Cluster = nil
 	}
 	return writeRecord(e.record, taskRecord{Ref: e.ref, Task: e.task, Legacy: e.legacy, Grace: e.grace, Info: info,
-		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, Supervisor: e.supervisor, ClusterFile: e.clusterFile, SharedMap: e.sharedMap})
+		ControlSocket: e.controlSocket, ShimSocket: e.shimSocket, Supervisor: e.supervisor, ClusterFile: e.clusterFile, SharedMap: e.sharedMap,
+		StopNotice: e.stopNotice()})
 }
 
 func writeRecord(dir string, rec taskRecord) error {

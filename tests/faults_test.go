@@ -1260,3 +1260,46 @@ func silentHostReads(t *testing.T, c *cluster, sessions []*commonpb.WorkflowExec
 	}
 	return unanswered, answeredMeanwhile
 }
+
+// A stop request outlives a restart of the host worker during its grace period: the worker that takes the task
+// up again still answers should-stop with it, and the run shows the task running again. Before, should-stop
+// said no after the restart, the task stayed Unreachable in the status, and it was killed when the grace ran
+// out without being named a straggler.
+func TestFault_AStopRequestOutlivesAWorkerRestart(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "solo")
+	dir := t.TempDir()
+	id := runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: stop-restart
+stopGracePeriod: 5m
+stragglers: fail
+tasks:
+  chief: {replicas: 1, command: [sh, -c, 'until clusterrun task should-stop >/dev/null; do sleep 0.1; done; touch %[1]s/seen;
+    until [ -e %[1]s/go ]; do sleep 0.1; done;
+    if clusterrun task should-stop >/dev/null; then echo "still asked to stop"; exit 0; fi; echo "no stop seen"; sleep 1000']}
+`, dir))
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the chief to run", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("chief-0").State == workflows.TaskRunning
+	})
+	stop := c.cli(t, "stop", id, "--no-wait")
+	require.Equal(t, 0, stop.code, stop.String())
+	waitUntil(t, "the chief to see the stop", time.Minute, func() bool { return exists(filepath.Join(dir, "seen")) })
+
+	c.stopWorker("solo", syscall.SIGTERM) // an upgrade: the task goes on without its worker
+	require.NoError(t, c.startWorker("solo"))
+	waitUntil(t, "the chief to be taken up again", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && c.leasesOf(t, id) >= 2 && st.Task("chief-0").State == workflows.TaskRunning
+	})
+	touch(t, filepath.Join(dir, "go"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status, st.Reason)
+	assert.Equal(t, "stop requested from outside the run", st.Reason)
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("chief-0").State, st.Task("chief-0").Error)
+	logs := c.cli(t, "logs", id, "chief-0")
+	assert.Equal(t, "still asked to stop\n", logs.stdout, logs.String())
+}

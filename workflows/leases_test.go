@@ -467,3 +467,32 @@ tasks:
 	assert.Equal(t, TaskSucceeded, st.Task("worker-1").State)
 	assert.Equal(t, 2, st.Task("worker-1").Attempt)
 }
+
+// A task its host takes up again during a stop request's grace period (its host worker restarted) is running
+// again: when the grace runs out it is a straggler, as any task still running is. It stayed Unreachable, so a
+// run with stragglers: fail succeeded although it had to kill it.
+func TestLeases_ATaskTakenUpAgainDuringAStopIsAStraggler(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return blocks }) // ignore should-stop
+	h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+		if in.Task.Name == "chief-0" && in.Lease == 1 {
+			<-h.hosts.notified // its host worker restarts once the stop request reached it
+			return res, temporal.NewNonRetryableApplicationError("host worker host-a is shutting down", ErrTaskDetached, nil, res), true
+		}
+		return res, nil, false
+	}
+	var during RunStatus
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{}) }, 100*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&during))
+	}, 1500*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 2s, stragglers: fail, tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1}}}`))
+	require.Error(t, err)
+	assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a"}, leasesOf(h, "chief-0"))
+	assert.Equal(t, TaskRunning, during.Task("chief-0").State, "taken up again")
+	assert.Empty(t, during.Task("chief-0").Error)
+	assert.Equal(t, StatusFailed, st.Status)
+	assert.True(t, st.Task("chief-0").Straggler)
+	assert.Contains(t, st.Reason, "killed 2 straggler(s) still running after 2s: chief-0, worker-0")
+}

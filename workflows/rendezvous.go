@@ -17,14 +17,17 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 			workflow.GetLogger(ctx).Warn("ignoring a placement for a task this run does not have", "task", p.Task, "host", p.Host)
 			continue
 		}
-		if p.Generation != r.generation || t.done || r.decision != nil || r.stopReq != nil {
+		if p.Generation != r.generation || t.done || r.decision != nil {
 			continue // stale: an earlier generation, or a task already over
 		}
 		if r.leased && p.Reattached {
-			if p.Attempt == t.attempt && p.Lease == t.lease && t.status.State == TaskUnreachable {
+			if p.Attempt == t.attempt && p.Lease == t.lease && t.status.State == TaskUnreachable && (r.stopReq == nil || backDuringStop(ctx)) {
 				t.status.State, t.status.Error = TaskRunning, ""
 			}
 			continue
+		}
+		if r.stopReq != nil {
+			continue // a stopping run starts nothing more
 		}
 		if r.leased && t.preplaced && p.Attempt == t.attempt && p.Lease == t.lease && r.onPrePlaced(t, p, workflow.Now(ctx)) {
 			continue
@@ -62,6 +65,15 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 			}
 		}
 	}
+}
+
+// ChangeBackDuringStop marks runs in which a task taken up again during a stop request's grace period is
+// running again, as at any other time: before, it stayed Unreachable, and so was not counted a straggler when
+// the grace ran out (a run with stragglers: fail succeeded with one killed).
+const ChangeBackDuringStop = "clusterrun-back-during-stop"
+
+func backDuringStop(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, ChangeBackDuringStop, workflow.DefaultVersion, 1) == 1
 }
 
 // releaseByHost sends the cluster map to waiting tasks, one Release per host, and returns the futures with the
