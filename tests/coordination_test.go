@@ -103,6 +103,9 @@ tasks:
 	assert.Equal(t, 1, r.code, r.String())
 	assert.Contains(t, r.stdout, "stop requested by worker-1: shard 7 is corrupt; killed 1 straggler(s) still running after 3s: ps-0")
 	assert.Contains(t, r.stdout, "saw should-stop")
+	assert.Regexp(t, `\[clusterrun\] ── stop requested by worker-1: shard 7 is corrupt; what still runs in [0-3]s is killed \(stopGracePeriod\)\n`, r.stdout,
+		"the follower says the request as the grace begins")
+	assert.Less(t, strings.Index(r.stdout, "── stop requested by worker-1"), strings.Index(r.stdout, "[ps-0]     ── stopped"))
 	assert.Contains(t, r.stdout, "[ps-0]     ── stopped (SIGKILL): a straggler, still running when the stop request's grace period (stopGracePeriod) ended", "the straggler's own line says why")
 	assert.Regexp(t, `ps-0 +Stopped +host-a +1 +137 \(SIGKILL\) +a straggler, still running`, r.stdout, "and its row")
 	st, _ := outcome(t, id)

@@ -1287,6 +1287,9 @@ tasks:
 	stop := c.cli(t, "stop", id, "--no-wait")
 	require.Equal(t, 0, stop.code, stop.String())
 	waitUntil(t, "the chief to see the stop", time.Minute, func() bool { return exists(filepath.Join(dir, "seen")) })
+	status := c.cli(t, "status", id)
+	assert.Regexp(t, `\): Running; stop requested from outside the run; what still runs in (5m0s|4m[0-9]+s) is killed \(stopGracePeriod\)\n`, status.stdout,
+		"the status says the run waits out a stop's grace period")
 
 	c.stopWorker("solo", syscall.SIGTERM) // an upgrade: the task goes on without its worker
 	require.NoError(t, c.startWorker("solo"))

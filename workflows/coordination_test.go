@@ -312,3 +312,24 @@ func TestStop_ACancelDuringTheGracePeriodKeepsItsEnd(t *testing.T) {
 		assert.Equal(t, 1200*time.Millisecond, in.GracePeriod.Round(100*time.Millisecond), "the 2s that began 0.8s before the cancel")
 	}
 }
+
+// While a stop request's grace period runs, the status says when it ends; once the run decided, it says none.
+func TestStop_TheStatusSaysWhenTheGraceEnds(t *testing.T) {
+	h := newHarness(t, func(string, int, int) behavior { return blocks }) // ignore should-stop
+	var asked time.Time
+	var during RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		asked = h.env.Now()
+		h.env.SignalWorkflow(SignalStop, StopRequest{})
+	}, 100*time.Millisecond)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&during))
+	}, time.Second)
+	st, err := h.run(t, mustSpec(t, `{name: s, command: [x], stopGracePeriod: 2s, tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	require.NotNil(t, during.StopDeadline)
+	assert.WithinDuration(t, asked.Add(2*time.Second), *during.StopDeadline, 100*time.Millisecond)
+	assert.Nil(t, st.StopDeadline, "over once the run decided")
+}

@@ -161,6 +161,10 @@ func (r *run) snapshot() RunStatus {
 	fitStatuses(s.Tasks)
 	s.Barriers, s.BarrierCounts = r.barrierStatus()
 	s.StopRequest = r.stopReq
+	if r.stopReq != nil && r.decision == nil && r.endTime == nil && !r.stopDeadline.IsZero() {
+		at := r.stopDeadline
+		s.StopDeadline = &at
+	}
 	s.StopAsked = r.stopAsked
 	if r.endTime == nil {
 		s.RestartAt = r.restartAt

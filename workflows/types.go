@@ -503,6 +503,9 @@ type RunStatus struct {
 	BarrierCounts *BarrierCounts  `json:"barrierCounts,omitempty"`
 	// StopRequest is the stop request that ended (or is ending) the run, if any.
 	StopRequest *StopRequest `json:"stopRequest,omitempty"`
+	// StopDeadline is when the stop request's grace period ends, while the run waits for its tasks to exit on
+	// their own: what still runs then is killed.
+	StopDeadline *time.Time `json:"stopDeadline,omitempty"`
 	// StopAsked is a standing request that only asks the tasks to stop (keepRun), until clear-stop.
 	StopAsked *StopRequest `json:"stopAsked,omitempty"`
 	// Sharded says the run holds its tasks' leases in ClusterShard children (it has more tasks than its

@@ -98,6 +98,9 @@ func printStatus(id string, st live, ended, asJSON, clear bool, stdout io.Writer
 	if at := st.RestartAt; at != nil && !ended {
 		fmt.Fprintf(stdout, "; the next generation starts in %s", max(0, time.Until(*at)).Round(time.Second))
 	}
+	if note := graceNote(st.RunStatus); note != "" && !ended {
+		fmt.Fprintf(stdout, "; %s", note)
+	}
 	if a := st.StopAsked; a != nil && !ended {
 		fmt.Fprintf(stdout, "; its tasks are asked to stop by %s (the run goes on)", orOutside(a.Task))
 	}
@@ -239,6 +242,23 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", specName(pos[0]), p.Name, len(p.Tasks), strings.Join(names, ", "))
 	return nil
+}
+
+// graceNote says, of a run waiting out a stop request's grace period, who asked and when what still runs is
+// killed; "" for any other run.
+func graceNote(st workflows.RunStatus) string {
+	req, at := st.StopRequest, st.StopDeadline
+	if req == nil || at == nil {
+		return ""
+	}
+	msg := "stop requested from outside the run"
+	if req.Task != "" {
+		msg = "stop requested by " + req.Task
+	}
+	if req.Error != "" {
+		msg += ": " + req.Error
+	}
+	return fmt.Sprintf("%s; what still runs in %s is killed (stopGracePeriod)", msg, max(0, time.Until(*at)).Round(time.Second))
 }
 
 func orOutside(task string) string {

@@ -68,6 +68,7 @@ type follower struct {
 	// notes receives the follower's own lines (state changes, notices); default out.
 	notes    io.Writer
 	restarts int               // the run's gang restarts already told
+	stopTold bool              // the run's stop request was told
 	silent   silence.Hosts     // hosts whose last read went unanswered (silent.go)
 	was      map[string]string // task -> its state at the last look
 	logs     *starter.LogReader
@@ -209,6 +210,10 @@ func (f *follower) update(st workflows.RunStatus) {
 			f.barriers[b.Name] = state
 			f.say("clusterrun", state)
 		}
+	}
+	if note := graceNote(st); note != "" && !f.stopTold {
+		f.stopTold = true
+		f.say("clusterrun", note) // before the ends it brings
 	}
 	defer f.release(false)
 	for _, t := range st.Tasks {

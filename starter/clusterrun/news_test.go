@@ -742,3 +742,28 @@ func TestFollower_ALateChunkIsAskedAgain(t *testing.T) {
 	require.NoError(t, f.drain(context.Background()))
 	assert.Zero(t, f.patience, "an ended run's last reads wait for every host")
 }
+
+// A stop request is said once, as the run begins its grace period, before the ends it brings: until the grace
+// ran out and the stragglers were killed, a follower showed nothing of it (seen as a user, with a 90 s grace).
+func TestFollower_AStopRequestIsSaidOnceWithItsGrace(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	started := time.Now()
+	running := []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started}}
+	f.update(workflows.RunStatus{Tasks: running})
+	out.Reset()
+	deadline := time.Now().Add(90 * time.Second)
+	req := &workflows.StopRequest{Task: "chief-0", Attempt: 1, Error: "shard 7 is corrupt"}
+	f.update(workflows.RunStatus{Tasks: running, StopRequest: req, StopDeadline: &deadline})
+	f.update(workflows.RunStatus{Tasks: running, StopRequest: req, StopDeadline: &deadline})
+	assert.Regexp(t, `^\[clusterrun\] ── stop requested by chief-0: shard 7 is corrupt; what still runs in 1m(30|29)s is killed \(stopGracePeriod\)\n$`, out.String())
+
+	out.Reset()
+	g := newFollower(nil, "run", &out)
+	g.update(workflows.RunStatus{Tasks: running, StopRequest: &workflows.StopRequest{}, StopDeadline: &deadline})
+	assert.Regexp(t, `\[clusterrun\] ── stop requested from outside the run; what still runs in 1m(30|29)s is killed`, out.String())
+	out.Reset()
+	h := newFollower(nil, "run", &out)
+	h.update(workflows.RunStatus{Tasks: running, StopRequest: req}) // its grace is over: the run is stopping the rest
+	assert.NotContains(t, out.String(), "stop requested")
+}
