@@ -1290,6 +1290,12 @@ tasks:
 	status := c.cli(t, "status", id)
 	assert.Regexp(t, `\): Running; stop requested from outside the run; what still runs in (5m0s|4m[0-9]+s) is killed \(stopGracePeriod\)\n`, status.stdout,
 		"the status says the run waits out a stop's grace period")
+	for flag, what := range map[string]string{"--keep-run": "a request that keeps the run adds nothing", "--clear": "a stop that ends the run cannot be taken back"} {
+		r := c.cli(t, "stop", id, flag)
+		assert.Equal(t, 1, r.code, r.String())
+		assert.Regexp(t, `^clusterrun stop: run `+id+` is already stopping, so `+what+`: stop requested from outside the run; what still runs in \S+ is killed \(stopGracePeriod\)\n$`, r.stderr)
+	}
+	late := c.startCLI(t, "stop", id, "--error", "too late")
 
 	c.stopWorker("solo", syscall.SIGTERM) // an upgrade: the task goes on without its worker
 	require.NoError(t, c.startWorker("solo"))
@@ -1305,4 +1311,7 @@ tasks:
 	assert.Equal(t, workflows.TaskSucceeded, st.Task("chief-0").State, st.Task("chief-0").Error)
 	logs := c.cli(t, "logs", id, "chief-0")
 	assert.Equal(t, "still asked to stop\n", logs.stdout, logs.String())
+	r := late.wait(t, time.Minute)
+	assert.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stderr, "clusterrun stop: the run was already stopping (stop requested from outside the run); only the first stop request counts, so this one changed nothing\n")
 }

@@ -131,7 +131,7 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 	}
 	return endRun(pos[0], "cancel", *noWait, stdout, stderr,
 		func(ctx context.Context, c client.Client, id string) error { return c.CancelWorkflow(ctx, id, "") },
-		func(st workflows.RunStatus) bool { return st.Status == workflows.StatusCanceled })
+		func(st workflows.RunStatus) (bool, string) { return st.Status == workflows.StatusCanceled, "" })
 }
 
 // dialRunning connects and returns the status of a run that is still running, or says there is nothing to do.
@@ -187,9 +187,10 @@ func actOnRunning(ctx context.Context, id, verb string, act func(context.Context
 }
 
 // endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
-// took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have.
+// took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have; took's note,
+// if any, goes to stderr after the table.
 func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
-	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) bool) error {
+	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) (bool, string)) error {
 	ctx := context.Background()
 	c, err := actOnRunning(ctx, id, verb, act)
 	if err != nil {
@@ -201,8 +202,11 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 		return nil
 	}
 	final, err := result(ctx, c, id)
-	if took(final) {
+	if ok, note := took(final); ok {
 		_ = report(final, err, id, stdout, nil)
+		if note != "" {
+			fmt.Fprintf(stderr, "clusterrun %s: %s\n", verb, note)
+		}
 		return nil
 	}
 	return report(final, err, id, stdout, nil)
@@ -251,6 +255,12 @@ func graceNote(st workflows.RunStatus) string {
 	if req == nil || at == nil {
 		return ""
 	}
+	return fmt.Sprintf("%s; what still runs in %s is killed (stopGracePeriod)", requestLine(*req), max(0, time.Until(*at)).Round(time.Second))
+}
+
+// requestLine says who asked a run to stop, and why: "stop requested by worker-1: shard 7 is corrupt", or "stop
+// requested from outside the run".
+func requestLine(req workflows.StopRequest) string {
 	msg := "stop requested from outside the run"
 	if req.Task != "" {
 		msg = "stop requested by " + req.Task
@@ -258,7 +268,7 @@ func graceNote(st workflows.RunStatus) string {
 	if req.Error != "" {
 		msg += ": " + req.Error
 	}
-	return fmt.Sprintf("%s; what still runs in %s is killed (stopGracePeriod)", msg, max(0, time.Until(*at)).Round(time.Second))
+	return msg
 }
 
 func orOutside(task string) string {

@@ -281,7 +281,20 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 		func(ctx context.Context, c client.Client, id string) error {
 			return c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg})
 		},
-		func(st workflows.RunStatus) bool { return st.StopRequest != nil })
+		func(st workflows.RunStatus) (bool, string) { return stopTaken(st, *msg) })
+}
+
+// stopTaken says whether a run ended by a stop request, and, when the request that ended it was not this one
+// (another came first), that this one changed nothing.
+func stopTaken(st workflows.RunStatus, msg string) (bool, string) {
+	first := st.StopRequest
+	if first == nil {
+		return false, ""
+	}
+	if first.Task != "" || first.Error != msg {
+		return true, fmt.Sprintf("the run was already stopping (%s); only the first stop request counts, so this one changed nothing", requestLine(*first))
+	}
+	return true, ""
 }
 
 // askStop asks a run's tasks to stop without ending it (or, with clear, takes that back), and waits until the
@@ -307,6 +320,8 @@ func askStop(id string, clear, noWait bool, stdout io.Writer) error {
 			return err
 		case ended:
 			return &exitError{code: 1, msg: fmt.Sprintf("run %s ended (%s) first", id, st.Status)}
+		case st.StopRequest != nil:
+			return &exitError{code: 1, msg: alreadyStopping(id, st.RunStatus, clear)}
 		case (st.StopAsked != nil) == want:
 			noWait = true
 			continue
@@ -319,6 +334,19 @@ func askStop(id string, clear, noWait bool, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "run %s: every task is asked to stop; the run goes on (clusterrun stop %s --clear takes it back)\n", id, id)
 	}
 	return nil
+}
+
+// alreadyStopping says why a keepRun request, or taking one back, does nothing to a run a stop request ends.
+func alreadyStopping(id string, st workflows.RunStatus, clear bool) string {
+	what := "a request that keeps the run adds nothing"
+	if clear {
+		what = "a stop that ends the run cannot be taken back"
+	}
+	note := requestLine(*st.StopRequest)
+	if g := graceNote(st); g != "" {
+		note = g
+	}
+	return fmt.Sprintf("run %s is already stopping, so %s: %s", id, what, note)
 }
 
 // stopLine says who asked the run to stop, and why: "stop requested by worker-1: shard 7 is corrupt", or "stop
