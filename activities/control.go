@@ -171,7 +171,7 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	// when the grace ran out).
 	for _, e := range changed {
 		if e.process() == nil || e.exited() != nil {
-			continue // its launch writes the record with the request; an ended task needs none
+			continue // an ended task needs none; one still starting is left to its launch's record (a request that falls between that write and the start is not kept)
 		}
 		if err := h.saveRecord(e); err != nil {
 			h.Logger.Warn("cannot save the task's record", "task", e.ref.Task, "error", err)
