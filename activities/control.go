@@ -159,8 +159,8 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	var changed []*entry
 	for _, e := range entries {
 		moved, ends := e.setNotice(in)
-		if ends && e.task.StopSignal != "" {
-			h.sendStopSignal(e)
+		if ends && e.task.StopRequestSignal != "" {
+			h.sendStopRequestSignal(e)
 		}
 		if moved {
 			changed = append(changed, e)
@@ -180,16 +180,16 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	return nil
 }
 
-// sendStopSignal sends a task its stopSignal, so that one which does not check should-stop still hears of the
+// sendStopRequestSignal sends a task its stopRequestSignal, so that one which does not check should-stop still hears of the
 // stop request before its grace period ends.
-func (h *Host) sendStopSignal(e *entry) {
-	sig := syscall.Signal(spec.SignalNumber(e.task.StopSignal))
+func (h *Host) sendStopRequestSignal(e *entry) {
+	sig := syscall.Signal(spec.SignalNumber(e.task.StopRequestSignal))
 	if sig == 0 {
-		h.Logger.Warn("the task's stopSignal is not a signal name; it gets none", "task", e.ref.Task, "stopSignal", e.task.StopSignal)
+		h.Logger.Warn("the task's stopRequestSignal is not a signal name; it gets none", "task", e.ref.Task, "stopRequestSignal", e.task.StopRequestSignal)
 		return
 	}
 	if err := h.signalEntry(e, sig); err != nil {
-		h.Logger.Warn("stopSignal failed", "task", e.ref.Task, "signal", e.task.StopSignal, "error", err)
+		h.Logger.Warn("stopRequestSignal failed", "task", e.ref.Task, "signal", e.task.StopRequestSignal, "error", err)
 	}
 }
 

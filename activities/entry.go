@@ -327,13 +327,13 @@ func (e *entry) stopNotice() *workflows.NotifyStopInput {
 	return e.notice
 }
 
-// endedByStopSignal says whether the attempt ended of its stopSignal, sent on a stop request that ends its run:
+// endedByStopRequestSignal says whether the attempt ended of its stopRequestSignal, sent on a stop request that ends its run:
 // killed by it, or exiting 128 plus its number as a shell does.
-func (e *entry) endedByStopSignal(x shim.Exit) bool {
+func (e *entry) endedByStopRequestSignal(x shim.Exit) bool {
 	n := e.stopNotice()
 	ending := n != nil && !n.KeepRun
-	num := spec.SignalNumber(e.task.StopSignal)
-	return ending && num != 0 && !x.Stopped && (x.Signal == e.task.StopSignal || x.Code == 128+num)
+	num := spec.SignalNumber(e.task.StopRequestSignal)
+	return ending && num != 0 && !x.Stopped && (x.Signal == e.task.StopRequestSignal || x.Code == 128+num)
 }
 
 // stopChangedLocked wakes every wait-for-stop; e.mu is held.

@@ -530,9 +530,9 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 			return res, temporal.NewCanceledError(res)
 		}
 		return res, nil
-	case e.endedByStopSignal(x):
+	case e.endedByStopRequestSignal(x):
 		res.Stopped = true
-		res.Error = fmt.Sprintf("ended on its stopSignal, sent when the run's stop request reached %s", h.Name)
+		res.Error = fmt.Sprintf("ended on its stopRequestSignal, sent when the run's stop request reached %s", h.Name)
 		return res, nil
 	case x.Stopped || x.By == shim.ByReap:
 		res.Hung = x.By == stopByHang

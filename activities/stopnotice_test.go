@@ -10,7 +10,7 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-// setNotice says when a request that ends the run first reaches a task (the moment its stopSignal goes), and
+// setNotice says when a request that ends the run first reaches a task (the moment its stopRequestSignal goes), and
 // whether the task's stop state moved at all (so its record is written again).
 func TestNotice_SaysWhenAnEndingRequestArrives(t *testing.T) {
 	e := &entry{}
@@ -27,21 +27,21 @@ func TestNotice_SaysWhenAnEndingRequestArrives(t *testing.T) {
 	assert.False(t, changed || ends, "a stop that ends the run cannot be cleared")
 }
 
-// A task that dies of its stopSignal, or exits 128 plus its number as a shell does, ended on it; any other end,
+// A task that dies of its stopRequestSignal, or exits 128 plus its number as a shell does, ended on it; any other end,
 // or an end with no request that ends the run, did not.
-func TestNotice_EndedByStopSignal(t *testing.T) {
-	e := &entry{task: spec.Task{StopSignal: "SIGTERM"}}
+func TestNotice_EndedByStopRequestSignal(t *testing.T) {
+	e := &entry{task: spec.Task{StopRequestSignal: "SIGTERM"}}
 	killed, shell, own := shim.Exit{Code: 143, Signal: "SIGTERM"}, shim.Exit{Code: 143}, shim.Exit{Code: 1}
-	assert.False(t, e.endedByStopSignal(killed), "no request yet")
+	assert.False(t, e.endedByStopRequestSignal(killed), "no request yet")
 	e.setNotice(workflows.NotifyStopInput{KeepRun: true})
-	assert.False(t, e.endedByStopSignal(killed), "a keepRun request sends no signal")
+	assert.False(t, e.endedByStopRequestSignal(killed), "a keepRun request sends no signal")
 	e.setNotice(workflows.NotifyStopInput{})
-	assert.True(t, e.endedByStopSignal(killed))
-	assert.True(t, e.endedByStopSignal(shell))
-	assert.False(t, e.endedByStopSignal(own))
-	assert.False(t, e.endedByStopSignal(shim.Exit{Code: 137, Signal: "SIGKILL"}))
-	assert.False(t, e.endedByStopSignal(shim.Exit{Code: 143, Signal: "SIGTERM", Stopped: true}), "its host stopped it: that end says so")
+	assert.True(t, e.endedByStopRequestSignal(killed))
+	assert.True(t, e.endedByStopRequestSignal(shell))
+	assert.False(t, e.endedByStopRequestSignal(own))
+	assert.False(t, e.endedByStopRequestSignal(shim.Exit{Code: 137, Signal: "SIGKILL"}))
+	assert.False(t, e.endedByStopRequestSignal(shim.Exit{Code: 143, Signal: "SIGTERM", Stopped: true}), "its host stopped it: that end says so")
 	none := &entry{}
 	none.setNotice(workflows.NotifyStopInput{})
-	assert.False(t, none.endedByStopSignal(killed), "a task with no stopSignal")
+	assert.False(t, none.endedByStopRequestSignal(killed), "a task with no stopRequestSignal")
 }

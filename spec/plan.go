@@ -59,11 +59,11 @@ type Task struct {
 	HangSignal string `json:"hangSignal,omitempty"`
 	// LogCap: keep at most this many bytes of each log stream (0: the host's --log-cap).
 	LogCap int64 `json:"logCap,omitempty"`
-	// SignalMain: the deadline warning, mapChangeSignal and StopSignal go to the task's own process only, not
+	// SignalMain: the deadline warning, mapChangeSignal and StopRequestSignal go to the task's own process only, not
 	// its group.
 	SignalMain bool `json:"signalMain,omitempty"`
-	// StopSignal is sent to the task when a stop request that ends its run reaches its host ("" for none).
-	StopSignal string `json:"stopSignal,omitempty"`
+	// StopRequestSignal is sent to the task when a stop request that ends its run reaches its host ("" for none).
+	StopRequestSignal string `json:"stopRequestSignal,omitempty"`
 }
 
 // Restart is a resolved restart policy.
@@ -166,9 +166,9 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 		hangSignal := SignalName(or(ts.HangSignal, or(s.HangSignal, DefaultHangSignal)))
 		logCap := mustSize(ts.LogCap, mustSize(s.LogCap, 0))
 		signalMain := or(ts.SignalTo, s.SignalTo) == SignalToMain
-		stopSignal := ""
-		if name := or(ts.StopSignal, s.StopSignal); name != "" {
-			stopSignal = SignalName(name)
+		stopRequestSignal := ""
+		if name := or(ts.StopRequestSignal, s.StopRequestSignal); name != "" {
+			stopRequestSignal = SignalName(name)
 		}
 		if p.Scope == ScopeAll {
 			// The workflow restarts the whole cluster; a single attempt per task.
@@ -192,7 +192,7 @@ func NewPlan(s *RunSpec) (*Plan, error) {
 				HangSignal:          hangSignal,
 				LogCap:              logCap,
 				SignalMain:          signalMain,
-				StopSignal:          stopSignal,
+				StopRequestSignal:   stopRequestSignal,
 			}
 			if len(ts.Hosts) > 0 {
 				t.Host = ts.Hosts[i%len(ts.Hosts)]

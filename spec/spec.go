@@ -45,10 +45,10 @@ type RunSpec struct {
 	MaxRunTime Duration `json:"maxRunTime,omitempty"`
 	// StopGracePeriod is the time between SIGTERM and SIGKILL. Optional: default 15s.
 	StopGracePeriod Duration `json:"stopGracePeriod,omitempty"`
-	// StopSignal is sent to every running task (to the processes SignalTo names) as soon as a stop request that
-	// ends the run reaches its host, so that a task which does not check should-stop can still end within
+	// StopRequestSignal is sent to every running task (to the processes SignalTo names) as soon as a stop request
+	// that ends the run reaches its host, so that a task which does not check should-stop can still end within
 	// StopGracePeriod. Optional: default none (a task learns of a stop request only through should-stop).
-	StopSignal string `json:"stopSignal,omitempty"`
+	StopRequestSignal string `json:"stopRequestSignal,omitempty"`
 	// HeartbeatTimeout is how long a host worker may stay silent before its task counts as lost. Optional: default 10s.
 	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
 	// StartTimeout is how long a task may wait for a host worker to pick it up. Optional: default 5m.
@@ -87,7 +87,7 @@ type RunSpec struct {
 	// holds the new map. Optional: default none (tasks read the file when they need it).
 	MapChangeSignal string `json:"mapChangeSignal,omitempty"`
 	// SignalTo says which of a task's processes get its notices, the deadline warning, mapChangeSignal and
-	// stopSignal: group (default: its whole process group, and its cgroup, as Slurm's --signal does) or main (its
+	// stopRequestSignal: group (default: its whole process group, and its cgroup, as Slurm's --signal does) or main (its
 	// own process only, for a program whose children would die of a signal they do not handle: PyTorch's
 	// DataLoader workers, a multiprocessing pool). Stops and hangSignal always go to the group.
 	SignalTo string `json:"signalTo,omitempty"`
@@ -122,9 +122,9 @@ type TaskSpec struct {
 	StopAfterDisconnect Duration `json:"stopAfterDisconnect,omitempty"`
 	HangTimeout         Duration `json:"hangTimeout,omitempty"`
 	HangSignal          string   `json:"hangSignal,omitempty"`
-	// SignalTo and StopSignal override the run's for this type.
-	SignalTo   string `json:"signalTo,omitempty"`
-	StopSignal string `json:"stopSignal,omitempty"`
+	// SignalTo and StopRequestSignal override the run's for this type.
+	SignalTo          string `json:"signalTo,omitempty"`
+	StopRequestSignal string `json:"stopRequestSignal,omitempty"`
 	// LogCap overrides the run's for this type.
 	LogCap Size `json:"logCap,omitempty"`
 }

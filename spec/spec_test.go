@@ -426,25 +426,25 @@ func TestPlan_SignalToMainIsPerTaskType(t *testing.T) {
 	assert.Contains(t, err.Error(), `tasks.worker.signalTo: "leader" is not one of group, main`)
 }
 
-func TestPlan_StopSignalIsPerTaskTypeAndNamedInFull(t *testing.T) {
-	s, err := Parse([]byte(`{name: x, command: ["true"], stopSignal: term, tasks: {worker: {replicas: 1}, ps: {replicas: 1, stopSignal: SIGUSR1}}}`))
+func TestPlan_StopRequestSignalIsPerTaskTypeAndNamedInFull(t *testing.T) {
+	s, err := Parse([]byte(`{name: x, command: ["true"], stopRequestSignal: term, tasks: {worker: {replicas: 1}, ps: {replicas: 1, stopRequestSignal: SIGUSR1}}}`))
 	require.NoError(t, err)
 	p, err := NewPlan(s)
 	require.NoError(t, err)
 	for _, task := range p.Tasks {
-		assert.Equal(t, map[string]string{"worker": "SIGTERM", "ps": "SIGUSR1"}[task.Type], task.StopSignal, task.Name)
+		assert.Equal(t, map[string]string{"worker": "SIGTERM", "ps": "SIGUSR1"}[task.Type], task.StopRequestSignal, task.Name)
 	}
 	s, err = Parse([]byte(`{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`))
 	require.NoError(t, err)
 	p, err = NewPlan(s)
 	require.NoError(t, err)
-	assert.Empty(t, p.Tasks[0].StopSignal, "none unless the spec asks")
+	assert.Empty(t, p.Tasks[0].StopRequestSignal, "none unless the spec asks")
 	for _, doc := range []string{
-		`{name: x, command: ["true"], stopSignal: SIGKILL, tasks: {worker: {replicas: 1}}}`,
-		`{name: x, command: ["true"], tasks: {worker: {replicas: 1, stopSignal: SIGKILL}}}`,
+		`{name: x, command: ["true"], stopRequestSignal: SIGKILL, tasks: {worker: {replicas: 1}}}`,
+		`{name: x, command: ["true"], tasks: {worker: {replicas: 1, stopRequestSignal: SIGKILL}}}`,
 	} {
 		_, err = Parse([]byte(doc))
 		require.Error(t, err, doc)
-		assert.Contains(t, err.Error(), `stopSignal: "SIGKILL" is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1`)
+		assert.Contains(t, err.Error(), `stopRequestSignal: "SIGKILL" is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1`)
 	}
 }

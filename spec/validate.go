@@ -119,7 +119,7 @@ func (s *RunSpec) Validate() []Problem {
 	if s.MapChangeSignal != "" && SignalNumber(s.MapChangeSignal) == 0 {
 		v.add("mapChangeSignal", "%s is not a signal name; use e.g. SIGUSR2 or SIGHUP", short(s.MapChangeSignal))
 	}
-	v.stopSignal("stopSignal", s.StopSignal)
+	v.stopRequestSignal("stopRequestSignal", s.StopRequestSignal)
 	v.liveness("", s.HostLossGrace, s.StopAfterDisconnect, s.HangTimeout, s.HangSignal, s.StopGracePeriod, "", "")
 	if dw := s.DeadlineWarning; dw != nil {
 		before, ok := v.duration("deadlineWarning.before", dw.Before)
@@ -196,7 +196,7 @@ func (s *RunSpec) Validate() []Problem {
 		}
 		v.logCap(path+".logCap", t.LogCap)
 		v.oneOf(path+".signalTo", t.SignalTo, SignalToGroup, SignalToMain)
-		v.stopSignal(path+".stopSignal", t.StopSignal)
+		v.stopRequestSignal(path+".stopRequestSignal", t.StopRequestSignal)
 		v.liveness(path+".", t.HostLossGrace, t.StopAfterDisconnect, t.HangTimeout, t.HangSignal, s.StopGracePeriod, s.HostLossGrace, s.StopAfterDisconnect)
 		if t.Restart != nil && gang {
 			v.add(path+".restart", "restart.scope is all, so restarts are cluster-wide: remove this per-type restart")
@@ -404,8 +404,8 @@ func runPolicy(r *RestartSpec) string {
 	return r.Policy
 }
 
-// stopSignal checks a stopSignal: a signal a task can handle, since SIGKILL comes anyway when the grace ends.
-func (v *validator) stopSignal(path, name string) {
+// stopRequestSignal checks a stopRequestSignal: a signal a task can handle, since SIGKILL comes anyway when the grace ends.
+func (v *validator) stopRequestSignal(path, name string) {
 	if name != "" && SignalNumber(name) == 0 {
 		v.add(path, "%s is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1 (SIGKILL follows anyway when stopGracePeriod ends)", short(name))
 	}

@@ -264,22 +264,22 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [hos
 	assert.Equal(t, workflows.TaskSucceeded, st.Task("worker-0").State, "the worker saw the final stop and exited")
 }
 
-// stopSignal tells tasks that never ask should-stop of a stop request that ends the run, each type its own
+// stopRequestSignal tells tasks that never ask should-stop of a stop request that ends the run, each type its own
 // signal (to the processes signalTo names), so they end within the grace period rather than as stragglers; a
 // keepRun request sends none.
-func TestE2E_StopSignalReachesTasksThatDoNotAsk(t *testing.T) {
+func TestE2E_StopRequestSignalReachesTasksThatDoNotAsk(t *testing.T) {
 	id := runID(t)
 	signals := filepath.Join(t.TempDir(), "signals")
 	spec := writeSpec(t, `
 name: stop-signal
 stopGracePeriod: 2m
-stopSignal: SIGTERM
+stopRequestSignal: SIGTERM
 env: {SIGNALS: `+signals+`}
 tasks:
   chief: {replicas: 1, hosts: [host-a], command: [sh, -c, 'clusterrun task stop --keep-run; sleep 1;
     if [ -e "$SIGNALS" ]; then echo "a keepRun request sent a signal"; fi; clusterrun task stop; while :; do sleep 0.1; done']}
   worker: {replicas: 1, hosts: [host-b], command: [sh, -c, 'trap "echo TERM >> $SIGNALS; echo checkpoint on TERM; exit 0" TERM; while :; do sleep 0.1; done']}
-  ps: {replicas: 1, hosts: [host-b], stopSignal: USR1, signalTo: main, command: [sh, -c, 'sh -c "while :; do sleep 0.1; done" & child=$!;
+  ps: {replicas: 1, hosts: [host-b], stopRequestSignal: USR1, signalTo: main, command: [sh, -c, 'sh -c "while :; do sleep 0.1; done" & child=$!;
     trap "sleep 0.3; if grep -qs \"^State:[[:space:]]*[RSD]\" /proc/$child/status; then echo ps child alive; fi; kill $child; echo USR1 >> $SIGNALS; echo ps got USR1; exit 0" USR1;
     while :; do sleep 0.1; done']}
 `)
@@ -289,8 +289,8 @@ tasks:
 	assert.Contains(t, r.stdout, "[ps-0]     ps got USR1")
 	assert.Contains(t, r.stdout, "[ps-0]     ps child alive", "signalTo: main sends it to the task's own process only")
 	assert.NotContains(t, r.stdout, "a keepRun request sent a signal")
-	assert.Contains(t, r.stdout, "[chief-0]  ── stopped (SIGTERM): ended on its stopSignal, sent when the run's stop request reached host-a")
-	assert.Regexp(t, `chief-0 +Stopped +host-a +1 +143 \(SIGTERM\) +ended on its stopSignal`, r.stdout, "and its row")
+	assert.Contains(t, r.stdout, "[chief-0]  ── stopped (SIGTERM): ended on its stopRequestSignal, sent when the run's stop request reached host-a")
+	assert.Regexp(t, `chief-0 +Stopped +host-a +1 +143 \(SIGTERM\) +ended on its stopRequestSignal`, r.stdout, "and its row")
 	st, _ := outcome(t, id)
 	assert.Equal(t, workflows.StatusSucceeded, st.Status)
 	assert.Equal(t, "stop requested by chief-0", st.Reason, "no straggler: each task ended on its signal")

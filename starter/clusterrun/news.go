@@ -263,7 +263,7 @@ func waitMark(t workflows.TaskStatus) string {
 
 // stragglerNote says why a straggler was killed, and how a task avoids it.
 const stragglerNote = "a straggler, still running when the stop request's grace period (stopGracePeriod) ended; " +
-	"a task that checks should-stop (clusterrun task should-stop), or is sent a stopSignal it handles, ends in time"
+	"a task that checks should-stop (clusterrun task should-stop), or is sent a stopRequestSignal it handles, ends in time"
 
 func describeState(t workflows.TaskStatus) string {
 	switch t.State {

@@ -284,7 +284,7 @@ func TestDescribeState_AStoppedTaskSaysWhyItWasKilled(t *testing.T) {
 	assert.Equal(t, "stopped before it started", describeState(workflows.TaskStatus{State: workflows.TaskStopped}))
 	assert.Equal(t, "terminated by the user", describeState(workflows.TaskStatus{State: workflows.TaskTerminated, Error: "terminated by the user"}))
 	assert.Equal(t, "stopped (SIGKILL): a straggler, still running when the stop request's grace period (stopGracePeriod) ended; "+
-		"a task that checks should-stop (clusterrun task should-stop), or is sent a stopSignal it handles, ends in time",
+		"a task that checks should-stop (clusterrun task should-stop), or is sent a stopRequestSignal it handles, ends in time",
 		describeState(workflows.TaskStatus{State: workflows.TaskStopped, Signal: "SIGKILL", Straggler: true}))
 }
 
