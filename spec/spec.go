@@ -389,6 +389,8 @@ var notHere = map[string]string{
 		"(a container runtime's command works too, e.g. [docker, run, ...])",
 	"container": "tasks run as processes on their hosts, not in containers; run what the hosts have installed " +
 		"(a container runtime's command works too, e.g. [docker, run, ...])",
+	"stopsignal": "clusterrun's stops send SIGTERM, then SIGKILL after stopGracePeriod; for a signal as soon as " +
+		"a stop request reaches the tasks, use stopRequestSignal",
 	"nprocpernode": "a task is one process (which may start others); for torchrun's processes per node, give the " +
 		"type that many replicas, or run torchrun as the command",
 }

@@ -342,6 +342,7 @@ tasks:
   param-server: {replicas: 1}
   gpu: {replicas: 1, resources: {limits: {nvidia.com/gpu: 8}}, image: pytorch:2.4, nproc_per_node: 8}
 timeout: 2h
+stopSignal: SIGINT
 `))
 	var invalid *InvalidSpecError
 	require.True(t, errors.As(err, &invalid), "got %v", err)
@@ -357,6 +358,7 @@ timeout: 2h
 		`tasks.gpu.resources: unknown field: clusterrun allots no resources per task: each host runs at most its --slots unpinned tasks`,
 		`tasks.gpu.image: unknown field: tasks run as processes on their hosts, not in containers`,
 		`tasks.gpu.nproc_per_node: unknown field: a task is one process (which may start others); for torchrun's`,
+		`stopSignal: unknown field: clusterrun's stops send SIGTERM, then SIGKILL after stopGracePeriod; for a signal as soon as a stop request reaches the tasks, use stopRequestSignal`,
 	} {
 		assert.Contains(t, invalid.Error(), want)
 	}
