@@ -1315,3 +1315,42 @@ tasks:
 	assert.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stderr, "clusterrun stop: the run was already stopping (stop requested from outside the run); only the first stop request counts, so this one changed nothing\n")
 }
+
+// A host whose worker is down when a stop request comes (the run tells only the hosts it is in contact with)
+// hears of it when its new worker takes the task up: the run tells it then, and the task's should-stop turns
+// true. Before, the task never learned of the stop and was killed as a straggler when the grace ran out.
+func TestFault_AHostDownAtAStopRequestHearsOfItWhenItComesBack(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "up", "down") // "up" runs the run; "down" its chief
+	id := runID(t)
+	spec := writeSpec(t, `
+name: stop-while-down
+stopGracePeriod: 5m
+heartbeatTimeout: 2s
+tasks:
+  chief: {replicas: 1, hosts: [down], command: [sh, -c, 'until clusterrun task should-stop >/dev/null; do sleep 0.2; done; echo "saw the stop"']}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the chief to run", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("chief-0").State == workflows.TaskRunning
+	})
+	c.stopWorker("down", syscall.SIGKILL)
+	waitUntil(t, "the run to lose contact with the chief's host", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("chief-0").State == workflows.TaskUnreachable
+	})
+	stop := c.cli(t, "stop", id, "--no-wait")
+	require.Equal(t, 0, stop.code, stop.String())
+	waitUntil(t, "the run to take the stop request", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.StopRequest != nil
+	})
+	require.NoError(t, c.startWorker("down"))
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, "stop requested from outside the run", st.Reason, "no straggler")
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("chief-0").State, st.Task("chief-0").Error)
+	logs := c.cli(t, "logs", id, "chief-0")
+	assert.Equal(t, "saw the stop\n", logs.stdout, logs.String())
+}

@@ -86,6 +86,7 @@ type fakeHosts struct {
 	passed        map[string][]string // task -> "barrier: ok" or "barrier: error"
 	notified      chan struct{}       // closed on NotifyStop
 	notices       []NotifyStopInput
+	notifyQueues  []string // the task queue of each NotifyStop
 	outcomes      []BarrierOutcome
 	signals       []SignalTasksInput
 	inputs        []RunTaskInput // every lease, in order (a batch's members as the RunTask each amounts to)
@@ -626,13 +627,14 @@ func (f *fakeHosts) outcome(o BarrierOutcome) {
 	}
 }
 
-func (f *fakeHosts) notifyStop(_ context.Context, in NotifyStopInput) error {
+func (f *fakeHosts) notifyStop(ctx context.Context, in NotifyStopInput) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.notices) == 0 {
 		close(f.notified)
 	}
 	f.notices = append(f.notices, in)
+	f.notifyQueues = append(f.notifyQueues, activity.GetInfo(ctx).TaskQueue)
 	return nil
 }
 

@@ -426,15 +426,17 @@ func orOutside(task string) string {
 
 // notifyStop tells every host running tasks that the run asks them to stop; it returns the NotifyStop futures.
 func (r *run) notifyStop(ctx workflow.Context, info *workflow.Info) []workflow.Future {
-	req := r.stopReq
-	by := orOutside(req.Task)
 	var futures []workflow.Future
 	for _, h := range r.runningHosts() {
-		futures = append(futures, workflow.ExecuteActivity(
-			controlOptions(ctx, h, 30*time.Second, "notify stop on "+h),
-			ActivityNotifyStop, NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: by, Error: req.Error}))
+		futures = append(futures, r.notifyHost(ctx, info, h))
 	}
 	return futures
+}
+
+// notifyHost tells one host that the run asks its tasks to stop.
+func (r *run) notifyHost(ctx workflow.Context, info *workflow.Info, host string) workflow.Future {
+	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, "notify stop on "+host), ActivityNotifyStop,
+		NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, By: orOutside(r.stopReq.Task), Error: r.stopReq.Error})
 }
 
 // stopDecision is how a run ends after a stop request.

@@ -34,6 +34,7 @@ type actions struct {
 	moved      []string              // tasks whose address changed after the rendezvous: tell every host the new map
 	notifyStop bool                  // tell every host its tasks should stop, and start the grace timer
 	askStop    bool                  // tell every host the tasks are asked to stop (keepRun), or no longer are
+	renotify   []string              // hosts that took tasks up again during a stop's grace period: tell them again
 	warn       bool                  // send the deadline warning to every task
 	checkHosts bool                  // move the tasks waiting on hosts that are gone (move.go)
 	cancel     []workflow.CancelFunc // cancel these leases, none of whose tasks started (withdraw.go)
@@ -200,6 +201,9 @@ func (g *generation) act() {
 				r.decide(r.stopDecision(true))
 			}
 		})
+	}
+	for _, h := range todo.renotify {
+		g.watch([]workflow.Future{r.notifyHost(g.genCtx, g.info, h)})
 	}
 	if todo.askStop && !todo.notifyStop {
 		g.watch(r.askStop(g.genCtx, g.info))

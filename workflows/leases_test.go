@@ -495,4 +495,7 @@ func TestLeases_ATaskTakenUpAgainDuringAStopIsAStraggler(t *testing.T) {
 	assert.Equal(t, StatusFailed, st.Status)
 	assert.True(t, st.Task("chief-0").Straggler)
 	assert.Contains(t, st.Reason, "killed 2 straggler(s) still running after 2s: chief-0, worker-0")
+	toA := slices.DeleteFunc(slices.Clone(h.hosts.notifyQueues), func(q string) bool { return q != ControlQueue("host-a") })
+	assert.Len(t, toA, 2,
+		"its host is told of the stop again when it takes the task up, in case its worker missed it")
 }

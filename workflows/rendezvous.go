@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,10 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 		if r.leased && p.Reattached {
 			if p.Attempt == t.attempt && p.Lease == t.lease && t.status.State == TaskUnreachable && (r.stopReq == nil || backDuringStop(ctx)) {
 				t.status.State, t.status.Error = TaskRunning, ""
+				if r.stopReq != nil && !slices.Contains(r.todo.renotify, p.Host) {
+					// Its host may not have heard of the stop: its worker was down when the run told it.
+					r.todo.renotify = append(r.todo.renotify, p.Host)
+				}
 			}
 			continue
 		}
@@ -69,7 +74,8 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 
 // ChangeBackDuringStop marks runs in which a task taken up again during a stop request's grace period is
 // running again, as at any other time: before, it stayed Unreachable, and so was not counted a straggler when
-// the grace ran out (a run with stragglers: fail succeeded with one killed).
+// the grace ran out (a run with stragglers: fail succeeded with one killed). Its host is told of the stop again
+// (NotifyStop), which a host worker that was down when the run told it missed.
 const ChangeBackDuringStop = "clusterrun-back-during-stop"
 
 func backDuringStop(ctx workflow.Context) bool {
