@@ -159,7 +159,7 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	var changed []*entry
 	for _, e := range entries {
 		moved, ends := e.setNotice(in)
-		if ends && e.task.StopRequestSignal != "" {
+		if ends {
 			h.sendStopRequestSignal(e)
 		}
 		if moved {
@@ -180,9 +180,12 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	return nil
 }
 
-// sendStopRequestSignal sends a task its stopRequestSignal, so that one which does not check should-stop still hears of the
-// stop request before its grace period ends.
+// sendStopRequestSignal sends a task its stopRequestSignal, once, if it has one and a request that ends its run
+// stands, so that one which does not check should-stop still hears of the request before its grace ends.
 func (h *Host) sendStopRequestSignal(e *entry) {
+	if !e.claimStopRequestSignal() {
+		return
+	}
 	sig := syscall.Signal(spec.SignalNumber(e.task.StopRequestSignal))
 	if sig == 0 {
 		h.Logger.Warn("the task's stopRequestSignal is not a signal name; it gets none", "task", e.ref.Task, "stopRequestSignal", e.task.StopRequestSignal)

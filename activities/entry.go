@@ -80,6 +80,7 @@ type entry struct {
 	progress   *workflows.Progress
 	progressAt time.Time
 	notice     *workflows.NotifyStopInput // the run asked its tasks to stop
+	signalled  bool                       // its stopRequestSignal was sent
 	// stopMoved is closed, and replaced, whenever the stop state changes: wait-for-stop waits on it.
 	stopMoved chan struct{}
 	hung      bool
@@ -325,6 +326,19 @@ func (e *entry) stopNotice() *workflows.NotifyStopInput {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.notice
+}
+
+// claimStopRequestSignal says, once, that the attempt is to get its stopRequestSignal now: it has one, a
+// request that ends its run stands, and its process runs. NotifyStop and the launch both ask, so a request that
+// came while the process started is not missed, nor is the signal sent twice.
+func (e *entry) claimStopRequestSignal() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.signalled || e.task.StopRequestSignal == "" || e.notice == nil || e.notice.KeepRun || e.started == nil {
+		return false
+	}
+	e.signalled = true
+	return true
 }
 
 // endedByStopRequestSignal says whether the attempt ended of its stopRequestSignal, sent on a stop request that ends its run:

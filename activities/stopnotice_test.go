@@ -45,3 +45,20 @@ func TestNotice_EndedByStopRequestSignal(t *testing.T) {
 	none.setNotice(workflows.NotifyStopInput{})
 	assert.False(t, none.endedByStopRequestSignal(killed), "a task with no stopRequestSignal")
 }
+
+// The stopRequestSignal goes once, to a process that runs, for a request that ends the run: NotifyStop and the
+// launch both ask, so a request that came while the process started still sends it.
+func TestNotice_TheStopRequestSignalGoesOnceToARunningProcess(t *testing.T) {
+	e := &entry{task: spec.Task{StopRequestSignal: "SIGTERM"}}
+	e.setNotice(workflows.NotifyStopInput{KeepRun: true})
+	assert.False(t, e.claimStopRequestSignal(), "not for a keepRun request")
+	e.setNotice(workflows.NotifyStopInput{})
+	assert.False(t, e.claimStopRequestSignal(), "its process has not started: the launch sends it")
+	e.markStarted(shim.Started{PID: 1})
+	assert.True(t, e.claimStopRequestSignal())
+	assert.False(t, e.claimStopRequestSignal(), "once")
+	none := &entry{}
+	none.setNotice(workflows.NotifyStopInput{})
+	none.markStarted(shim.Started{PID: 1})
+	assert.False(t, none.claimStopRequestSignal(), "a task with no stopRequestSignal")
+}

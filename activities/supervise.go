@@ -168,6 +168,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, hea
 		return st, err
 	}
 	e.markStarted(st)
+	h.sendStopRequestSignal(e) // a stop request that came while it started
 	go h.supervise(e, w)
 	return st, nil
 }
