@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -299,6 +300,24 @@ tasks:
 	got, err := os.ReadFile(signals)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"TERM", "USR1"}, strings.Fields(string(got)), "each task got its signal once")
+}
+
+// clusterrun run says when its tasks are asked to stop with the run going on, and when that is taken back.
+func TestE2E_AnAskToStopShowsAsItComesAndGoes(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `{name: ask, stopGracePeriod: 1s, command: [sleep, "300"], tasks: {worker: {replicas: 1}}}`)
+	run := env.startCLIToFile(t, "run", spec, "--id", id)
+	run.waitFor(t, "the task to run", regexp.MustCompile(`\[worker-0\] ── running on`))
+	asked := cli(t, "stop", id, "--keep-run")
+	require.Equal(t, 0, asked.code, asked.String())
+	run.waitFor(t, "the ask", regexp.MustCompile(`\[clusterrun\] ── every task is asked to stop by someone outside the run \(should-stop is true\); the run goes on\n`))
+	cleared := cli(t, "stop", id, "--clear")
+	require.Equal(t, 0, cleared.code, cleared.String())
+	run.waitFor(t, "its clear", regexp.MustCompile(`\[clusterrun\] ── the request to stop is taken back \(should-stop is false again\)\n`))
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+	var exit *exec.ExitError
+	require.ErrorAs(t, run.wait(t, time.Minute), &exit)
+	assert.Equal(t, 130, exit.ExitCode(), "a canceled run's exit")
 }
 
 // stragglers: fail makes a stop that had to kill tasks after its grace period fail the run.

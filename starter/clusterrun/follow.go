@@ -69,6 +69,7 @@ type follower struct {
 	notes    io.Writer
 	restarts int               // the run's gang restarts already told
 	stopTold bool              // the run's stop request was told
+	asked    string            // the standing keepRun request last told ("" none)
 	silent   silence.Hosts     // hosts whose last read went unanswered (silent.go)
 	was      map[string]string // task -> its state at the last look
 	logs     *starter.LogReader
@@ -215,6 +216,7 @@ func (f *follower) update(st workflows.RunStatus) {
 		f.stopTold = true
 		f.say("clusterrun", note) // before the ends it brings
 	}
+	f.tellAsked(st)
 	defer f.release(false)
 	for _, t := range st.Tasks {
 		f.earlier(t)

@@ -235,6 +235,24 @@ func (f *follower) tellGangRestart(st workflows.RunStatus) {
 	f.held = append(f.held, n)
 }
 
+// tellAsked says when the run's tasks are asked to stop with the run going on (keepRun), and when that is taken
+// back.
+func (f *follower) tellAsked(st workflows.RunStatus) {
+	asked := ""
+	if a := st.StopAsked; a != nil {
+		asked = "every task is asked to stop by " + orOutside(a.Task) + " (should-stop is true); the run goes on"
+	}
+	switch {
+	case asked == f.asked:
+		return
+	case asked != "":
+		f.say("clusterrun", asked)
+	case st.StopRequest == nil:
+		f.say("clusterrun", "the request to stop is taken back (should-stop is false again)")
+	}
+	f.asked = asked
+}
+
 // placedLine says a task holds its place and port on a host and has not started: at a rendezvous it waits for
 // its peers' places; in a pre-placed launch (every place chosen with it: Starting) it waits for its host.
 func placedLine(on string, t workflows.TaskStatus) string {

@@ -767,3 +767,19 @@ func TestFollower_AStopRequestIsSaidOnceWithItsGrace(t *testing.T) {
 	h.update(workflows.RunStatus{Tasks: running, StopRequest: req}) // its grace is over: the run is stopping the rest
 	assert.NotContains(t, out.String(), "stop requested")
 }
+
+// A request that only asks the tasks to stop (keepRun) is said when it comes and when it is taken back.
+func TestFollower_AnAskToStopIsSaidAndSoIsItsClear(t *testing.T) {
+	var out bytes.Buffer
+	f := newFollower(nil, "run", &out)
+	started := time.Now()
+	running := []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskRunning, Host: "h", Attempt: 1, StartTime: &started}}
+	f.update(workflows.RunStatus{Tasks: running})
+	out.Reset()
+	asked := &workflows.StopRequest{Task: "worker-0", Attempt: 1, KeepRun: true}
+	f.update(workflows.RunStatus{Tasks: running, StopAsked: asked})
+	f.update(workflows.RunStatus{Tasks: running, StopAsked: asked})
+	f.update(workflows.RunStatus{Tasks: running})
+	assert.Equal(t, "[clusterrun] ── every task is asked to stop by worker-0 (should-stop is true); the run goes on\n"+
+		"[clusterrun] ── the request to stop is taken back (should-stop is false again)\n", out.String())
+}
