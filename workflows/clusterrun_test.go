@@ -1259,3 +1259,32 @@ func TestClusterRun_ResultsStayBounded(t *testing.T) {
 	assert.Equal(t, 3, kept, "3 × 300 KiB fit in 1 MiB, in task order")
 	assert.True(t, st.Tasks[7].ResultOmitted)
 }
+
+// A stop request in a gang restart's backoff ends the run there: nothing runs, and no next generation starts.
+// (Tried as a user: the stop waited out the backoff, the next generation started, never told of the stop, and
+// its tasks were killed when the grace ran out.)
+func TestClusterRun_AStopInAGangRestartsBackoffEndsTheRun(t *testing.T) {
+	h := newHarness(t, func(task string, _, generation int) behavior {
+		if generation == 0 && task == "worker-1" {
+			return exits(1)
+		}
+		return blocks
+	})
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(SignalStop, StopRequest{Error: "enough"}) }, 3*time.Second)
+	st, err := h.run(t, mustSpec(t, `
+name: gang
+command: [x]
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 1h, scope: all}
+tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
+`))
+	require.Error(t, err)
+	assert.Equal(t, StatusFailed, st.Status)
+	assert.Equal(t, "stop requested from outside the run: enough", st.Reason)
+	assert.Less(t, st.EndTime.Sub(st.StartTime), time.Minute, "not after the backoff")
+	for _, in := range h.hosts.inputs {
+		assert.Equal(t, 0, in.Generation, "no next generation: %s", in.Task.Name)
+	}
+	assert.Nil(t, st.RestartAt)
+	assert.Zero(t, st.Task("chief-0").GangWait, "no restart is to come")
+	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
+}
