@@ -320,6 +320,32 @@ func TestE2E_AnAskToStopShowsAsItComesAndGoes(t *testing.T) {
 	assert.Equal(t, 130, exit.ExitCode(), "a canceled run's exit")
 }
 
+// A stop request in a gang restart's backoff ends the run there: the next generation does not start.
+func TestE2E_AStopInAGangRestartsBackoffEndsTheRun(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: gang-stop
+restart: {policy: OnFailure, maxRestarts: 2, backoff: 1h, scope: all}
+tasks:
+  chief: {replicas: 1, command: [sleep, "301"]}
+  worker: {replicas: 1, command: [sh, -c, 'exit 3']}
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the gang restart's backoff", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.RestartAt != nil
+	})
+	r := cli(t, "stop", id)
+	assert.Equal(t, 0, r.code, r.String())
+	st, _ := outcome(t, id)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status)
+	assert.Equal(t, "stop requested from outside the run", st.Reason)
+	for _, task := range st.Tasks {
+		assert.Equal(t, 1, task.Attempt, "no next generation: %s", task.Name)
+	}
+	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
+}
+
 // stragglers: fail makes a stop that had to kill tasks after its grace period fail the run.
 func TestE2E_StragglersFailTheRun(t *testing.T) {
 	id := runID(t)
