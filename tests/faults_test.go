@@ -1355,6 +1355,49 @@ tasks:
 	assert.Contains(t, logs.stdout, "saw the stop\n", logs.String()) // after the task CLI's note that it waits for its worker
 }
 
+// A host whose worker was down when the run asked its tasks to stop (keepRun) hears of the ask when the worker is
+// back, and likewise of the ask's clear: before, the task was never asked, and, its record keeping an ask it had
+// heard, stayed asked after the clear.
+func TestFault_AHostDownAtAnAskHearsOfItAndOfItsClear(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "up", "down") // "up" runs the run; "down" its chief
+	id := runID(t)
+	spec := writeSpec(t, `
+name: ask-while-down
+heartbeatTimeout: 2s
+tasks:
+  chief: {replicas: 1, hosts: [down], command: [sh, -c, 'until clusterrun task should-stop >/dev/null; do sleep 0.2; done; echo asked; while clusterrun task should-stop >/dev/null; do sleep 0.2; done; echo cleared']}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	waitUntil(t, "the chief to run", time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		return ok && st.Task("chief-0").State == workflows.TaskRunning
+	})
+	for i, flag := range []string{"--keep-run", "--clear"} {
+		c.stopWorker("down", syscall.SIGKILL)
+		waitUntil(t, "the run to lose contact with the chief's host", time.Minute, func() bool {
+			st, ok := c.query(t, id)
+			return ok && st.Task("chief-0").State == workflows.TaskUnreachable
+		})
+		r := c.cli(t, "stop", id, flag)
+		require.Equal(t, 0, r.code, r.String())
+		waitUntil(t, "the run's NotifyStop to time out, no worker taking it", time.Minute, func() bool {
+			return c.timedOut(t, id, workflows.ActivityNotifyStop) > i
+		})
+		require.NoError(t, c.startWorker("down"))
+		if flag == "--keep-run" {
+			waitUntil(t, "the chief to see the ask", time.Minute, func() bool {
+				return strings.Contains(c.cli(t, "logs", id, "chief-0").stdout, "asked\n")
+			})
+		}
+	}
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status, st.Reason)
+	logs := c.cli(t, "logs", id, "chief-0")
+	assert.Regexp(t, `(?s)\basked\n.*\bcleared\n`, logs.stdout, logs.String()) // around the task CLI's notes that it waits for its worker
+}
+
 // timedOut counts the activities of a type that timed out in a run's history.
 func (c *cluster) timedOut(t *testing.T, id, activityType string) int {
 	scheduled := map[int64]string{}

@@ -307,6 +307,7 @@ func (r *run) onStop(ctx workflow.Context, req StopRequest) {
 		}
 		if r.stopAsked == nil {
 			r.stopAsked = &req
+			r.everAsked = true
 			r.todo.askStop = true
 		}
 		return
@@ -401,16 +402,20 @@ func (r *run) superseded(ctx workflow.Context, req StopRequest, what string) boo
 
 // askStop tells every host running tasks that they are asked to stop (keepRun), or, once cleared, no longer.
 func (r *run) askStop(ctx workflow.Context, info *workflow.Info) []workflow.Future {
+	var futures []workflow.Future
+	for _, h := range r.runningHosts() {
+		futures = append(futures, r.askHost(ctx, info, h))
+	}
+	return futures
+}
+
+// askHost tells one host where the run's keepRun request stands: its tasks are asked to stop, or no longer.
+func (r *run) askHost(ctx workflow.Context, info *workflow.Info, host string) workflow.Future {
 	in := NotifyStopInput{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID, Clear: r.stopAsked == nil}
 	if a := r.stopAsked; a != nil {
 		in.By, in.Error, in.KeepRun = orOutside(a.Task), a.Error, true
 	}
-	var futures []workflow.Future
-	for _, h := range r.runningHosts() {
-		futures = append(futures, workflow.ExecuteActivity(controlOptions(ctx, h, 30*time.Second, "ask tasks to stop on "+h),
-			ActivityNotifyStop, in))
-	}
-	return futures
+	return workflow.ExecuteActivity(controlOptions(ctx, host, 30*time.Second, "ask tasks to stop on "+host), ActivityNotifyStop, in)
 }
 
 // StopByOutside is who asked a run to stop, as its tasks see it (NotifyStopInput.By, should-stop's "by"), when

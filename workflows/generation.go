@@ -35,6 +35,7 @@ type actions struct {
 	notifyStop bool                  // tell every host its tasks should stop, and start the grace timer
 	askStop    bool                  // tell every host the tasks are asked to stop (keepRun), or no longer are
 	renotify   []string              // hosts that took tasks up again during a stop's grace period: tell them again
+	reask      []string              // hosts that took tasks up again in a run that has had a keepRun request: tell them where it stands
 	warn       bool                  // send the deadline warning to every task
 	checkHosts bool                  // move the tasks waiting on hosts that are gone (move.go)
 	cancel     []workflow.CancelFunc // cancel these leases, none of whose tasks started (withdraw.go)
@@ -207,6 +208,11 @@ func (g *generation) act() {
 	}
 	if todo.askStop && !todo.notifyStop {
 		g.watch(r.askStop(g.genCtx, g.info))
+	}
+	if !todo.askStop && !todo.notifyStop { // either tells every host with running tasks already
+		for _, h := range todo.reask {
+			g.watch([]workflow.Future{r.askHost(g.genCtx, g.info, h)})
+		}
 	}
 	if todo.warn {
 		g.watch(r.deadlineWarning(g.genCtx, g.info))

@@ -499,3 +499,77 @@ func TestLeases_ATaskTakenUpAgainDuringAStopIsAStraggler(t *testing.T) {
 	assert.Len(t, toA, 2,
 		"its host is told of the stop again when it takes the task up, in case its worker missed it")
 }
+
+// A host that takes a task up again in a run that has had a keepRun request is told where it stands now: its
+// worker may have been down when the run asked, or cleared, and so never have heard (or kept, from the task's
+// record, an ask that was cleared). A run that never asked tells it nothing.
+func TestLeases_ATaskTakenUpAgainHearsWhereAnAskStands(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		sent   []StopRequest // signalled before the chief's host worker restarts
+		toA    int           // NotifyStops host-a is sent before the restart
+		again  *NotifyStopInput
+		signal []string
+	}{
+		{name: "asked", sent: []StopRequest{{KeepRun: true, Error: "drain"}}, toA: 1, again: &NotifyStopInput{KeepRun: true, By: StopByOutside, Error: "drain"}},
+		{name: "cleared", sent: []StopRequest{{KeepRun: true}, {}}, toA: 2, again: &NotifyStopInput{Clear: true}},
+		{name: "never asked", toA: 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, func(string, int, int) behavior { return blocks })
+			toA := func() []NotifyStopInput {
+				h.hosts.mu.Lock()
+				defer h.hosts.mu.Unlock()
+				var out []NotifyStopInput
+				for i, q := range h.hosts.notifyQueues {
+					if q == ControlQueue("host-a") {
+						out = append(out, h.hosts.notices[i])
+					}
+				}
+				return out
+			}
+			waitFor := func(n int) bool {
+				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					if len(toA()) >= n {
+						return true
+					}
+				}
+				return false
+			}
+			h.hosts.lease = func(_ context.Context, in RunTaskInput, res TaskResult) (TaskResult, error, bool) {
+				switch {
+				case in.Task.Name != "chief-0":
+					return res, nil, false
+				case in.Lease == 1:
+					waitFor(c.toA) // its host worker restarts once the ask (and clear) reached it
+					return res, temporal.NewNonRetryableApplicationError("host worker host-a is shutting down", ErrTaskDetached, nil, res), true
+				default:
+					h.env.SignalWorkflow(SignalTasksPlaced, PlacedSignal{Placements: []Placement{{Task: in.Task.Name, Generation: in.Generation,
+						Attempt: in.Attempt, Lease: in.Lease, Host: in.Host, Reattached: true}}})
+					waitFor(c.toA + 1)
+					return res, nil, true // the chief's exit ends the run
+				}
+			}
+			for i, req := range c.sent {
+				name := SignalStop
+				if !req.KeepRun {
+					name = SignalClearStop
+				}
+				h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(name, req) }, time.Duration(i+1)*100*time.Millisecond)
+			}
+			st, err := h.run(t, mustSpec(t, `{name: s, command: [x], tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 1, hosts: [host-b]}}}`))
+			require.NoError(t, err)
+			assert.Equal(t, StatusSucceeded, st.Status, st.Reason)
+			assert.Equal(t, []string{"a1.l1 launch", "a1.l2 attach host-a"}, leasesOf(h, "chief-0"))
+			got := toA()
+			if c.again == nil {
+				assert.Empty(t, got, "a run that never asked tells the host nothing")
+				return
+			}
+			require.Len(t, got, c.toA+1, "host-a is told again when it takes the chief up")
+			again := got[c.toA]
+			again.WorkflowID, again.RunID = "", ""
+			assert.Equal(t, *c.again, again)
+		})
+	}
+}

@@ -28,6 +28,10 @@ func (r *run) onPlaced(ctx workflow.Context, sig PlacedSignal) {
 					// Its host may not have heard of the stop: its worker was down when the run told it.
 					r.todo.renotify = append(r.todo.renotify, p.Host)
 				}
+				if r.stopReq == nil && r.everAsked && !slices.Contains(r.todo.reask, p.Host) && askOnReturn(ctx) {
+					// Nor of a keepRun request, or of its clear: tell it where the ask stands now.
+					r.todo.reask = append(r.todo.reask, p.Host)
+				}
 			}
 			continue
 		}
@@ -80,6 +84,16 @@ const ChangeBackDuringStop = "clusterrun-back-during-stop"
 
 func backDuringStop(ctx workflow.Context) bool {
 	return workflow.GetVersion(ctx, ChangeBackDuringStop, workflow.DefaultVersion, 1) == 1
+}
+
+// ChangeAskOnReturn marks runs that tell a host which takes a task up again where the run's keepRun request
+// stands: asked, or cleared. Before, a host worker that was down when the run asked (or cleared) never heard
+// of it, so its task was not asked to stop, or (its record kept the ask) stayed asked after the clear. Asked
+// only at such a re-attach in a run that has had a keepRun request, so other runs write no marker.
+const ChangeAskOnReturn = "clusterrun-ask-on-return"
+
+func askOnReturn(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, ChangeAskOnReturn, workflow.DefaultVersion, 1) == 1
 }
 
 // releaseByHost sends the cluster map to waiting tasks, one Release per host, and returns the futures with the

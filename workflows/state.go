@@ -103,6 +103,7 @@ type run struct {
 	stopReq      *StopRequest
 	stopDeadline time.Time        // when the stop request's grace period ends: a later stop does not extend it
 	stopAsked    *StopRequest     // a keepRun request standing until clear-stop
+	everAsked    bool             // a keepRun request has stood at some time (a re-attached task's host is told where it stands)
 	restartAt    *time.Time       // the end of a gang restart's backoff while it runs
 	cleared      map[string]int64 // per task, the Seq of the latest clear-stop it sent that the run took
 	signals      int              // signals received, against the run's signal budget
