@@ -219,37 +219,45 @@ func (h *Host) UpdateMap(_ context.Context, in workflows.UpdateMapInput) error {
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("new cluster map", "run", in.WorkflowID, "moved", in.Moved, "tasks", len(entries))
 	h.maps.note(h.runFolder(attemptRef{WorkflowID: in.WorkflowID, RunID: in.RunID}), in.Cluster, in.Signal)
+	var orders []signalOrder
 	for _, e := range entries {
 		if e.process() == nil || e.exited() != nil {
 			continue
 		}
-		h.giveMap(e, in.Cluster, in.Signal, slices.Contains(in.Moved, e.ref.Task))
+		if h.giveMap(e, in.Cluster) && !slices.Contains(in.Moved, e.ref.Task) {
+			orders = append(orders, mapChangeSignal(e, in.Signal)...)
+		}
 	}
+	h.signalEntries(orders, "mapChangeSignal")
 	return nil
 }
 
 // giveMap gives a running task map m: its task info and its cluster file (the run's shared file is written
-// once), and signal unless the task itself moved.
-func (h *Host) giveMap(e *entry, m workflows.ClusterMap, signal string, moved bool) {
+// once). It says whether the task has it, so that it may get the map's signal.
+func (h *Host) giveMap(e *entry, m workflows.ClusterMap) bool {
 	e.setInfo(taskInfo(e.ref, h.Name, m))
 	if err := h.writeClusterFile(e, m); err != nil {
 		h.Logger.Warn("cannot write the cluster file", "task", e.ref.Task, "error", err)
-		return
+		return false
 	}
 	if err := h.saveRecord(e); err != nil {
 		h.Logger.Warn("cannot save the task's record", "task", e.ref.Task, "error", err)
 	}
-	if num := spec.SignalNumber(signal); num != 0 && !moved {
-		if err := h.signalEntry(e, syscall.Signal(num)); err != nil {
-			h.Logger.Warn("map change signal failed", "task", e.ref.Task, "error", err)
-		}
-	}
+	return true
 }
 
-// giveNewerMap gives a task that just started with map m its run's newer map, if one came meanwhile: an
-// UpdateMap that found the task not yet running left the map for it.
+// mapChangeSignal is the order to send a task the spec's mapChangeSignal, if it names one.
+func mapChangeSignal(e *entry, signal string) []signalOrder {
+	if num := spec.SignalNumber(signal); num != 0 {
+		return []signalOrder{{e, syscall.Signal(num)}}
+	}
+	return nil
+}
+
+// giveNewerMap gives a task that just started with map m its run's newer map, if one came meanwhile (an
+// UpdateMap that found the task not yet running left the map for it), and the map's signal.
 func (h *Host) giveNewerMap(e *entry, m workflows.ClusterMap) {
-	if n, ok := h.maps.newer(h.runFolder(e.ref), m); ok {
-		h.giveMap(e, n.m, n.signal, false)
+	if n, ok := h.maps.newer(h.runFolder(e.ref), m); ok && h.giveMap(e, n.m) {
+		h.signalEntries(mapChangeSignal(e, n.signal), "mapChangeSignal")
 	}
 }

@@ -156,16 +156,17 @@ func (h *Host) beatWhileStopping(ctx context.Context) (stop func()) {
 func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error {
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("run asks its tasks to stop", "run", in.WorkflowID, "by", in.By, "error", in.Error, "tasks", len(entries))
-	var changed []*entry
+	var changed, ending []*entry
 	for _, e := range entries {
 		moved, ends := e.setNotice(in)
 		if ends {
-			h.sendStopRequestSignal(e)
+			ending = append(ending, e)
 		}
 		if moved {
 			changed = append(changed, e)
 		}
 	}
+	h.sendStopRequestSignals(ending)
 	// Then on disk, once every task knows: a worker that takes a task up after a restart during the stop's grace
 	// period still answers should-stop with it (seen as a user: the task was told no, and killed as a straggler
 	// when the grace ran out).
@@ -180,20 +181,22 @@ func (h *Host) NotifyStop(_ context.Context, in workflows.NotifyStopInput) error
 	return nil
 }
 
-// sendStopRequestSignal sends a task its stopRequestSignal, once, if it has one and a request that ends its run
-// stands, so that one which does not check should-stop still hears of the request before its grace ends.
-func (h *Host) sendStopRequestSignal(e *entry) {
-	if !e.claimStopRequestSignal() {
-		return
+// sendStopRequestSignals sends each task its stopRequestSignal, once, if it has one and a request that ends its
+// run stands, so that one which does not check should-stop still hears of the request before its grace ends.
+func (h *Host) sendStopRequestSignals(entries []*entry) {
+	var orders []signalOrder
+	for _, e := range entries {
+		if !e.claimStopRequestSignal() {
+			continue
+		}
+		sig := syscall.Signal(spec.SignalNumber(e.task.StopRequestSignal))
+		if sig == 0 {
+			h.Logger.Warn("the task's stopRequestSignal is not a signal name; it gets none", "task", e.ref.Task, "stopRequestSignal", e.task.StopRequestSignal)
+			continue
+		}
+		orders = append(orders, signalOrder{e, sig})
 	}
-	sig := syscall.Signal(spec.SignalNumber(e.task.StopRequestSignal))
-	if sig == 0 {
-		h.Logger.Warn("the task's stopRequestSignal is not a signal name; it gets none", "task", e.ref.Task, "stopRequestSignal", e.task.StopRequestSignal)
-		return
-	}
-	if err := h.signalEntry(e, sig); err != nil {
-		h.Logger.Warn("stopRequestSignal failed", "task", e.ref.Task, "signal", e.task.StopRequestSignal, "error", err)
-	}
+	h.signalEntries(orders, "stopRequestSignal")
 }
 
 // SignalTasks sends a signal to the process group of every task of a run on this host.
@@ -204,11 +207,11 @@ func (h *Host) SignalTasks(_ context.Context, in workflows.SignalTasksInput) err
 	}
 	entries := h.reg.find(in.WorkflowID, in.RunID, nil)
 	h.Logger.Info("signaling tasks", "run", in.WorkflowID, "signal", in.Signal, "tasks", len(entries))
-	for _, e := range entries {
-		if err := h.signalEntry(e, syscall.Signal(num)); err != nil {
-			h.Logger.Warn("signal failed", "task", e.ref.Task, "error", err)
-		}
+	orders := make([]signalOrder, len(entries))
+	for i, e := range entries {
+		orders[i] = signalOrder{e, syscall.Signal(num)}
 	}
+	h.signalEntries(orders, in.Signal)
 	return nil
 }
 

@@ -168,7 +168,7 @@ func (h *Host) launch(e *entry, p *shim.Pending, adm Admitted, env []string, hea
 		return st, err
 	}
 	e.markStarted(st)
-	h.sendStopRequestSignal(e) // a stop request that came while it started
+	h.sendStopRequestSignals([]*entry{e}) // a stop request that came while it started
 	go h.supervise(e, w)
 	return st, nil
 }
@@ -349,25 +349,6 @@ func (h *Host) unanswered(e *entry, by, reason string, grace time.Duration, caus
 			"supervisor", st.ShimPID, "error", cause)
 		_ = syscall.Kill(st.ShimPID, syscall.SIGKILL)
 	}
-}
-
-// signalEntry sends a notice (the deadline warning, mapChangeSignal) to an attempt's process group (and
-// cgroup), or, with the spec's signalTo: main, to its own process only.
-func (h *Host) signalEntry(e *entry, sig syscall.Signal) error {
-	if e.process() == nil || e.exited() != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := h.shimClient(e)
-	if e.task.SignalMain {
-		err := c.SignalMain(ctx, sig)
-		if !errors.Is(err, shim.ErrNoSignalMain) {
-			return err
-		}
-		h.Logger.Warn("the task's supervisor predates signalTo: main, so its whole group gets the signal", "task", e.ref.Task, "signal", sig, "error", err)
-	}
-	return c.Signal(ctx, sig)
 }
 
 // retire stops an attempt that is no longer this host's to run, then forgets it: its record and sockets go

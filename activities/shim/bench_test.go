@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,7 +127,7 @@ var execCommand = exec.Command
 // BenchmarkStop64 stops 64 sleeping tasks of one run at once, as a fail-fast does, with one request to their
 // supervisor: from the request to every watcher holding its task's exit; ms-to-exit/op is the time to the last
 // task's exit alone, as scenario h of make bench times a stop.
-func BenchmarkStop64(b *testing.B) { benchStop(b, "", true, 64) }
+func BenchmarkStop64(b *testing.B) { benchStop(b, "", stopTogether, 64) }
 
 // BenchmarkStop64Cgroup is BenchmarkStop64 with a cgroup per task.
 func BenchmarkStop64Cgroup(b *testing.B) {
@@ -134,7 +135,7 @@ func BenchmarkStop64Cgroup(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	benchStop(b, parent, true, 64)
+	benchStop(b, parent, stopTogether, 64)
 }
 
 // BenchmarkStop250Cgroup is BenchmarkStop64Cgroup with 250 tasks: a host's share of a 1,000-task run on 4 hosts.
@@ -143,14 +144,58 @@ func BenchmarkStop250Cgroup(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	benchStop(b, parent, true, 250)
+	benchStop(b, parent, stopTogether, 250)
 }
 
 // BenchmarkStop64EachTask is BenchmarkStop64 with a stop request per task, on the task's own socket (as workers
 // before the supervisor's stop request did, and do for tasks of older supervisors).
-func BenchmarkStop64EachTask(b *testing.B) { benchStop(b, "", false, 64) }
+func BenchmarkStop64EachTask(b *testing.B) {
+	benchStop(b, "", func(_ Supervisor, clients []Client, _ []string) error {
+		for _, c := range clients {
+			go func() { _ = c.Stop(context.Background(), Stop{Grace: time.Second, By: "bench"}) }()
+		}
+		return nil
+	}, 64)
+}
 
-func benchStop(b *testing.B, cgroupParent string, together bool, n int) {
+// BenchmarkSignal250Cgroup sends 250 sleeping tasks of one run a signal that ends them (a stopRequestSignal to
+// a host's share of a 1,000-task run on 4 hosts), with one request to their supervisor.
+func BenchmarkSignal250Cgroup(b *testing.B) {
+	parent, err := proc.CgroupParent()
+	if err != nil {
+		b.Skip(err)
+	}
+	benchStop(b, parent, func(sup Supervisor, _ []Client, records []string) error {
+		return sup.SignalTasks(context.Background(), records, syscall.SIGUSR1, false)
+	}, 250)
+}
+
+// BenchmarkSignal250EachTaskCgroup is BenchmarkSignal250Cgroup with a request per task on its own socket, one
+// after the other, as host workers signalled before the supervisor's signal request (and do for tasks of older
+// supervisors).
+func BenchmarkSignal250EachTaskCgroup(b *testing.B) {
+	parent, err := proc.CgroupParent()
+	if err != nil {
+		b.Skip(err)
+	}
+	benchStop(b, parent, func(_ Supervisor, clients []Client, _ []string) error {
+		for _, c := range clients {
+			if err := c.Signal(context.Background(), syscall.SIGUSR1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, 250)
+}
+
+// stopTogether stops a benchmark's tasks with one request to their supervisor.
+func stopTogether(sup Supervisor, _ []Client, records []string) error {
+	return sup.StopTasks(context.Background(), records, Stop{Grace: time.Second, By: "bench"})
+}
+
+// benchStop starts n sleeping tasks under one supervisor per iteration, and times send's ending them: to the
+// last one's exit (ms-to-exit/op), and until every watcher holds its exit.
+func benchStop(b *testing.B, cgroupParent string, send func(sup Supervisor, clients []Client, records []string) error, n int) {
 	sup := benchSupervisor(b)
 	sockDir := filepath.Dir(sup.Socket)
 	var toExit time.Duration
@@ -189,14 +234,8 @@ func benchStop(b *testing.B, cgroupParent string, together bool, n int) {
 		time.Sleep(100 * time.Millisecond) // the tasks of a stop have run a while: let their starts settle
 		b.StartTimer()
 		start := time.Now()
-		if together {
-			if err := sup.StopTasks(context.Background(), records, Stop{Grace: time.Second, By: "bench"}); err != nil {
-				b.Fatal(err)
-			}
-		} else {
-			for _, c := range clients {
-				go func() { _ = c.Stop(context.Background(), Stop{Grace: time.Second, By: "bench"}) }()
-			}
+		if err := send(sup, clients, records); err != nil {
+			b.Fatal(err)
 		}
 		waitExits(b, exits)
 		toExit += time.Since(start)

@@ -156,6 +156,24 @@ func (s Supervisor) spawn() error {
 // StopTasks asks the supervisor to stop the tasks whose record folders are named (as Client.Stop asks one
 // task), in one request. A supervisor from before this request answers with an error.
 func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) error {
+	return s.ask(ctx, request{Op: "stop", Records: records, Stop: stop})
+}
+
+// SignalTasks sends sig to the tasks whose record folders are named, in one request: to each one's process
+// group (as Client.Signal does), or with main to its own process only (Client.SignalMain). A supervisor from
+// before this request answers with an error; one that took it but could not signal some of the tasks says so in
+// a *SignalFailures, and the others got the signal.
+func (s Supervisor) SignalTasks(ctx context.Context, records []string, sig syscall.Signal, main bool) error {
+	return s.ask(ctx, request{Op: "signal", Records: records, Signal: int(sig), Main: main})
+}
+
+// SignalFailures: the supervisor took a SignalTasks, and some of its tasks could not be signalled.
+type SignalFailures struct{ Msg string }
+
+func (e *SignalFailures) Error() string { return e.Msg }
+
+// ask sends the supervisor one request on its own socket and reads its answer.
+func (s Supervisor) ask(ctx context.Context, req request) error {
 	within := StartTimeout
 	if d, ok := ctx.Deadline(); ok {
 		within = min(within, time.Until(d))
@@ -168,7 +186,7 @@ func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) 
 	if d, ok := ctx.Deadline(); ok {
 		_ = p.conn.SetDeadline(d)
 	}
-	if err := send(p.conn, request{Op: "stop", Records: records, Stop: stop}); err != nil {
+	if err := send(p.conn, req); err != nil {
 		return err
 	}
 	m, err := readMessage(p.r)
@@ -177,6 +195,8 @@ func (s Supervisor) StopTasks(ctx context.Context, records []string, stop Stop) 
 		return err
 	case !m.OK:
 		return fmt.Errorf("task supervisor: %s", m.Error)
+	case m.Error != "":
+		return &SignalFailures{Msg: m.Error}
 	}
 	return nil
 }

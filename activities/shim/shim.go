@@ -225,8 +225,10 @@ type request struct {
 	Config *Config `json:"config,omitempty"`
 	Stop   Stop    `json:"stop"`
 	Signal int     `json:"signal,omitempty"`
-	// Records names the tasks a supervisor's "stop" is for, by their record folders (Config.Record).
+	// Records names the tasks a supervisor's "stop" or "signal" is for, by their record folders (Config.Record).
 	Records []string `json:"records,omitempty"`
+	// Main, in a supervisor's "signal", sends the signal to each task's own process, not its group.
+	Main bool `json:"main,omitempty"`
 	// Watch, in a "start", asks that the connection go on as the task's watch (Client.Watch) once it runs: one
 	// connection per task, not two. A supervisor from before ignores it, and answers without Watching.
 	Watch bool `json:"watch,omitempty"`

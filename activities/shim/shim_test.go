@@ -572,6 +572,37 @@ func TestShim_SupervisorStopsTheTasksItIsAskedTo(t *testing.T) {
 	assert.False(t, ok, "a task it was not asked to stop runs on")
 }
 
+// One request to the supervisor signals the tasks it names, and no other: each one's group, or with main its own
+// process only, sparing its children.
+func TestShim_SupervisorSignalsTheTasksItIsAskedTo(t *testing.T) {
+	for _, main := range []bool{true, false} {
+		var dirs []string
+		var watches []*Watch
+		for range 3 {
+			dir, cfg := record(t, `sh -c 'sleep 1; echo survived > "$DIR/child"' & child=$!
+trap 'echo got USR1 > "$DIR/usr1"; wait $child; exit 0' USR1
+echo ready > "$DIR/ready"; while :; do sleep 0.05; done`, nil)
+			launch(t, dir, cfg)
+			waitFor(t, "the trap", func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil })
+			dirs, watches = append(dirs, dir), append(watches, watch(t, cfg))
+		}
+		require.NoError(t, supervisorOf(t).SignalTasks(context.Background(), dirs[:2], syscall.SIGUSR1, main))
+		for i, w := range watches[:2] {
+			assert.Equal(t, 0, ended(t, w).Code)
+			b, _ := os.ReadFile(filepath.Join(dirs[i], "usr1"))
+			assert.Equal(t, "got USR1\n", string(b))
+			b, _ = os.ReadFile(filepath.Join(dirs[i], "child"))
+			if main {
+				assert.Equal(t, "survived\n", string(b), "the child did not get the signal")
+			} else {
+				assert.Empty(t, b, "the child died of the signal")
+			}
+		}
+		_, err := os.Stat(filepath.Join(dirs[2], "usr1"))
+		assert.True(t, os.IsNotExist(err), "a task it was not asked to signal got nothing")
+	}
+}
+
 // A task started with StartWatched is watched on the connection that started it: its exit comes on it, even for
 // a task that ends at once, and while it is held the task is not an orphan; closing it is letting go.
 func TestShim_StartWatchedHoldsTheClaim(t *testing.T) {
