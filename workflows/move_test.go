@@ -275,3 +275,38 @@ func TestMove_AWholeLeaseOnAFullHostIsAskedBackFirst(t *testing.T) {
 		})
 	}
 }
+
+// A restarted task whose launch waits on another host than its attempt before (that host was drained) shows
+// the host it waits on, the one its row's note names, not the one it left.
+func TestMove_ARestartWaitingOnAnotherHostShowsThatHost(t *testing.T) {
+	shortChecks(t, time.Hour)
+	h := newHarness(t, func(_ string, attempt, _ int) behavior {
+		if attempt == 1 {
+			return exits(1)
+		}
+		return exits(0)
+	})
+	reg := &changingRegistry{lists: [][]HostEntry{{poolHost("h2", 2, 0)}, {poolHost("h1", 1, 1)}}}
+	testRegistry = reg.read
+	start := time.Now()
+	h.hosts.untaken = func(queue string) bool {
+		return queue == PlacedQueue("default", "h1") && time.Since(start) < 2*time.Second
+	}
+	var waiting RunStatus
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&waiting))
+	}, 1500*time.Millisecond)
+	st, err := h.run(t, mustSpec(t, `{name: m, command: [x], restart: {policy: OnFailure, maxRestarts: 1, backoff: 1s}, tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, StatusSucceeded, st.Status)
+	w := waiting.Task("worker-0")
+	assert.Equal(t, TaskPending, w.State)
+	assert.Equal(t, 2, w.Attempt)
+	assert.Contains(t, w.Error, "waiting for a free slot on h1")
+	assert.Equal(t, "h1", w.Host, "the host it waits on")
+	assert.Equal(t, PlacedQueue("default", "h1"), h.hosts.queues["worker-0"], "its lease waited on h1")
+	require.Len(t, w.Earlier, 1)
+	assert.NotEqual(t, "h1", w.Earlier[0].Host, "the attempt before ran elsewhere")
+}

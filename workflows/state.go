@@ -144,6 +144,17 @@ const MaxResultsBytes = 1 << 20
 // of every task to fit Temporal's 2 MB payload limit (10,000 tasks take about 2.3 MB in full).
 const MaxStatusBytes = 1792 << 10
 
+// waitsOn shows a pending task's row at the host the run placed its launch on, where its lease waits (for a
+// slot, say), rather than at the host of its attempt before: a task restarted off a drained host showed
+// `Pending  host-b` while its row said it waited for a slot on host-a. Its address there comes with its start.
+// The task's own record keeps the host before, where a restart tries to bring it back.
+func waitsOn(row *TaskStatus, t *task) {
+	if row.State != TaskPending || t.placedHost == "" || row.Host == t.placedHost {
+		return
+	}
+	row.Host, row.Addr, row.Port = t.placedHost, "", 0
+}
+
 // snapshot is the query "status" and the run's result.
 func (r *run) snapshot() RunStatus {
 	s := RunStatus{Name: r.plan.Name, Status: r.status, Reason: r.reason, RestartCount: r.restartCount,
@@ -158,6 +169,7 @@ func (r *run) snapshot() RunStatus {
 			s.Tasks[i] = r.endedRow(t)
 		}
 		s.Tasks[i].Starting = t.preplaced && s.Tasks[i].State == TaskPlaced
+		waitsOn(&s.Tasks[i], t)
 	}
 	fitStatuses(s.Tasks)
 	s.Barriers, s.BarrierCounts = r.barrierStatus()

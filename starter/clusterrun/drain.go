@@ -136,19 +136,49 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	default:
 		fmt.Fprintf(stdout, "host %s is drained: it takes no new tasks; its %d running task(s) go on until they end\n", host, running)
 	}
-	if len(st.Tasks) > 0 {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	printHostTasks(stdout, st.Tasks)
+	return nil
+}
+
+// printHostTasks lists a host's tasks a row each, or, past endRows of them, counts them per run and state: a
+// drain of a host running 500 tasks printed 500 rows, and the ended tasks of runs before after them.
+func printHostTasks(w io.Writer, tasks []workflows.HostTask) {
+	if len(tasks) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer func() { _ = tw.Flush() }()
+	if len(tasks) <= endRows {
 		fmt.Fprintln(tw, "RUN\tTASK\tATTEMPT\tPID\tSTATE")
-		for _, t := range st.Tasks {
+		for _, t := range tasks {
 			pid := "-"
 			if t.PID > 0 {
 				pid = fmt.Sprint(t.PID)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Run, t.Task, t.Attempt, pid, t.State)
 		}
-		_ = tw.Flush()
+		return
 	}
-	return nil
+	type group struct{ run, state string }
+	byGroup := map[group][]string{}
+	var order []group
+	for _, t := range tasks {
+		g := group{t.Run, t.State}
+		if _, ok := byGroup[g]; !ok {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], t.Task)
+	}
+	fmt.Fprintln(tw, "RUN\tSTATE\tTASKS")
+	for _, g := range order {
+		names := byGroup[g]
+		list := strings.Join(names[:min(len(names), 3)], ", ")
+		if len(names) > 3 {
+			list += fmt.Sprintf(" and %d more", len(names)-3)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d: %s\n", g.run, g.state, len(names), list)
+	}
+	fmt.Fprintf(tw, "(%d tasks in all; -o json lists each, and clusterrun status RUN shows where each went)\n", len(tasks))
 }
 
 // rootCause is the innermost error of a chain, which says what actually went wrong.
