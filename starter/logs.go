@@ -171,7 +171,7 @@ func readRound(ctx context.Context, reader logReading, streams map[string]*logSt
 	if len(open) == 0 {
 		return false, nil
 	}
-	per := max(int64(workflows.MaxLogRead)/int64(len(open)), 16<<10)
+	per := max(int64(workflows.MaxLogRead)/int64(len(open)), workflows.MaxLogRead/workflows.MaxLogRequests) // as many streams as a read may carry
 	got := false
 	var round []datedLine
 	for start := 0; start < len(open); start += int(workflows.MaxLogRead / per) {

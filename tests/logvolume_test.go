@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/clusterrun/clusterrun/workflows"
@@ -127,6 +128,60 @@ tasks: {worker: {replicas: 8, hosts: [host-a, host-b]}}
 	sessions, oneShot := c.logSessions(t)
 	assert.Equal(t, 4, sessions, "one helper workflow per command (run, logs --follow, logs, logs worker-5)")
 	assert.Zero(t, oneShot, "no one-read helper workflows")
+}
+
+// A read of many tasks' output serves as many streams as one read may carry (MaxLogRequests), not 64 of them:
+// 200 running tasks' 400 streams take 2 reads, where they took 7 (at 1,000 tasks, 32 reads and 2.3-3.3 s).
+func TestE2E_LogsOfManyTasksTakeFewReads(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: many-logs
+command: [sh, -c, 'echo "$CLUSTERRUN_TASK says hello"; exec sleep 600']
+tasks: {worker: {replicas: 200, hosts: [host-a, host-b]}}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	defer c.cli(t, "cancel", id)
+	waitUntil(t, "every task to run", 2*time.Minute, func() bool {
+		st, ok := c.query(t, id)
+		if !ok || len(st.Tasks) != 200 {
+			return false
+		}
+		for _, task := range st.Tasks {
+			if task.State != workflows.TaskRunning {
+				return false
+			}
+		}
+		return true
+	})
+	out := c.cli(t, "logs", id)
+	require.Equal(t, 0, out.code, out.stderr)
+	for i := range 200 {
+		assert.Contains(t, out.stdout, fmt.Sprintf("worker-%d says hello\n", i))
+	}
+	var session string
+	waitUntil(t, "the logs command's session to be listed", 30*time.Second, func() bool {
+		res, err := c.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = '" + workflows.LogSessionWorkflowType + "'"})
+		require.NoError(t, err)
+		for _, e := range res.Executions {
+			if strings.HasPrefix(e.GetExecution().GetWorkflowId(), id+"-logs-") {
+				session = e.GetExecution().GetWorkflowId()
+			}
+		}
+		return session != ""
+	})
+	reads := 0
+	it := c.client.GetWorkflowHistory(context.Background(), session, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED {
+			reads++
+		}
+	}
+	assert.Equal(t, 2, reads, "400 streams, 256 to a read")
 }
 
 // A 100 MB log (training-log-like lines, random numbers) comes back byte for byte through run, logs and logs --follow (started while the task writes).
