@@ -50,14 +50,19 @@ func (h *Host) unfollowIfIdle(workflowID, runID string) {
 	}
 }
 
+// dataConverter is the client's, to decode payloads read by hand.
+func (h *Host) dataConverter() converter.DataConverter {
+	if h.DataConverter == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return h.DataConverter
+}
+
 // follow reads a run's history as it grows until the run is over (or ctx ends), and acts on the barrier
 // outcomes and this host's stops in it. A stop scheduled before the host began to follow is left to its
 // StopTasks: only the history's new events are the run's decisions now.
 func (h *Host) follow(ctx context.Context, workflowID, runID string) {
-	dc := h.DataConverter
-	if dc == nil {
-		dc = converter.GetDefaultDataConverter()
-	}
+	dc := h.dataConverter()
 	stopsAfter := h.historyLength(ctx, workflowID, runID)
 	seen := 0      // outcomes are numbered
 	var read int64 // a restarted iterator reads the history again from the start

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"time"
@@ -33,12 +34,12 @@ func (c *controlServer) itemsSchedule(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	in := workflows.ScheduleItemsRequest{From: c.from(), Hold: req.Hold, Wait: wait, Acks: workflows.Acks{On: req.Acks, Got: req.Got}}
+	in := workflows.ScheduleItemsRequest{From: c.from(), Hold: req.Hold, Acks: workflows.Acks{On: req.Acks, Got: req.Got}}
 	for _, it := range req.Items {
 		in.Items = append(in.Items, workflows.NewItem(it))
 	}
 	var out workflows.ScheduleItemsResult
-	if status, err := c.itemsUpdate(r, workflows.UpdateItemsSchedule, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsSchedule, wait, func(w time.Duration) any { in.Wait = w; return in }, &out); err != nil {
 		return nil, status, err
 	}
 	ans := task.ScheduleAnswer{IDs: out.IDs, Results: taskResults(out.Results)}
@@ -57,12 +58,12 @@ func (c *controlServer) itemsTake(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	in := workflows.TakeItemsRequest{From: c.from(), Renew: req.Renew, Fns: req.Fns, Max: req.Max, Wait: wait}
+	in := workflows.TakeItemsRequest{From: c.from(), Renew: req.Renew, Fns: req.Fns, Max: req.Max}
 	for _, o := range req.Done {
 		in.Done = append(in.Done, workflows.ItemOutcome(o))
 	}
 	var out workflows.TakeItemsResult
-	if status, err := c.itemsUpdate(r, workflows.UpdateItemsTake, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsTake, wait, func(w time.Duration) any { in.Wait = w; return in }, &out); err != nil {
 		return nil, status, err
 	}
 	ans := task.TakeAnswer{Items: []task.LeasedItem{}}
@@ -81,10 +82,10 @@ func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise, Wait: wait,
+	in := workflows.WaitItemsRequest{From: c.from(), IDs: req.IDs, All: req.All, Raise: req.Raise,
 		Acks: workflows.Acks{On: req.Acks, Got: req.Got}}
 	var out workflows.WaitItemsResult
-	if status, err := c.itemsUpdate(r, workflows.UpdateItemsWait, in, &out); err != nil {
+	if status, err := c.itemsUpdate(r, workflows.UpdateItemsWait, wait, func(w time.Duration) any { in.Wait = w; return in }, &out); err != nil {
 		return nil, status, err
 	}
 	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error, Gone: out.Gone}, 0, nil
@@ -125,11 +126,12 @@ var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // itemsUpdateID is the update id of a work-item call: the calling attempt's own, with the id its client sent
 // with every try of the call. Temporal applies an update id once per execution and answers a repeat with the
 // first answer, so a call tried again after its answer was lost (this worker restarted while the call waited)
-// gets that answer. Without the header, the SDK picks an id per try, as before.
+// gets that answer. Without the header, the id is drawn here, so that this worker's own tries of the call
+// (itemsUpdate) apply it once.
 func (c *controlServer) itemsUpdateID(r *http.Request) (string, error) {
 	id := r.Header.Get(task.HeaderRequestID)
 	if id == "" {
-		return "", nil
+		return fmt.Sprintf("%s/%d/w-%016x", c.e.ref.Task, c.e.ref.Attempt, rand.Uint64()), nil
 	}
 	if !requestIDPattern.MatchString(id) {
 		return "", fmt.Errorf("header %s %q: write 1 to 64 letters, digits, - or _ (a fresh random one per call)", task.HeaderRequestID, cut(id, 80))
@@ -137,9 +139,12 @@ func (c *controlServer) itemsUpdateID(r *http.Request) (string, error) {
 	return fmt.Sprintf("%s/%d/%s", c.e.ref.Task, c.e.ref.Attempt, id), nil
 }
 
-// itemsUpdate sends one update to the run's ClusterItems workflow and decodes its answer. It sends it again
-// while the workflow moves to a new history or is about to start; errors name what the task can do.
-func (c *controlServer) itemsUpdate(r *http.Request, name string, in, out any) (int, error) {
+// itemsUpdate sends one update to the run's ClusterItems workflow and decodes its answer into out; in(w) is the
+// request with a wait of w. It sends it again while the workflow moves to a new history or is about to start,
+// and when the workflow refused it as busy (enough requests wait there already) once the workflow's memo says
+// it may be answered. A refused take whose wait runs out is answered here with no item; a schedule or a wait
+// is sent once more without waiting, for what it has to hand. Errors name what the task can do.
+func (c *controlServer) itemsUpdate(r *http.Request, name string, wait time.Duration, in func(time.Duration) any, out any) (int, error) {
 	updateID, err := c.itemsUpdateID(r)
 	if err != nil {
 		return http.StatusBadRequest, err
@@ -149,12 +154,7 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, in, out any) (
 	began := time.Now()
 	delay := 20 * time.Millisecond
 	for {
-		h, err := c.h.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: id, UpdateName: name, UpdateID: updateID, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		})
-		if err == nil {
-			err = h.Get(ctx, out)
-		}
+		err := c.sendItems(ctx, id, name, updateID, in(max(wait-time.Since(began), 0)), out)
 		if err == nil {
 			return 0, nil
 		}
@@ -165,6 +165,15 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, in, out any) (
 		if !retry || ctx.Err() != nil {
 			return status, errors.New(why)
 		}
+		if status == http.StatusTooManyRequests {
+			var saw workflows.ItemCounts
+			_ = appErrDetails(err, &saw)
+			take := name == workflows.UpdateItemsTake
+			if !c.awaitItems(ctx, id, take, saw, began.Add(wait)) && take {
+				return 0, nil // refused, it applied nothing, and its wait ran out with no item: as the workflow answers
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return http.StatusRequestTimeout, ctx.Err()
@@ -172,6 +181,68 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, in, out any) (
 		}
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// awaitItems waits, after the items workflow refused a request as busy, until the item counts in its memo say
+// the request may be answered (items queued, for a take; counts other than those it saw, for a schedule or a
+// wait): true; or until its wait is over: false. It reads the workflow's description, which costs the
+// workflow no task: every 100 ms at first, then further apart, up to 1 s.
+func (c *controlServer) awaitItems(ctx context.Context, id string, take bool, saw workflows.ItemCounts, until time.Time) bool {
+	var b backoff
+	for {
+		pause := min(b.next(), time.Until(until))
+		if pause <= 0 {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return true // the next try says why
+		case <-time.After(pause):
+		}
+		counts, ok := c.itemCounts(ctx, id)
+		if !ok || (take && counts.Queued > 0) || (!take && counts != saw) {
+			return true
+		}
+	}
+}
+
+// itemCounts reads the counts in the memo of the run's ClusterItems workflow.
+func (c *controlServer) itemCounts(ctx context.Context, id string) (workflows.ItemCounts, bool) {
+	var counts workflows.ItemCounts
+	desc, err := c.h.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return counts, false
+	}
+	p, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[workflows.MemoItems]
+	return counts, ok && c.h.dataConverter().FromPayload(p, &counts) == nil
+}
+
+func appErrDetails(err error, v any) error {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return err
+	}
+	return appErr.Details(v)
+}
+
+// sendItems sends one update and waits for its answer.
+func (c *controlServer) sendItems(ctx context.Context, id, name, updateID string, in, out any) error {
+	h, err := c.h.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, UpdateName: name, UpdateID: updateID, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, out)
+}
+
+// backoff spaces the tries of a request the items workflow found busy: 100 ms, doubling to 1 s, each drawn
+// from the upper half of that so that the host workers' tries spread out.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 100*time.Millisecond), time.Second)
+	return b.d/2 + rand.N(b.d/2)
 }
 
 // itemsMissing says why the run's ClusterItems workflow cannot be reached: it has ended with the run, or the
@@ -192,6 +263,8 @@ func itemsError(err error) (status int, retry bool, why string) {
 		return http.StatusNotFound, true, notFound.Error()
 	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrItemsMoving:
 		return http.StatusServiceUnavailable, true, appErr.Message()
+	case errors.As(err, &appErr) && appErr.Type() == workflows.ErrItemsBusy:
+		return http.StatusTooManyRequests, true, appErr.Message()
 	case errors.As(err, &appErr):
 		return http.StatusBadRequest, false, appErr.Message()
 	}

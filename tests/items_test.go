@@ -578,3 +578,70 @@ func TestE2E_ARunWithoutItemsIsReadWithoutLookingForThem(t *testing.T) {
 	assert.True(t, read.NoItems)
 	assert.Zero(t, asked.Load(), "no run ID/items was described")
 }
+
+// 24 workers wait for items at once, more than the 10 updates Temporal lets a workflow have in flight
+// (history.maxInFlightUpdates). Before, every waiting take was one of those: 50 workers took them all, the
+// others' calls and reports were refused for minutes, and the run failed. Now at most 4
+// requests wait inside the items workflow (read from its histories), the rest wait on their host worker, no
+// task's call has to be tried again, and every result is right.
+func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-many-workers
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "3000", LATENCY: "0"}
+command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+items: {}
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 24, hosts: [host-a, host-b]}
+`)
+	r := c.cliWithin(t, 6*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
+	assert.NotContains(t, r.stdout+r.stderr, "trying again", "no task's call was refused until its client tried it again")
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	var got struct {
+		Items int     `json:"items"`
+		Wrong int     `json:"wrong"`
+		Rate  float64 `json:"items_per_s"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	assert.Equal(t, 3000, got.Items)
+	assert.Zero(t, got.Wrong, "every result right")
+	t.Logf("3,000 items over 24 workers at %.0f items/s", got.Rate)
+
+	waiting := mostUpdatesWaiting(t, c, workflows.ItemsWorkflowID(id))
+	assert.LessOrEqual(t, waiting, workflows.ParkBudget, "requests waiting inside the items workflow at once")
+	assert.Positive(t, waiting, "some requests waited there")
+}
+
+// mostUpdatesWaiting reads every history of a workflow and returns the most updates that were accepted by one
+// workflow task and still unanswered when a later one completed: the requests waiting inside it at once.
+func mostUpdatesWaiting(t *testing.T, c *cluster, workflowID string) int {
+	t.Helper()
+	res, err := c.client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s'", workflowID)})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.GetExecutions())
+	most := 0
+	for _, e := range res.GetExecutions() {
+		it := c.client.GetWorkflowHistory(t.Context(), workflowID, e.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		open := map[string]bool{}
+		for it.HasNext() {
+			ev, err := it.Next()
+			require.NoError(t, err)
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+				most = max(most, len(open))
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+				open[ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetProtocolInstanceId()] = true
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+				delete(open, ev.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId())
+			}
+		}
+	}
+	return most
+}

@@ -115,10 +115,35 @@ type ItemsView struct {
 	Items  []Item     `json:"items"`
 }
 
-// ErrItemsMoving refuses an update while ClusterItems moves to a new history; host workers send it again.
-const ErrItemsMoving = "ItemsMoving"
+// ErrItemsMoving refuses an update while ClusterItems moves to a new history; ErrItemsBusy refuses a request
+// that would only wait, while ParkBudget requests wait already. Host workers send either again.
+const (
+	ErrItemsMoving = "ItemsMoving"
+	ErrItemsBusy   = "ItemsBusy"
+)
 
 var errItemsMoving = temporal.NewApplicationError("the run's items are moving to a new history; send the request again", ErrItemsMoving)
+
+// errItemsBusy refuses a request that would only wait; its details are the counts it saw, so that its host
+// worker can tell from the memo's when to send it again.
+func (w *itemsWorkflow) errItemsBusy() error {
+	return temporal.NewApplicationError("enough requests wait for the run's items already; send the request again when they change",
+		ErrItemsBusy, w.s.Counts)
+}
+
+// ParkBudget bounds the requests that wait inside ClusterItems at once. A waiting request is an update in
+// flight, and Temporal admits 10 per workflow by default (history.maxInFlightUpdates): past that it refuses
+// every update, a worker's report of its results among them, and 50 workers that each waited for items took
+// every slot. So at most ParkBudget requests wait here, and the rest of the limit is left to requests that
+// are answered at once. A request that would only wait is refused (ErrItemsBusy: nothing reaches the
+// history) and its host worker sends it again when the item counts in the workflow's memo say it may be
+// answered (a description, which costs the workflow no task); one that carries something to apply is
+// answered at once.
+const ParkBudget = 4
+
+// ChangeItemsWaits marks items workflows whose requests do not wait past ParkBudget, and whose schedule stops
+// waiting for room when its scheduler has results to take (itemState.Waits).
+const ChangeItemsWaits = "clusterrun-items-waits"
 
 // ChangeItemsRetryAlone marks items workflows that do not count a lost hand-out shared with other items
 // toward maxAttempts, and hand such an item out alone from then on (itemState.RetryAlone).
@@ -133,6 +158,9 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 	s.init()
 	if !s.RetryAlone && workflow.GetVersion(ctx, ChangeItemsRetryAlone, workflow.DefaultVersion, 1) == 1 {
 		s.RetryAlone = true // carried to the next history with the state: asked once per run's items
+	}
+	if !s.Waits && workflow.GetVersion(ctx, ChangeItemsWaits, workflow.DefaultVersion, 1) == 1 {
+		s.Waits = true
 	}
 	w := &itemsWorkflow{s: s}
 	if err := w.register(ctx); err != nil {
@@ -172,6 +200,7 @@ type itemsWorkflow struct {
 	s       *itemState
 	changed bool // the state changed since the main loop last looked
 	moving  bool // continue-as-new is under way
+	parked  int  // requests waiting in await
 }
 
 func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {
@@ -216,6 +245,9 @@ func (w *itemsWorkflow) checkSchedule(req ScheduleItemsRequest) error {
 			return err
 		}
 	}
+	if w.onlyWaits(req.From, req.Wait, len(req.Acks.Got) > 0, w.scheduleReady(req)) {
+		return w.errItemsBusy()
+	}
 	return nil
 }
 
@@ -237,6 +269,9 @@ func (w *itemsWorkflow) checkTake(req TakeItemsRequest) error {
 			return err
 		}
 	}
+	if req.Max > 0 && w.onlyWaits(req.From, req.Wait, len(req.Done) > 0 || len(req.Renew) > 0, w.s.hasWork(fnSet(req.Fns))) {
+		return w.errItemsBusy()
+	}
 	return nil
 }
 
@@ -250,7 +285,43 @@ func (w *itemsWorkflow) checkWait(req WaitItemsRequest) error {
 	if len(req.IDs) > MaxItemsPerCall {
 		return fmt.Errorf("wait names at most %d items per call (got %d)", MaxItemsPerCall, len(req.IDs))
 	}
-	return checkAcks(req.Acks)
+	if err := checkAcks(req.Acks); err != nil {
+		return err
+	}
+	if (req.All || len(req.IDs) > 0) && w.onlyWaits(req.From, req.Wait, len(req.Acks.Got) > 0, w.waitReady(req)) {
+		return w.errItemsBusy()
+	}
+	return nil
+}
+
+// onlyWaits says whether a request should be refused as busy: ParkBudget requests wait already, and this one
+// would wait too (it asks to, and what it waits for is not there) with nothing to apply first (no outcomes,
+// renewals or acknowledgements, and an attempt the run has seen: a new attempt's first call frees its old
+// attempt's items).
+func (w *itemsWorkflow) onlyWaits(from TaskAttempt, wait time.Duration, applies, ready bool) bool {
+	return w.parked >= ParkBudget && wait > 0 && !ready && !applies && w.s.Attempts[from.Task] >= from.Attempt
+}
+
+// scheduleReady says whether a schedule would take an item now, or (itemState.Waits) hand its scheduler
+// results: with acknowledgements, results hold room until the scheduler's next call lets them go, so a
+// schedule that waited for room while they piled up would wait its whole wait.
+func (w *itemsWorkflow) scheduleReady(req ScheduleItemsRequest) bool {
+	return w.s.room(len(req.Items[0].Args)) || w.s.Keys[req.Items[0].Key] != 0 || (w.s.Waits && w.s.hasResults(req.From.Task))
+}
+
+func (w *itemsWorkflow) waitReady(req WaitItemsRequest) bool {
+	if req.All {
+		return w.s.pending(req.From.Task) == 0
+	}
+	return w.s.finished(req.IDs)
+}
+
+func fnSet(fns []string) map[string]bool {
+	set := make(map[string]bool, len(fns))
+	for _, f := range fns {
+		set[f] = true
+	}
+	return set
 }
 
 // MaxItemsPerCall bounds the items in one request, so that one update stays small in the history; MaxAcksPerCall
@@ -274,18 +345,21 @@ func checkFrom(from TaskAttempt) error {
 	return nil
 }
 
-// await waits up to d for cond, or until the workflow moves to a new history.
+// await waits up to d for cond, or until the workflow moves to a new history. With ParkBudget requests
+// waiting already, it does not wait: the request is answered with what there is, and its client asks again.
 func (w *itemsWorkflow) await(ctx workflow.Context, d time.Duration, cond func() bool) {
-	if d <= 0 || cond() {
+	if d <= 0 || cond() || (w.s.Waits && w.parked >= ParkBudget) {
 		return
 	}
+	w.parked++
+	defer func() { w.parked-- }()
 	_, _ = workflow.AwaitWithTimeout(ctx, min(d, MaxItemWait), func() bool { return w.moving || cond() })
 }
 
 func (w *itemsWorkflow) schedule(ctx workflow.Context, req ScheduleItemsRequest) (ScheduleItemsResult, error) {
 	w.s.seen(req.From, workflow.Now(ctx))
 	w.s.ack(req.From, req.Acks) // first: the room this call waits for may be its own results
-	w.await(ctx, req.Wait, func() bool { return w.s.room(len(req.Items[0].Args)) || w.s.Keys[req.Items[0].Key] != 0 })
+	w.await(ctx, req.Wait, func() bool { return w.scheduleReady(req) })
 	ids, err := w.s.schedule(req.From, req.Items, req.Hold, workflow.Now(ctx))
 	w.changed = true
 	if err != nil && len(ids) == 0 {
@@ -304,10 +378,7 @@ func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeIt
 	if req.Max == 0 {
 		return TakeItemsResult{}, nil
 	}
-	fns := map[string]bool{}
-	for _, f := range req.Fns {
-		fns[f] = true
-	}
+	fns := fnSet(req.Fns)
 	w.await(ctx, req.Wait, func() bool { return w.s.hasWork(fns) })
 	out := TakeItemsResult{Items: w.s.take(req.From, fns, req.Max, workflow.Now(ctx))}
 	if len(out.Items) > 0 {
@@ -323,12 +394,7 @@ func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitIt
 		w.changed = true
 		return WaitItemsResult{Pending: w.s.pending(req.From.Task)}, nil
 	}
-	w.await(ctx, req.Wait, func() bool {
-		if req.All {
-			return w.s.pending(req.From.Task) == 0
-		}
-		return w.s.finished(req.IDs)
-	})
+	w.await(ctx, req.Wait, func() bool { return w.waitReady(req) })
 	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task)}
 	out.Gone = w.s.gone(req.IDs, out.Results)
 	if req.Raise && out.Pending == 0 {

@@ -455,3 +455,106 @@ func roundTrip(t *testing.T, s *itemState) *itemState {
 	back.init()
 	return &back
 }
+
+// At most ParkBudget requests wait inside the workflow at once, each an update in flight (Temporal admits 10
+// per workflow by default). Past that, a request that would only wait is refused as busy, leaving nothing in
+// the history; one that carries something to apply, or comes from an attempt the run has not seen, is
+// answered at once. When work comes, the waiting requests get it.
+func TestItems_AtMostParkBudgetRequestsWait(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(ClusterItems)
+	update := updater(t, env)
+	workers := make([]TaskAttempt, ParkBudget+2)
+	took := make([]TakeItemsResult, len(workers))
+	answered := make([]time.Duration, len(workers))
+	began := env.Now()
+	for i := range workers {
+		workers[i] = TaskAttempt{Task: fmt.Sprintf("worker-%d", i), Attempt: 1}
+		env.RegisterDelayedCallback(func() {
+			req := TakeItemsRequest{From: workers[i], Fns: []string{"step"}, Max: 1, Wait: 5 * time.Second}
+			update(UpdateItemsTake, req, &took[i], func() { answered[i] = env.Now().Sub(began) })
+		}, time.Second+time.Duration(i)*time.Millisecond)
+	}
+	var refused []string
+	var applied TakeItemsResult
+	env.RegisterDelayedCallback(func() {
+		late := workers[ParkBudget]
+		env.UpdateWorkflow(UpdateItemsTake, "", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { refused = append(refused, err.Error()) },
+			OnAccept:   func() { t.Error("a request that only waits was taken while the budget was spent") },
+			OnComplete: func(any, error) {},
+		}, TakeItemsRequest{From: late, Fns: []string{"step"}, Max: 1, Wait: 5 * time.Second})
+		update(UpdateItemsTake, TakeItemsRequest{From: late, Renew: []int64{7}, Fns: []string{"step"}, Max: 1, Wait: 5 * time.Second}, &applied, nil)
+	}, 2*time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: steps(ParkBudget)}, nil, nil)
+	}, 3*time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 20*time.Second)
+	env.ExecuteWorkflow(ClusterItems, ItemsInput{RunID: "r", Config: spec.Items{Queue: 10, Lease: time.Minute, MaxAttempts: 3}})
+	require.True(t, env.IsWorkflowCompleted())
+
+	for i := range ParkBudget {
+		assert.Len(t, took[i].Items, 1, "%s waited and got an item when the chief scheduled", workers[i].Task)
+		assert.Equal(t, 3*time.Second, answered[i], workers[i].Task)
+	}
+	for i := ParkBudget; i < len(workers); i++ {
+		assert.Empty(t, took[i].Items, "%s came past the budget: answered at once", workers[i].Task)
+		assert.Less(t, answered[i], 2*time.Second, workers[i].Task)
+	}
+	require.Len(t, refused, 1, "the request that would only wait")
+	assert.Contains(t, refused[0], "enough requests wait")
+	assert.Empty(t, applied.Items, "the one with a renewal to apply was taken and answered at once")
+}
+
+// A schedule that waits for room while its scheduler has results to take is answered at once with them: with
+// acknowledgements the results hold room until the scheduler's next call lets them go, so waiting for room
+// meant waiting the whole wait, round after round (a Python chief scheduled 5,000 items in 54 s, 5 s now).
+func TestItems_AScheduleWaitingForRoomTakesItsResults(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(ClusterItems)
+	update := updater(t, env)
+	big := func(n int) []NewItem {
+		arg := json.RawMessage(`"` + strings.Repeat("x", MaxItemArgs-2) + `"`)
+		out := make([]NewItem, n)
+		for i := range out {
+			out[i] = NewItem{Fn: "step", Args: arg}
+		}
+		return out
+	}
+	on := Acks{On: true}
+	var first, second, third ScheduleItemsResult
+	var answered time.Duration
+	began := env.Now()
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: big(100), Acks: on}, &first, func() {
+			var took TakeItemsResult
+			update(UpdateItemsTake, TakeItemsRequest{From: worker0, Fns: []string{"step"}, Max: 100}, &took, func() {
+				var done []ItemOutcome
+				for _, l := range took.Items {
+					done = append(done, ok(l, `1`))
+				}
+				update(UpdateItemsTake, TakeItemsRequest{From: worker0, Done: done}, nil, nil)
+			})
+		})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: big(1), Wait: MaxItemWait, Acks: on}, &second, func() {
+			answered = env.Now().Sub(began)
+			got := Acks{On: true}
+			for _, r := range second.Results {
+				got.Got = append(got.Got, r.ID)
+			}
+			update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: big(1), Wait: MaxItemWait, Acks: got}, &third, env.CancelWorkflow)
+		})
+	}, 2*time.Second)
+	env.ExecuteWorkflow(ClusterItems, ItemsInput{RunID: "r", Config: spec.Items{Queue: 1000, Lease: time.Minute, MaxAttempts: 3}})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NotEmpty(t, first.IDs)
+	require.Less(t, len(first.IDs), 100, "the held items' bound stopped the first schedule")
+	assert.Empty(t, second.IDs, "no room: the results hold it")
+	assert.Len(t, second.Results, len(first.IDs), "the schedule handed its scheduler the results")
+	assert.Equal(t, 2*time.Second, answered, "at once, not after its wait")
+	assert.Len(t, third.IDs, 1, "acknowledged, the results made room")
+}

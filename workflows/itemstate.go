@@ -157,6 +157,10 @@ type itemState struct {
 	// RetryAlone: a lost hand-out shared with other items is not counted, and the item goes out alone
 	// (ChangeItemsRetryAlone); items workflows from before count every lost hand-out.
 	RetryAlone bool `json:"retryAlone,omitempty"`
+	// Waits: at most ParkBudget requests wait at once, and a schedule's wait for room ends when its scheduler
+	// has results to take (ChangeItemsWaits); items workflows from before let every request wait, and a
+	// schedule wait for room only.
+	Waits bool `json:"waits,omitempty"`
 }
 
 func newItemState(cfg spec.Items) *itemState {
@@ -552,6 +556,18 @@ func (s *itemState) keep(it *Item) {
 // its fields and its last hand-outs.
 func keptSize(it *Item) int {
 	return len(it.Result) + 2*len(it.Key) + keyedOverhead + len(it.Attempts)*handoutBytes
+}
+
+// hasResults says whether a scheduler task has results to be handed with its next call (not held for a
+// fetch by id, not handed out yet).
+func (s *itemState) hasResults(task string) bool {
+	//workflowcheck:ignore a test for any: the order of iteration cannot show
+	for _, it := range s.Items {
+		if (it.State == ItemDone || it.State == ItemFailed) && it.Scheduler.Task == task && !it.Hold && !it.Delivered {
+			return true
+		}
+	}
+	return false
 }
 
 // finished says whether every id given has a result.

@@ -21,7 +21,8 @@ import (
 // apart, one before ChangeSharedBackoffs (a timer each) and one after (one shared timer); v6/ two gangs queued
 // behind a blocker, each woken by the end of the run before it (ChangeWakeOnRunEnd); v7/ two runs whose
 // tasks waited for a host with no worker, saying Waiting (ChangeWaitingForHosts), and a run started by the
-// temporal CLI that set its search attributes itself (ChangeAdoptSearchAttributes). A workflow change
+// temporal CLI that set its search attributes itself (ChangeAdoptSearchAttributes); v8/ a run's ClusterItems
+// with eight workers' takes waiting at once, before ChangeItemsParkBudget. A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
@@ -35,6 +36,7 @@ func TestReplay_RecordedHistories(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflowWithOptions(ClusterRun, RegisterOptions)
 			r.RegisterWorkflowWithOptions(ReadLogs, workflow.RegisterOptions{Name: ReadLogsWorkflowType})
+			r.RegisterWorkflowWithOptions(ClusterItems, workflow.RegisterOptions{Name: ItemsWorkflowType})
 			in, err := os.Open(f)
 			require.NoError(t, err)
 			defer in.Close()
