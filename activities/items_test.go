@@ -17,8 +17,8 @@ import (
 func TestItemsUpdateID(t *testing.T) {
 	c := &controlServer{e: &entry{ref: attemptRef{WorkflowID: "w", RunID: "r", Task: "chief-0", Type: "chief", Attempt: 2}}}
 	for _, tc := range []struct{ header, want, err string }{
-		{"", "", ""},
-		{"0f3a9c", "chief-0/2/0f3a9c", ""},
+		{"", `^chief-0/2/w-[0-9a-f]{16}$`, ""},
+		{"0f3a9c", `^chief-0/2/0f3a9c$`, ""},
 		{"a b", "", "write 1 to 64 letters, digits, - or _"},
 		{strings.Repeat("x", 65), "", "write 1 to 64 letters"},
 	} {
@@ -34,8 +34,11 @@ func TestItemsUpdateID(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err)
-		assert.Equal(t, tc.want, got)
+		assert.Regexp(t, tc.want, got)
 	}
+	a, _ := c.itemsUpdateID(httptest.NewRequest("POST", task.PathItemsWait, nil))
+	b, _ := c.itemsUpdateID(httptest.NewRequest("POST", task.PathItemsWait, nil))
+	assert.NotEqual(t, a, b, "a call without an id gets one of its own")
 }
 
 // The clients' bound on acknowledgements per call is the run's.
