@@ -123,7 +123,7 @@ test-scale: $(TEMPORAL) build
 # The end-to-end suite with every Temporal server on PostgreSQL (each cluster its own databases in one
 # PostgreSQL the suite starts); TESTS picks a part of it. make test runs POSTGRES_TESTS this way.
 TESTS ?= .
-POSTGRES_TESTS ?= ^TestPostgres_|^TestE2E_(BarrierAcrossHosts|FailFast|StatusWatch|ItemsSurviveAKilledWorker|WebUI|ShardedRunWorksAcrossShards|GangsQueuedOnAFullPoolWaitWholeAndStartInTurn)|^TestFault_(ServerOutage30s|WorkerSIGKILLThenNewWorker)
+POSTGRES_TESTS ?= ^TestPostgres_|^TestE2E_(BarrierAcrossHosts|FailFast|StatusWatch|ItemsSurviveAKilledWorker|ManyWorkersWaitForItemsWithinTheServersLimit|WebUI|ShardedRunWorksAcrossShards|GangsQueuedOnAFullPoolWaitWholeAndStartInTurn)|^TestFault_(ServerOutage30s|WorkerSIGKILLThenNewWorker)
 test-postgres: $(TEMPORAL) $(POSTGRES_TOOLS) build
 	./deployments/postgres/install.sh >/dev/null
 	CLUSTERRUN_TEST_BACKEND=postgres $(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -run '$(TESTS)' ./tests/

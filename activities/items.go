@@ -258,6 +258,7 @@ func (c *controlServer) itemsMissing(ctx context.Context, id string) (int, error
 func itemsError(err error) (status int, retry bool, why string) {
 	var notFound *serviceerror.NotFound
 	var appErr *temporal.ApplicationError
+	var timedOut *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	switch {
 	case errors.As(err, &notFound):
 		return http.StatusNotFound, true, notFound.Error()
@@ -267,6 +268,9 @@ func itemsError(err error) (status int, retry bool, why string) {
 		return http.StatusTooManyRequests, true, appErr.Message()
 	case errors.As(err, &appErr):
 		return http.StatusBadRequest, false, appErr.Message()
+	case errors.As(err, &timedOut):
+		return http.StatusServiceUnavailable, false, "work items: the run's items workflow did not take the call within a minute " +
+			"(the Temporal server is unreachable, or too many calls wait for it: it takes 10 at a time)"
 	}
 	return http.StatusServiceUnavailable, false, fmt.Sprintf("work items: %v", err)
 }

@@ -1,19 +1,24 @@
 package activities
 
 import (
+	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // A work-item call's update id is the calling attempt's, with the request id its client sent; a malformed
-// request id is refused with what to send instead, and without one the SDK picks an id per try.
+// request id is refused with what to send instead, and without one the host draws an id for the call.
 func TestItemsUpdateID(t *testing.T) {
 	c := &controlServer{e: &entry{ref: attemptRef{WorkflowID: "w", RunID: "r", Task: "chief-0", Type: "chief", Attempt: 2}}}
 	for _, tc := range []struct{ header, want, err string }{
@@ -44,4 +49,28 @@ func TestItemsUpdateID(t *testing.T) {
 // The clients' bound on acknowledgements per call is the run's.
 func TestItemsAckBound(t *testing.T) {
 	assert.Equal(t, workflows.MaxAcksPerCall, task.MaxAcks)
+}
+
+// An update's error is sorted into the answer's status, whether the host sends it again, and what to say.
+func TestItemsError(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		retry  bool
+		says   string
+	}{
+		{serviceerror.NewNotFound("workflow not found"), http.StatusNotFound, true, "not found"},
+		{temporal.NewApplicationError("moving", workflows.ErrItemsMoving), http.StatusServiceUnavailable, true, "moving"},
+		{temporal.NewApplicationError("busy", workflows.ErrItemsBusy, workflows.ItemCounts{Queued: 1}), http.StatusTooManyRequests, true, "busy"},
+		{temporal.NewApplicationError("schedule takes 1..1000 items", "bad"), http.StatusBadRequest, false, "1..1000"},
+		{client.NewWorkflowUpdateServiceTimeoutOrCanceledError(context.DeadlineExceeded), http.StatusServiceUnavailable, false, "it takes 10 at a time"},
+	} {
+		status, retry, says := itemsError(tc.err)
+		assert.Equal(t, tc.status, status, tc.err.Error())
+		assert.Equal(t, tc.retry, retry, tc.err.Error())
+		assert.Contains(t, says, tc.says)
+	}
+	var saw workflows.ItemCounts
+	require.NoError(t, appErrDetails(temporal.NewApplicationError("busy", workflows.ErrItemsBusy, workflows.ItemCounts{Queued: 3}), &saw))
+	assert.Equal(t, int64(3), saw.Queued, "a refusal carries the counts it saw")
 }
