@@ -154,7 +154,10 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, wait time.Dura
 	began := time.Now()
 	delay := 20 * time.Millisecond
 	for {
-		err := c.sendItems(ctx, id, name, updateID, in(max(wait-time.Since(began), 0)), out)
+		// A call the server does not take is held until it does (hold.go); the update's id makes it count once.
+		err := untilServerAnswers(ctx, c.e.ended, func() error {
+			return c.sendItems(ctx, id, name, updateID, in(max(wait-time.Since(began), 0)), out)
+		})
 		if err == nil {
 			return 0, nil
 		}
@@ -236,15 +239,6 @@ func (c *controlServer) sendItems(ctx context.Context, id, name, updateID string
 	return h.Get(ctx, out)
 }
 
-// backoff spaces the tries of a request the items workflow found busy: 100 ms, doubling to 1 s, each drawn
-// from the upper half of that so that the host workers' tries spread out.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, 100*time.Millisecond), time.Second)
-	return b.d/2 + rand.N(b.d/2)
-}
-
 // itemsMissing says why the run's ClusterItems workflow cannot be reached: it has ended with the run, or the
 // run never had one.
 func (c *controlServer) itemsMissing(ctx context.Context, id string) (int, error) {
@@ -269,8 +263,8 @@ func itemsError(err error) (status int, retry bool, why string) {
 	case errors.As(err, &appErr):
 		return http.StatusBadRequest, false, appErr.Message()
 	case errors.As(err, &timedOut):
-		return http.StatusServiceUnavailable, false, "work items: the run's items workflow did not take the call within a minute " +
-			"(the Temporal server is unreachable, or too many calls wait for it: it takes 10 at a time)"
+		return http.StatusServiceUnavailable, false, "work items: the run's items workflow did not take the call before the task " +
+			"ended (the Temporal server is unreachable, or too many calls wait for it: it takes 10 at a time)"
 	}
 	return http.StatusServiceUnavailable, false, fmt.Sprintf("work items: %v", err)
 }

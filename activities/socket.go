@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,18 +201,25 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	defer c.e.forgetBarrier(req.Name, wait)
 	c.h.followRun(c.e.ref.WorkflowID, c.e.ref.RunID)
 	ctx := r.Context()
-	if err := c.h.arrive(ctx, c.e, req.Name, req.Types); err != nil {
-		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
-	}
-	began := time.Now()
-	outcome := "other"
-	defer func() { c.h.barrierWaited(outcome, time.Since(began)) }()
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		expired = t.C
 	}
+	// The timeout bounds the wait for the server too: an arrival it does not take is held (hold.go).
+	actx, cancel := context.WithTimeout(ctx, cmp.Or(timeout, maxBarrierTimeout))
+	err = untilServerAnswers(actx, c.e.ended, func() error { return c.h.arrive(actx, c.e, req.Name, req.Types) })
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && actx.Err() != nil {
+			return nil, http.StatusGatewayTimeout, fmt.Errorf("barrier %q timed out after %s: the Temporal server did not take the arrival (%v)", req.Name, timeout, err)
+		}
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("report arrival at barrier %q: %v", req.Name, err)
+	}
+	began := time.Now()
+	outcome := "other"
+	defer func() { c.h.barrierWaited(outcome, time.Since(began)) }()
 	select {
 	case msg := <-wait:
 		if msg != "" {
@@ -264,8 +272,8 @@ func (c *controlServer) stop(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	err = c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalStop,
-		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun, Seq: stopSeq.next()})
+	sig := workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun, Seq: stopSeq.next()}
+	err = c.signalRun(r.Context(), workflows.SignalStop, sig)
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
 	}
@@ -277,12 +285,18 @@ func (c *controlServer) clearStop(r *http.Request) (any, int, error) {
 	if err := decode(task.PathClearStop, r.Body, &req); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	err := c.h.Client.SignalWorkflow(r.Context(), c.e.ref.WorkflowID, c.e.ref.RunID, workflows.SignalClearStop,
-		workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Seq: stopSeq.next()})
+	err := c.signalRun(r.Context(), workflows.SignalClearStop, workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Seq: stopSeq.next()})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("clear stop: %v", err)
 	}
 	return map[string]bool{"cleared": true}, 0, nil
+}
+
+// signalRun sends the attempt's run a signal, held while the server does not take it (hold.go).
+func (c *controlServer) signalRun(ctx context.Context, name string, arg any) error {
+	return untilServerAnswers(ctx, c.e.ended, func() error {
+		return c.h.Client.SignalWorkflow(ctx, c.e.ref.WorkflowID, c.e.ref.RunID, name, arg)
+	})
 }
 
 // stopSeq numbers this host's stop requests and clear-stops (StopRequest.Seq).

@@ -137,6 +137,7 @@ func (e *Error) Error() string { return e.Message }
 
 // DefaultRetryFor is how long a client keeps trying while the control socket is gone or unavailable: its host
 // worker may be restarting (an upgrade, a crash), and the next one serves the socket again at the same path.
+// It does not bound a Temporal server outage: the host worker holds a call that needs the server until it answers.
 const DefaultRetryFor = 2 * time.Minute
 
 // Client talks to one task's control socket.

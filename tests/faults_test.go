@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/clusterrun/clusterrun/starter"
+	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -169,6 +170,69 @@ tasks:
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" does not answer: ", "which server is gone")
 	} else {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" is up but did not answer in time, its database may be down", "which server lost its database")
+	}
+}
+
+// Calls a task makes while the server is down (a barrier, a work item, a stop request) wait for it, however
+// long the outage: their host worker holds each and sends it when the server is back. The outage outlasts the
+// clients' own 2-minute retry, which is for a host worker that restarts, and which had failed every such call
+// (and so the tasks that made them) once it ran out.
+func TestFault_TaskCallsWaitOutAServerOutage(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	a, b := "calls-a-"+randomHex(2), "calls-b-"+randomHex(2)
+	require.NoError(t, c.startWorker(a))
+	require.NoError(t, c.startWorker(b))
+	dir := t.TempDir()
+	wait := fmt.Sprintf(`echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/call ]; do sleep 0.1; done; `, dir)
+	spec := writeSpec(t, fmt.Sprintf(`
+name: calls
+items: {}
+heartbeatTimeout: 2s
+stopGracePeriod: 2s
+tasks:
+  chief: {replicas: 1, hosts: [%[2]s], command: [sh, -c, '%[3]s clusterrun task schedule step "[1]"; echo $? > %[1]s/chief.schedule; clusterrun task stop --keep-run; echo $? > %[1]s/chief.stop; while [ ! -e %[1]s/go ]; do sleep 0.1; done']}
+  worker: {replicas: 2, hosts: [%[2]s, %[4]s], command: [sh, -c, '%[3]s clusterrun task barrier during --tasks worker --timeout 10m; echo $? > %[1]s/$CLUSTERRUN_TASK.barrier; exec sleep 600']}
+`, dir, a, wait, b))
+	id := runID(t)
+	r := c.cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	tasks := []string{"chief-0", "worker-0", "worker-1"}
+	pids := map[string]int{}
+	for _, name := range tasks {
+		pids[name] = int(readInt(t, filepath.Join(dir, name+".pid"), time.Minute))
+	}
+
+	c.dev.kill()
+	touch(t, filepath.Join(dir, "call"))
+	outage := task.DefaultRetryFor + 20*time.Second
+	for back := time.Now().Add(outage); time.Now().Before(back); time.Sleep(time.Second) {
+		for _, name := range tasks {
+			require.True(t, alive(pids[name]), "%s (pid %d) died %s into the outage", name, pids[name], outage-time.Until(back))
+		}
+		for _, f := range []string{"chief.schedule", "chief.stop", "worker-0.barrier", "worker-1.barrier"} {
+			_, err := os.Stat(filepath.Join(dir, f))
+			require.True(t, os.IsNotExist(err), "%s returned while the server was down", f)
+		}
+	}
+	require.NoError(t, c.dev.start(), "start the server again on the same data")
+
+	for _, f := range []string{"chief.schedule", "chief.stop", "worker-0.barrier", "worker-1.barrier"} {
+		assert.Zero(t, readInt(t, filepath.Join(dir, f), time.Minute), "%s: the call failed", f)
+	}
+	items := c.cli(t, "items", id)
+	require.Equal(t, 0, items.code, items.String())
+	assert.Contains(t, items.stdout, "1 scheduled", "the item scheduled during the outage is in the run, once")
+	st, ok := c.query(t, id)
+	require.True(t, ok)
+	assert.NotNil(t, st.StopAsked, "the stop request made during the outage reached the run")
+
+	touch(t, filepath.Join(dir, "go"))
+	res, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, res.Status, res.Reason)
+	for _, name := range tasks {
+		assert.Equal(t, 1, res.Task(name).Attempt, "%s started again", name)
 	}
 }
 
