@@ -259,7 +259,6 @@ func (e *entry) waitBarrier(name string) chan string {
 	}
 	ch := make(chan string, 1)
 	e.barriers[name] = ch
-	e.waiting++
 	return ch
 }
 
@@ -269,8 +268,22 @@ func (e *entry) forgetBarrier(name string, ch chan string) {
 	if e.barriers[name] == ch {
 		delete(e.barriers, name)
 	}
+}
+
+// beginWait and endWait bracket a call in which the task waits on its run (a barrier, a stop, work items, or
+// any of them held through an outage): it is not hung meanwhile (hangTimeout), and the wait's end is a sign of
+// life, from which its silence counts again.
+func (e *entry) beginWait() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.waiting++
+}
+
+func (e *entry) endWait() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.waiting--
-	e.progressAt = time.Now() // leaving a barrier is a sign of life
+	e.progressAt = time.Now()
 }
 
 // releaseBarrier hands the outcome to the waiter of a barrier, if one waits.

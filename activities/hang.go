@@ -15,9 +15,9 @@ import (
 const HangDumpWait = 5 * time.Second
 
 // hangLoop looks for hung tasks every second: those whose spec sets hangTimeout and that have written no
-// output and reported no progress for that long, outside barrier waits (a task waiting at a barrier waits for
-// others, and is not hung itself). The heartbeat proves only that the host worker lives; this proves that the
-// task does something.
+// output and reported no progress for that long, outside waits on the run (entry.beginWait: a task waiting at
+// a barrier, for a stop or for work items waits for others, and is not hung itself). The heartbeat proves only
+// that the host worker lives; this proves that the task does something.
 func (h *Host) hangLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

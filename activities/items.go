@@ -150,6 +150,10 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, wait time.Dura
 		return http.StatusBadRequest, err
 	}
 	ctx := r.Context()
+	if wait > 0 { // a worker waiting for items, a chief in join: not hung (a lease's renewal does not wait)
+		c.e.beginWait()
+		defer c.e.endWait()
+	}
 	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
 	began := time.Now()
 	delay := 20 * time.Millisecond

@@ -886,6 +886,21 @@ func TestRunTask_TaskThatPrintsIsNotHung(t *testing.T) {
 	assert.False(t, res.Hung)
 }
 
+// A task that waits on its run (here for a stop request, 1.5 s) is not hung, however long it waits: its
+// silence counts from the wait's end.
+func TestRunTask_TaskThatWaitsOnItsRunIsNotHung(t *testing.T) {
+	a := newHarness(t)
+	lib, err := filepath.Abs("../python")
+	require.NoError(t, err)
+	tk := taskSpec("python3", "-c", "import sys; sys.path.insert(0, "+strconv.Quote(lib)+"); import clusterrun; "+
+		"print('asked to stop:', clusterrun.wait_for_stop(timeout=1.5), file=sys.stderr)")
+	tk.HangTimeout = 500 * time.Millisecond
+	res, err := a.run(leased(tk))()
+	require.NoError(t, err)
+	assert.False(t, res.Hung)
+	assert.Contains(t, res.StderrTail, "asked to stop: False")
+}
+
 // With stopAfterDisconnect, a host that cannot reach the server stops the task itself.
 func TestRunTask_StopAfterDisconnect(t *testing.T) {
 	a := newHarness(t)

@@ -197,6 +197,8 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
+	c.e.beginWait()
+	defer c.e.endWait()
 	wait := c.e.waitBarrier(req.Name)
 	defer c.e.forgetBarrier(req.Name, wait)
 	c.h.followRun(c.e.ref.WorkflowID, c.e.ref.RunID)
@@ -294,6 +296,8 @@ func (c *controlServer) clearStop(r *http.Request) (any, int, error) {
 
 // signalRun sends the attempt's run a signal, held while the server does not take it (hold.go).
 func (c *controlServer) signalRun(ctx context.Context, name string, arg any) error {
+	c.e.beginWait()
+	defer c.e.endWait()
 	return untilServerAnswers(ctx, c.e.ended, func() error {
 		return c.h.Client.SignalWorkflow(ctx, c.e.ref.WorkflowID, c.e.ref.RunID, name, arg)
 	})
@@ -332,6 +336,8 @@ func (c *controlServer) waitForStop(r *http.Request) (any, int, error) {
 		defer t.Stop()
 		expired = t.C
 	}
+	c.e.beginWait()
+	defer c.e.endWait()
 	for {
 		st, moved := c.e.stopWatch()
 		if st.Stop {

@@ -131,6 +131,54 @@ tasks:
 	assert.Equal(t, 4, restarts, "the poison item killed a worker once in its batch and 3 times alone")
 }
 
+// A task that waits on the run's work items writes nothing meanwhile and is not hung: a worker with no item to
+// serve, and a chief in join, outlast hangTimeout while the one item runs. Only the worker that serves it
+// must show signs of life.
+func TestE2E_TasksWaitingForItemsAreNotHung(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-idle
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+hangTimeout: 2s
+items: {}
+stopGracePeriod: 2s
+tasks:
+  chief:
+    replicas: 1
+    hosts: [host-a]
+    command:
+    - python3
+    - -c
+    - |
+      import clusterrun, json, os
+      v = clusterrun.schedule("step", args=(7,))
+      clusterrun.join()
+      open(os.environ["CLUSTERRUN_RESULT_FILE"], "w").write(json.dumps({"result": v.fetch()}))
+  worker:
+    replicas: 2
+    hosts: [host-a, host-b]
+    command:
+    - python3
+    - -c
+    - |
+      import clusterrun, time
+      def step(x):
+          for _ in range(12):
+              print("working", flush=True)
+              time.sleep(0.5)
+          return 2 * x
+      clusterrun.serve({"step": step})
+`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	st, err := outcome(t, id)
+	require.NoError(t, err, "%+v", st)
+	assert.JSONEq(t, `{"result": 14}`, string(st.Task("chief-0").Result))
+	for _, task := range st.Tasks {
+		assert.NotContains(t, task.Error, "hung", task.Name)
+		assert.Equal(t, 1, task.Attempt, task.Name)
+	}
+}
+
 // Work items from a shell: schedule prints an id, fetch its result, join raises the first error once; the
 // items command lists every hand-out; a fetch that times out leaves what it was handed for the next; a run
 // without items says how to turn them on.
