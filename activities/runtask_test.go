@@ -820,6 +820,40 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	assert.JSONEq(t, `{"done":true}`, string(res.Result))
 }
 
+// A task that shows life only by its progress reports is not hung when its worker is replaced: the worker
+// before kept its last report, and while no worker served its socket it could report none, so the next worker
+// counts its silence from when it takes the task up.
+func TestRunTask_AWorkerRestartDoesNotMakeATaskHung(t *testing.T) {
+	a := newHarness(t)
+	logDir := a.host.LogDir
+	lib, err := filepath.Abs("../python")
+	require.NoError(t, err)
+	silent := filepath.Join(t.TempDir(), "quiet")
+	// Progress every 0.5 s for 4 s (past hangTimeout since its start), then 2.5 s of silence, within it.
+	tk := taskSpec("python3", "-c", "import sys, time; sys.path.insert(0, "+strconv.Quote(lib)+"); import clusterrun\n"+
+		"for i in range(8):\n    clusterrun.progress(i, 9); time.sleep(0.5)\n"+
+		"open("+strconv.Quote(silent)+", 'w').close(); time.sleep(2.5); clusterrun.progress(9, 9)")
+	tk.HangTimeout = 3 * time.Second
+	wait := a.run(leased(tk))
+	waitFor(t, "the task to fall quiet", func() bool { _, err := os.Stat(silent); return err == nil })
+	a.shutdown(false)
+	a.host.Close()
+	_, _ = wait()
+
+	b := &harness{server: &fakeServer{}, state: a.state}
+	b.suite.SetLogger(quiet())
+	b.env = b.suite.NewTestActivityEnvironment()
+	b.host = newHost(t, a.state, a.host.SocketDir, logDir, b.server)
+	b.env.RegisterActivity(b.host.RunTask)
+	require.Equal(t, 1, b.host.Running(), "the new worker found the running task")
+	in := leased(tk)
+	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	res, err := b.run(in)()
+	require.NoError(t, err)
+	assert.False(t, res.Hung)
+	assert.Zero(t, res.ExitCode)
+}
+
 // An attempt that ended while no worker watched it is reported by the next lease that asks.
 func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	a := newHarness(t)

@@ -420,6 +420,9 @@ func (h *Host) recover() {
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
+		// Its silence (hangTimeout) counts from here: the worker before kept its last progress report, and while
+		// no worker served its socket it could send none.
+		e.progressAt = time.Now()
 		h.reg.put(e)
 		if x, ok, _ := shim.ReadExit(dir); ok {
 			e.markEnded(x)
