@@ -820,9 +820,9 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	assert.JSONEq(t, `{"done":true}`, string(res.Result))
 }
 
-// A task that shows life only by its progress reports is not hung when its worker is replaced: the worker
-// before kept its last report, and while no worker served its socket it could report none, so the next worker
-// counts its silence from when it takes the task up.
+// A task that shows life only by its progress reports is not hung when its worker is replaced: while no worker
+// served its socket it could report none, so the next worker counts its silence from when it takes the task
+// up. The worker that shut down left the last report for the next to show.
 func TestRunTask_AWorkerRestartDoesNotMakeATaskHung(t *testing.T) {
 	a := newHarness(t)
 	logDir := a.host.LogDir
@@ -846,6 +846,9 @@ func TestRunTask_AWorkerRestartDoesNotMakeATaskHung(t *testing.T) {
 	b.host = newHost(t, a.state, a.host.SocketDir, logDir, b.server)
 	b.env.RegisterActivity(b.host.RunTask)
 	require.Equal(t, 1, b.host.Running(), "the new worker found the running task")
+	p := b.host.reg.all()[0].lastProgress()
+	require.NotNil(t, p, "the new worker has the task's last progress report")
+	assert.Equal(t, workflows.Progress{Current: 7, Total: 9}, *p)
 	in := leased(tk)
 	in.Attach, in.Lease, in.Host = true, 2, "test-host"
 	res, err := b.run(in)()

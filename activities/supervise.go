@@ -420,9 +420,9 @@ func (h *Host) recover() {
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
-		// Its silence (hangTimeout) counts from here: the worker before kept its last progress report, and while
-		// no worker served its socket it could send none.
-		e.progressAt = time.Now()
+		// Its last progress report, if the worker before kept it; its silence (hangTimeout) counts from here, as
+		// while no worker served its socket it could send none.
+		e.progress, e.progressAt = keptProgress(dir), time.Now()
 		h.reg.put(e)
 		if x, ok, _ := shim.ReadExit(dir); ok {
 			e.markEnded(x)
@@ -487,6 +487,35 @@ func writeRecord(dir string, rec taskRecord) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, recordFile))
+}
+
+// progressFile keeps an attempt's last progress report, written by a worker that shuts down and leaves the task
+// running, for the next worker to show in the task's status until the task reports again.
+const progressFile = "progress.json"
+
+// keepProgress writes e's last progress report into its record, if it has both. A worker that is SIGKILLed
+// writes none: its successor shows no progress until the next report.
+func keepProgress(e *entry) {
+	p := e.lastProgress()
+	if p == nil || e.record == "" {
+		return
+	}
+	if b, err := json.Marshal(p); err == nil {
+		_ = os.WriteFile(filepath.Join(e.record, progressFile), b, 0o600)
+	}
+}
+
+// keptProgress reads the progress report keepProgress left in a record, if any.
+func keptProgress(dir string) *workflows.Progress {
+	b, err := os.ReadFile(filepath.Join(dir, progressFile))
+	if err != nil {
+		return nil
+	}
+	var p workflows.Progress
+	if json.Unmarshal(b, &p) != nil {
+		return nil
+	}
+	return &p
 }
 
 func readRecord(dir string, rec *taskRecord) error {
