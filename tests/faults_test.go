@@ -180,6 +180,12 @@ tasks:
 func TestFault_TaskCallsWaitOutAServerOutage(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
+	testCallsWaitOutAnOutage(t, c, c.dev.kill, c.dev.start)
+}
+
+// testCallsWaitOutAnOutage takes the control plane away (cut) while a task waits at a barrier, schedules a work
+// item and asks the run to stop, for longer than the task clients' own retry, and gives it back (restore).
+func testCallsWaitOutAnOutage(t *testing.T, c *cluster, cut func(), restore func() error) {
 	a, b := "calls-a-"+randomHex(2), "calls-b-"+randomHex(2)
 	require.NoError(t, c.startWorker(a))
 	require.NoError(t, c.startWorker(b))
@@ -203,7 +209,7 @@ tasks:
 		pids[name] = int(readInt(t, filepath.Join(dir, name+".pid"), time.Minute))
 	}
 
-	c.dev.kill()
+	cut()
 	touch(t, filepath.Join(dir, "call"))
 	outage := task.DefaultRetryFor + 20*time.Second
 	for back := time.Now().Add(outage); time.Now().Before(back); time.Sleep(time.Second) {
@@ -215,7 +221,7 @@ tasks:
 			require.True(t, os.IsNotExist(err), "%s returned while the server was down", f)
 		}
 	}
-	require.NoError(t, c.dev.start(), "start the server again on the same data")
+	require.NoError(t, restore(), "start the control plane again on the same data")
 
 	for _, f := range []string{"chief.schedule", "chief.stop", "worker-0.barrier", "worker-1.barrier"} {
 		assert.Zero(t, readInt(t, filepath.Join(dir, f), time.Minute), "%s: the call failed", f)

@@ -281,6 +281,20 @@ func TestPostgres_DatabaseOutage(t *testing.T) {
 	testServerOutage(t, c, 30*time.Second, pg.kill, pg.start, false)
 }
 
+// PostgreSQL SIGKILLed under a running server for longer than the task clients' own retry, while tasks make
+// calls that need the server: they wait for it (testCallsWaitOutAnOutage).
+func TestPostgres_TaskCallsWaitOutADatabaseOutage(t *testing.T) {
+	t.Parallel()
+	if !onPostgres() {
+		t.Skip("make test-postgres runs this (" + BackendEnv + "=postgres)")
+	}
+	pg, err := startPostgres()
+	require.NoError(t, err)
+	t.Cleanup(pg.stop)
+	c := isolatedWith(t, func(s *devServer) { s.postgres = &postgresServer{pg: pg} })
+	testCallsWaitOutAnOutage(t, c, pg.kill, pg.start)
+}
+
 // make up BACKEND=postgres brings the whole local environment up from nothing (a new state folder: its own
 // PostgreSQL cluster, the schemas, the server, the Web UI, the namespace and search attributes, the host
 // workers); a run works on it and shows in clusterrun list and the Web UI's API; make down stops everything
