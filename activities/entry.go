@@ -76,11 +76,16 @@ type entry struct {
 	info       task.Info
 	ctl        *controlServer
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
-	waiting    int                    // barrier waits under way: a task waiting at a barrier is not hung
+	waiting    int                    // waits on the run under way (beginWait): a task that waits is not hung
 	progress   *workflows.Progress
-	progressAt time.Time
-	notice     *workflows.NotifyStopInput // the run asked its tasks to stop
-	signalled  bool                       // its stopRequestSignal was sent
+	// The hang clock (hang.go) reads only this worker's monotonic time, so a step of the wall clock (NTP, a
+	// resumed VM) makes no task hung, nor a hung one look alive.
+	progressAt   time.Time                  // the last progress report, or the end of the last wait
+	watchedSince time.Time                  // the first look at the running process
+	outSeen      [2]outputMark              // stdout.log and stderr.log at the last look
+	outAt        time.Time                  // when a look last found them changed
+	notice       *workflows.NotifyStopInput // the run asked its tasks to stop
+	signalled    bool                       // its stopRequestSignal was sent
 	// stopMoved is closed, and replaced, whenever the stop state changes: wait-for-stop waits on it.
 	stopMoved chan struct{}
 	hung      bool

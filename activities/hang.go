@@ -35,7 +35,14 @@ func (h *Host) hangLoop(ctx context.Context) {
 	}
 }
 
-// idleFor says how long a running task has shown no sign of life, and whether that makes it hung (once).
+// outputMark is what a look at a log file sees: a write changes its size, or (once the file is at its cap and
+// drops its oldest output in place) its modification time. Only a change counts, never the time's value.
+type outputMark struct{ size, modified int64 }
+
+// idleFor says how long a running task has shown no sign of life, and whether that makes it hung (once). Its
+// clock starts at this worker's first look at the running process, so a worker that takes a task up after a
+// restart counts its silence from then: the worker before kept the last progress report, and while no worker
+// served its socket the task could send none.
 func (h *Host) idleFor(e *entry, now time.Time) (time.Duration, bool) {
 	limit := e.task.HangTimeout
 	st := e.process()
@@ -47,14 +54,21 @@ func (h *Host) idleFor(e *entry, now time.Time) (time.Duration, bool) {
 	if e.hung || e.waiting > 0 || e.stopBy != "" {
 		return 0, false
 	}
-	last := st.StartedAt
-	if e.progressAt.After(last) {
-		last = e.progressAt
+	if e.watchedSince.IsZero() {
+		e.watchedSince = now
 	}
 	logs := AttemptDir(h.LogDir, e.ref.WorkflowID, e.ref.Attempt, e.ref.Task)
-	for _, name := range []string{"stdout.log", "stderr.log"} {
-		if fi, err := os.Stat(filepath.Join(logs, name)); err == nil && fi.ModTime().After(last) {
-			last = fi.ModTime()
+	for i, name := range []string{"stdout.log", "stderr.log"} {
+		if fi, err := os.Stat(filepath.Join(logs, name)); err == nil {
+			if m := (outputMark{fi.Size(), fi.ModTime().UnixNano()}); m != e.outSeen[i] {
+				e.outSeen[i], e.outAt = m, now
+			}
+		}
+	}
+	last := e.watchedSince
+	for _, t := range []time.Time{e.progressAt, e.outAt} {
+		if t.After(last) {
+			last = t
 		}
 	}
 	idle := now.Sub(last)

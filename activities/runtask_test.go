@@ -913,6 +913,58 @@ func TestRunTask_HungTaskIsSignaledThenStopped(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(began), 500*time.Millisecond)
 }
 
+// The hang clock reads no wall-clock time: a step of the host's clock (NTP, a resumed VM) neither makes a
+// printing task hung nor a silent one look alive. A clock stepped forward leaves a log's last write an hour
+// back; one stepped back leaves it an hour ahead. Both are set here on the task's stdout.log.
+func TestRunTask_TheHangClockIgnoresTheWallClock(t *testing.T) {
+	stepped := func(t *testing.T, a *harness, by time.Duration, until <-chan struct{}) {
+		var log string
+		waitFor(t, "the task's log", func() bool {
+			logs, _ := filepath.Glob(filepath.Join(a.host.LogDir, "*", "attempt_1", "worker-0", "stdout.log"))
+			if len(logs) == 1 {
+				log = logs[0]
+			}
+			return log != ""
+		})
+		at := time.Now().Add(by)
+		go func() {
+			for {
+				_ = os.Chtimes(log, at, at) // again and again: a write sets it to the time as this clock has it
+				select {
+				case <-until:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}
+
+	t.Run("forward: a printing task is not hung", func(t *testing.T) {
+		a := newHarness(t)
+		tk := taskSpec("sh", "-c", `i=0; while [ $i -lt 15 ]; do echo tick; sleep 0.2; i=$((i+1)); done`)
+		tk.HangTimeout = time.Second
+		done := make(chan struct{})
+		defer close(done)
+		wait := a.run(leased(tk))
+		stepped(t, a, -time.Hour, done)
+		res, err := wait()
+		require.NoError(t, err)
+		assert.False(t, res.Hung)
+	})
+	t.Run("back: a silent task is hung", func(t *testing.T) {
+		a := newHarness(t)
+		tk := taskSpec("sh", "-c", `echo started; sleep 6`)
+		tk.HangTimeout, tk.HangSignal = time.Second, "SIGTERM"
+		done := make(chan struct{})
+		defer close(done)
+		wait := a.run(leased(tk))
+		stepped(t, a, time.Hour, done)
+		_, err := wait()
+		e := appErr(t, err)
+		assert.Contains(t, e.Message(), "worker-0 hung on test-host (attempt 1): no output or progress for")
+	})
+}
+
 // Output is a sign of life: a task that keeps printing is not hung.
 func TestRunTask_TaskThatPrintsIsNotHung(t *testing.T) {
 	a := newHarness(t)

@@ -420,9 +420,7 @@ func (h *Host) recover() {
 		if st, ok, _ := shim.ReadStarted(dir); ok {
 			e.markStarted(st)
 		}
-		// Its last progress report, if the worker before kept it; its silence (hangTimeout) counts from here, as
-		// while no worker served its socket it could send none.
-		e.progress, e.progressAt = keptProgress(dir), time.Now()
+		e.progress = keptProgress(dir) // its last progress report, if the worker before kept it
 		h.reg.put(e)
 		if x, ok, _ := shim.ReadExit(dir); ok {
 			e.markEnded(x)
