@@ -1256,8 +1256,8 @@ tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [hos
 	// after it: counting printed lines alone is not enough, as reads can lag the output under load.
 	waitUntil(t, "a read of host-a to go unanswered", 2*time.Minute, func() bool {
 		sessions, _ := logSessions(c)
-		unanswered, _ := silentHostReads(t, c, sessions)
-		return unanswered >= 1
+		unanswered, _, ok := silentHostReads(c, sessions)
+		return ok && unanswered >= 1
 	})
 	from := ticks("chief-0")
 	waitUntil(t, "3 more lines of the chief, on host-b", time.Minute, func() bool { return ticks("chief-0") >= from+3 })
@@ -1287,7 +1287,12 @@ func logReadsOfASilentHost(t *testing.T, c *cluster) (unanswered, answeredMeanwh
 		sessions, open = logSessions(c)
 		return len(sessions) > 0 && !open
 	})
-	return silentHostReads(t, c, sessions)
+	waitUntil(t, "the log session's histories read", time.Minute, func() bool {
+		var ok bool
+		unanswered, answeredMeanwhile, ok = silentHostReads(c, sessions)
+		return ok
+	})
+	return unanswered, answeredMeanwhile
 }
 
 // logSessions lists the cluster's log sessions, every execution of each, and says whether one is still open.
@@ -1305,15 +1310,17 @@ func logSessions(c *cluster) (sessions []*commonpb.WorkflowExecution, open bool)
 }
 
 // silentHostReads counts, in the sessions' histories, the parts of reads that a host left unanswered (their
-// activity timed out), and the reads answered while each of those parts waited.
-func silentHostReads(t *testing.T, c *cluster, sessions []*commonpb.WorkflowExecution) (unanswered, answeredMeanwhile int) {
-	t.Helper()
+// activity timed out), and the reads answered while each of those parts waited; ok is false when a history
+// could not be read whole (a loaded server may time a page out), for the caller to try again.
+func silentHostReads(c *cluster, sessions []*commonpb.WorkflowExecution) (unanswered, answeredMeanwhile int, ok bool) {
 	for _, e := range sessions {
 		it := c.client.GetWorkflowHistory(context.Background(), e.GetWorkflowId(), e.GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		var answered []int64 // the events that completed reads
 		for it.HasNext() {
 			ev, err := it.Next()
-			require.NoError(t, err)
+			if err != nil {
+				return 0, 0, false
+			}
 			switch ev.GetEventType() {
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
 				answered = append(answered, ev.GetEventId())
@@ -1328,7 +1335,7 @@ func silentHostReads(t *testing.T, c *cluster, sessions []*commonpb.WorkflowExec
 			}
 		}
 	}
-	return unanswered, answeredMeanwhile
+	return unanswered, answeredMeanwhile, true
 }
 
 // A stop request outlives a restart of the host worker during its grace period: the worker that takes the task
