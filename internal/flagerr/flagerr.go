@@ -10,22 +10,22 @@ import (
 	"time"
 )
 
-// Problem turns an error of fs.Parse into one line that names the flag as the help spells it (--name) and says
-// what would be right: the nearest flag for one that does not exist, the kind of value for one that does not
-// parse. hint ends the line (" (see CMD --help)"). The flag package's own message (-name, "parse error") comes
+// Problem turns an error of fs.Parse into one line that names the flag as the help spells it (--name, and -n
+// for a one-letter flag) and says what would be right: the nearest flag for a mistyped name (not for one letter,
+// which every other letter is as near to), the kind of value for one that does not parse. hint ends the line (" (see CMD --help)"). The flag package's own message (-name, "parse error") comes
 // with the whole usage, which buries it: parse with fs's output discarded.
 func Problem(fs *flag.FlagSet, err error, hint string) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		name = strings.TrimPrefix(name, "-")
-		if near := nearestFlag(fs, name); near != "" {
-			return fmt.Sprintf("unknown flag --%s; did you mean --%s?%s", name, near, hint)
+		if near := nearestFlag(fs, name); near != "" && len(name) > 1 {
+			return fmt.Sprintf("unknown flag %s; did you mean %s?%s", spell(name), spell(near), hint)
 		}
-		return fmt.Sprintf("unknown flag --%s%s", name, hint)
+		return fmt.Sprintf("unknown flag %s%s", spell(name), hint)
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
 		name = strings.TrimPrefix(name, "-")
-		return fmt.Sprintf("--%s needs a value: %s%s", name, valueKind(fs.Lookup(name)), hint)
+		return fmt.Sprintf("%s needs a value: %s%s", spell(name), valueKind(fs.Lookup(name)), hint)
 	}
 	var value, name string
 	if _, e := fmt.Sscanf(msg, "invalid value %q for flag -%s", &value, &name); e == nil {
@@ -35,17 +35,25 @@ func Problem(fs *flag.FlagSet, err error, hint string) string {
 		if _, reason, ok := strings.Cut(msg, "for flag -"+name+": "); ok && reason != "parse error" && reason != "value out of range" &&
 			!strings.HasPrefix(reason, "time: ") {
 			if strings.HasSuffix(name, "key") || strings.Contains(name, "token") || strings.Contains(name, "password") {
-				return fmt.Sprintf("--%s (value not shown): %s%s", name, reason, hint) // a secret stays off the terminal and the logs
+				return fmt.Sprintf("%s (value not shown): %s%s", spell(name), reason, hint) // a secret stays off the terminal and the logs
 			}
-			return fmt.Sprintf("--%s %q: %s%s", name, value, reason, hint)
+			return fmt.Sprintf("%s %q: %s%s", spell(name), value, reason, hint)
 		}
-		return fmt.Sprintf("--%s %q: want %s%s", name, value, valueKind(fs.Lookup(name)), hint)
+		return fmt.Sprintf("%s %q: want %s%s", spell(name), value, valueKind(fs.Lookup(name)), hint)
 	}
 	if _, e := fmt.Sscanf(msg, "invalid boolean value %q for -%s", &value, &name); e == nil {
 		name = strings.TrimSuffix(name, ":")
-		return fmt.Sprintf("--%s=%s: want true or false%s", name, value, hint)
+		return fmt.Sprintf("%s=%s: want true or false%s", spell(name), value, hint)
 	}
 	return strings.ReplaceAll(msg, " -", " --") + hint
+}
+
+// spell writes a flag's name as the help does: -n for one letter, --name for more.
+func spell(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // valueKind says what a flag takes, for a value that did not parse.

@@ -42,7 +42,22 @@ func TestProblem_SaysTheFlagsOwnReasonAndHidesSecrets(t *testing.T) {
 	err = fs.Parse([]string{"--api-key", "hush"})
 	assert.Equal(t, "--api-key (value not shown): not taken here", Problem(fs, err, ""))
 	err = fs.Parse([]string{"-n", "many"})
-	assert.Equal(t, `--n "many": want a whole number`, Problem(fs, err, ""))
+	assert.Equal(t, `-n "many": want a whole number`, Problem(fs, err, ""))
+}
+
+// A one-letter flag is named as it was typed and as the help spells it, -f; it gets no guess, since every other
+// one letter is as near; a longer name gets the nearest.
+func TestProblem_NamesAOneLetterFlagWithOneDash(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.String("n", "", "")
+	fs.Bool("follow", false, "")
+	err := fs.Parse([]string{"-f"})
+	assert.Equal(t, "unknown flag -f (see x --help)", Problem(fs, err, " (see x --help)"))
+	err = fs.Parse([]string{"--folow"})
+	assert.Equal(t, "unknown flag --folow; did you mean --follow?", Problem(fs, err, ""))
+	err = fs.Parse([]string{"-n"})
+	assert.Equal(t, "-n needs a value: a value", Problem(fs, err, ""))
 }
 
 // The list of flags says what the flag package's does, each name as the usage lines spell it: --name, and -n for

@@ -18,7 +18,7 @@ import (
 const logsUsage = `Print the output of a run's tasks, read from whichever host ran each task.
 
 Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stdout|--stderr] [--tail N] [--since T]
-       [--timestamps] [--follow]
+       [--timestamps] [-f|--follow]
 
 Without TASK or --tasks, every task is shown. Lines carry a [task] prefix when several tasks are shown. By
 default each task's latest attempt is read (the end says which tasks had earlier ones, for --attempt), stdout
@@ -41,6 +41,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	errOnly := fs.Bool("stderr", false, "read only stderr")
 	tail := fs.Int("tail", 0, "only the last N lines of each task")
 	follow := fs.Bool("follow", false, "keep printing new output until the run ends")
+	fs.BoolVar(follow, "f", false, "short for --follow")
 	timestamps := fs.Bool("timestamps", false, "begin each line with when it was written (RFC 3339, UTC, to within 250ms)")
 	sinceFlag := fs.String("since", "", "only output written in this last while (e.g. 10m, 2h) or since this time (RFC 3339)")
 	pos, err := parse(fs, logsUsage, args, 1, 1<<20, stderr)
