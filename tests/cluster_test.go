@@ -432,7 +432,7 @@ func (c *cluster) cliWithin(t *testing.T, limit time.Duration, extraEnv []string
 // backgroundCLI is a clusterrun command started with startCLI, running while the test does other things.
 type backgroundCLI struct {
 	cmd       *exec.Cmd
-	out, errb bytes.Buffer
+	out, errb syncBuffer // read while the command writes
 	done      chan error
 }
 

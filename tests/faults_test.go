@@ -85,7 +85,7 @@ func TestFault_ServerOutage3m(t *testing.T) {
 // it with its pid, the chief exits during it, and once the control plane is back the run ends as it would
 // have: succeeded on the chief's exit, every task on attempt 1, no restart used. The clusterrun run that
 // started it follows it throughout, says when it cannot read the run (it must when serverGone: the cut took the
-// server itself) and when it can again, and ends with it.
+// server itself) and when it can again, and ends with it; so do a logs --follow and a status --watch.
 func testServerOutage(t *testing.T, c *cluster, outage time.Duration, cut func(), restore func() error, serverGone bool) {
 	a, b := "out-a-"+randomHex(2), "out-b-"+randomHex(2)
 	require.NoError(t, c.startWorker(a))
@@ -93,7 +93,7 @@ func testServerOutage(t *testing.T, c *cluster, outage time.Duration, cut func()
 	dir := t.TempDir()
 	spec := writeSpec(t, fmt.Sprintf(`
 name: outage
-command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; while [ ! -e %[1]s/$CLUSTERRUN_TASK.go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
+command: [sh, -c, 'echo $$ > %[1]s/$CLUSTERRUN_TASK.pid; echo "$CLUSTERRUN_TASK is up"; while [ ! -e %[1]s/$CLUSTERRUN_TASK.go ]; do sleep 0.1; done; echo "{\"attempt\": $CLUSTERRUN_ATTEMPT}" > "$CLUSTERRUN_RESULT_FILE"']
 heartbeatTimeout: 2s
 stopGracePeriod: 2s
 tasks:
@@ -108,6 +108,11 @@ tasks:
 	for _, task := range tasks {
 		pids[task] = int(readInt(t, filepath.Join(dir, task+".pid"), time.Minute))
 	}
+	// Users who follow the run's output and its status, from before the outage to the run's end.
+	logs, watch := c.startCLI(t, "logs", id, "-f"), c.startCLI(t, "status", id, "--watch", "1s")
+	waitUntil(t, "the followers to read the run", time.Minute, func() bool {
+		return strings.Count(logs.out.String(), " is up\n") == len(tasks) && strings.Contains(watch.out.String(), "run "+id)
+	})
 
 	cut()
 	back := time.Now().Add(outage)
@@ -155,6 +160,11 @@ tasks:
 		assert.Equal(t, workflows.TaskStopped, st.Task(task).State, task)
 		assert.False(t, alive(pids[task]), "%s outlived the run", task)
 	}
+	// The followers followed the run through the outage and end with it.
+	lf, wf := logs.wait(t, 2*time.Minute), watch.wait(t, 2*time.Minute)
+	require.Equal(t, 0, lf.code, lf.String())
+	require.Equal(t, 0, wf.code, wf.String())
+	assert.Contains(t, wf.stdout, "run "+id+" (outage): Succeeded")
 	// clusterrun run followed the run through the outage, said so, and ends with it.
 	r := follow.wait(t, 2*time.Minute)
 	require.Equal(t, 0, r.code, r.String())
@@ -168,6 +178,8 @@ tasks:
 	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
 	if serverGone {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" does not answer: ", "which server is gone")
+		// (logs --follow may say nothing: a read of the output can wait the outage out in one call.)
+		assert.Contains(t, watch.errb.String(), "; the run goes on, and this command follows it again once it can be read\n", "status --watch")
 	} else {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" is up but did not answer in time, its database may be down", "which server lost its database")
 	}

@@ -47,8 +47,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	var follow *patience // watching, one patience for the whole watch: once it has read the run, it waits out any outage
+	if *watch > 0 {
+		follow = &patience{id: pos[0], notes: stderr}
+	}
 	for {
-		st, ended, err := readStatus(ctx, c, pos[0], *watch > 0, stderr)
+		st, ended, err := readStatus(ctx, c, pos[0], follow)
 		if err != nil {
 			return err
 		}
@@ -59,11 +63,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// readStatus reads a run's status for `status`: once, within a minute, or (watching) riding out a time the run
-// cannot be read.
-func readStatus(ctx context.Context, c client.Client, id string, watching bool, stderr io.Writer) (live, bool, error) {
-	if watching {
-		return followStatus(ctx, c, id, stderr)
+// readStatus reads a run's status for `status`: once, within a minute, or (following, with p) riding out a
+// time the run cannot be read.
+func readStatus(ctx context.Context, c client.Client, id string, p *patience) (live, bool, error) {
+	if p != nil {
+		return followStatus(ctx, c, id, p)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

@@ -62,8 +62,13 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	id := pos[0]
-	// Following, the first read rides out a time nobody can answer for the run too, as status --watch's does.
-	st, ended, err := readStatus(ctx, c, id, *follow, stderr)
+	// Following, the first read rides out a time nobody can answer for the run too, as status --watch's does;
+	// the follow's reads share its patience, so that once the run has been read none gives up on it.
+	var reads *patience
+	if *follow {
+		reads = &patience{id: id, notes: stderr}
+	}
+	st, ended, err := readStatus(ctx, c, id, reads)
 	if err != nil {
 		return err
 	}
@@ -117,7 +122,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	f.tailDone()
-	if err := followLogs(ctx, c, f, id, chosen, live); err != nil {
+	if err := followLogs(ctx, c, f, reads, chosen, live); err != nil {
 		return err
 	}
 	if !*follow && *attempt == 0 {
@@ -201,13 +206,12 @@ func logStreams(outOnly, errOnly bool) []string {
 }
 
 // followLogs reads the open streams to their ends; with follow, it keeps reading new output and new attempts
-// until the run ends.
-func followLogs(ctx context.Context, c client.Client, f *follower, id string, chosen taskChoice, follow bool) error {
+// until the run ends, riding out the reads that fail with p.
+func followLogs(ctx context.Context, c client.Client, f *follower, p *patience, chosen taskChoice, follow bool) error {
 	if !follow {
 		return f.drain(ctx)
 	}
 	checked := time.Now()
-	p := patience{id: id, notes: f.notes}
 	for {
 		var got bool
 		err := p.try(ctx, func() (err error) {
@@ -227,7 +231,7 @@ func followLogs(ctx context.Context, c client.Client, f *follower, id string, ch
 		var latest live
 		var done bool
 		err = p.try(ctx, func() (err error) {
-			latest, done, _, err = fetchStatus(ctx, c, id)
+			latest, done, _, err = fetchStatus(ctx, c, p.id)
 			return err
 		})
 		if err != nil {

@@ -30,13 +30,14 @@ func fetchStatus(ctx context.Context, c client.Client, runID string) (st live, d
 }
 
 // followPatience is how long a command that follows a run (status --watch, logs --follow) keeps trying to read
-// it: longer than a server restart or an outage the host workers ride out.
+// it before it has read it once: longer than a server restart, and an end for a command pointed at the wrong
+// server. Once it has read the run, it follows it through an outage of any length, as the run goes on through
+// one.
 const followPatience = 5 * time.Minute
 
 // followStatus is fetchStatus for commands that follow a run: a read the server or the workers cannot answer
-// for now does not end the command (patience).
-func followStatus(ctx context.Context, c client.Client, id string, notes io.Writer) (st live, done bool, err error) {
-	p := patience{id: id, notes: notes}
+// for now does not end the command (p's patience).
+func followStatus(ctx context.Context, c client.Client, id string, p *patience) (st live, done bool, err error) {
 	err = p.try(ctx, func() (err error) {
 		st, done, _, err = fetchStatus(ctx, c, id)
 		return err
@@ -47,12 +48,17 @@ func followStatus(ctx context.Context, c client.Client, id string, notes io.Writ
 // patience keeps a command that follows a run going through a time nobody can answer for the run: an outage,
 // or the ~10 s after the worker that held the run's state stopped, when its queries and log reads wait on
 // that worker's queue. Such a read (starter.UnreadableError) is said once on notes and tried again each
-// second, for up to followPatience; the first read that succeeds again says so.
+// second: for up to followPatience until a read of the run has succeeded, with no limit after one has; the
+// first read that succeeds again says so.
 type patience struct {
 	id      string
 	notes   io.Writer
+	read    bool      // a read of the run succeeded: the command follows it however long it cannot read it
 	failing time.Time // when reads began to fail; zero while they succeed
 }
+
+// followingOn is what a command that has read its run says it does while it cannot read it.
+const followingOn = "the run goes on, and this command follows it again once it can be read"
 
 func (p *patience) try(ctx context.Context, read func() error) error {
 	for {
@@ -64,9 +70,11 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 			return nil
 		case !errors.As(err, &unreadable) || ctx.Err() != nil:
 			return err
+		case p.failing.IsZero() && p.read:
+			p.seen(err, followingOn)
 		case p.failing.IsZero():
 			p.seen(err, fmt.Sprintf("trying again for up to %s", followPatience))
-		case time.Since(p.failing) > followPatience:
+		case !p.read && time.Since(p.failing) > followPatience:
 			return fmt.Errorf("%w (tried for %s)", err, followPatience)
 		}
 		select {
@@ -80,6 +88,9 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 // seen notes how a read went, without waiting: the first failure says so (what follows says what the command
 // does meanwhile), and the first read that succeeds after failures says that.
 func (p *patience) seen(err error, meanwhile string) {
+	if err == nil {
+		p.read = true
+	}
 	switch {
 	case err == nil && !p.failing.IsZero():
 		fmt.Fprintf(p.notes, "clusterrun: read run %s again after %s\n", p.id, time.Since(p.failing).Round(time.Second))

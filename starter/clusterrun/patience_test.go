@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,4 +60,42 @@ func TestPatience_NamesTheServerThatIsSlow(t *testing.T) {
 	p.seen(&starter.UnreadableError{ID: "r1", Msg: "describe run r1", Err: context.DeadlineExceeded, ServerSlow: true}, "meanwhile")
 	assert.Equal(t, "clusterrun: cannot read run r1 for now (the Temporal server at temporal.example:7233 is up but did not answer in time, "+
 		"its database may be down or overloaded: describe run r1: context deadline exceeded); meanwhile\n", notes.String())
+}
+
+// A follower that has read its run follows it through an outage of any length, as the run goes on through one:
+// its reads fail for longer than followPatience and it goes on. One that never read the run gives up then (it
+// may be pointed at the wrong server).
+func TestPatience_OnceTheRunWasReadNoOutageIsTooLong(t *testing.T) {
+	unreadable := &starter.UnreadableError{ID: "r1", Msg: "describe run r1", Err: context.DeadlineExceeded, ServerSilent: true}
+	var notes bytes.Buffer
+	p := patience{id: "r1", notes: &notes}
+	require.NoError(t, p.try(context.Background(), func() error { return nil }))
+	calls := 0
+	err := p.try(context.Background(), func() error {
+		if calls++; calls == 2 {
+			p.failing = p.failing.Add(-time.Hour) // an hour into the outage by now
+		}
+		if calls < 3 {
+			return unreadable
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 3, calls)
+	assert.Contains(t, notes.String(), "; the run goes on, and this command follows it again once it can be read\n")
+	assert.Contains(t, notes.String(), "clusterrun: read run r1 again after 1h0m")
+
+	notes.Reset()
+	never := patience{id: "r1", notes: &notes}
+	calls = 0
+	err = never.try(context.Background(), func() error {
+		if calls++; calls == 2 {
+			never.failing = never.failing.Add(-followPatience)
+		}
+		return unreadable
+	})
+	require.ErrorIs(t, err, unreadable)
+	assert.Contains(t, err.Error(), "(tried for 5m0s)")
+	assert.Equal(t, 2, calls)
+	assert.Contains(t, notes.String(), "; trying again for up to 5m0s\n")
 }

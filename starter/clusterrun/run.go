@@ -207,7 +207,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 		case <-tick.C:
 			st, ended, _, err := fetchStatus(ctx, c, id)
 			// A server outage, say: the run goes on, and so does following it.
-			reads.seen(err, "the run goes on, and this command follows it again once the server answers")
+			reads.seen(err, followingOn)
 			if err != nil || ended {
 				continue
 			}
