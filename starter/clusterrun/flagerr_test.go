@@ -22,6 +22,9 @@ func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
 		{[]string{"logs", "r", "--tail=x"}, `clusterrun logs: --tail "x": want a whole number (see clusterrun logs --help)` + "\n"},
 		{[]string{"logs", "r", "--tail"}, "clusterrun logs: --tail needs a value: a whole number (see clusterrun logs --help)\n"},
 		{[]string{"status", "--json=maybe", "r"}, "clusterrun status: --json=maybe: want true or false (see clusterrun status --help)\n"},
+		{[]string{"logs", "r", "-x"}, "clusterrun logs: unknown flag -x (see clusterrun logs --help)\n"},
+		{[]string{"logs", "r", "--tail", "-1"}, "clusterrun logs: --tail -1: give a number of lines, 0 or more\n"},
+		{[]string{"logs", "r", "--attempt", "-2"}, "clusterrun logs: --attempt -2: an attempt is numbered from 1\n"},
 	} {
 		var out, errb bytes.Buffer
 		assert.Equal(t, exitUsage, mainWithCode(c.args, &out, &errb), "%v", c.args)

@@ -48,8 +48,11 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *attempt < 0 || *tail < 0 {
-		return usageErrorf("--attempt and --tail must not be negative")
+	if *attempt < 0 {
+		return usageErrorf("--attempt %d: an attempt is numbered from 1", *attempt)
+	}
+	if *tail < 0 {
+		return usageErrorf("--tail %d: give a number of lines, 0 or more", *tail)
 	}
 	since, err := parseSince(*sinceFlag, time.Now())
 	if err != nil {
