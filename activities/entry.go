@@ -78,6 +78,8 @@ type entry struct {
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
 	waiting    int                    // waits on the run under way (beginWait): a task that waits is not hung
 	progress   *workflows.Progress
+	keeping    *time.Timer // a write of progress into the record is due (keepProgressSoon)
+	keptAt     time.Time   // the last such write
 	// The hang clock (hang.go) reads only this worker's monotonic time, so a step of the wall clock (NTP, a
 	// resumed VM) makes no task hung, nor a hung one look alive.
 	progressAt   time.Time                  // the last progress report, or the end of the last wait

@@ -228,7 +228,7 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 		e.mu.Lock()
 		lease := e.lease
 		e.mu.Unlock()
-		keepProgress(e)
+		h.reg.whileCurrent(e, func() { keepProgress(e) })
 		e.letGo(lease)
 	}
 	deadline := time.Now().Add(timeout)

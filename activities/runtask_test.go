@@ -857,6 +857,30 @@ func TestRunTask_AWorkerRestartDoesNotMakeATaskHung(t *testing.T) {
 	assert.Zero(t, res.ExitCode)
 }
 
+// A running task's progress reports reach its record as they come, at most progressKeepEvery apart, with the
+// last of a burst written once that time has passed: a worker SIGKILLed mid-run (no Shutdown to write it)
+// leaves its successor the latest report but those of the last moment.
+func TestRunTask_ProgressIsKeptInTheRecordAsItComes(t *testing.T) {
+	a := newHarness(t)
+	lib, err := filepath.Abs("../python")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	tk := taskSpec("python3", "-c", "import os, sys, time; sys.path.insert(0, "+strconv.Quote(lib)+"); import clusterrun\n"+
+		"for i in range(1, 6):\n    clusterrun.progress(i, 9)\n"+
+		"while not os.path.exists("+strconv.Quote(filepath.Join(dir, "go"))+"): time.sleep(0.05)")
+	wait := a.run(leased(tk))
+	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
+	e := a.host.reg.all()[0]
+	waitFor(t, "the burst's last report in the record", func() bool {
+		p := keptProgress(e.record)
+		return p != nil && *p == workflows.Progress{Current: 5, Total: 9}
+	})
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	res, err := wait()
+	require.NoError(t, err)
+	assert.Zero(t, res.ExitCode)
+}
+
 // An attempt that ended while no worker watched it is reported by the next lease that asks.
 func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	a := newHarness(t)

@@ -266,6 +266,7 @@ func (c *controlServer) progress(r *http.Request) (any, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	c.e.setProgress(p)
+	c.h.keepProgressSoon(c.e)
 	return map[string]bool{"ok": true}, 0, nil
 }
 

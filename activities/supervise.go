@@ -487,19 +487,45 @@ func writeRecord(dir string, rec taskRecord) error {
 	return os.Rename(tmp, filepath.Join(dir, recordFile))
 }
 
-// progressFile keeps an attempt's last progress report, written by a worker that shuts down and leaves the task
-// running, for the next worker to show in the task's status until the task reports again.
+// progressFile keeps an attempt's last progress report, for the next worker to show in the task's status until
+// the task reports again: written as reports come, at most every progressKeepEvery (so a SIGKILLed worker's
+// successor shows one at most that much older than the last), and by a worker that shuts down.
 const progressFile = "progress.json"
 
-// keepProgress writes e's last progress report into its record, if it has both. A worker that is SIGKILLed
-// writes none: its successor shows no progress until the next report.
+// progressKeepEvery is how often at most a task's progress reports are written into its record.
+const progressKeepEvery = 2 * time.Second
+
+// keepProgressSoon writes e's last progress report into its record now, or, if one was written less than
+// progressKeepEvery ago, once that much time has passed since: then the latest report is written. The write is
+// made while e is its attempt's current entry, so that it never lands in a record folder being removed.
+func (h *Host) keepProgressSoon(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.keeping != nil {
+		return // a write is due: it takes the latest report
+	}
+	e.keeping = time.AfterFunc(max(0, progressKeepEvery-time.Since(e.keptAt)), func() {
+		e.mu.Lock()
+		e.keeping, e.keptAt = nil, time.Now()
+		e.mu.Unlock()
+		h.reg.whileCurrent(e, func() { keepProgress(e) })
+	})
+}
+
+// keepProgress writes e's last progress report into its record, if it has both, whole or not at all (a worker
+// SIGKILLed in the middle leaves the one before). Callers hold the registry (whileCurrent), one write at a time.
 func keepProgress(e *entry) {
 	p := e.lastProgress()
 	if p == nil || e.record == "" {
 		return
 	}
-	if b, err := json.Marshal(p); err == nil {
-		_ = os.WriteFile(filepath.Join(e.record, progressFile), b, 0o600)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return
+	}
+	tmp := filepath.Join(e.record, progressFile+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(e.record, progressFile))
 	}
 }
 
