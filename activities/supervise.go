@@ -497,7 +497,8 @@ const progressKeepEvery = 2 * time.Second
 
 // keepProgressSoon writes e's last progress report into its record now, or, if one was written less than
 // progressKeepEvery ago, once that much time has passed since: then the latest report is written. The write is
-// made while e is its attempt's current entry, so that it never lands in a record folder being removed.
+// made while e is its attempt's current entry, so that it never lands in a record folder being removed, and
+// not at all once the attempt is over or the worker shuts down (Shutdown writes the last report itself).
 func (h *Host) keepProgressSoon(e *entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -508,7 +509,14 @@ func (h *Host) keepProgressSoon(e *entry) {
 		e.mu.Lock()
 		e.keeping, e.keptAt = nil, time.Now()
 		e.mu.Unlock()
-		h.reg.whileCurrent(e, func() { keepProgress(e) })
+		select {
+		case <-e.ended:
+			return
+		default:
+		}
+		if !h.reg.closed() {
+			h.reg.whileCurrent(e, func() { keepProgress(e) })
+		}
 	})
 }
 
