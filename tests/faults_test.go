@@ -178,8 +178,12 @@ tasks:
 	assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, r.stderr)
 	if serverGone {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" does not answer: ", "which server is gone")
-		// (logs --follow may say nothing: a read of the output can wait the outage out in one call.)
-		assert.Contains(t, watch.errb.String(), "; the run goes on, and this command follows it again once it can be read\n", "status --watch")
+		// Each follower says it, logs --follow too, although one read of the output can wait the outage out in one call.
+		for name, cmd := range map[string]*backgroundCLI{"status --watch": watch, "logs --follow": logs} {
+			assert.Contains(t, cmd.errb.String(), "clusterrun: cannot read run "+id+" for now (the Temporal server at "+c.address+" does not answer: ", name)
+			assert.Contains(t, cmd.errb.String(), "; the run goes on, and this command follows it again once it can be read\n", name)
+			assert.Regexp(t, "clusterrun: read run "+id+` again after \d+(m\d+)?s`, cmd.errb.String(), name)
+		}
 	} else {
 		assert.Contains(t, r.stderr, "for now (the Temporal server at "+c.address+" is up but did not answer in time, its database may be down", "which server lost its database")
 	}

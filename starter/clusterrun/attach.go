@@ -67,7 +67,7 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 	id := pos[0]
 	// The first read says what is wrong with RUN (no such run, not a run) and rides out a time nobody can answer
 	// for it, as the reads that follow do.
-	st, _, err := readStatus(ctx, c, id, &patience{id: id, notes: stderr})
+	st, _, err := readStatus(ctx, c, id, newPatience(id, stderr, c))
 	if err != nil {
 		return err
 	}

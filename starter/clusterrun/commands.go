@@ -49,7 +49,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	defer c.Close()
 	var follow *patience // watching, one patience for the whole watch: once it has read the run, it waits out any outage
 	if *watch > 0 {
-		follow = &patience{id: pos[0], notes: stderr}
+		follow = newPatience(pos[0], stderr, c)
 	}
 	for {
 		st, ended, err := readStatus(ctx, c, pos[0], follow)

@@ -69,7 +69,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	// the follow's reads share its patience, so that once the run has been read none gives up on it.
 	var reads *patience
 	if *follow {
-		reads = &patience{id: id, notes: stderr}
+		reads = newPatience(id, stderr, c)
 	}
 	st, ended, err := readStatus(ctx, c, id, reads)
 	if err != nil {

@@ -51,10 +51,23 @@ func followStatus(ctx context.Context, c client.Client, id string, p *patience) 
 // second: for up to followPatience until a read of the run has succeeded, with no limit after one has; the
 // first read that succeeds again says so.
 type patience struct {
-	id      string
-	notes   io.Writer
+	id    string
+	notes io.Writer
+	// health, when set, asks whether the Temporal server answers (nil: it does): a read that waits long is
+	// watched with it (watched).
+	health  func(context.Context) error
 	read    bool      // a read of the run succeeded: the command follows it however long it cannot read it
 	failing time.Time // when reads began to fail; zero while they succeed
+}
+
+// newPatience is the patience of a command that reads run id through c, and says so on notes.
+func newPatience(id string, notes io.Writer, c client.Client) *patience {
+	return &patience{id: id, notes: notes, health: func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, watchEvery)
+		defer cancel()
+		_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}}
 }
 
 // followingOn is what a command that has read its run says it does while it cannot read it.
@@ -62,7 +75,7 @@ const followingOn = "the run goes on, and this command follows it again once it 
 
 func (p *patience) try(ctx context.Context, read func() error) error {
 	for {
-		err := read()
+		err := p.watched(ctx, p.meanwhile(), read)
 		var unreadable *starter.UnreadableError
 		switch {
 		case err == nil:
@@ -70,10 +83,8 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 			return nil
 		case !errors.As(err, &unreadable) || ctx.Err() != nil:
 			return err
-		case p.failing.IsZero() && p.read:
-			p.seen(err, followingOn)
 		case p.failing.IsZero():
-			p.seen(err, fmt.Sprintf("trying again for up to %s", followPatience))
+			p.seen(err, p.meanwhile())
 		case !p.read && time.Since(p.failing) > followPatience:
 			return fmt.Errorf("%w (tried for %s)", err, followPatience)
 		}
@@ -81,6 +92,42 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// meanwhile says what try does while it cannot read the run.
+func (p *patience) meanwhile() string {
+	if p.read {
+		return followingOn
+	}
+	return fmt.Sprintf("trying again for up to %s", followPatience)
+}
+
+// watchEvery is how long a read waits before the server is asked whether it answers, and then how often.
+const watchEvery = 2 * time.Second
+
+// watched runs read, and while it waits, asks every watchEvery whether the server answers (p.health): a
+// server that does not is said at once (meanwhile: what the command does until it can read again), although
+// the read itself may wait the outage out in one call (a log read waits up to a minute, and the SDK tries it
+// again through the outage). Seen as a user: a 30 s outage that began during a log read left clusterrun run
+// and logs --follow silent throughout.
+func (p *patience) watched(ctx context.Context, meanwhile string, read func() error) error {
+	if p.health == nil {
+		return read()
+	}
+	done := make(chan error, 1)
+	go func() { done <- read() }()
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if err := p.health(ctx); err != nil && ctx.Err() == nil {
+				p.seen(&starter.UnreadableError{ID: p.id, Msg: err.Error(), ServerSilent: true}, meanwhile) // "health check error: …"
+			}
 		}
 	}
 }

@@ -99,3 +99,29 @@ func TestPatience_OnceTheRunWasReadNoOutageIsTooLong(t *testing.T) {
 	assert.Equal(t, 2, calls)
 	assert.Contains(t, notes.String(), "; trying again for up to 5m0s\n")
 }
+
+// A read can wait an outage out in one call (the SDK tries it again until the server is back): the outage is
+// said all the same, while it lasts, and its end once the read answers. A read that only takes its time, with
+// the server answering, says nothing.
+func TestPatience_SaysAnOutageThatOneReadWaitsOut(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+	var notes bytes.Buffer
+	checks := 0
+	p := patience{id: "r1", notes: &notes, read: true, health: func(context.Context) error {
+		checks++
+		return errors.New("health check error: connection refused")
+	}}
+	waitOut := func() error { time.Sleep(2*watchEvery + watchEvery/2); return nil }
+	require.NoError(t, p.try(context.Background(), waitOut))
+	assert.Equal(t, 2, checks)
+	lines := strings.Split(strings.TrimSpace(notes.String()), "\n")
+	require.Len(t, lines, 2, notes.String())
+	assert.Equal(t, "clusterrun: cannot read run r1 for now (the Temporal server at temporal.example:7233 does not answer: "+
+		"health check error: connection refused); the run goes on, and this command follows it again once it can be read", lines[0])
+	assert.Regexp(t, `^clusterrun: read run r1 again after \ds$`, lines[1])
+
+	notes.Reset()
+	p.health = func(context.Context) error { return nil }
+	require.NoError(t, p.watched(context.Background(), "meanwhile", waitOut))
+	assert.Empty(t, notes.String())
+}

@@ -163,7 +163,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	canceling := false
-	reads, logReads := patience{id: id, notes: stderr}, patience{id: id, notes: stderr}
+	reads, logReads := newPatience(id, stderr, c), newPatience(id, stderr, c)
 	for {
 		select {
 		case o := <-done:
@@ -205,7 +205,12 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			}
 			return nil
 		case <-tick.C:
-			st, ended, _, err := fetchStatus(ctx, c, id)
+			var st live
+			var ended bool
+			err := reads.watched(ctx, followingOn, func() (err error) {
+				st, ended, _, err = fetchStatus(ctx, c, id)
+				return err
+			})
 			// A server outage, say: the run goes on, and so does following it.
 			reads.seen(err, followingOn)
 			if err != nil || ended {
@@ -214,9 +219,14 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			f.update(withHostNotes(st.RunStatus, st.Heartbeats))
 			f.progress(st.Heartbeats)
 			// Read on while output keeps coming, for up to a second, then look at the run again.
+			const outputLater = "the tasks' output is shown again once it can be read"
 			for start := time.Now(); time.Since(start) < time.Second; {
-				got, err := f.poll(ctx)
-				logReads.seen(err, "the tasks' output is shown again once it can be read")
+				var got bool
+				err := logReads.watched(ctx, outputLater, func() (err error) {
+					got, err = f.poll(ctx)
+					return err
+				})
+				logReads.seen(err, outputLater)
 				if !got || err != nil {
 					break
 				}
