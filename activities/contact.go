@@ -44,6 +44,16 @@ func (c *contact) ok() bool {
 	return !c.lost
 }
 
+// lostFor is how long the server has not answered, once that counts as lost contact; zero until then.
+func (c *contact) lostFor(now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lost {
+		return 0
+	}
+	return now.Sub(c.lastOK)
+}
+
 // probeTimeout bounds one health check. A loaded server may answer slowly, and a slow answer is contact: silence
 // is measured from the last answer, so a probe that hangs (a black-holed network) still counts as silence.
 const probeTimeout = 30 * time.Second

@@ -77,6 +77,7 @@ type entry struct {
 	ctl        *controlServer
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
 	waiting    int                    // waits on the run under way (beginWait): a task that waits is not hung
+	heldCalls  map[string]heldCall    // calls the server has not taken yet, by request id (hold.go)
 	progress   *workflows.Progress
 	keeping    *time.Timer // a write of progress into the record is due (keepProgressSoon)
 	keptAt     time.Time   // the last such write

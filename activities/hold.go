@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/task"
 )
 
 // A task's control calls that need the Temporal server (a barrier's arrival, a stop request or its clear, a
@@ -30,14 +32,17 @@ func serverSilent(err error) bool {
 
 // untilServerAnswers calls try until it returns anything but the server's silence, and returns that. It gives
 // the call up, returning the last silence, once ctx ends (the task's request went away, or the call's own
-// timeout passed) or ended is closed (the attempt is over).
-func untilServerAnswers(ctx context.Context, ended <-chan struct{}, try func() error) error {
+// timeout passed) or ended is closed (the attempt is over). The call's hold (nil: none) hears each silence,
+// and is released on return.
+func untilServerAnswers(ctx context.Context, ended <-chan struct{}, h *hold, try func() error) error {
+	defer h.release()
 	var b backoff
 	for {
 		err := try()
 		if err == nil || !serverSilent(err) || ctx.Err() != nil {
 			return err
 		}
+		h.silence(err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -55,4 +60,88 @@ type backoff struct{ d time.Duration }
 func (b *backoff) next() time.Duration {
 	b.d = min(max(2*b.d, 100*time.Millisecond), time.Second)
 	return b.d/2 + rand.N(b.d/2)
+}
+
+// A call under way to the server can be asked after by its request id (task.PathHeld), so that the task's
+// client says why the call waits: a task stuck at a barrier through an outage said nothing in its log of what
+// it waited for. Most calls return no error during an outage (the SDK tries them again inside one call until
+// their deadline), so a call counts as held while it is under way and the server said nothing to it, this
+// host has lost contact with the server (contact.go), or the server has not answered it for heldAfter past
+// what the call may take by itself (a server whose database is down answers its health check).
+
+// heldAfter is how long past its own wait a call under way counts as held by a server that does not answer it.
+const heldAfter = 5 * time.Second
+
+// hold is one call under way to the server: from its start until untilServerAnswers returns.
+type hold struct {
+	e  *entry
+	id string
+}
+
+// heldCall is what a hold records: when the call began, how long it may take by itself (a work-item call's
+// wait), and the server's last word to it ("" while none).
+type heldCall struct {
+	since  time.Time
+	expect time.Duration
+	why    string
+}
+
+// hold records the call with request id id (task.HeaderRequestID) as under way to the server; it may take
+// expect by itself. A call without a valid id is not recorded (nil): nobody can ask after it.
+func (e *entry) hold(id string, expect time.Duration) *hold {
+	if !requestIDPattern.MatchString(id) {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.heldCalls == nil {
+		e.heldCalls = map[string]heldCall{}
+	}
+	e.heldCalls[id] = heldCall{since: time.Now(), expect: expect}
+	return &hold{e: e, id: id}
+}
+
+// silence records that the server did not take the call (err says how).
+func (h *hold) silence(err error) {
+	if h == nil {
+		return
+	}
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	if c, ok := h.e.heldCalls[h.id]; ok {
+		c.why = err.Error()
+		h.e.heldCalls[h.id] = c
+	}
+}
+
+// release forgets the call: the server took it, or it was given up.
+func (h *hold) release() {
+	if h == nil {
+		return
+	}
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	delete(h.e.heldCalls, h.id)
+}
+
+// heldAnswer says whether the call with request id id is held: under way, and the server said nothing to it,
+// this host has lost contact with the server for lostFor (zero while in contact), or the server has not
+// answered it for heldAfter past what it may take by itself.
+func (e *entry) heldAnswer(id string, lostFor time.Duration) task.HeldAnswer {
+	e.mu.Lock()
+	c, ok := e.heldCalls[id]
+	e.mu.Unlock()
+	under := time.Since(c.since)
+	switch {
+	case !ok:
+		return task.HeldAnswer{}
+	case c.why != "":
+	case lostFor > 0:
+		c.why = fmt.Sprintf("this host has had no answer from the server for %s", lostFor.Round(time.Second))
+	case under > c.expect+heldAfter:
+		c.why = "the server is up but has not answered it: its database may be down or overloaded"
+	default:
+		return task.HeldAnswer{}
+	}
+	return task.HeldAnswer{Held: true, Seconds: under.Seconds(), Why: cut(c.why, 300)}
 }

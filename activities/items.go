@@ -159,7 +159,8 @@ func (c *controlServer) itemsUpdate(r *http.Request, name string, wait time.Dura
 	delay := 20 * time.Millisecond
 	for {
 		// A call the server does not take is held until it does (hold.go); the update's id makes it count once.
-		err := untilServerAnswers(ctx, c.e.ended, func() error {
+		held := c.e.hold(r.Header.Get(task.HeaderRequestID), max(wait-time.Since(began), 0))
+		err := untilServerAnswers(ctx, c.e.ended, held, func() error {
 			return c.sendItems(ctx, id, name, updateID, in(max(wait-time.Since(began), 0)), out)
 		})
 		if err == nil {

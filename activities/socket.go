@@ -151,11 +151,12 @@ var controlMux = sync.OnceValue(func() *http.ServeMux {
 	mux.HandleFunc(task.PathItemsSchedule, handle(http.MethodPost, (*controlServer).itemsSchedule))
 	mux.HandleFunc(task.PathItemsTake, handle(http.MethodPost, (*controlServer).itemsTake))
 	mux.HandleFunc(task.PathItemsWait, handle(http.MethodPost, (*controlServer).itemsWait))
+	mux.HandleFunc(task.PathHeld, handle(http.MethodGet, (*controlServer).heldHandler))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown endpoint %s; endpoints are GET %s, POST %s, POST %s, POST %s, GET %s, "+
-			"POST %s, POST %s, POST %s, POST %s, POST %s",
+			"POST %s, POST %s, POST %s, POST %s, POST %s, GET %s",
 			r.URL.Path, task.PathInfo, task.PathBarrier, task.PathProgress, task.PathStop, task.PathShouldStop, task.PathWaitForStop,
-			task.PathClearStop, task.PathItemsSchedule, task.PathItemsTake, task.PathItemsWait))
+			task.PathClearStop, task.PathItemsSchedule, task.PathItemsTake, task.PathItemsWait, task.PathHeld))
 	})
 	return mux
 })
@@ -192,6 +193,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 func (c *controlServer) infoHandler(*http.Request) (any, int, error) { return c.e.taskInfo(), 0, nil }
 
+// heldHandler answers whether the task's call with request id ?id= is held until the server takes it.
+func (c *controlServer) heldHandler(r *http.Request) (any, int, error) {
+	id := r.URL.Query().Get("id")
+	if !requestIDPattern.MatchString(id) {
+		return nil, http.StatusBadRequest, fmt.Errorf("%s?id=%q: give the %s header of the call to ask after (1 to 64 letters, digits, - or _)",
+			task.PathHeld, cut(id, 80), task.HeaderRequestID)
+	}
+	return c.e.heldAnswer(id, c.h.contact.lostFor(time.Now())), 0, nil
+}
+
 func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	req, timeout, err := readBarrier(r.Body, c.types)
 	if err != nil {
@@ -211,7 +222,9 @@ func (c *controlServer) barrier(r *http.Request) (any, int, error) {
 	}
 	// The timeout bounds the wait for the server too: an arrival it does not take is held (hold.go).
 	actx, cancel := context.WithTimeout(ctx, cmp.Or(timeout, maxBarrierTimeout))
-	err = untilServerAnswers(actx, c.e.ended, func() error { return c.h.arrive(actx, c.e, req.Name, req.Types) })
+	err = untilServerAnswers(actx, c.e.ended, c.e.hold(r.Header.Get(task.HeaderRequestID), maxArrivalHold), func() error {
+		return c.h.arrive(actx, c.e, req.Name, req.Types)
+	})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && actx.Err() != nil {
@@ -276,7 +289,7 @@ func (c *controlServer) stop(r *http.Request) (any, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	sig := workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Error: req.Error, KeepRun: req.KeepRun, Seq: stopSeq.next()}
-	err = c.signalRun(r.Context(), workflows.SignalStop, sig)
+	err = c.signalRun(r, workflows.SignalStop, sig)
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("request stop: %v", err)
 	}
@@ -288,18 +301,20 @@ func (c *controlServer) clearStop(r *http.Request) (any, int, error) {
 	if err := decode(task.PathClearStop, r.Body, &req); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	err := c.signalRun(r.Context(), workflows.SignalClearStop, workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Seq: stopSeq.next()})
+	err := c.signalRun(r, workflows.SignalClearStop, workflows.StopRequest{Task: c.e.ref.Task, Attempt: c.e.ref.Attempt, Seq: stopSeq.next()})
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, fmt.Errorf("clear stop: %v", err)
 	}
 	return map[string]bool{"cleared": true}, 0, nil
 }
 
-// signalRun sends the attempt's run a signal, held while the server does not take it (hold.go).
-func (c *controlServer) signalRun(ctx context.Context, name string, arg any) error {
+// signalRun sends the attempt's run a signal for the task's request r, held while the server does not take it
+// (hold.go).
+func (c *controlServer) signalRun(r *http.Request, name string, arg any) error {
 	c.e.beginWait()
 	defer c.e.endWait()
-	return untilServerAnswers(ctx, c.e.ended, func() error {
+	ctx := r.Context()
+	return untilServerAnswers(ctx, c.e.ended, c.e.hold(r.Header.Get(task.HeaderRequestID), 0), func() error {
 		return c.h.Client.SignalWorkflow(ctx, c.e.ref.WorkflowID, c.e.ref.RunID, name, arg)
 	})
 }

@@ -45,8 +45,12 @@ __all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop",
 # How long a call keeps trying while the control socket is gone or unavailable (its host worker restarting).
 RETRY_FOR = 120.0
 # A call that has waited this many seconds for the socket says so once on stderr, so the task's log shows why
-# it seems stuck.
+# it seems stuck. A call that needs the Temporal server asks its socket as often whether its host worker holds it
+# (the server has not taken it: an outage), and says that once too.
 WAIT_NOTE_AFTER = 5.0
+
+# The endpoints whose calls need the Temporal server: the host worker holds them while the server does not answer.
+_MAY_BE_HELD = ("/v1/barrier", "/v1/stop", "/v1/clear-stop", "/v1/items/schedule", "/v1/items/take", "/v1/items/wait")
 
 
 class ClusterrunError(Exception):
@@ -113,11 +117,23 @@ def _call(method, path, body=None, timeout=None):
     if not sock_path:
         raise NotInTaskError("not inside a clusterrun task: CLUSTERRUN_SOCKET is not set "
                              "(run this from a task started by clusterrun)")
-    deadline = time.monotonic() + RETRY_FOR
-    delay = 0.05
     # One id for every try of this call: a work-item call whose answer was lost (the host worker restarted
     # while it waited) is answered again, not applied again.
     request_id = uuid.uuid4().hex
+    if path in _MAY_BE_HELD:
+        done = threading.Event()
+        threading.Thread(target=_say_if_held, args=(sock_path, request_id, done), daemon=True).start()
+        try:
+            return _call_until(sock_path, method, path, body, timeout, request_id)
+        finally:
+            done.set()
+    return _call_until(sock_path, method, path, body, timeout, request_id)
+
+
+def _call_until(sock_path, method, path, body, timeout, request_id):
+    """One call, tried again while the socket cannot be reached, for up to RETRY_FOR."""
+    deadline = time.monotonic() + RETRY_FOR
+    delay = 0.05
     began, said = time.monotonic(), False
     while True:
         try:
@@ -132,6 +148,25 @@ def _call(method, path, body=None, timeout=None):
                 sys.stderr.flush()
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
+
+
+def _say_if_held(sock_path, request_id, done):
+    """While the call with request_id is under way, ask every WAIT_NOTE_AFTER whether its host worker holds it
+    because the Temporal server has not taken it, and say so once on stderr: a task waiting at a barrier through
+    an outage is then not silent about why."""
+    while not done.wait(WAIT_NOTE_AFTER):
+        try:
+            ans = _once(sock_path, "GET", "/v1/held?id=" + request_id, None, 5.0, uuid.uuid4().hex)
+        except _Unavailable:
+            continue
+        except ClusterrunError:
+            return  # a host worker older than the endpoint
+        if ans.get("held") and not done.is_set():
+            sys.stderr.write("clusterrun: the Temporal server has not taken this call for %ds (%s); its host worker holds "
+                             "it and sends it once the server answers, however long that takes\n"
+                             % (round(ans.get("seconds") or 0), ans.get("why") or "no answer"))
+            sys.stderr.flush()
+            return
 
 
 def barrier(name, timeout=None, tasks=None):

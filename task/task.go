@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -36,6 +37,9 @@ const (
 	PathShouldStop  = "/v1/should-stop"
 	PathWaitForStop = "/v1/wait-for-stop"
 	PathClearStop   = "/v1/clear-stop"
+	// PathHeld answers whether the call with a request id (?id=, HeaderRequestID) is held by the host worker
+	// because the Temporal server has not taken it: HeldAnswer.
+	PathHeld = "/v1/held"
 )
 
 // HeaderRequestID names the request header that carries a call's id: the client picks one per call and sends
@@ -98,6 +102,15 @@ type StopState struct {
 	Error string `json:"error,omitempty"`
 }
 
+// HeldAnswer is the answer of GET /v1/held?id=ID: whether the call sent with that request id (a barrier's
+// arrival, a stop request or its clear, a work-item call) is held by the host worker because the Temporal server
+// has not taken it, for how long, and the server's last error. The worker sends it once the server answers.
+type HeldAnswer struct {
+	Held    bool    `json:"held"`
+	Seconds float64 `json:"seconds,omitempty"`
+	Why     string  `json:"why,omitempty"`
+}
+
 // Endpoint is one task's address in the cluster.
 type Endpoint struct {
 	Task string `json:"task"`
@@ -147,10 +160,13 @@ type Client struct {
 	RetryFor time.Duration
 	// Waiting, when set, is told once per request that the socket has not answered for WaitNoteAfter, so a
 	// task's log says what it waits for while its host worker restarts (or its socket was given wrong).
+	// It is also told once when a call that needs the Temporal server (a barrier, a stop request or its clear, a
+	// work-item call) is held by the host worker because the server has not taken it (an outage).
 	Waiting io.Writer
 	socket  string
 	http    *http.Client
 	acks    acks
+	notes   sync.Mutex // one note at a time on Waiting
 }
 
 // New returns a client for the socket named in CLUSTERRUN_SOCKET.
@@ -273,6 +289,9 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	delay := 50 * time.Millisecond
 	id := requestID()
 	said := false
+	if c.Waiting != nil && mayBeHeld[path] {
+		defer c.sayIfHeld(ctx, id)()
+	}
 	for {
 		err := c.once(ctx, method, path, id, in, out)
 		var answered *Error
@@ -285,7 +304,7 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 		}
 		if c.Waiting != nil && !said && time.Until(deadline) < retryFor-WaitNoteAfter {
 			said = true
-			fmt.Fprintf(c.Waiting, "clusterrun task: %v; trying again for up to %s (its host worker may be restarting)\n", err, retryFor)
+			c.note("clusterrun task: %v; trying again for up to %s (its host worker may be restarting)", err, retryFor)
 		}
 		select {
 		case <-ctx.Done():
@@ -294,6 +313,51 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 		}
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+// mayBeHeld is the endpoints whose calls need the Temporal server: the host worker holds such a call while the
+// server does not take it, however long that takes.
+var mayBeHeld = map[string]bool{PathBarrier: true, PathStop: true, PathClearStop: true,
+	PathItemsSchedule: true, PathItemsTake: true, PathItemsWait: true}
+
+// sayIfHeld asks the socket, every WaitNoteAfter while the call with request id id is under way, whether its
+// host worker holds it because the Temporal server has not taken it, and tells Waiting once if so: a task
+// waiting at a barrier through an outage is then not silent about why. The returned func ends the asking.
+func (c *Client) sayIfHeld(ctx context.Context, id string) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(WaitNoteAfter)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			var a HeldAnswer
+			err := c.once(ctx, http.MethodGet, PathHeld+"?id="+id, requestID(), nil, &a)
+			var refused *Error
+			if errors.As(err, &refused) && refused.Status != http.StatusServiceUnavailable {
+				return // a host worker older than the endpoint
+			}
+			if err == nil && a.Held {
+				c.note("clusterrun task: the Temporal server has not taken this call for %s (%s); its host worker holds it and sends it "+
+					"once the server answers, however long that takes", (time.Duration(a.Seconds * float64(time.Second))).Round(time.Second), a.Why)
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// note tells Waiting one line.
+func (c *Client) note(format string, args ...any) {
+	c.notes.Lock()
+	defer c.notes.Unlock()
+	fmt.Fprintf(c.Waiting, format+"\n", args...)
 }
 
 // requestID is a fresh call's id (HeaderRequestID): 128 random bits.

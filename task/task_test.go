@@ -239,3 +239,55 @@ func TestClient_SaysOnceThatItWaitsForItsSocket(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(notes.String(), "\n"), notes.String())
 	assert.Contains(t, notes.String(), "no such file or directory; trying again for up to 600ms (its host worker may be restarting)")
 }
+
+// A call that needs the Temporal server asks its socket, while it waits, whether the host worker holds it
+// because the server has not taken it, and says so once, with the server's last word; a call the host answers
+// itself does not ask.
+func TestClient_SaysOnceThatItsHostHoldsTheCall(t *testing.T) {
+	defer func(d time.Duration) { WaitNoteAfter = d }(WaitNoteAfter)
+	WaitNoteAfter = 50 * time.Millisecond
+	path := socketPath(t)
+	var mu sync.Mutex
+	var barrierID string
+	var asks []string
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PathBarrier:
+			mu.Lock()
+			barrierID = r.Header.Get(HeaderRequestID)
+			mu.Unlock()
+			time.Sleep(10 * WaitNoteAfter)
+			_ = json.NewEncoder(w).Encode(map[string]string{"barrier": "b"})
+		case PathHeld:
+			mu.Lock()
+			defer mu.Unlock()
+			asks = append(asks, r.URL.Query().Get("id"))
+			// held from the second ask on: the outage began while the call waited
+			_ = json.NewEncoder(w).Encode(HeldAnswer{Held: len(asks) > 1, Seconds: 12.4, Why: "connection refused"})
+		case PathInfo:
+			time.Sleep(4 * WaitNoteAfter)
+			_ = json.NewEncoder(w).Encode(Info{Task: "worker-0"})
+		}
+	})
+	c := NewAt(path)
+	var notes bytes.Buffer
+	c.Waiting = &notes
+	require.NoError(t, c.Barrier(context.Background(), "b", BarrierOptions{}))
+	assert.Equal(t, "clusterrun task: the Temporal server has not taken this call for 12s (connection refused); its host worker "+
+		"holds it and sends it once the server answers, however long that takes\n", notes.String())
+	mu.Lock()
+	assert.Len(t, asks, 2, "asked until it was held, then no more")
+	for _, id := range asks {
+		assert.Equal(t, barrierID, id, "asked after the barrier call by its request id")
+	}
+	asks = nil
+	mu.Unlock()
+
+	notes.Reset()
+	_, err := c.Info(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, notes.String())
+	mu.Lock()
+	assert.Empty(t, asks, "info is answered by the host: not asked after")
+	mu.Unlock()
+}

@@ -200,7 +200,9 @@ func TestFault_TaskCallsWaitOutAServerOutage(t *testing.T) {
 }
 
 // testCallsWaitOutAnOutage takes the control plane away (cut) while a task waits at a barrier, schedules a work
-// item and asks the run to stop, for longer than the task clients' own retry, and gives it back (restore).
+// item and asks the run to stop, for longer than the task clients' own retry, and gives it back (restore). Each
+// call says on the task's stderr, during the outage, that its host worker holds it: from the CLI (the Go
+// client), and from the Python client (worker-1's barrier).
 func testCallsWaitOutAnOutage(t *testing.T, c *cluster, cut func(), restore func() error) {
 	a, b := "calls-a-"+randomHex(2), "calls-b-"+randomHex(2)
 	require.NoError(t, c.startWorker(a))
@@ -212,10 +214,14 @@ name: calls
 items: {}
 heartbeatTimeout: 2s
 stopGracePeriod: 2s
+env: {PYTHONPATH: %[5]s}
 tasks:
-  chief: {replicas: 1, hosts: [%[2]s], command: [sh, -c, '%[3]s clusterrun task schedule step "[1]"; echo $? > %[1]s/chief.schedule; clusterrun task stop --keep-run; echo $? > %[1]s/chief.stop; while [ ! -e %[1]s/go ]; do sleep 0.1; done']}
-  worker: {replicas: 2, hosts: [%[2]s, %[4]s], command: [sh, -c, '%[3]s clusterrun task barrier during --tasks worker --timeout 10m; echo $? > %[1]s/$CLUSTERRUN_TASK.barrier; exec sleep 600']}
-`, dir, a, wait, b))
+  chief: {replicas: 1, hosts: [%[2]s], command: [sh, -c, '%[3]s clusterrun task schedule step "[1]" 2> %[1]s/chief.schedule.err; echo $? > %[1]s/chief.schedule; clusterrun task stop --keep-run 2> %[1]s/chief.stop.err; echo $? > %[1]s/chief.stop; while [ ! -e %[1]s/go ]; do sleep 0.1; done']}
+  worker:
+    replicas: 2
+    hosts: [%[2]s, %[4]s]
+    command: [sh, -c, '%[3]s if [ $CLUSTERRUN_TASK = worker-1 ]; then python3 -c "import clusterrun; clusterrun.barrier(\"during\", tasks=[\"worker\"], timeout=600)"; else clusterrun task barrier during --tasks worker --timeout 10m; fi 2> %[1]s/$CLUSTERRUN_TASK.barrier.err; echo $? > %[1]s/$CLUSTERRUN_TASK.barrier; exec sleep 600']
+`, dir, a, wait, b, filepath.Join(c.root, "python")))
 	id := runID(t)
 	r := c.cli(t, "run", spec, "--id", id, "--detach")
 	require.Equal(t, 0, r.code, r.String())
@@ -228,6 +234,19 @@ tasks:
 	cut()
 	touch(t, filepath.Join(dir, "call"))
 	outage := task.DefaultRetryFor + 20*time.Second
+	said := map[string]string{ // each call's stderr, and how its client says that the call is held
+		"chief.schedule.err":   "clusterrun task: the Temporal server has not taken this call for ",
+		"worker-0.barrier.err": "clusterrun task: the Temporal server has not taken this call for ",
+		"worker-1.barrier.err": "clusterrun: the Temporal server has not taken this call for ",
+	}
+	waitUntil(t, "each call to say that its host worker holds it", time.Minute, func() bool {
+		for f, note := range said {
+			if b, _ := os.ReadFile(filepath.Join(dir, f)); !strings.Contains(string(b), note) {
+				return false
+			}
+		}
+		return true
+	})
 	for back := time.Now().Add(outage); time.Now().Before(back); time.Sleep(time.Second) {
 		for _, name := range tasks {
 			require.True(t, alive(pids[name]), "%s (pid %d) died %s into the outage", name, pids[name], outage-time.Until(back))
@@ -241,6 +260,11 @@ tasks:
 
 	for _, f := range []string{"chief.schedule", "chief.stop", "worker-0.barrier", "worker-1.barrier"} {
 		assert.Zero(t, readInt(t, filepath.Join(dir, f), time.Minute), "%s: the call failed", f)
+	}
+	for f, note := range said {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		assert.Equal(t, 1, strings.Count(string(b), note), "%s says it once:\n%s", f, b)
+		assert.Contains(t, string(b), "; its host worker holds it and sends it once the server answers, however long that takes\n", f)
 	}
 	items := c.cli(t, "items", id)
 	require.Equal(t, 0, items.code, items.String())
