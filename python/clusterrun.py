@@ -120,14 +120,13 @@ def _call(method, path, body=None, timeout=None):
     # One id for every try of this call: a work-item call whose answer was lost (the host worker restarted
     # while it waited) is answered again, not applied again.
     request_id = uuid.uuid4().hex
-    if path in _MAY_BE_HELD:
-        done = threading.Event()
-        threading.Thread(target=_say_if_held, args=(sock_path, request_id, done), daemon=True).start()
-        try:
-            return _call_until(sock_path, method, path, body, timeout, request_id)
-        finally:
-            done.set()
-    return _call_until(sock_path, method, path, body, timeout, request_id)
+    if path not in _MAY_BE_HELD:
+        return _call_until(sock_path, method, path, body, timeout, request_id)
+    _held.begin(sock_path, request_id)
+    try:
+        return _call_until(sock_path, method, path, body, timeout, request_id)
+    finally:
+        _held.end(request_id)
 
 
 def _call_until(sock_path, method, path, body, timeout, request_id):
@@ -150,23 +149,53 @@ def _call_until(sock_path, method, path, body, timeout, request_id):
         delay = min(delay * 2, 2.0)
 
 
-def _say_if_held(sock_path, request_id, done):
-    """While the call with request_id is under way, ask every WAIT_NOTE_AFTER whether its host worker holds it
-    because the Temporal server has not taken it, and say so once on stderr: a task waiting at a barrier through
-    an outage is then not silent about why."""
-    while not done.wait(WAIT_NOTE_AFTER):
-        try:
-            ans = _once(sock_path, "GET", "/v1/held?id=" + request_id, None, 5.0, uuid.uuid4().hex)
-        except _Unavailable:
-            continue
-        except ClusterrunError:
-            return  # a host worker older than the endpoint
-        if ans.get("held") and not done.is_set():
-            sys.stderr.write("clusterrun: the Temporal server has not taken this call for %ds (%s); its host worker holds "
-                             "it and sends it once the server answers, however long that takes\n"
-                             % (round(ans.get("seconds") or 0), ans.get("why") or "no answer"))
-            sys.stderr.flush()
-            return
+class _HeldCalls:
+    """The calls under way that need the Temporal server. One thread, started with the first such call of a
+    process, asks the socket every WAIT_NOTE_AFTER whether the host worker holds each call that has been under way
+    that long because the server has not taken it (GET /v1/held), and says so once per call on stderr: a task
+    waiting at a barrier through an outage is then not silent about why. (A thread per call cost 0.2 ms a call.)"""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.calls = {}  # request id -> [socket path, start, said]
+        self.pid = None  # the process whose thread runs (a forked child starts its own)
+
+    def begin(self, sock_path, request_id):
+        with self.lock:
+            self.calls[request_id] = [sock_path, time.monotonic(), False]
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                threading.Thread(target=self._watch, name="clusterrun-held", daemon=True).start()
+
+    def end(self, request_id):
+        with self.lock:
+            self.calls.pop(request_id, None)
+
+    def _watch(self):
+        while True:
+            time.sleep(WAIT_NOTE_AFTER)
+            now = time.monotonic()
+            with self.lock:
+                due = [(rid, c[0]) for rid, c in self.calls.items() if not c[2] and now - c[1] >= WAIT_NOTE_AFTER]
+            for rid, sock_path in due:
+                try:
+                    ans = _once(sock_path, "GET", "/v1/held?id=" + rid, None, 5.0, uuid.uuid4().hex)
+                except _Unavailable:
+                    continue
+                except ClusterrunError:
+                    return  # a host worker older than the endpoint
+                with self.lock:
+                    call = self.calls.get(rid)
+                    if not ans.get("held") or call is None or call[2]:
+                        continue
+                    call[2] = True
+                sys.stderr.write("clusterrun: the Temporal server has not taken this call for %ds (%s); its host worker "
+                                 "holds it and sends it once the server answers, however long that takes\n"
+                                 % (round(ans.get("seconds") or 0), ans.get("why") or "no answer"))
+                sys.stderr.flush()
+
+
+_held = _HeldCalls()
 
 
 def barrier(name, timeout=None, tasks=None):
