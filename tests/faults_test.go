@@ -143,6 +143,11 @@ tasks:
 		assert.Contains(t, hr.stderr, "read the host registry: the server answered neither it nor a describe of "+workflows.HostRegistryID+" in time", hr.String())
 		assert.Contains(t, hr.stderr, "the Temporal server at "+c.address+" is up but did not answer in time: its database may be down", hr.String())
 	}
+	if serverGone { // each follower says the outage while it lasts, also one whose read waits it out in one call
+		for name, cmd := range map[string]*backgroundCLI{"run": follow, "status --watch": watch, "logs --follow": logs} {
+			assert.Contains(t, cmd.errb.String(), "clusterrun: cannot read run "+id+" for now (", "%s, %s into the outage", name, outage)
+		}
+	}
 	require.NoError(t, restore(), "start the control plane again on the same data")
 
 	st, err := c.outcome(t, id)
