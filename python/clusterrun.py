@@ -24,8 +24,9 @@ It talks JSON over HTTP to the task's control socket, whose path clusterrun puts
 the socket is gone or answers 503 (the task's host worker is restarting), every call retries for up to
 RETRY_FOR seconds; the next worker serves the socket again at the same path. A call that needs the Temporal
 server (a barrier, a stop request, a work item) waits while the server is down, however long: the host worker
-holds it and sends it once the server answers. Each call sends one request id with all its tries, so that a
-work-item call whose answer was lost with its worker gets that answer again.
+holds it and sends it once the server answers, and the call says so once on stderr after WAIT_NOTE_AFTER
+seconds. Each call sends one request id with all its tries, so that a work-item call whose answer was lost with
+its worker gets that answer again.
 """
 
 import http.client
