@@ -42,6 +42,29 @@ func (b *liveBlock) Write(p []byte) (int, error) {
 	return len(p), err
 }
 
+// above returns a writer to w (stderr) whose writes show above the block, as the block's own do. A note written
+// to the same terminal past the block was erased by the block's next redraw, which took it for the block's first
+// lines (seen as a user: clusterrun run's notes of a server outage flashed and were gone).
+func (b *liveBlock) above(w io.Writer) io.Writer { return blockAbove{b, w} }
+
+type blockAbove struct {
+	b *liveBlock
+	w io.Writer
+}
+
+func (a blockAbove) Write(p []byte) (int, error) {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	var buf strings.Builder
+	a.b.erase(&buf)
+	_, _ = io.WriteString(a.b.out, buf.String())
+	n, err := a.w.Write(p)
+	buf.Reset()
+	a.b.draw(&buf)
+	_, _ = io.WriteString(a.b.out, buf.String())
+	return n, err
+}
+
 // set replaces the block's lines and redraws it.
 func (b *liveBlock) set(lines []string) {
 	b.mu.Lock()

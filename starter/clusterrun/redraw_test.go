@@ -99,3 +99,17 @@ func TestLiveBlock_FitsHalfTheScreen(t *testing.T) {
 	assert.Equal(t, 1, maxBlock(1))
 	assert.Equal(t, 16, maxBlock(100))
 }
+
+// A note written to stderr while the block is drawn shows above the block, as the block's own output does: the
+// block is erased, the note written, the block drawn again. Written past the block, the next redraw erased it.
+func TestLiveBlock_NotesShowAboveIt(t *testing.T) {
+	var screen bytes.Buffer // stdout and stderr on one terminal
+	b := newLiveBlock(&screen, -1, "")
+	b.set([]string{"[chief-0] 1/4", "[worker-0] 2/4"})
+	screen.Reset()
+	fmt.Fprintln(b.above(&screen), "clusterrun: cannot read run R for now")
+	assert.Equal(t, "\x1b[2F\x1b[Jclusterrun: cannot read run R for now\n[chief-0] 1/4\n[worker-0] 2/4\n", screen.String())
+	screen.Reset()
+	b.set([]string{"[chief-0] 2/4", "[worker-0] 2/4"})
+	assert.True(t, strings.HasPrefix(screen.String(), "\x1b[2F\x1b[J"), "the next redraw erases the block only")
+}

@@ -149,10 +149,12 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	f := newFollower(c, id, stdout)
 	f.inOrder, f.redraws, f.patience = true, true, livePatience
 	defer f.close()
+	notes := stderr
 	if isTerminal(os.Stdout) {
-		// On a terminal, progress is a block of bars under the scrolling output.
+		// On a terminal, progress is a block of bars under the scrolling output; notes show above it too.
 		f.block = newLiveBlock(stdout, int(os.Stdout.Fd()), "clusterrun status "+id+" shows each task's progress")
 		f.out, f.notes = f.block, f.block
+		notes = f.block.above(stderr)
 		defer f.block.close()
 	}
 	if how.first != nil {
@@ -163,7 +165,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	canceling := false
-	reads, logReads := newPatience(id, stderr, c), newPatience(id, stderr, c)
+	reads, logReads := newPatience(id, notes, c), newPatience(id, notes, c)
 	for {
 		select {
 		case o := <-done:
@@ -174,7 +176,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, 
 			// Read what the tasks wrote last; the result names every task's host and final attempt.
 			f.update(o.st)
 			if err := f.drain(ctx); err != nil {
-				fmt.Fprintln(stderr, "clusterrun: "+err.Error())
+				fmt.Fprintln(notes, "clusterrun: "+err.Error())
 			}
 			f.clearBlock()
 			return report(o.st, o.err, id, stdout, jsonOut)
