@@ -75,7 +75,8 @@ func (s *LogReader) start(ctx context.Context) error {
 		StaticSummary: "read logs of " + s.runID,
 		// A session ends when its reader closes it or stops reading; the run timeout is a backstop for a
 		// session that no worker runs.
-		WorkflowRunTimeout: 24 * time.Hour,
+		WorkflowRunTimeout:  24 * time.Hour,
+		WorkflowTaskTimeout: sessionTaskTimeout,
 	}, workflows.LogSessionWorkflowType, workflows.LogSessionInput{RunID: s.runID})
 	if err != nil && !refused(err) {
 		return &UnreadableError{ID: s.runID, Msg: "start reading logs", Err: err}
@@ -87,6 +88,11 @@ func (s *LogReader) start(ctx context.Context) error {
 	s.starts++
 	return nil
 }
+
+// sessionTaskTimeout bounds a session's workflow task, which takes milliseconds: a worker that died while it
+// held one (SIGKILLed, say) held every read of the session back for the SDK's 10 s, until the task timed out
+// and another worker took it (seen in the suite: no read answered for 10 s after a host's worker was killed).
+const sessionTaskTimeout = 5 * time.Second
 
 // Close ends the reader's session (it would end by itself two minutes after the last read).
 func (s *LogReader) Close() {

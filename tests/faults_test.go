@@ -1319,6 +1319,14 @@ tasks: {chief: {replicas: 1, hosts: [host-b]}, worker: {replicas: 1, hosts: [hos
 	unanswered, answeredMeanwhile := logReadsOfASilentHost(t, c)
 	assert.GreaterOrEqual(t, unanswered, 1, "host-a was asked while it was down")
 	assert.GreaterOrEqual(t, answeredMeanwhile, 2*unanswered, "reads answered while host-a's part of a read went unanswered")
+	// When host-a's worker died holding one of the session's workflow tasks, no read was answered until that
+	// task timed out: 10 s by default, as long as host-a's part of the read (seen in the suite: none answered).
+	sessions, _ := logSessions(c)
+	for _, e := range sessions {
+		d, err := c.client.DescribeWorkflowExecution(context.Background(), e.GetWorkflowId(), e.GetRunId())
+		require.NoError(t, err)
+		assert.Equal(t, 5*time.Second, d.GetExecutionConfig().GetDefaultWorkflowTaskTimeout().AsDuration(), "the session's workflow task timeout")
+	}
 }
 
 // logReadsOfASilentHost counts, in the histories of the cluster's log sessions (once every one has closed; a
