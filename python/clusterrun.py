@@ -47,7 +47,7 @@ __all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop",
 RETRY_FOR = 120.0
 # A call that has waited this many seconds for the socket says so once on stderr, so the task's log shows why
 # it seems stuck. A call that needs the Temporal server asks its socket as often whether its host worker holds it
-# (the server has not taken it: an outage), and says that once too.
+# (the server has not taken it: an outage), and says that once too, and when the server answered it.
 WAIT_NOTE_AFTER = 5.0
 
 # The endpoints whose calls need the Temporal server: the host worker holds them while the server does not answer.
@@ -87,6 +87,10 @@ class _Unavailable(Exception):
     """The socket could not be reached, or answered 503: worth another try."""
 
 
+class _Unreached(ClusterrunError):
+    """The socket could not be reached for RETRY_FOR: the call was given up unanswered."""
+
+
 def _once(sock_path, method, path, body, timeout, request_id):
     conn = _UnixConnection(sock_path, timeout=timeout)
     try:
@@ -124,10 +128,16 @@ def _call(method, path, body=None, timeout=None):
     if path not in _MAY_BE_HELD:
         return _call_until(sock_path, method, path, body, timeout, request_id)
     _held.begin(sock_path, request_id)
+    answered = False
     try:
-        return _call_until(sock_path, method, path, body, timeout, request_id)
+        answer = _call_until(sock_path, method, path, body, timeout, request_id)
+        answered = True
+        return answer
+    except ClusterrunError as e:
+        answered = not isinstance(e, _Unreached)  # the host worker's refusal
+        raise
     finally:
-        _held.end(request_id)
+        _held.end(request_id, answered)
 
 
 def _call_until(sock_path, method, path, body, timeout, request_id):
@@ -140,7 +150,7 @@ def _call_until(sock_path, method, path, body, timeout, request_id):
             return _once(sock_path, method, path, body() if callable(body) else body, timeout, request_id)
         except _Unavailable as e:
             if time.monotonic() > deadline:
-                raise ClusterrunError("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR))
+                raise _Unreached("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR))
             if not said and time.monotonic() - began >= WAIT_NOTE_AFTER:
                 said = True
                 sys.stderr.write("clusterrun: %s; trying again for up to %gs (its host worker may be restarting)\n"
@@ -168,9 +178,13 @@ class _HeldCalls:
                 self.pid = os.getpid()
                 threading.Thread(target=self._watch, name="clusterrun-held", daemon=True).start()
 
-    def end(self, request_id):
+    def end(self, request_id, answered):
         with self.lock:
-            self.calls.pop(request_id, None)
+            call = self.calls.pop(request_id, None)
+        if answered and call is not None and call[2]:
+            sys.stderr.write("clusterrun: the Temporal server answered the held call after %s\n"
+                             % _seconds(time.monotonic() - call[1]))
+            sys.stderr.flush()
 
     def _watch(self):
         while True:
@@ -190,13 +204,20 @@ class _HeldCalls:
                     if not ans.get("held") or call is None or call[2]:
                         continue
                     call[2] = True
-                sys.stderr.write("clusterrun: the Temporal server has not taken this call for %ds (%s); its host worker "
+                sys.stderr.write("clusterrun: the Temporal server has not taken this call for %s (%s); its host worker "
                                  "holds it and sends it once the server answers, however long that takes\n"
-                                 % (round(ans.get("seconds") or 0), ans.get("why") or "no answer"))
+                                 % (_seconds(ans.get("seconds") or 0), ans.get("why") or "no answer"))
                 sys.stderr.flush()
 
 
 _held = _HeldCalls()
+
+
+def _seconds(s):
+    """s seconds, rounded, written as the Go client writes a duration: 5s, 2m31s, 1h0m5s."""
+    m, s = divmod(round(s), 60)
+    h, m = divmod(m, 60)
+    return "%dh%dm%ds" % (h, m, s) if h else "%dm%ds" % (m, s) if m else "%ds" % s
 
 
 def barrier(name, timeout=None, tasks=None):

@@ -280,7 +280,7 @@ var WaitNoteAfter = 5 * time.Second
 
 // call sends one request and decodes the answer. While the socket is gone or refuses connections, or answers
 // 503, it tries again (with a short backoff) for RetryFor: a host worker that restarts serves the socket again.
-func (c *Client) call(ctx context.Context, method, path string, in func() any, out any) error {
+func (c *Client) call(ctx context.Context, method, path string, in func() any, out any) (err error) {
 	retryFor := c.RetryFor
 	if retryFor <= 0 {
 		retryFor = DefaultRetryFor
@@ -290,10 +290,11 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	id := requestID()
 	said := false
 	if c.Waiting != nil && mayBeHeld[path] {
-		defer c.sayIfHeld(ctx, id)()
+		stop := c.sayIfHeld(ctx, id)
+		defer func() { stop(err) }()
 	}
 	for {
-		err := c.once(ctx, method, path, id, in, out)
+		err = c.once(ctx, method, path, id, in, out)
 		var answered *Error
 		transient := err != nil && (!errors.As(err, &answered) || answered.Status == http.StatusServiceUnavailable)
 		if !transient || ctx.Err() != nil {
@@ -322,9 +323,13 @@ var mayBeHeld = map[string]bool{PathBarrier: true, PathStop: true, PathClearStop
 
 // sayIfHeld asks the socket, every WaitNoteAfter while the call with request id id is under way, whether its
 // host worker holds it because the Temporal server has not taken it, and tells Waiting once if so: a task
-// waiting at a barrier through an outage is then not silent about why. The returned func ends the asking.
-func (c *Client) sayIfHeld(ctx context.Context, id string) (stop func()) {
+// waiting at a barrier through an outage is then not silent about why. The returned func ends the asking when
+// the call has returned err; if the call was said to be held and was answered (err nil, or the host worker's
+// refusal), it tells Waiting that too, so that the log shows when the wait ended.
+func (c *Client) sayIfHeld(ctx context.Context, id string) (stop func(err error)) {
+	began := time.Now()
 	done, finished := make(chan struct{}), make(chan struct{})
+	var held bool // set by the goroutine, read after finished
 	go func() {
 		defer close(finished)
 		tick := time.NewTicker(WaitNoteAfter)
@@ -344,13 +349,21 @@ func (c *Client) sayIfHeld(ctx context.Context, id string) (stop func()) {
 				return // a host worker older than the endpoint
 			}
 			if err == nil && a.Held {
+				held = true
 				c.note("clusterrun task: the Temporal server has not taken this call for %s (%s); its host worker holds it and sends it "+
 					"once the server answers, however long that takes", (time.Duration(a.Seconds * float64(time.Second))).Round(time.Second), a.Why)
 				return
 			}
 		}
 	}()
-	return func() { close(done); <-finished }
+	return func(err error) {
+		close(done)
+		<-finished
+		var refused *Error
+		if held && (err == nil || errors.As(err, &refused) && refused.Status != http.StatusServiceUnavailable) {
+			c.note("clusterrun task: the Temporal server answered the held call after %s", time.Since(began).Round(time.Second))
+		}
+	}
 }
 
 // note tells Waiting one line.

@@ -206,8 +206,8 @@ func TestFault_TaskCallsWaitOutAServerOutage(t *testing.T) {
 
 // testCallsWaitOutAnOutage takes the control plane away (cut) while a task waits at a barrier, schedules a work
 // item and asks the run to stop, for longer than the task clients' own retry, and gives it back (restore). Each
-// call says on the task's stderr, during the outage, that its host worker holds it: from the CLI (the Go
-// client), and from the Python client (worker-1's barrier).
+// call says on the task's stderr, during the outage, that its host worker holds it, and after it when it was
+// answered: from the CLI (the Go client), and from the Python client (worker-1's barrier).
 func testCallsWaitOutAnOutage(t *testing.T, c *cluster, cut func(), restore func() error) {
 	a, b := "calls-a-"+randomHex(2), "calls-b-"+randomHex(2)
 	require.NoError(t, c.startWorker(a))
@@ -270,6 +270,7 @@ tasks:
 		b, _ := os.ReadFile(filepath.Join(dir, f))
 		assert.Equal(t, 1, strings.Count(string(b), note), "%s says it once:\n%s", f, b)
 		assert.Contains(t, string(b), "; its host worker holds it and sends it once the server answers, however long that takes\n", f)
+		assert.Regexp(t, `the Temporal server answered the held call after \d+m\d+s\n`, string(b), "%s says when the wait ended", f)
 	}
 	items := c.cli(t, "items", id)
 	require.Equal(t, 0, items.code, items.String())
