@@ -440,12 +440,28 @@ type backgroundCLI struct {
 // kills it if it still runs.
 func (c *cluster) startCLI(t *testing.T, args ...string) *backgroundCLI {
 	t.Helper()
-	b := &backgroundCLI{cmd: exec.Command(filepath.Join(c.bin, "clusterrun"), args...), done: make(chan error, 1)}
+	return c.startInBackground(t, exec.Command(filepath.Join(c.bin, "clusterrun"), args...))
+}
+
+// startCLIOnTerminal starts the CLI as startCLI does, on a terminal of its own (a pseudo-terminal that
+// script(1) opens): out holds all it drew there, stdout and stderr in one, escape sequences and all.
+func (c *cluster) startCLIOnTerminal(t *testing.T, args ...string) *backgroundCLI {
+	t.Helper()
+	line := "exec " + filepath.Join(c.bin, "clusterrun")
+	for _, a := range args {
+		line += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return c.startInBackground(t, exec.Command("script", "-qefc", line, "/dev/null"))
+}
+
+func (c *cluster) startInBackground(t *testing.T, cmd *exec.Cmd) *backgroundCLI {
+	t.Helper()
+	b := &backgroundCLI{cmd: cmd, done: make(chan error, 1)}
 	b.cmd.Dir = c.root
 	b.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+c.address)
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.errb
 	if err := b.cmd.Start(); err != nil {
-		t.Fatalf("start clusterrun %v: %v", args, err)
+		t.Fatalf("start %v: %v", b.cmd.Args, err)
 	}
 	go func() { b.done <- b.cmd.Wait() }()
 	t.Cleanup(func() { _ = b.cmd.Process.Kill() })

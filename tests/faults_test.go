@@ -110,8 +110,10 @@ tasks:
 	}
 	// Users who follow the run's output and its status, from before the outage to the run's end.
 	logs, watch := c.startCLI(t, "logs", id, "-f"), c.startCLI(t, "status", id, "--watch", "1s")
+	screen := c.startCLIOnTerminal(t, "status", id, "--watch", "1s") // which redraws the terminal at each refresh
 	waitUntil(t, "the followers to read the run", time.Minute, func() bool {
-		return strings.Count(logs.out.String(), " is up\n") == len(tasks) && strings.Contains(watch.out.String(), "run "+id)
+		return strings.Count(logs.out.String(), " is up\n") == len(tasks) && strings.Contains(watch.out.String(), "run "+id) &&
+			strings.Contains(screen.out.String(), "run "+id)
 	})
 
 	cut()
@@ -170,6 +172,13 @@ tasks:
 	require.Equal(t, 0, lf.code, lf.String())
 	require.Equal(t, 0, wf.code, wf.String())
 	assert.Contains(t, wf.stdout, "run "+id+" (outage): Succeeded")
+	sf := screen.wait(t, 2*time.Minute)
+	require.Equal(t, 0, sf.code, sf.String())
+	if serverGone { // the last screen, redrawn after the outage, still shows its notes under the status
+		last := sf.stdout[strings.LastIndex(sf.stdout, "\033[2J")+1:]
+		assert.Contains(t, last, "run "+id+" (outage): Succeeded")
+		assert.Regexp(t, `\nNOTES\r?\n(.*\r?\n)?\d\d:\d\d:\d\d UTC  clusterrun: read run `+id+` again after \d+(m\d+)?s\r?\n$`, last)
+	}
 	// clusterrun run followed the run through the outage, said so, and ends with it.
 	r := follow.wait(t, 2*time.Minute)
 	require.Equal(t, 0, r.code, r.String())

@@ -47,17 +47,25 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	var follow *patience // watching, one patience for the whole watch: once it has read the run, it waits out any outage
+	redraw := *watch > 0 && isTerminal(os.Stdout)
+	notes := &keptNotes{w: stderr} // a redrawn screen shows the latest again, under the status
+	var follow *patience           // watching, one patience for the whole watch: once it has read the run, it waits out any outage
 	if *watch > 0 {
-		follow = newPatience(pos[0], stderr, c)
+		follow = newPatience(pos[0], notes, c)
 	}
 	for {
 		st, ended, err := readStatus(ctx, c, pos[0], follow)
 		if err != nil {
 			return err
 		}
-		if err := printStatus(pos[0], st, ended, *asJSON, *watch > 0 && isTerminal(os.Stdout), stdout); err != nil || ended || *watch == 0 {
+		if err := printStatus(pos[0], st, ended, *asJSON, redraw, stdout); err != nil {
 			return err
+		}
+		if redraw && !*asJSON {
+			notes.show(stdout)
+		}
+		if ended || *watch == 0 {
+			return nil
 		}
 		time.Sleep(*watch)
 	}
