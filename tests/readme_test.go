@@ -148,6 +148,9 @@ func TestE2E_ReadmeCommands(t *testing.T) {
 
 	viaTemporal := sh("the temporal CLI session", againIfBusy(t, blockWith(t, blocks, "bin/temporal workflow start")), 0)
 	assert.Contains(t, viaTemporal, `"status":"Succeeded"`)
+	// The coordinated stop: the demo's tasks see it between steps and end themselves, none killed after its grace.
+	assert.Contains(t, viaTemporal, `"reason":"stop requested from outside the run"`)
+	assert.NotContains(t, viaTemporal, `"straggler":true`)
 
 	session := sh("the clusterrun session", blockWith(t, blocks, "bin/clusterrun validate"), 0)
 	assert.Regexp(t, `run demo-\d+ Succeeded`, session)
