@@ -293,15 +293,12 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs str
 	}
 	for _, n := range names {
 		if st.Task(n) == nil {
-			var all []string
-			for _, t := range st.Tasks {
-				all = append(all, t.Name)
-			}
-			return c, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, clip(strings.Join(all, ", "), 200))}
+			return c, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, taskNames(st))}
 		}
 	}
 	return c, nil
 }
+
 
 // inBrackets is " (why)", or "" without a why.
 func inBrackets(why string) string {
@@ -318,10 +315,12 @@ func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attemp
 	var out []workflows.TaskStatus
 	neverStarted, neverStartedWhy := "", false
 	most := workflows.TaskStatus{} // of the tasks that ran, the one with the most attempts
+	matched := 0
 	for _, t := range st.Tasks {
 		if !chosen.has(t.Name) {
 			continue
 		}
+		matched++
 		if t.StartTime == nil && t.EndTime != nil {
 			// It ended before its start (its host refused it, say): there are no logs to read.
 			if len(chosen.names) > 0 && !waiting {
@@ -355,6 +354,10 @@ func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attemp
 	}
 	if len(out) == 0 && most.Attempt > 0 && !waiting {
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("no task of run %s has an attempt %d: the most any has run is %d (%s)", runID, attempt, most.Attempt, most.Name)}
+	}
+	if matched == 0 && !waiting {
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("--tasks %s matches no task of run %s; its tasks are %s",
+			strings.Join(chosen.patterns, ","), runID, taskNames(st))}
 	}
 	if len(out) == 0 && !waiting {
 		return nil, &exitError{code: 1, msg: "no started task matches" + neverStarted + "; see the tasks with: clusterrun status " + runID}

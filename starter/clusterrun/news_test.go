@@ -581,6 +581,22 @@ func TestSelectTasks_AnAttemptOfEveryTask(t *testing.T) {
 	assert.EqualError(t, err, "worker-0 has no attempt 2: it has run 1 attempt(s)")
 }
 
+// --tasks patterns that match no task of the run say so, with the run's tasks (seen as a user: "--tasks
+// nope-3" said "no started task matches", as if the task existed and had not started). Following a run, they
+// may match a task started later (start-task --index), so they are no error then.
+func TestSelectTasks_PatternsThatMatchNoTask(t *testing.T) {
+	started := time.Now()
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskRunning, Host: "u-a", Attempt: 1, StartTime: &started},
+		{Name: "worker-0", State: workflows.TaskRunning, Host: "u-b", Attempt: 1, StartTime: &started},
+	}}
+	_, err := selectTasks("r", st, taskChoice{patterns: []string{"nope-3", "ps-*"}}, 0, false)
+	assert.EqualError(t, err, "--tasks nope-3,ps-* matches no task of run r; its tasks are chief-0, worker-0")
+	got, err := selectTasks("r", st, taskChoice{patterns: []string{"ps-*"}}, 0, true)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+}
+
 // A task whose host could not be reached (its worker restarting) and that its host's worker took up again is
 // said to run on, each time; the unreachable line was the last word on it. In a large run, the tasks back
 // together share a line.

@@ -222,6 +222,7 @@ func filterTo(st workflows.RunStatus, name string, before workflows.RunStatus) w
 	return st
 }
 
+// taskNames lists a run's tasks for an error, cut to 200 characters.
 func taskNames(st workflows.RunStatus) string {
 	var all []string
 	for _, t := range st.Tasks {
