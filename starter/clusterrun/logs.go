@@ -299,7 +299,6 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs str
 	return c, nil
 }
 
-
 // inBrackets is " (why)", or "" without a why.
 func inBrackets(why string) string {
 	if why == "" {
