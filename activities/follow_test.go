@@ -71,15 +71,15 @@ func TestFollow_ActsOnlyOnNewStopsForThisHost(t *testing.T) {
 		{"a new cancel request stops every task of the run", 1, []*historypb.HistoryEvent{started, cancelRequested(2)}, []string{"worker-0", "worker-1"}},
 		{"a cancel request from before the follow is the StopTasks' to serve", 2, []*historypb.HistoryEvent{started, cancelRequested(2)}, nil},
 		{"a new StopTasks for this host stops the attempts it names", 1,
-			[]*historypb.HistoryEvent{started, stopTasks(2, "test-host", map[string]int{"worker-1": 1})}, []string{"worker-1"}},
+			[]*historypb.HistoryEvent{started, stopTasks(2, testHost, map[string]int{"worker-1": 1})}, []string{"worker-1"}},
 		{"a StopTasks for another host is not this host's", 1,
 			[]*historypb.HistoryEvent{started, stopTasks(2, "other-host", map[string]int{"worker-0": 1, "worker-1": 1})}, nil},
 		{"a StopTasks from before the follow is the activity's", 2,
-			[]*historypb.HistoryEvent{started, stopTasks(2, "test-host", map[string]int{"worker-0": 1})}, nil},
+			[]*historypb.HistoryEvent{started, stopTasks(2, testHost, map[string]int{"worker-0": 1})}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			server := &fakeServer{history: c.history, historyLength: c.length}
-			h := NewHost("test-host", "127.0.0.1", t.TempDir(), server, quiet())
+			h := NewHost(testHost, "127.0.0.1", t.TempDir(), server, quiet())
 			var entries []*entry
 			for _, task := range []string{"worker-0", "worker-1"} {
 				e := newEntry(attemptRef{WorkflowID: "w", RunID: "r", Task: task, Attempt: 1}, spec.Task{Name: task}, false, time.Second)
@@ -105,7 +105,7 @@ func TestFollow_ActsOnceOnAHistoryItReadsAgain(t *testing.T) {
 		{EventId: 2, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED},
 	}}
 	logs := &infoLog{}
-	h := NewHost("test-host", "127.0.0.1", t.TempDir(), server, logs)
+	h := NewHost(testHost, "127.0.0.1", t.TempDir(), server, logs)
 	h.reg.put(newEntry(attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}, spec.Task{Name: "worker-0"}, false, time.Second))
 	h.follow(context.Background(), "w", "r")
 	assert.Equal(t, 1, logs.count("stopping tasks, as the run's history says"), "the history was read twice, the cancel acted on once")
@@ -144,7 +144,7 @@ func TestFollow_BeginsOnceTheServerAnswers(t *testing.T) {
 		{EventId: 1, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED},
 		{EventId: 2, EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED},
 	}}
-	h := NewHost("test-host", "127.0.0.1", t.TempDir(), server, quiet())
+	h := NewHost(testHost, "127.0.0.1", t.TempDir(), server, quiet())
 	e := newEntry(attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}, spec.Task{Name: "worker-0"}, false, time.Second)
 	h.reg.put(e)
 	h.follow(context.Background(), "w", "r")

@@ -222,11 +222,16 @@ func (a *harness) shutdown(stopTasks bool) {
 	a.host.Shutdown(stopTasks, time.Second, 10*time.Second)
 }
 
+// testHost names every host of this test process. It carries the process's pid, since a host's start kills
+// the processes of its name that it holds no attempt of (sweep): two test runs of this package at once (two
+// checkouts, or make check beside a developer's go test) would otherwise kill each other's tasks.
+var testHost = fmt.Sprintf("test-host-%d", os.Getpid())
+
 // newHost makes a host with a state folder and a socket folder (a restarted worker reuses both: sockets ""
 // makes a new one) and starts it.
 func newHost(t *testing.T, state, sockets, logDir string, server *fakeServer, options ...func(*Host)) *Host {
 	t.Helper()
-	h := NewHost("test-host", "127.0.0.1", logDir, server, quiet())
+	h := NewHost(testHost, "127.0.0.1", logDir, server, quiet())
 	h.StateDir = state
 	h.SocketDir = sockets
 	if sockets == "" {
@@ -362,7 +367,7 @@ func TestRunTask_SuccessWithResult(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode)
 	assert.JSONEq(t, `{"loss": 0.1}`, string(res.Result))
-	assert.Equal(t, "test-host", res.Host)
+	assert.Equal(t, testHost, res.Host)
 	assert.NotZero(t, res.PID)
 	assert.Equal(t, 0, a.host.Running())
 }
@@ -375,7 +380,7 @@ func TestRunTask_FailureCarriesErrorFile(t *testing.T) {
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
 	assert.True(t, e.NonRetryable(), "restarts are the workflow's, never Temporal's retries")
-	assert.Contains(t, e.Message(), "worker-0 exited with code 137 on test-host (attempt 1): CUDA out of memory")
+	assert.Contains(t, e.Message(), "worker-0 exited with code 137 on "+testHost+" (attempt 1): CUDA out of memory")
 	var res workflows.TaskResult
 	require.NoError(t, e.Details(&res))
 	assert.Equal(t, "noise\n", res.StderrTail)
@@ -391,7 +396,7 @@ func TestRunTask_StartFailureIsPermanent(t *testing.T) {
 	_, err := a.run(leased(taskSpec("no-such-binary-xyz")))()
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskStartFailed, e.Type())
-	assert.Contains(t, e.Message(), `worker-0 cannot start on host test-host: command "no-such-binary-xyz" not found`)
+	assert.Contains(t, e.Message(), "worker-0 cannot start on host "+testHost+`: command "no-such-binary-xyz" not found`)
 	assert.Empty(t, a.host.reg.all(), "nothing is left of an attempt that never started")
 	// Nor of its run on this host, in the runtime folder: its socket's folder and the run's cluster file went
 	// with it (they stayed in /dev/shm, seen after a user's run whose command was missing).
@@ -466,7 +471,7 @@ func startPrePlaced(t *testing.T, cmd ...string) *prePlaced {
 		}
 	}
 	in := leased(taskSpec(cmd...))
-	m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: p.port})
+	m := clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: testHost, Addr: "127.0.0.1", Port: p.port})
 	in.Cluster, in.Port = &m, p.port
 	p.wait = p.a.run(in)
 	return p
@@ -516,8 +521,8 @@ func TestRunTask_ALogFolderThatFillsUpIsSaid(t *testing.T) {
 		} else {
 			e := appErr(t, err)
 			require.NoError(t, e.Details(&res))
-			assert.Contains(t, e.Message(), fmt.Sprintf("%s exited with code %d on test-host (attempt 1): %s, its last words with it (--log-dir %s, 0 B free of 1 MiB now: "+
-				"free space there, or give the worker a --log-dir with room)", c.name, c.code, workflows.LogsFullNote("test-host"), logs), c.name)
+			assert.Contains(t, e.Message(), fmt.Sprintf("%s exited with code %d on "+testHost+" (attempt 1): %s, its last words with it (--log-dir %s, 0 B free of 1 MiB now: "+
+				"free space there, or give the worker a --log-dir with room)", c.name, c.code, workflows.LogsFullNote(testHost), logs), c.name)
 		}
 		require.NotNil(t, res.Logs, c.name)
 		assert.True(t, res.Logs.Full, "%s: its logs are marked", c.name)
@@ -552,7 +557,7 @@ func TestRunTask_AStartOnAFullRuntimeFolderNamesIt(t *testing.T) {
 
 	_, err = a.run(leased(taskSpec("true")))()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "no space left on device (host test-host's --socket-dir "+sockets+" is full, 0 B free of 256 KiB now: "+
+	assert.Contains(t, err.Error(), "no space left on device (host "+testHost+"'s --socket-dir "+sockets+" is full, 0 B free of 256 KiB now: "+
 		"free space there, or give the worker a --socket-dir with room)")
 
 	require.NoError(t, os.Remove(filler.Name()))
@@ -675,7 +680,7 @@ func TestRunTask_TheStartOfAnAttemptTheRunStoppedIsNotSent(t *testing.T) {
 	}
 	var eps []workflows.Endpoint
 	for _, name := range []string{"worker-0", "worker-1"} {
-		eps = append(eps, workflows.Endpoint{Task: name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: lowPort(t)})
+		eps = append(eps, workflows.Endpoint{Task: name, Type: "worker", Host: testHost, Addr: "127.0.0.1", Port: lowPort(t)})
 	}
 	m := clusterOf(eps...)
 	var waits []func() (workflows.TaskResult, error)
@@ -810,7 +815,7 @@ func TestRunTask_WorkerRestartKeepsTheTask(t *testing.T) {
 	b.env.RegisterActivity(b.host.RunTask)
 	require.Equal(t, 1, b.host.Running(), "the new worker found the running task")
 	in := leased(taskSpec())
-	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	in.Attach, in.Lease, in.Host = true, 2, testHost
 	attached := b.run(in)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 	res, err = attached()
@@ -850,7 +855,7 @@ func TestRunTask_AWorkerRestartDoesNotMakeATaskHung(t *testing.T) {
 	require.NotNil(t, p, "the new worker has the task's last progress report")
 	assert.Equal(t, workflows.Progress{Current: 7, Total: 9}, *p)
 	in := leased(tk)
-	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	in.Attach, in.Lease, in.Host = true, 2, testHost
 	res, err := b.run(in)()
 	require.NoError(t, err)
 	assert.False(t, res.Hung)
@@ -900,7 +905,7 @@ func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 	b.host = newHost(t, a.state, a.host.SocketDir, a.host.LogDir, b.server)
 	b.env.RegisterActivity(b.host.RunTask)
 	in := leased(taskSpec())
-	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	in.Attach, in.Lease, in.Host = true, 2, testHost
 	_, err := b.run(in)()
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
@@ -910,11 +915,11 @@ func TestRunTask_ExitWhileDetachedIsReportedOnAttach(t *testing.T) {
 func TestRunTask_AttachWithoutRecordIsLost(t *testing.T) {
 	a := newHarness(t)
 	in := leased(taskSpec())
-	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	in.Attach, in.Lease, in.Host = true, 2, testHost
 	_, err := a.run(in)()
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskLost, e.Type())
-	assert.Equal(t, "host test-host has no record of worker-0 attempt 1", e.Message())
+	assert.Equal(t, "host "+testHost+" has no record of worker-0 attempt 1", e.Message())
 }
 
 // A task that writes nothing and reports no progress for hangTimeout gets its diagnostic signal, then is
@@ -927,7 +932,7 @@ func TestRunTask_HungTaskIsSignaledThenStopped(t *testing.T) {
 	_, err := a.run(leased(tk))()
 	e := appErr(t, err)
 	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
-	assert.Contains(t, e.Message(), "worker-0 hung on test-host (attempt 1): no output or progress for")
+	assert.Contains(t, e.Message(), "worker-0 hung on "+testHost+" (attempt 1): no output or progress for")
 	var res workflows.TaskResult
 	require.NoError(t, e.Details(&res))
 	assert.True(t, res.Hung)
@@ -985,7 +990,7 @@ func TestRunTask_TheHangClockIgnoresTheWallClock(t *testing.T) {
 		stepped(t, a, time.Hour, done)
 		_, err := wait()
 		e := appErr(t, err)
-		assert.Contains(t, e.Message(), "worker-0 hung on test-host (attempt 1): no output or progress for")
+		assert.Contains(t, e.Message(), "worker-0 hung on "+testHost+" (attempt 1): no output or progress for")
 	})
 }
 
@@ -1026,7 +1031,7 @@ func TestRunTask_StopAfterDisconnect(t *testing.T) {
 	a.server.mu.Unlock()
 	_, err := wait()
 	e := appErr(t, err)
-	assert.Contains(t, e.Message(), "host test-host was out of contact with the Temporal server for")
+	assert.Contains(t, e.Message(), "host "+testHost+" was out of contact with the Temporal server for")
 	assert.Contains(t, e.Message(), "(stopAfterDisconnect 300ms)")
 }
 
@@ -1085,7 +1090,7 @@ func TestRunTask_LeaseEndsOnTheServersVerdict(t *testing.T) {
 	a.server.mu.Lock()
 	a.server.heartbeatErr = temporal.NewCanceledError()
 	a.server.mu.Unlock()
-	in.Attach, in.Lease, in.Host = true, 2, "test-host"
+	in.Attach, in.Lease, in.Host = true, 2, testHost
 	res, err := a.run(in)()
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, err, &canceled)

@@ -84,7 +84,7 @@ func TestRunTasks_EachMemberEndIsReportedAsItComes(t *testing.T) {
 	assert.Nil(t, ends["worker-0"].Error, "exit 0 is no error")
 	require.NotNil(t, ends["worker-1"].Error)
 	assert.Equal(t, workflows.ErrTaskFailed, ends["worker-1"].Error.Type)
-	assert.Contains(t, ends["worker-1"].Error.Message, "worker-1 exited with code 3 on test-host (attempt 1): bad")
+	assert.Contains(t, ends["worker-1"].Error.Message, "worker-1 exited with code 3 on "+testHost+" (attempt 1): bad")
 	waitFor(t, "worker-2 to run on", func() bool { return a.host.Running() == 1 })
 	_, reported := a.server.reported()["worker-2"]
 	assert.False(t, reported)
@@ -316,7 +316,7 @@ func TestRunTasks_UnpinnedMembersWaitForASlot(t *testing.T) {
 	require.NotNil(t, x.Error)
 	assert.Equal(t, "timeout", x.Error.Kind)
 	assert.Equal(t, enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, x.Error.Timeout)
-	assert.Contains(t, x.Error.Cause.Message, "host test-host had no free slot for it: its one slot of pool  (--slots) was taken by another task")
+	assert.Contains(t, x.Error.Cause.Message, "host "+testHost+" had no free slot for it: its one slot of pool  (--slots) was taken by another task")
 	assert.Contains(t, a.server.reported(), "worker-3", "reported as it came")
 	_, err = a.host.StopTasks(t.Context(), workflows.StopTasksInput{WorkflowID: testWorkflowID, RunID: testRunID, Reason: "test"})
 	require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestRunTasks_AMemberWaitingForASlotSaysSoInItsHeartbeat(t *testing.T) {
 		return last
 	}
 	waitFor(t, "worker-1's heartbeat to say it waits for a slot", func() bool { return lastOf("worker-1").Phase == "slot" })
-	assert.Equal(t, "waiting for a free slot on test-host: its one slot of pool  (--slots) is taken by another task; "+
+	assert.Equal(t, "waiting for a free slot on "+testHost+": its one slot of pool  (--slots) is taken by another task; "+
 		"it starts there once that task ends", lastOf("worker-1").Note)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o600))
 	_, err := holder()
@@ -436,7 +436,7 @@ func TestRunTasks_ShutdownGivesUpAMemberWaitingForASlot(t *testing.T) {
 	x := endOf(t, res, "worker-1")
 	require.NotNil(t, x.Error)
 	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
-	assert.Equal(t, "host worker test-host is shutting down; worker-1 was not started", x.Error.Message)
+	assert.Equal(t, "host worker "+testHost+" is shutting down; worker-1 was not started", x.Error.Message)
 	_, err = holder()
 	require.NoError(t, err)
 }
@@ -469,7 +469,7 @@ func TestRunTasks_WithdrawGivesUpOnlyAWaitingMember(t *testing.T) {
 	x := endOf(t, res, "worker-1")
 	require.NotNil(t, x.Error)
 	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
-	assert.Equal(t, "host test-host gave worker-1 back before it started: other hosts have room", x.Error.Message)
+	assert.Equal(t, "host "+testHost+" gave worker-1 back before it started: other hosts have room", x.Error.Message)
 	assert.Zero(t, x.Result.PID)
 	assert.Equal(t, x, a.server.reported()["worker-1"], "its end went to the run by signal")
 	got, err = a.host.WithdrawTasks(context.Background(), ask)
@@ -498,7 +498,7 @@ func TestRunTasks_AMemberAskedBackBeforeItsLeaseCameNeverStarts(t *testing.T) {
 	x := endOf(t, res, "worker-1")
 	require.NotNil(t, x.Error)
 	assert.Equal(t, workflows.ErrTaskDetached, x.Error.Type)
-	assert.Equal(t, "host test-host gave worker-1 back before it started: other hosts have room", x.Error.Message)
+	assert.Equal(t, "host "+testHost+" gave worker-1 back before it started: other hosts have room", x.Error.Message)
 	assert.Zero(t, x.Result.PID)
 	assert.NoFileExists(t, marker, "worker-1 was refused, not started")
 	assert.Nil(t, endOf(t, res, "worker-2").Error, "worker-2 was not asked back")
@@ -588,7 +588,7 @@ func endBeforeItsStartWentOut(t *testing.T, a *harness) []string {
 	)
 	var eps []workflows.Endpoint
 	for i, m := range in.Members {
-		eps = append(eps, workflows.Endpoint{Task: m.Task.Name, Type: "worker", Host: "test-host", Addr: "127.0.0.1", Port: lowPort(t)})
+		eps = append(eps, workflows.Endpoint{Task: m.Task.Name, Type: "worker", Host: testHost, Addr: "127.0.0.1", Port: lowPort(t)})
 		in.Members[i].Port = eps[i].Port
 	}
 	m := clusterOf(eps...)
