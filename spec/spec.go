@@ -267,6 +267,9 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 				}
 			}
 		}
+		if list, isList := v.([]any); isList && path == "tasks" {
+			msg += "; " + tasksListHint(list)
+		}
 		return []Problem{{Path: path, Message: msg}}
 	}
 	var problems []Problem
@@ -330,6 +333,30 @@ func jsonKindOK(v any, t reflect.Type) (string, bool) {
 		ok = true
 	}
 	return kindName(t), ok
+}
+
+// tasksListHint says how to write tasks given as a list, as Kubeflow's replica specs, JobSet's replicatedJobs and
+// many launchers' configs are: keyed by type, with the types the list named where it named them.
+func tasksListHint(list []any) string {
+	var types []string
+	for _, item := range list {
+		obj, _ := item.(map[string]any)
+		for _, k := range []string{"type", "name", "replicaType"} {
+			if t, ok := obj[k].(string); ok && t != "" {
+				types = append(types, t)
+				break
+			}
+		}
+	}
+	if len(types) == 0 {
+		return "tasks are keyed by their type, as in `tasks: {chief: {command: [...]}, worker: {replicas: 3}}`"
+	}
+	keyed := make([]string, len(types))
+	for i, t := range types {
+		keyed[i] = shortKey(t) + ": {...}"
+	}
+	return fmt.Sprintf("tasks are keyed by their type: write `tasks: {%s}`, each item's fields under its type, without its %s",
+		strings.Join(keyed, ", "), "`type`")
 }
 
 func describeJSON(v any) string {

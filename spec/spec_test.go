@@ -186,6 +186,10 @@ func TestValidate_Small(t *testing.T) {
 		{"shard negative", `{name: x, command: [a], tasksPerShard: -1, tasks: {worker: {replicas: 1}}}`, "tasksPerShard: -1 is out of range"},
 		{"long name", `{name: ` + strings.Repeat("a", 64) + `, command: [a], tasks: {w: {replicas: 1}}}`, "at most 63"},
 		{"not an object", `[1, 2]`, "must be an object"},
+		{"tasks as a list", `{name: x, tasks: [{type: chief, command: [a]}, {type: worker, replicas: 3}]}`,
+			"tasks: must be an object, not a list; tasks are keyed by their type: write `tasks: {chief: {...}, worker: {...}}`, each item's fields under its type, without its `type`"},
+		{"tasks as a list without types", `{name: x, tasks: [{command: [a]}]}`,
+			"tasks: must be an object, not a list; tasks are keyed by their type, as in `tasks: {chief: {command: [...]}, worker: {replicas: 3}}`"},
 		{"gang with type restart", `{name: x, command: [a], restart: {scope: all, policy: OnFailure}, tasks: {w: {replicas: 1, restart: {policy: Never}}}}`, "remove this per-type restart"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
