@@ -186,6 +186,8 @@ func TestValidate_Small(t *testing.T) {
 		{"shard negative", `{name: x, command: [a], tasksPerShard: -1, tasks: {worker: {replicas: 1}}}`, "tasksPerShard: -1 is out of range"},
 		{"long name", `{name: ` + strings.Repeat("a", 64) + `, command: [a], tasks: {w: {replicas: 1}}}`, "at most 63"},
 		{"not an object", `[1, 2]`, "must be an object"},
+		{"no replicas", `{name: x, command: [a], tasks: {chief: {}}}`, "tasks.chief.replicas: required: how many tasks of this type to run, at least 1 (replicas: 1 for one)"},
+		{"negative replicas", `{name: x, command: [a], tasks: {w: {replicas: -2}}}`, "tasks.w.replicas: must be at least 1 (got -2)"},
 		{"tasks as a list", `{name: x, tasks: [{type: chief, command: [a]}, {type: worker, replicas: 3}]}`,
 			"tasks: must be an object, not a list; tasks are keyed by their type: write `tasks: {chief: {...}, worker: {...}}`, each item's fields under its type, without its `type`"},
 		{"tasks as a list without types", `{name: x, tasks: [{command: [a]}]}`,

@@ -161,6 +161,8 @@ func (s *RunSpec) Validate() []Problem {
 			v.add(path, "task type %s may hold only lowercase letters, digits and '_', starting with a letter%s", short(typ), hint)
 		}
 		switch {
+		case t.Replicas == 0: // left out, most often: the decoder cannot tell it from 0
+			v.add(path+".replicas", "required: how many tasks of this type to run, at least 1 (replicas: 1 for one)")
 		case t.Replicas < 1:
 			v.add(path+".replicas", "must be at least 1 (got %d)", t.Replicas)
 		case typ == "chief" && t.Replicas > 1:
