@@ -584,6 +584,14 @@ func TestE2E_BadInput(t *testing.T) {
 		assert.Contains(t, r.stderr, `no run with ID "no-such-run"`)
 		assert.Contains(t, r.stderr, "list runs with `clusterrun list`")
 	})
+	t.Run("unknown namespace", func(t *testing.T) {
+		spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+		for _, args := range [][]string{{"run", spec}, {"status", "no-such-run"}, {"list"}, {"hosts"}} {
+			r := cli(t, append(args, "--namespace", "no-such-ns")...)
+			assert.Equal(t, 1, r.code, r.String())
+			assert.Contains(t, r.stderr, `has no namespace "no-such-ns": name the one your runs are in with --namespace`, args[0])
+		}
+	})
 	t.Run("unreachable server", func(t *testing.T) {
 		spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)
 		r := cliEnv(t, []string{"TEMPORAL_ADDRESS=127.0.0.1:1"}, "run", spec)

@@ -126,7 +126,7 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "clusterrun: %s (see clusterrun --help)\n", err)
 		return exitUsage
 	default:
-		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err))
+		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err)+namespaceMissing(err))
 		return 1
 	}
 }
