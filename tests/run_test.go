@@ -591,6 +591,16 @@ func TestE2E_BadInput(t *testing.T) {
 			assert.Equal(t, 1, r.code, r.String())
 			assert.Contains(t, r.stderr, `has no namespace "no-such-ns": name the one your runs are in with --namespace`, args[0])
 		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := env.workerCommand("host-no-ns", env.address, "--namespace", "no-such-ns")
+		worker := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+		worker.Env, worker.Dir = cmd.Env, cmd.Dir
+		out, err := worker.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "the worker does not start: %s", out)
+		assert.Equal(t, 2, exit.ExitCode(), "%s", out)
+		assert.Contains(t, string(out), `clusterrun-worker: the Temporal server at `+env.address+` has no namespace "no-such-ns"`)
 	})
 	t.Run("unreachable server", func(t *testing.T) {
 		spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)

@@ -206,6 +206,19 @@ func (e *ReachError) Error() string {
 
 func (e *ReachError) Unwrap() error { return e.Err }
 
+// NamespaceMissing says, for an error that names a namespace the server does not have, which server was asked
+// and how to name another (the server's own words, "Namespace x is not found.", say neither); "" for other
+// errors.
+func NamespaceMissing(err error) string {
+	var nf *serviceerror.NamespaceNotFound
+	if !errors.As(err, &nf) {
+		return ""
+	}
+	opts, _ := Options()
+	return fmt.Sprintf("the Temporal server at %s has no namespace %q: name the one your runs are in with --namespace "+
+		"(or TEMPORAL_NAMESPACE, or a --profile that sets it); `temporal operator namespace list` lists them", opts.HostPort, nf.Namespace)
+}
+
 // Unreachable reports whether err says the server did not answer (down, or not listening yet), as opposed to
 // answering with a refusal (credentials, namespace).
 func Unreachable(err error) bool {

@@ -126,9 +126,17 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "clusterrun: %s (see clusterrun --help)\n", err)
 		return exitUsage
 	default:
-		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err)+namespaceMissing(err))
+		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err)+namespaceMissing(err, "clusterrun"))
 		return 1
 	}
+}
+
+// namespaceMissing is conn.NamespaceMissing's hint on a line of its own, or "".
+func namespaceMissing(err error, program string) string {
+	if hint := conn.NamespaceMissing(err); hint != "" {
+		return "\n" + program + ": " + hint
+	}
+	return ""
 }
 
 func commandNames() []string {

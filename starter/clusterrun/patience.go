@@ -178,17 +178,6 @@ func serverAddress() string {
 	return connection.Address
 }
 
-// namespaceMissing says, for an error that names a namespace the server does not have, which server was asked
-// and how to name another: the server's own words ("Namespace x is not found.") say neither.
-func namespaceMissing(err error) string {
-	var nf *serviceerror.NamespaceNotFound
-	if !errors.As(err, &nf) {
-		return ""
-	}
-	return fmt.Sprintf("\nclusterrun: the Temporal server at %s has no namespace %q: name the one your runs are in with --namespace "+
-		"(or TEMPORAL_NAMESPACE, or a --profile that sets it); `temporal operator namespace list` lists them", serverAddress(), nf.Namespace)
-}
-
 // unanswered says, for a call only the server answers (a start, a signal, a list) that it did not answer in
 // time, whether the server is up: gRPC's "context deadline exceeded" alone does not tell a server that is gone
 // from one whose database is (seen as a user: every command said only that while the server's PostgreSQL was

@@ -43,6 +43,9 @@ func main() {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "clusterrun-worker:", err)
+		if hint := conn.NamespaceMissing(err); hint != "" {
+			fmt.Fprintln(os.Stderr, "clusterrun-worker:", hint)
+		}
 		os.Exit(2)
 	}
 }
