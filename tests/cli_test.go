@@ -103,7 +103,28 @@ func TestE2E_CLIConnectionFlagsAndOutput(t *testing.T) {
 	assert.Contains(t, noProfile.stderr, "unable to find profile nope")
 	badOutput := bareCLI(t, "status", id, "-o", "yaml")
 	assert.Equal(t, 2, badOutput.code)
-	assert.Contains(t, badOutput.stderr, `-o "yaml": use table or json`)
+	assert.Contains(t, badOutput.stderr, `-o "yaml": use table (or text), json or jsonl`)
+
+	// The temporal CLI's -o jsonl (a row per line) and -o text (its table).
+	lines := bareCLI(t, "list", "--address", env.address, "-o", "jsonl", "--limit", "100")
+	require.Equal(t, 0, lines.code, lines.String())
+	listed := false
+	for _, row := range strings.Split(strings.TrimSuffix(lines.stdout, "\n"), "\n") {
+		var run struct {
+			RunID string `json:"runId"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(row), &run), "each line is one run: %s", row)
+		listed = listed || run.RunID == id
+	}
+	assert.True(t, listed, "the run has its line: %s", lines.stdout)
+	oneLine := bareCLI(t, "status", id, "--address", env.address, "-o", "jsonl")
+	require.Equal(t, 0, oneLine.code, oneLine.String())
+	assert.Equal(t, 1, strings.Count(oneLine.stdout, "\n"), oneLine.stdout)
+	require.NoError(t, json.Unmarshal([]byte(oneLine.stdout), &status), oneLine.stdout)
+	assert.Equal(t, "Succeeded", status.Status)
+	text := bareCLI(t, "status", id, "--address", env.address, "-o", "text")
+	require.Equal(t, 0, text.code, text.String())
+	assert.Contains(t, text.stdout, "TASK", "the table")
 
 	v := bareCLI(t, "--version")
 	assert.Equal(t, 0, v.code)

@@ -10,7 +10,7 @@ import (
 
 const attachUsage = `Follow a run that is already going, as 'clusterrun run' follows the run it starts.
 
-Usage: clusterrun attach RUN [--tail N] [-o table|json]
+Usage: clusterrun attach RUN [--tail N] [-o table|json|jsonl]
 
 Prints the last N lines of each task attempt so far (--tail, default 10, fewer past 100 tasks and none past 1,000;
 0 prints all of it), then every task's
@@ -90,8 +90,8 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "clusterrun attach: %d tasks: showing the last %d line(s) of each first (--tail N shows N)\n", len(st.Tasks), how.tail)
 		}
 	}
-	if *output == "json" {
-		return followRun(ctx, c, id, stderr, stderr, stdout, how)
+	if isJSON(*output) {
+		return followRun(ctx, c, id, stderr, stderr, &jsonTo{stdout, *output}, how)
 	}
 	return followRun(ctx, c, id, stdout, stderr, nil, how)
 }

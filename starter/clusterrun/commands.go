@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +18,7 @@ import (
 
 const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
 
-Usage: clusterrun status RUN [-o table|json] [--watch 2s]
+Usage: clusterrun status RUN [-o table|json|jsonl] [--watch 2s]
 
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
@@ -37,7 +36,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutput(); err != nil {
 		return err
 	}
-	*asJSON = *asJSON || *output == "json"
+	if *asJSON && *output == outTable {
+		*output = outJSON
+	}
 	if *watch < 0 {
 		return usageErrorf("--watch %s: must be positive", *watch)
 	}
@@ -58,10 +59,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := printStatus(pos[0], st, ended, *asJSON, redraw, stdout); err != nil {
+		if err := printStatus(pos[0], st, ended, *output, redraw, stdout); err != nil {
 			return err
 		}
-		if redraw && !*asJSON {
+		if redraw && !isJSON(*output) {
 			notes.show(stdout)
 		}
 		if ended || *watch == 0 {
@@ -84,14 +85,12 @@ func readStatus(ctx context.Context, c client.Client, id string, p *patience) (l
 }
 
 // printStatus prints a run's status; clear redraws the terminal first.
-func printStatus(id string, st live, ended, asJSON, clear bool, stdout io.Writer) error {
+func printStatus(id string, st live, ended bool, format string, clear bool, stdout io.Writer) error {
 	if clear {
 		fmt.Fprint(stdout, "\033[H\033[2J")
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(withHostNotes(st.RunStatus, st.Heartbeats)) // a task's error says what its host holds it for
+	if isJSON(format) {
+		return printJSON(stdout, format, withHostNotes(st.RunStatus, st.Heartbeats)) // a task's error says what its host holds it for
 	}
 	var hb map[string]heartbeat
 	if !ended {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
@@ -25,23 +26,58 @@ func addConnectionFlags(fs *flag.FlagSet) {
 	}
 }
 
-// addOutputFlag gives a command that prints state -o/--output table|json; check validates it after parsing.
+// Output formats, as the temporal CLI's -o names them where it has them: a table (its "text"), indented JSON,
+// or JSON lines (one object per line; a list's rows each on its own line).
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outJSONL = "jsonl"
+)
+
+// addOutputFlag gives a command that prints state -o/--output table|json|jsonl; check validates it after
+// parsing, and takes the temporal CLI's "text" for table.
 func addOutputFlag(fs *flag.FlagSet) (format *string, check func() error) {
 	format = new(string)
-	fs.StringVar(format, "output", "table", "table or json")
-	fs.StringVar(format, "o", "table", "short for --output")
+	fs.StringVar(format, "output", outTable, "table (or text), json or jsonl")
+	fs.StringVar(format, "o", outTable, "short for --output")
 	return format, func() error {
 		*format = strings.ToLower(*format)
-		if *format != "table" && *format != "json" {
-			return usageErrorf("-o %q: use table or json", *format)
+		if *format == "text" {
+			*format = outTable
+		}
+		if *format != outTable && !isJSON(*format) {
+			return usageErrorf("-o %q: use table (or text), json or jsonl", *format)
 		}
 		return nil
 	}
 }
 
-// printJSON prints v as indented JSON.
-func printJSON(w io.Writer, v any) error {
+// isJSON says whether an output format is JSON of either kind.
+func isJSON(format string) bool { return format == outJSON || format == outJSONL }
+
+// printJSON prints v as format says: indented JSON, or JSON lines, where a list's rows go one per line.
+func printJSON(w io.Writer, format string, v any) error {
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if format != outJSONL {
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	rows := reflect.ValueOf(v)
+	if rows.Kind() != reflect.Slice {
+		return enc.Encode(v)
+	}
+	for i := range rows.Len() {
+		if err := enc.Encode(rows.Index(i).Interface()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// jsonTo is where a command prints its result as JSON, and in which format; nil prints no JSON.
+type jsonTo struct {
+	w      io.Writer
+	format string
+}
+
+func (j *jsonTo) print(v any) error { return printJSON(j.w, j.format, v) }

@@ -23,7 +23,7 @@ when its worker restarts. With --now the host is taken down: its tasks are also 
 stopGracePeriod, SIGKILL) and end failed, so their restart policy applies; an unpinned task starts again on
 another host of its pool. --undo makes the host take tasks again.
 
-Usage: clusterrun drain HOST [--now | --undo] [-o table|json]
+Usage: clusterrun drain HOST [--now | --undo] [-o table|json|jsonl]
 
 Prints the host's tasks. The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
 is needed: a stopped worker leaves its tasks running, and the next one takes them up again.
@@ -116,8 +116,8 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	if err := run.Get(ctx, &st); err != nil {
 		return &exitError{code: 1, msg: noAnswer(host, err)}
 	}
-	if *output == "json" {
-		return printJSON(stdout, st)
+	if isJSON(*output) {
+		return printJSON(stdout, *output, st)
 	}
 	running := 0
 	for _, t := range st.Tasks {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,7 +19,7 @@ import (
 
 const hostsUsage = `List the host workers: their pools, slots, the tasks they run, and when they last reported (every 10s).
 
-Usage: clusterrun hosts [--all] [-o table|json]
+Usage: clusterrun hosts [--all] [-o table|json|jsonl]
 
 A host is live when it reported within the last 30s and is not shutting down; runs place their unpinned tasks
 on the live hosts of each task's pool (see placement in docs/spec.md). UNPINNED counts the tasks that take one
@@ -58,10 +57,8 @@ func cmdHosts(args []string, stdout, stderr io.Writer) error {
 			shown = append(shown, h)
 		}
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(shown)
+	if isJSON(*output) {
+		return printJSON(stdout, *output, shown)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tSTATE\tPOOLS\tSLOTS\tUNPINNED\tRUNNING\tADDR\tLAST SEEN")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,7 +17,7 @@ import (
 const itemsUsage = `List a run's work items: their counts, then each item the run holds (queued, running, finished and not
 yet taken by its scheduler) and the most recently finished ones, with every hand-out of each.
 
-Usage: clusterrun items RUN [--limit N] [-o table|json]
+Usage: clusterrun items RUN [--limit N] [-o table|json|jsonl]
 
 ATTEMPTS lists each hand-out as TASK#ATTEMPT and how it ended (done, failed, lease expired, lost: ...), or,
 while it runs, until when its lease holds unless renewed.
@@ -57,10 +56,8 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cliError(err)
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(view)
+	if isJSON(*output) {
+		return printJSON(stdout, *output, view)
 	}
 	printItemCounts(stdout, &view.Counts)
 	if len(view.Items) == 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +23,7 @@ import (
 
 const listUsage = `List runs, newest first: running ones and those that ended.
 
-Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] [--query FILTER]
+Usage: clusterrun list [--limit N] [--running] [--state S[,S...]] [--name NAME] [--query FILTER] [-o table|json|jsonl]
 
 The name comes from the run's memo and the state from its ClusterRunState search attribute (registered by make
 up; see docs/operations.md), or from Temporal's own status for runs started without it. Waiting is a run that
@@ -135,7 +134,7 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	if *output == "table" {
+	if *output == outTable {
 		fmt.Fprintln(tw, "RUN\tNAME\tSTATE\tSTARTED\tDURATION")
 	}
 	rows := []listedRun{}
@@ -173,10 +172,8 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 			break
 		}
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+	if isJSON(*output) {
+		return printJSON(stdout, *output, rows)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

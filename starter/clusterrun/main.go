@@ -201,7 +201,7 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 }
 
 // missingArgument names the first positional argument a usage line wants past the given ones (its upper-case
-// placeholder, RUN in "clusterrun status RUN [-o table|json]"), with where to find one.
+// placeholder, RUN in "clusterrun status RUN [-o table|json|jsonl]"), with where to find one.
 func missingArgument(line string, given int) string {
 	var names []string
 	for _, w := range strings.Fields(line) {

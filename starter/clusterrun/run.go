@@ -26,10 +26,10 @@ import (
 
 const runUsage = `Start a run from a YAML or JSON spec and follow it.
 
-Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json]
+Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json|jsonl]
 
 SPEC is a file, or - for standard input. Streams every task's output with a [task] prefix, prints the result
-table (with -o json: the tasks' output goes to stderr and the final status, as JSON, alone to stdout), and
+table (with -o json or jsonl: the tasks' output goes to stderr and the final status, as JSON, alone to stdout), and
 exits with 0 on success, the chief's (or else the first failed task's) exit code on failure, 124 on
 maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run
 or detach from it (without a terminal, Ctrl-C cancels); 'clusterrun attach RUN' follows a detached run again.
@@ -86,16 +86,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if *detach {
 		fmt.Fprintf(stderr, "follow it with: clusterrun attach %s\n", *id)
 	}
-	if *detach && *output == "json" {
-		return printJSON(stdout, map[string]string{"runId": *id})
+	if *detach && isJSON(*output) {
+		return printJSON(stdout, *output, map[string]string{"runId": *id})
 	}
 	if *detach {
 		fmt.Fprintf(stdout, "%s\n", *id)
 		return nil
 	}
-	if *output == "json" {
+	if isJSON(*output) {
 		// The tasks' output goes to stderr; stdout gets the final status alone, for scripts.
-		return followRun(ctx, c, *id, stderr, stderr, stdout, following{owner: true})
+		return followRun(ctx, c, *id, stderr, stderr, &jsonTo{stdout, *output}, following{owner: true})
 	}
 	return followRun(ctx, c, *id, stdout, stderr, nil, following{owner: true})
 }
@@ -131,7 +131,7 @@ type following struct {
 // followRun streams output until the run ends, handling Ctrl-C, then prints the result. Ctrl-C asks, on a
 // terminal, whether to cancel the run or detach; without one, it cancels a run this command started (as srun
 // does) and leaves one it attached to.
-func followRun(ctx context.Context, c client.Client, id string, stdout, stderr, jsonOut io.Writer, how following) error {
+func followRun(ctx context.Context, c client.Client, id string, stdout, stderr io.Writer, jsonOut *jsonTo, how following) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -259,7 +259,7 @@ func isTerminal(f *os.File) bool {
 }
 
 // report prints the end of a run and returns the CLI's exit code as an error.
-func report(st workflows.RunStatus, err error, id string, stdout, jsonOut io.Writer) error {
+func report(st workflows.RunStatus, err error, id string, stdout io.Writer, jsonOut *jsonTo) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrInvalidSpec {
 		return usageErrorf("run %s rejected its spec: %s", id, appErr.Message())
@@ -275,7 +275,7 @@ func report(st workflows.RunStatus, err error, id string, stdout, jsonOut io.Wri
 		return fmt.Errorf("run %s ended without a result", id)
 	}
 	if jsonOut != nil {
-		if err := printJSON(jsonOut, st); err != nil {
+		if err := jsonOut.print(st); err != nil {
 			return err
 		}
 	} else {

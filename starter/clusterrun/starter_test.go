@@ -406,8 +406,30 @@ func TestOutputFlag_AnyCase(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"-o", "JSON"}))
 	require.NoError(t, check())
 	assert.Equal(t, "json", *format)
+	require.NoError(t, fs.Parse([]string{"-o", "Text"}))
+	require.NoError(t, check())
+	assert.Equal(t, "table", *format, "the temporal CLI's name for its default")
+	require.NoError(t, fs.Parse([]string{"-o", "jsonl"}))
+	require.NoError(t, check())
 	require.NoError(t, fs.Parse([]string{"-o", "yaml"}))
-	assert.ErrorContains(t, check(), `-o "yaml": use table or json`)
+	assert.ErrorContains(t, check(), `-o "yaml": use table (or text), json or jsonl`)
+}
+
+// JSON lines put each row of a list on a line of its own, and anything else on one line.
+func TestPrintJSON_Lines(t *testing.T) {
+	rows := []struct {
+		A int    `json:"a"`
+		B string `json:"b"`
+	}{{1, "x"}, {2, "y"}}
+	var out bytes.Buffer
+	require.NoError(t, printJSON(&out, outJSONL, rows))
+	assert.Equal(t, "{\"a\":1,\"b\":\"x\"}\n{\"a\":2,\"b\":\"y\"}\n", out.String())
+	out.Reset()
+	require.NoError(t, printJSON(&out, outJSONL, rows[0]))
+	assert.Equal(t, "{\"a\":1,\"b\":\"x\"}\n", out.String())
+	out.Reset()
+	require.NoError(t, printJSON(&out, outJSON, rows[0]))
+	assert.Equal(t, "{\n  \"a\": 1,\n  \"b\": \"x\"\n}\n", out.String())
 }
 
 func TestValidate_ReadsASpecFromStandardInputForADash(t *testing.T) {
