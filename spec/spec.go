@@ -259,16 +259,8 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 	}
 	if want, ok := jsonKindOK(v, t); !ok {
 		msg := fmt.Sprintf("must be %s, not %s", want, describeJSON(v))
-		if t.Kind() == reflect.String {
-			if _, isList := v.([]any); !isList {
-				if _, isObj := v.(map[string]any); !isObj {
-					// YAML reads true, yes, 1.0 or 0755 unquoted as a boolean or a number.
-					msg += "; quote the value in YAML (unquoted, yes, no, true and numbers are not strings)"
-				}
-			}
-		}
-		if list, isList := v.([]any); isList && path == "tasks" {
-			msg += "; " + tasksListHint(list)
+		if hint := kindHint(v, t, path); hint != "" {
+			msg += "; " + hint
 		}
 		return []Problem{{Path: path, Message: msg}}
 	}
@@ -333,6 +325,54 @@ func jsonKindOK(v any, t reflect.Type) (string, bool) {
 		ok = true
 	}
 	return kindName(t), ok
+}
+
+// kindHint says how to write a value of the wrong JSON kind v where type t belongs, for the mistakes seen: ""
+// when there is nothing to add to "must be ..., not ...".
+func kindHint(v any, t reflect.Type, path string) string {
+	switch x := v.(type) {
+	case float64:
+		if t == reflect.TypeOf(Duration("")) { // quoted, "10" would be refused next for its missing unit
+			return fmt.Sprintf("write it with its unit, as in %q (seconds) or %q (minutes)", scalar(x)+"s", scalar(x)+"m")
+		}
+	case string:
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String {
+			return stringListHint(x, path == "command" || strings.HasSuffix(path, ".command"))
+		}
+		return ""
+	case []any:
+		if path == "tasks" {
+			return tasksListHint(x)
+		}
+		return ""
+	case map[string]any:
+		return ""
+	}
+	if t.Kind() == reflect.String { // YAML reads true, yes, 1.0 or 0755 unquoted as a boolean or a number
+		return "quote the value in YAML (unquoted, yes, no, true and numbers are not strings)"
+	}
+	return ""
+}
+
+// stringListHint writes a string given where a list of strings belongs (a command written as a shell line,
+// one host name) as the list, and a command line with a shell's syntax as the shell's argument.
+func stringListHint(s string, command bool) string {
+	words := strings.Fields(s)
+	if len(words) == 0 {
+		return ""
+	}
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = strconv.Quote(w)
+	}
+	if !command {
+		return fmt.Sprintf("write it as a list: [%s]", strings.Join(quoted, ", "))
+	}
+	hint := fmt.Sprintf("write it as a list, one element per argument: [%s]", strings.Join(quoted, ", "))
+	if strings.ContainsAny(s, "|&;<>()$`\\\"'*?[]#~=%") {
+		hint += fmt.Sprintf(", or run it through a shell: [sh, -c, %s]", strconv.Quote(s))
+	}
+	return hint
 }
 
 // tasksListHint says how to write tasks given as a list, as Kubeflow's replica specs, JobSet's replicatedJobs and
