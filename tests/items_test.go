@@ -216,7 +216,7 @@ tasks:
 
 	l := cli(t, "items", id)
 	require.Equal(t, 0, l.code, l.String())
-	assert.Contains(t, l.stdout, "ITEMS: 4 scheduled, 1 queued, 0 running, 2 done, 1 failed")
+	assert.True(t, strings.HasPrefix(l.stdout, "ITEMS: 4 scheduled, 1 queued, 0 running, 2 done, 1 failed"), "the counts come first: %s", l.stdout)
 	assert.Regexp(t, `1\s+square\s+four\s+done\s+chief-0#1\s+worker-0#1 done\s+16`, l.stdout)
 	s := cli(t, "status", id)
 	assert.Contains(t, s.stdout, "ITEMS: 4 scheduled")

@@ -59,7 +59,7 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 	if isJSON(*output) {
 		return printJSON(stdout, *output, view)
 	}
-	printItemCounts(stdout, &view.Counts)
+	fmt.Fprintf(stdout, "ITEMS: %s\n", itemCountsLine(view.Counts)) // first: no blank line before it, as after a table
 	if len(view.Items) == 0 {
 		return nil
 	}
