@@ -62,6 +62,7 @@ func TestE2E_List(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--state Lost", `--state "Lost": a run's state is one of Canceled, Failed, Running, Succeeded, Terminated, TimedOut`},
 		{"--query Bogus=1", `--query "Bogus=1": the server refused it`},
+		{"--query bad((", `--query "bad((": the server refused it: invalid query: malformed SQL query: syntax error (Temporal`},
 		{"--running --state Failed", "--running and --state: give one"},
 	} {
 		r := cli(t, append([]string{"list"}, strings.Fields(tc.args)...)...)

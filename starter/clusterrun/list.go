@@ -198,10 +198,14 @@ func listError(err error, byName bool, extra string) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("list runs: the server does not know the search attribute %s, which --name reads: "+
 			"register it as docs/operations.md says (%v)", workflows.SearchAttrName, err)}
 	case extra != "":
-		return usageErrorf("--query %q: the server refused it: %v (Temporal's list filter: https://docs.temporal.io/list-filter)", extra, err)
+		// The server counts a syntax error's position in the whole query, of which the user wrote only the end.
+		why := queryPosition.ReplaceAllString(err.Error(), "")
+		return usageErrorf("--query %q: the server refused it: %s (Temporal's list filter: https://docs.temporal.io/list-filter)", extra, why)
 	}
 	return fmt.Errorf("list runs: %w", err)
 }
+
+var queryPosition = regexp.MustCompile(` at position \d+`)
 
 // listedRun is one run of `clusterrun list -o json`.
 type listedRun struct {
