@@ -336,8 +336,15 @@ func kindHint(v any, t reflect.Type, path string) string {
 			return fmt.Sprintf("write it with its unit, as in %q (seconds) or %q (minutes)", scalar(x)+"s", scalar(x)+"m")
 		}
 	case string:
-		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String {
-			return stringListHint(x, path == "command" || strings.HasSuffix(path, ".command"))
+		switch t.Kind() {
+		case reflect.Slice:
+			if t.Elem().Kind() == reflect.String {
+				return stringListHint(x, path == "command" || strings.HasSuffix(path, ".command"))
+			}
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
+				return fmt.Sprintf("write it without quotes: %d", n)
+			}
 		}
 		return ""
 	case []any:

@@ -194,6 +194,8 @@ func TestValidate_Small(t *testing.T) {
 			`one element per argument: ["python3", "train.py", ">", "out.log"], or run it through a shell: [sh, -c, "python3 train.py > out.log"]`},
 		{"hosts as a name", `{name: x, command: [a], tasks: {w: {replicas: 1, hosts: gpu-1}}}`,
 			`tasks.w.hosts: must be a list, not the string "gpu-1"; write it as a list: ["gpu-1"]`},
+		{"quoted number", `{name: x, command: [a], tasks: {w: {replicas: "3"}}}`,
+			`tasks.w.replicas: must be a whole number, not the string "3"; write it without quotes: 3`},
 		{"no replicas", `{name: x, command: [a], tasks: {chief: {}}}`, "tasks.chief.replicas: required: how many tasks of this type to run, at least 1 (replicas: 1 for one)"},
 		{"negative replicas", `{name: x, command: [a], tasks: {w: {replicas: -2}}}`, "tasks.w.replicas: must be at least 1 (got -2)"},
 		{"tasks as a list", `{name: x, tasks: [{type: chief, command: [a]}, {type: worker, replicas: 3}]}`,
