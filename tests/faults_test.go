@@ -284,8 +284,9 @@ tasks:
 	items := c.cli(t, "items", id)
 	require.Equal(t, 0, items.code, items.String())
 	assert.Contains(t, items.stdout, "1 scheduled", "the item scheduled during the outage is in the run, once")
-	// The run answers a query once a host worker polls again, which may be after the CLI's items read (seen in
-	// make check: the workers' contact came back 12 s after the server, and a single 10 s query ran out).
+	// The run answers a query once a host worker polls again and has worked through the run's workflow tasks
+	// from the outage (the leases taken up again, the held calls). In make check a single 10 s query, sent as
+	// the workers came back, ran out while they did so.
 	var st workflows.RunStatus
 	waitUntil(t, "the run to answer its status query", time.Minute, func() bool {
 		var ok bool
