@@ -35,7 +35,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	if r.sharded = leased && sharded(len(r.tasks), plan.TasksPerShard); r.sharded {
 		r.receiveEnds(ctx)
 	}
-	r.searchable = workflow.GetTypedSearchAttributes(ctx).ContainsKey(temporal.NewSearchAttributeKeyKeyword(SearchAttrState))
+	r.searchable = startedSearchable(ctx)
 	if !r.searchable && leased {
 		r.searchable = adoptSearchAttributes(ctx, plan.Name)
 	}

@@ -22,7 +22,10 @@ import (
 // behind a blocker, each woken by the end of the run before it (ChangeWakeOnRunEnd); v7/ two runs whose
 // tasks waited for a host with no worker, saying Waiting (ChangeWaitingForHosts), and a run started by the
 // temporal CLI that set its search attributes itself (ChangeAdoptSearchAttributes); v8/ a run's ClusterItems
-// with eight workers' takes waiting at once, before ChangeItemsParkBudget. A workflow change
+// with eight workers' takes waiting at once, before ChangeItemsParkBudget; v9/ two runs that record whether they
+// were started with their search attributes (ChangeRecordStartedSearchable): one started so by clusterrun run,
+// and one started without them by the temporal CLI whose start event was then given them, as a run whose first
+// workflow task did not see them looks (it failed to replay before that change). A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
