@@ -1051,13 +1051,18 @@ tasks:
 	}
 }
 
-// leasesOf counts the task leases a run has handed out: a RunTask each, a lease per member of each RunTasks.
+// leasesOf counts the task leases a run has handed out: a RunTask each, a lease per member of each RunTasks;
+// -1 when its history cannot be read now, for the caller's wait to ask again (a server that has just come back
+// may not answer in time: make check, 2026-11-29, under the race detector).
 func (c *cluster) leasesOf(t *testing.T, id string) int {
 	leases := 0
 	it := c.client.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
-		require.NoError(t, err)
+		if err != nil {
+			t.Logf("cannot read run %s's history for now: %v", id, err)
+			return -1
+		}
 		a := ev.GetActivityTaskScheduledEventAttributes()
 		switch {
 		case a == nil:
