@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // bareCLI runs clusterrun with no TEMPORAL_* variable in its environment (and no temporal.toml), so that only
@@ -161,7 +164,7 @@ COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMP_LINE=$LINE; COMP_POINT=${#LINE}
 __start_clusterrun clusterrun "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
 printf '%s\n' "${COMPREPLY[@]}"`
 		cmd := exec.Command("bash", "-c", script)
-		cmd.Env = append(os.Environ(), "PATH="+env.bin+":"+os.Getenv("PATH"), "LINE="+line)
+		cmd.Env = append(os.Environ(), "PATH="+env.bin+":"+os.Getenv("PATH"), "LINE="+line, "TEMPORAL_ADDRESS="+env.address)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return string(out)
@@ -169,4 +172,23 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	assert.Contains(t, complete("clusterrun lo"), "logs")
 	assert.Contains(t, complete("clusterrun logs --tim"), "--timestamps")
 	assert.Contains(t, complete("clusterrun task sh"), "should-stop")
+	assert.Contains(t, complete("clusterrun task wa"), "wait-for-stop")
+	assert.Contains(t, complete("clusterrun status -o js"), "jsonl")
+	assert.Contains(t, complete("clusterrun list --state=Tim"), "TimedOut")
+
+	// What the server holds: runs, their tasks and types, hosts.
+	id := runID(t)
+	spec := writeSpec(t, `{name: complete, command: [sleep, "300"], tasks: {worker: {replicas: 2, hosts: [host-a]}}}`)
+	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	defer cli(t, "cancel", id)
+	waitUntil(t, "the run's tasks to run", time.Minute, func() bool {
+		st, ok := query(t, id)
+		return ok && st.Task("worker-1") != nil && st.Task("worker-1").State == workflows.TaskRunning
+	})
+	assert.Contains(t, complete("clusterrun status "), id)
+	assert.Contains(t, complete("clusterrun cancel "+id[:len(id)-2]), id, "a run still going, for a command that acts on one")
+	assert.Contains(t, complete("clusterrun terminate-task "+id+" worker-"), "worker-1")
+	assert.Contains(t, complete("clusterrun start-task "+id+" "), "worker")
+	assert.Contains(t, complete("clusterrun drain host-"), "host-a")
+	assert.NotContains(t, complete("clusterrun status --address 127.0.0.1:1 "), id, "a server that does not answer completes nothing")
 }

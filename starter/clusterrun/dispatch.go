@@ -2,10 +2,8 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -131,53 +129,4 @@ func asksHelp(args []string) bool {
 func shortOf(usage string) string {
 	first, _, _ := strings.Cut(usage, "\n")
 	return strings.TrimSuffix(first, ".")
-}
-
-// completer completes a command's flags (from its own flag set), spec files for run and validate, and the
-// subcommands of task.
-func completer(c command) cobra.CompletionFunc {
-	return func(_ *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		if strings.HasPrefix(toComplete, "-") {
-			var names []string
-			for _, f := range flagsOf(c) {
-				if name := "--" + f.Name; strings.HasPrefix(name, toComplete) && len(f.Name) > 1 {
-					names = append(names, name+"\t"+firstLine(f.Usage))
-				}
-			}
-			sort.Strings(names)
-			return names, cobra.ShellCompDirectiveNoFileComp
-		}
-		switch {
-		case c.name == "run" || c.name == "validate":
-			return nil, cobra.ShellCompDirectiveDefault // the spec file
-		case c.name == "task" && len(args) == 0:
-			return []string{"barrier", "progress", "stop", "should-stop", "info"}, cobra.ShellCompDirectiveNoFileComp
-		}
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-}
-
-func firstLine(s string) string {
-	first, _, _ := strings.Cut(s, "\n")
-	return first
-}
-
-// describe, when on, makes parse hand the command's flag set over instead of parsing: flagsOf uses it.
-var describe struct {
-	on bool
-	fs *flag.FlagSet
-}
-
-var errDescribed = errors.New("flags described")
-
-// flagsOf lists a command's flags, by running it up to its parse.
-func flagsOf(c command) []*flag.Flag {
-	describe.on = true
-	defer func() { describe.on, describe.fs = false, nil }()
-	if err := c.run(nil, io.Discard, io.Discard); !errors.Is(err, errDescribed) {
-		return nil
-	}
-	var out []*flag.Flag
-	describe.fs.VisitAll(func(f *flag.Flag) { out = append(out, f) })
-	return out
 }

@@ -159,6 +159,26 @@ func TestCompletion(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 0, mainWithCode([]string{"__complete", "task", ""}, &out, &errb))
 	assert.Contains(t, out.String(), "should-stop")
+	assert.Contains(t, out.String(), "wait-for-stop", "every subcommand")
+	out.Reset()
+	for line, want := range map[string]string{
+		"status -o |":               "jsonl\n",
+		"logs --output=js":          "json\n",
+		"list --state Failed,Ti":    "Failed,TimedOut\n",
+		"list --limit 3 --state |":  "Waiting\n",
+		"status --codec-key-file |": ":0\n", // a file
+		"run |":                     ":0\n", // the spec file
+		"drain --now |":             ":4\n", // no server at this address: nothing, and no file either
+	} {
+		words := strings.Fields(strings.TrimSuffix(line, "|")) // "|" is the cursor after a space
+		args := append([]string{"__complete", words[0], "--address", "127.0.0.1:1"}, words[1:]...)
+		if strings.HasSuffix(line, "|") {
+			args = append(args, "")
+		}
+		out.Reset()
+		require.Equal(t, 0, mainWithCode(args, &out, &errb), line)
+		assert.Contains(t, out.String(), want, line)
+	}
 	out.Reset()
 	require.Equal(t, 0, mainWithCode([]string{"completion", "bash"}, &out, &errb))
 	assert.Contains(t, out.String(), "__start_clusterrun")

@@ -45,6 +45,9 @@ Example (in a task's shell script):
   if clusterrun task should-stop; then exit 0; fi
 `
 
+// taskSubcommands are task's subcommands, as its help lists them.
+var taskSubcommands = []string{"barrier", "progress", "stop", "clear-stop", "should-stop", "wait-for-stop", "info", "schedule", "fetch", "join", "done"}
+
 func cmdTask(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stderr, taskUsage)
@@ -60,11 +63,12 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		"clear-stop": taskClearStop, "wait-for-stop": taskWaitForStop,
 	}[sub]
 	if run == nil {
-		subs := []string{"barrier", "progress", "stop", "clear-stop", "should-stop", "wait-for-stop", "info", "schedule", "fetch", "join", "done"}
-		if near := flagerr.Nearest(sub, subs); near != "" {
+		if near := flagerr.Nearest(sub, taskSubcommands); near != "" {
 			return usageErrorf("unknown subcommand %q; did you mean %q? (see clusterrun task --help)", sub, near)
 		}
-		return usageErrorf("unknown subcommand %q; use %s or done (see clusterrun task --help)", sub, strings.Join(subs[:len(subs)-1], ", "))
+		last := len(taskSubcommands) - 1
+		return usageErrorf("unknown subcommand %q; use %s or %s (see clusterrun task --help)", sub,
+			strings.Join(taskSubcommands[:last], ", "), taskSubcommands[last])
 	}
 	return run(rest, stdout, stderr)
 }
