@@ -53,8 +53,8 @@ func followStatus(ctx context.Context, c client.Client, id string, p *patience) 
 type patience struct {
 	id    string
 	notes io.Writer
-	// health, when set, asks whether the Temporal server answers (nil: it does): a read that waits long is
-	// watched with it (watched).
+	// health, when set, asks whether the Temporal server answers and can read the run (nil: it can): a read
+	// that waits long is watched with it (watched). Its error is a *starter.UnreadableError that says which.
 	health  func(context.Context) error
 	read    bool      // a read of the run succeeded: the command follows it however long it cannot read it
 	failing time.Time // when reads began to fail; zero while they succeed
@@ -62,12 +62,27 @@ type patience struct {
 
 // newPatience is the patience of a command that reads run id through c, and says so on notes.
 func newPatience(id string, notes io.Writer, c client.Client) *patience {
-	return &patience{id: id, notes: notes, health: func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, watchEvery)
-		defer cancel()
-		_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
-		return err
-	}}
+	return &patience{id: id, notes: notes, health: func(ctx context.Context) error { return serverHealth(ctx, c, id) }}
+}
+
+// serverHealth says whether the server answers (its health check) and can read run id from its database (a
+// describe of the run), each within watchEvery: nil, or the *starter.UnreadableError that says which failed.
+// The health check alone says SERVING while the server's database is down, and a read that waits for the
+// database then waited in silence (seen as a user: logs --follow through PostgreSQL's outage).
+func serverHealth(ctx context.Context, c client.Client, id string) error {
+	hctx, cancel := context.WithTimeout(ctx, watchEvery)
+	defer cancel()
+	if _, err := c.CheckHealth(hctx, &client.CheckHealthRequest{}); err != nil {
+		return &starter.UnreadableError{ID: id, Msg: err.Error(), ServerSilent: true} // "health check error: …"
+	}
+	dctx, cancel := context.WithTimeout(ctx, watchEvery)
+	defer cancel()
+	_, err := c.DescribeWorkflowExecution(dctx, id, "")
+	var unavailable *serviceerror.Unavailable
+	if err != nil && (timedOut(err) || errors.As(err, &unavailable)) {
+		return &starter.UnreadableError{ID: id, Msg: "a describe of the run got no answer in time: " + err.Error(), ServerSlow: true}
+	}
+	return nil
 }
 
 // followingOn is what a command that has read its run says it does while it cannot read it.
@@ -126,7 +141,7 @@ func (p *patience) watched(ctx context.Context, meanwhile string, read func() er
 			return err
 		case <-tick.C:
 			if err := p.health(ctx); err != nil && ctx.Err() == nil {
-				p.seen(&starter.UnreadableError{ID: p.id, Msg: err.Error(), ServerSilent: true}, meanwhile) // "health check error: …"
+				p.seen(err, meanwhile)
 			}
 		}
 	}

@@ -109,7 +109,7 @@ func TestPatience_SaysAnOutageThatOneReadWaitsOut(t *testing.T) {
 	checks := 0
 	p := patience{id: "r1", notes: &notes, read: true, health: func(context.Context) error {
 		checks++
-		return errors.New("health check error: connection refused")
+		return &starter.UnreadableError{ID: "r1", Msg: "health check error: connection refused", ServerSilent: true}
 	}}
 	waitOut := func() error { time.Sleep(2*watchEvery + watchEvery/2); return nil }
 	require.NoError(t, p.try(context.Background(), waitOut))
