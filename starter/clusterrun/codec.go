@@ -97,10 +97,10 @@ func cmdCodecKey(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// addCodecKeyFileFlag gives a command the --codec-key-file flag every command takes (default
-// CLUSTERRUN_CODEC_KEY_FILE); codecKeyFile reads it after parsing.
+// addCodecKeyFileFlag gives a command that reads or writes payloads (one that dials the server, and the codec
+// server) the --codec-key-file flag (default CLUSTERRUN_CODEC_KEY_FILE); codecKeyFile reads it after parsing.
 func addCodecKeyFileFlag(fs *flag.FlagSet) {
-	if !talksToTemporal(fs) {
+	if !talksToTemporal(fs) && fs.Name() != "codec-server" {
 		return
 	}
 	if fs.Lookup("codec-key-file") == nil {

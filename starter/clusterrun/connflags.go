@@ -12,7 +12,7 @@ import (
 
 // talksToTemporal says whether a command dials the Temporal server (and so takes the connection flags).
 func talksToTemporal(fs *flag.FlagSet) bool {
-	return !strings.HasPrefix(fs.Name(), "task ") && fs.Name() != "validate" && fs.Name() != "codec-key"
+	return !strings.HasPrefix(fs.Name(), "task ") && fs.Name() != "validate" && !strings.HasPrefix(fs.Name(), "codec-")
 }
 
 // connection is the command's connection flags, which dial passes to the library.

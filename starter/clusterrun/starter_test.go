@@ -605,3 +605,15 @@ func TestEarlierLines_BoundsWhatADefaultAttachShowsFirst(t *testing.T) {
 		assert.Equal(t, want, earlierLines(n), "%d tasks", n)
 	}
 }
+
+// The codec server dials no Temporal server: it takes the codec key file, and no connection flag it would ignore.
+func TestCodecServer_TakesNoConnectionFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"codec-server", "--address", "temporal.example:7233"}, &out, &errb))
+	assert.Contains(t, errb.String(), "unknown flag --address")
+	out.Reset()
+	errb.Reset()
+	require.Equal(t, 0, mainWithCode([]string{"codec-server", "--help"}, &out, &errb))
+	assert.Contains(t, out.String()+errb.String(), "--codec-key-file")
+	assert.NotContains(t, out.String()+errb.String(), "--namespace")
+}
