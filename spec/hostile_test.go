@@ -17,7 +17,7 @@ var hostileSpecs = []struct{ name, doc, want string }{
 		`{name: x, command: [a], tasks: {a: {replicas: 4611686018427387904}, b: {replicas: 4611686018427387904}}}`,
 		"tasks.a.replicas: 4611686018427387904 is more than 10000"},
 	{"replicas at int64 max",
-		`{name: x, command: [a], tasks: {worker: {replicas: 9223372036854775807}}}`, "more than 10000"},
+		`{name: x, command: [a], tasks: {worker: {replicas: 9223372036854775807}}}`, "it is far too large"},
 	{"many types under the limit each", manyTypes(101, 20), "task types; at most 100"},
 	{"types that sum over the limit", manyTypes(11, 1000), "11000 tasks in all; at most 10000"},
 	{"maxRunTime at the edge of time.Duration", `{name: x, command: [a], maxRunTime: 2562047h47m, tasks: {w: {replicas: 1}}}`,

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -332,8 +333,14 @@ func jsonKindOK(v any, t reflect.Type) (string, bool) {
 func kindHint(v any, t reflect.Type, path string) string {
 	switch x := v.(type) {
 	case float64:
-		if t == reflect.TypeOf(Duration("")) { // quoted, "10" would be refused next for its missing unit
+		switch {
+		case t == reflect.TypeOf(Duration("")): // quoted, "10" would be refused next for its missing unit
 			return fmt.Sprintf("write it with its unit, as in %q (seconds) or %q (minutes)", scalar(x)+"s", scalar(x)+"m")
+		case t.Kind() != reflect.Int && t.Kind() != reflect.Int64 && t.Kind() != reflect.Int32:
+		case x == math.Trunc(x): // whole, but past what an int64 holds (and so past every field's range)
+			return "it is far too large: see the field's range in docs/spec.md"
+		default:
+			return fmt.Sprintf("write a whole number, as %s or %s", scalar(math.Floor(x)), scalar(math.Ceil(x)))
 		}
 	case string:
 		switch t.Kind() {

@@ -181,7 +181,11 @@ func TestValidate_Small(t *testing.T) {
 		{"empty", ``, "the spec is empty"},
 		{"no tasks", `{name: x, command: [a]}`, "tasks: required"},
 		{"no command anywhere", `{name: x, tasks: {worker: {replicas: 1}}}`, "tasks.worker.command: no command"},
-		{"too many", `{name: x, command: [a], tasks: {worker: {replicas: 10001}}}`, "at most 10000"},
+		{"too many", `{name: x, command: [a], tasks: {worker: {replicas: 10001}}}`, "10001 is more than 10000, the most tasks a run may have"},
+		{"too many by far", `{name: x, command: [a], tasks: {worker: {replicas: 9223372036854775807}}}`,
+			"tasks.worker.replicas: must be a whole number, not the number 9223372036854776000; it is far too large"},
+		{"a fraction", `{name: x, command: [a], tasks: {worker: {replicas: 2.5}}}`,
+			"tasks.worker.replicas: must be a whole number, not the number 2.5; write a whole number, as 2 or 3"},
 		{"shard too big", `{name: x, command: [a], tasksPerShard: 1001, tasks: {worker: {replicas: 1}}}`, "tasksPerShard: 1001 is out of range: 1 to 1000"},
 		{"shard negative", `{name: x, command: [a], tasksPerShard: -1, tasks: {worker: {replicas: 1}}}`, "tasksPerShard: -1 is out of range"},
 		{"long name", `{name: ` + strings.Repeat("a", 64) + `, command: [a], tasks: {w: {replicas: 1}}}`, "at most 63"},
@@ -210,6 +214,15 @@ func TestValidate_Small(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// One type over the run's limit is one problem: the total it makes is not said again.
+func TestValidate_OneTypeOverTheLimitIsOneProblem(t *testing.T) {
+	_, err := Parse([]byte(`{name: x, command: [a], tasks: {worker: {replicas: 10001}, ps: {replicas: 1}}}`))
+	var invalid *InvalidSpecError
+	require.ErrorAs(t, err, &invalid)
+	require.Len(t, invalid.Problems, 1, err.Error())
+	assert.Contains(t, err.Error(), "tasks.worker.replicas: 10001 is more than 10000")
 }
 
 func TestParse_SyntaxError(t *testing.T) {

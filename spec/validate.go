@@ -206,13 +206,9 @@ func (s *RunSpec) Validate() []Problem {
 			v.restart(path+".restart", t.Restart, false, runPolicy(s.Restart))
 		}
 	}
-	if total > MaxTasks {
-		count := fmt.Sprint(total)
-		if over {
-			count = "more than " + fmt.Sprint(MaxTasks)
-		}
-		v.add("tasks", "%s tasks in all; at most %d per run (what one run's signals and status are built and tested for): "+
-			"lower the replicas, or split the job into several runs", count, MaxTasks)
+	if total > MaxTasks && !over { // a type over the limit said it already
+		v.add("tasks", "%d tasks in all; at most %d per run (what one run's signals and status are built and tested for): "+
+			"lower the replicas, or split the job into several runs", total, MaxTasks)
 	}
 	if planBytes > MaxPlanBytes {
 		v.add("tasks", "the tasks carry %d MiB of command, env and workingDir in all; at most %d MiB (each task's share travels in "+
