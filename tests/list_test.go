@@ -62,11 +62,21 @@ func TestE2E_List(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--state Lost", `--state "Lost": a run's state is one of Canceled, Failed, Running, Succeeded, Terminated, TimedOut`},
 		{"--query Bogus=1", `--query "Bogus=1": the server refused it`},
-		{"--query bad((", `--query "bad((": the server refused it: invalid query: malformed SQL query: syntax error (Temporal`},
+		{"--query bad((", `--query "bad((": the server refused it: invalid query: malformed SQL query: syntax error, at the filter's end: it stops short`},
 		{"--running --state Failed", "--running and --state: give one"},
 	} {
 		r := cli(t, append([]string{"list"}, strings.Fields(tc.args)...)...)
 		assert.Equal(t, 2, r.code, r.String())
 		assert.Contains(t, r.stderr, tc.want)
+	}
+	// A syntax error is shown where it is in the filter the user wrote, not in the whole query the server read.
+	for filter, want := range map[string]string{
+		"WorkflowId == 'a'":      "syntax error, at the mark below (Temporal's list filter: https://docs.temporal.io/list-filter):\n  WorkflowId == 'a'\n              ^\n",
+		"WorkflowId = 'a' query": "syntax error near 'query', at the mark below (Temporal's list filter: https://docs.temporal.io/list-filter):\n  WorkflowId = 'a' query\n                   ^^^^^\n",
+		"StartTime >":            "syntax error, at the filter's end: it stops short",
+	} {
+		r := cli(t, "list", "--query", filter)
+		assert.Equal(t, 2, r.code, r.String())
+		assert.Contains(t, r.stderr, want)
 	}
 }

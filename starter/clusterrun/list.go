@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -143,7 +145,9 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	for shown < *limit {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: int32(min(*limit, 100))})
 		if err != nil {
-			return listError(err, *name != "", *extra)
+			return listError(err, *name != "", *extra, func(p int, near string) (string, string) {
+				return whereInFilter(ctx, c, query, *extra, p, near)
+			})
 		}
 		for _, e := range resp.GetExecutions() {
 			if shown == *limit {
@@ -187,9 +191,9 @@ func cmdList(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// listError says what the server refused in a list: the query the user added, or a search attribute the
-// cluster does not have.
-func listError(err error, byName bool, extra string) error {
+// listError says what the server refused in a list: the query the user added (where, for a syntax error,
+// says where in it the server stopped), or a search attribute the cluster does not have.
+func listError(err error, byName bool, extra string, where func(position int, near string) (note, lines string)) error {
 	var invalid *serviceerror.InvalidArgument
 	switch {
 	case !errors.As(err, &invalid):
@@ -199,13 +203,54 @@ func listError(err error, byName bool, extra string) error {
 			"register it as docs/operations.md says (%v)", workflows.SearchAttrName, err)}
 	case extra != "":
 		// The server counts a syntax error's position in the whole query, of which the user wrote only the end.
-		why := queryPosition.ReplaceAllString(err.Error(), "")
-		return usageErrorf("--query %q: the server refused it: %s (Temporal's list filter: https://docs.temporal.io/list-filter)", extra, why)
+		why, note, lines := err.Error(), "", ""
+		if m := queryPosition.FindStringSubmatch(why); m != nil {
+			p, _ := strconv.Atoi(m[1])
+			near := ""
+			if n := queryNear.FindStringSubmatch(why); n != nil {
+				near = n[1]
+			}
+			note, lines = where(p, near)
+			why = strings.Replace(why, m[0], "", 1)
+		}
+		return usageErrorf("--query %q: the server refused it: %s%s (Temporal's list filter: https://docs.temporal.io/list-filter)%s",
+			extra, why, note, lines)
 	}
 	return fmt.Errorf("list runs: %w", err)
 }
 
-var queryPosition = regexp.MustCompile(` at position \d+`)
+var (
+	queryPosition = regexp.MustCompile(` at position (\d+)`)
+	queryNear     = regexp.MustCompile(` near '([^']+)'`)
+)
+
+// whereInFilter says where in the user's filter (extra, the end of query) a syntax error at the server's
+// position lies: a note that the filter ended too soon, or one that points to lines that show the filter with
+// a mark under the token the parser stopped at (near, when the server named it); nothing when that cannot be
+// told. The server parses the query inside a statement of its
+// own and counts one past the failing token in that statement; a second list of the one-token query "="
+// (which fails at that token) gives the statement's lead, whatever the server's version makes of it.
+func whereInFilter(ctx context.Context, c client.Client, query, extra string, position int, near string) (note, lines string) {
+	_, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "=", PageSize: 1})
+	m := queryPosition.FindStringSubmatch(fmt.Sprint(err))
+	if m == nil {
+		return "", ""
+	}
+	probe, _ := strconv.Atoi(m[1])
+	lead := probe - 2 // "=" is the statement's first character of ours, and the position counts one past it
+	end := position - 1 - lead - (len(query) - len(extra) - 1)
+	switch {
+	case end == len(extra)+1: // at the ")" that closes the filter in query
+		return ", at the filter's end: it stops short (a value, a parenthesis or a quote missing?)", ""
+	case end < 1 || end > len(extra) || strings.ContainsAny(extra, "\n\t"):
+		return "", ""
+	}
+	width := 1 // the token's last character; all of it when the server named it (near 'query')
+	if n := len(near); n > 0 && n <= end && strings.EqualFold(extra[end-n:end], near) {
+		width = n
+	}
+	return ", at the mark below", fmt.Sprintf(":\n  %s\n  %s%s", extra, strings.Repeat(" ", end-width), strings.Repeat("^", width))
+}
 
 // listedRun is one run of `clusterrun list -o json`.
 type listedRun struct {
