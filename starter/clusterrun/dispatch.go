@@ -37,7 +37,7 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 			RunE: func(_ *cobra.Command, args []string) error {
 				err := c.run(args, stdout, stderr)
 				var ee *exitError
-				if errors.As(err, &ee) {
+				if errors.As(err, &ee) && ee.command == "" {
 					ee.command = c.name
 				}
 				return err

@@ -70,7 +70,12 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 		return usageErrorf("unknown subcommand %q; use %s or %s (see clusterrun task --help)", sub,
 			strings.Join(taskSubcommands[:last], ", "), taskSubcommands[last])
 	}
-	return run(rest, stdout, stderr)
+	err := run(rest, stdout, stderr)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		ee.command = "task " + sub // its problems name the subcommand: clusterrun task barrier: ...
+	}
+	return err
 }
 
 // taskClient connects to the task's control socket; a request that waits for it says so on stderr.
@@ -134,7 +139,7 @@ func taskProgress(args []string, _, stderr io.Writer) error {
 	for i, p := range pos {
 		v, err := strconv.ParseFloat(p, 64)
 		if err != nil || v < 0 {
-			return usageErrorf("%q is not a number of 0 or more", p)
+			return usageErrorf("%s %q is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]", []string{"CUR", "TOTAL"}[i], p)
 		}
 		nums[i] = v
 	}
