@@ -264,14 +264,26 @@ func shortTempDir(t *testing.T) string {
 func lowPort(t *testing.T) int {
 	t.Helper()
 	for range 1000 {
-		port := 20000 + rand.IntN(10000)
-		if ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
-			require.NoError(t, ln.Close())
+		if port := 20000 + rand.IntN(10000); portFree(port) {
 			return port
 		}
 	}
 	t.Fatal("no free port in 20000-29999")
 	return 0
+}
+
+// portFree listens on port and closes it again, holding syscall.ForkLock for reading as Go's own descriptor
+// creation does: a child this process forks meanwhile (the test host's spare supervisor) would otherwise keep
+// a copy of the probe's socket until it execs, and the task's bind right after found its port taken (CI, under
+// the race detector: the start went out as a placement, not the start the test waited for).
+func portFree(port int) bool {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+	if err != nil {
+		return false
+	}
+	return ln.Close() == nil
 }
 
 func newHarness(t *testing.T, options ...func(*Host)) *harness {

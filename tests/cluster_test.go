@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,11 +201,9 @@ func lowFreePort() int {
 		if lowPorts.given[port] {
 			continue
 		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
+		if portFree(fmt.Sprintf("127.0.0.1:%d", port)) == 0 {
 			continue
 		}
-		ln.Close()
 		lowPorts.given[port] = true
 		return port
 	}

@@ -15,8 +15,22 @@ import (
 )
 
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	port := portFree("127.0.0.1:0")
+	require.NotZero(t, port, "no free port on 127.0.0.1")
+	return port
+}
+
+// portFree listens on addr and closes it again, and returns the port it got (0: taken). It holds
+// syscall.ForkLock for reading, as Go's own descriptor creation does: a child this process forks meanwhile (a
+// worker or a command another test starts) would otherwise keep a copy of the probe's socket until it execs,
+// and the bind that follows could find the port taken (as the activities' tests did in CI).
+func portFree(addr string) int {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return 0
+	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -65,12 +65,7 @@ func freePortRun(t *testing.T, n int) int {
 	for base := 32000 + 8*int(time.Now().UnixNano()%90); base+n <= 32767; base += n {
 		free := true
 		for p := base; p < base+n && free; p++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
-			if err != nil {
-				free = false
-				continue
-			}
-			ln.Close()
+			free = portFree(fmt.Sprintf(":%d", p)) != 0
 		}
 		if free {
 			return base
