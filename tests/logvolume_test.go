@@ -311,6 +311,16 @@ tasks: {worker: {replicas: 1, hosts: [host-a]}}
 	assert.Equal(t, "late\n", since.stdout)
 	recent := c.cli(t, "logs", id, "--since", "1h")
 	assert.Equal(t, "early\nlate\n", recent.stdout)
+	assert.Empty(t, recent.stderr)
+	// Nothing written since: an empty listing says so, rather than look like a read that went wrong.
+	later := time.Now().Add(time.Second).UTC()
+	none := c.cli(t, "logs", id, "--since", later.Format(time.RFC3339))
+	require.Equal(t, 0, none.code, none.String())
+	assert.Empty(t, none.stdout)
+	assert.Equal(t, "clusterrun logs: nothing was written since "+later.Format(time.RFC3339)+
+		"; drop --since to see what was written before\n", none.stderr)
+	none = c.cli(t, "logs", id, "--stderr", "--since", later.Format(time.RFC3339))
+	assert.Equal(t, "clusterrun logs: nothing was written to stderr since "+later.Format(time.RFC3339)+"\n", none.stderr)
 
 	dated := c.cli(t, "logs", id, "--timestamps")
 	require.Equal(t, 0, dated.code, dated.String())

@@ -372,6 +372,16 @@ func (f *follower) poll(ctx context.Context) (bool, error) {
 	return got, nil
 }
 
+// readPast says whether a stream's reads began past its start: a --since or --tail read skipped output.
+func (f *follower) readPast() bool {
+	for _, s := range f.streams {
+		if s.offset > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // takeAll takes a read's chunks, each for the stream of its key, but asks again for an ended attempt's output
 // that a live host did not answer for (silent.go). It reports whether any chunk brought anything.
 func (f *follower) takeAll(ctx context.Context, keys []string, chunks []workflows.LogChunk) bool {

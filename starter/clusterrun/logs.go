@@ -88,7 +88,8 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if live && len(tasks) == 0 {
 		fmt.Fprintf(stderr, "clusterrun logs: no task to follow has started yet; waiting for them to start\n")
 	}
-	f := newFollower(c, id, stdout)
+	out := &countingWriter{w: stdout}
+	f := newFollower(c, id, out)
 	defer f.close()
 	f.quiet, f.streamNames, f.tail, f.notes = true, logStreams(*outOnly, *errOnly), *tail, stderr
 	f.prefix, f.timestamps, f.since = len(tasks) > 1, *timestamps, since
@@ -128,6 +129,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err := followLogs(ctx, c, f, reads, chosen, live); err != nil {
 		return err
 	}
+	if !*follow && out.n == 0 && since > 0 {
+		fmt.Fprintln(stderr, "clusterrun logs: "+nothingSince(since, f.streamNames, f.readPast()))
+	}
 	if !*follow && *attempt == 0 {
 		if note := cutShort(tasks); note != "" {
 			fmt.Fprintln(stderr, "clusterrun logs: "+note)
@@ -140,6 +144,32 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d log(s) could not be read (see the lines above)", f.unreadable)}
 	}
 	return nil
+}
+
+// nothingSince says why a listing --since a time printed nothing: without it, an empty answer cannot be told
+// from a read that went wrong. streams are those read; before says they held output from before that time.
+func nothingSince(since int64, streams []string, before bool) string {
+	to := ""
+	if len(streams) == 1 {
+		to = " to " + streams[0]
+	}
+	note := "nothing was written" + to + " since " + time.Unix(0, since).UTC().Format(time.RFC3339)
+	if before {
+		note += "; drop --since to see what was written before"
+	}
+	return note
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // earlierAttempts tells, after a listing of tasks' latest attempts, which of them had attempts before it and
