@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 )
 
 // Config describes one process to start.
@@ -70,9 +72,20 @@ type StartError struct {
 	Argv []string
 	Dir  string
 	Err  error
+	// Near is a command of a name close to the one not found, as the spec would give it ("python3" for
+	// "pyhton3"; "./train.sh" for "./trian.sh"), or empty.
+	Near string
 }
 
 func (e *StartError) Error() string {
+	msg := e.problem()
+	if e.Near != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", e.Near)
+	}
+	return msg
+}
+
+func (e *StartError) problem() string {
 	var pathErr *os.PathError
 	switch {
 	case errors.Is(e.Err, exec.ErrNotFound):
@@ -210,8 +223,52 @@ func startError(cfg Config, err error) *StartError {
 	if dir == "" {
 		dir, _ = os.Getwd() // the child's, which is this process's
 	}
-	return &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
+	se := &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
+	var pathErr *os.PathError
+	if errors.Is(err, exec.ErrNotFound) || (errors.Is(err, os.ErrNotExist) && !(errors.As(err, &pathErr) && pathErr.Op == "chdir")) {
+		se.Near = nearCommand(cfg.Argv[0], dir, cfg.Env)
+	}
+	return se
 }
+
+// nearCommand is a command whose name is a letter or so from name's, which was not found: a program on the
+// task's PATH (then this process's, as lookPath searches) for a bare name, else a file in the folder the path
+// names (taken from dir when relative). It is written as name is, or empty when none is close.
+func nearCommand(name, dir string, env []string) string {
+	folder, base := filepath.Split(name)
+	var dirs []string
+	if folder == "" {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				dirs = filepath.SplitList(v)
+			}
+		}
+		dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+	} else if filepath.IsAbs(folder) {
+		dirs = []string{folder}
+	} else {
+		dirs = []string{filepath.Join(dir, folder)}
+	}
+	var names []string
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.IsDir() && len(names) < maxNearNames {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	if near := flagerr.Closest(base, names); near != "" && near != base {
+		return folder + near
+	}
+	return ""
+}
+
+// maxNearNames bounds the names nearCommand compares (a PATH of many large folders).
+const maxNearNames = 20000
 
 // wait reaps the process (or takes its exit from the reaper: reaped), kills what it left behind and closes done.
 func (p *Process) wait(reaped <-chan Exit) {

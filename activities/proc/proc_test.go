@@ -213,6 +213,20 @@ func TestSweep_KillsMarkedProcessesOnly(t *testing.T) {
 	assert.Empty(t, FindLeftovers(mark))
 }
 
+// A command not found, or a path to nothing, names a close one when there is one: on the task's PATH for a
+// bare name, in the folder the path names for a path.
+func TestStart_ACloseCommandIsNamed(t *testing.T) {
+	bin := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "train-model"), []byte("#!/bin/sh\n"), 0o755))
+	env := []string{"PATH=" + bin}
+	_, err := Start(Config{Argv: []string{"train-modle", "--epochs", "3"}, Env: env})
+	assert.EqualError(t, err, `command "train-modle" not found on this host: install it or give its full path (did you mean "train-model"?)`)
+	_, err = Start(Config{Argv: []string{bin + "/trian-model"}, Env: env})
+	assert.EqualError(t, err, `command "`+bin+`/trian-model" does not exist on this host: install it there or fix the path (did you mean "`+bin+`/train-model"?)`)
+	_, err = Start(Config{Argv: []string{"evaluate-zzqx"}, Env: env})
+	assert.EqualError(t, err, `command "evaluate-zzqx" not found on this host: install it or give its full path`, "nothing close")
+}
+
 func TestStart_Errors(t *testing.T) {
 	_, err := Start(Config{Argv: []string{"no-such-command-xyz"}, Env: os.Environ()})
 	var se *StartError
@@ -230,6 +244,8 @@ func TestStart_Errors(t *testing.T) {
 	assert.EqualError(t, err, `command "./train.sh" does not exist on this host (taken from the task's working directory `+dir+`): fix the path, or set workingDir`)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "train.sh"), []byte("echo hi\n"), 0o644))
+	_, err = Start(Config{Argv: []string{"./trian.sh"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "./trian.sh" does not exist on this host (taken from the task's working directory `+dir+`): fix the path, or set workingDir (did you mean "./train.sh"?)`)
 	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
 	assert.EqualError(t, err, `command "./train.sh" is not executable (taken from the task's working directory `+dir+`): make it so (chmod +x) or run it through its interpreter, as in command: [sh, "./train.sh"]`)
 

@@ -87,11 +87,17 @@ func nearestFlag(fs *flag.FlagSet, name string) string {
 
 // Nearest is the one of names closest to word: one that starts with it, or that it starts with, or within an
 // edit per three letters of it (a letter mistyped, left out, added, or two swapped); "" when none is.
-func Nearest(word string, names []string) string {
+func Nearest(word string, names []string) string { return nearest(word, names, true) }
+
+// Closest is Nearest without the prefixes: a name within an edit per three letters of word, the first of the
+// closest. For names among thousands (the programs on a PATH), where many start alike.
+func Closest(word string, names []string) string { return nearest(word, names, false) }
+
+func nearest(word string, names []string, prefixes bool) string {
 	best, bestDist := "", max(1, len(word)/3)+1
 	for _, n := range names {
 		d := editDistance(word, n)
-		if len(word) >= 3 && (strings.HasPrefix(n, word) || strings.HasPrefix(word, n)) {
+		if prefixes && len(word) >= 3 && (strings.HasPrefix(n, word) || strings.HasPrefix(word, n)) {
 			d = min(d, 1)
 		}
 		if d < bestDist {
