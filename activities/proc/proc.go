@@ -78,37 +78,37 @@ type StartError struct {
 }
 
 func (e *StartError) Error() string {
-	msg := e.problem()
-	if e.Near != "" {
-		msg += fmt.Sprintf(" (did you mean %q?)", e.Near)
-	}
-	return msg
-}
-
-func (e *StartError) problem() string {
 	var pathErr *os.PathError
 	switch {
 	case errors.Is(e.Err, exec.ErrNotFound):
-		return fmt.Sprintf("command %q not found on this host: install it or give its full path", e.Argv[0])
+		return fmt.Sprintf("command %q not found on this host%s: install it or give its full path", e.Argv[0], e.notes(false))
 	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir":
 		return fmt.Sprintf("working directory %q does not exist on this host: create it or fix workingDir", e.Dir)
 	case errors.Is(e.Err, os.ErrPermission):
 		return fmt.Sprintf("command %q is not executable%s: make it so (chmod +x) or run it through its interpreter, as in command: [sh, %q]",
-			e.Argv[0], e.from(), e.Argv[0])
+			e.Argv[0], e.notes(true), e.Argv[0])
 	case errors.Is(e.Err, os.ErrNotExist) && filepath.IsAbs(e.Argv[0]):
-		return fmt.Sprintf("command %q does not exist on this host: install it there or fix the path", e.Argv[0])
+		return fmt.Sprintf("command %q does not exist on this host%s: install it there or fix the path", e.Argv[0], e.notes(false))
 	case errors.Is(e.Err, os.ErrNotExist):
-		return fmt.Sprintf("command %q does not exist on this host%s: fix the path, or set workingDir", e.Argv[0], e.from())
+		return fmt.Sprintf("command %q does not exist on this host%s: fix the path, or set workingDir", e.Argv[0], e.notes(true))
 	}
 	return fmt.Sprintf("start %q: %v", strings.Join(e.Argv, " "), e.Err)
 }
 
-// from names the folder a relative command path was taken from, when there is one.
-func (e *StartError) from() string {
-	if filepath.IsAbs(e.Argv[0]) || e.Dir == "" {
+// notes says, in parentheses after the problem and before its fix (where a table cut short still shows it),
+// the folder a relative command path was taken from (with from) and the close command, when there are.
+func (e *StartError) notes(from bool) string {
+	var said []string
+	if from && !filepath.IsAbs(e.Argv[0]) && e.Dir != "" {
+		said = append(said, "taken from the task's working directory "+e.Dir)
+	}
+	if e.Near != "" {
+		said = append(said, fmt.Sprintf("did you mean %q?", e.Near))
+	}
+	if len(said) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (taken from the task's working directory %s)", e.Dir)
+	return " (" + strings.Join(said, "; ") + ")"
 }
 
 func (e *StartError) Unwrap() error { return e.Err }

@@ -220,9 +220,9 @@ func TestStart_ACloseCommandIsNamed(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "train-model"), []byte("#!/bin/sh\n"), 0o755))
 	env := []string{"PATH=" + bin}
 	_, err := Start(Config{Argv: []string{"train-modle", "--epochs", "3"}, Env: env})
-	assert.EqualError(t, err, `command "train-modle" not found on this host: install it or give its full path (did you mean "train-model"?)`)
+	assert.EqualError(t, err, `command "train-modle" not found on this host (did you mean "train-model"?): install it or give its full path`)
 	_, err = Start(Config{Argv: []string{bin + "/trian-model"}, Env: env})
-	assert.EqualError(t, err, `command "`+bin+`/trian-model" does not exist on this host: install it there or fix the path (did you mean "`+bin+`/train-model"?)`)
+	assert.EqualError(t, err, `command "`+bin+`/trian-model" does not exist on this host (did you mean "`+bin+`/train-model"?): install it there or fix the path`)
 	_, err = Start(Config{Argv: []string{"evaluate-zzqx"}, Env: env})
 	assert.EqualError(t, err, `command "evaluate-zzqx" not found on this host: install it or give its full path`, "nothing close")
 }
@@ -245,7 +245,7 @@ func TestStart_Errors(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "train.sh"), []byte("echo hi\n"), 0o644))
 	_, err = Start(Config{Argv: []string{"./trian.sh"}, Env: os.Environ(), Dir: dir})
-	assert.EqualError(t, err, `command "./trian.sh" does not exist on this host (taken from the task's working directory `+dir+`): fix the path, or set workingDir (did you mean "./train.sh"?)`)
+	assert.EqualError(t, err, `command "./trian.sh" does not exist on this host (taken from the task's working directory `+dir+`; did you mean "./train.sh"?): fix the path, or set workingDir`)
 	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
 	assert.EqualError(t, err, `command "./train.sh" is not executable (taken from the task's working directory `+dir+`): make it so (chmod +x) or run it through its interpreter, as in command: [sh, "./train.sh"]`)
 
