@@ -25,7 +25,7 @@ another host of its pool. --undo makes the host take tasks again.
 
 Usage: clusterrun drain HOST [--now | --undo] [-o table|json|jsonl]
 
-Prints the host's tasks. The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
+Prints the host's tasks not ended (-o json: every task it keeps a record of). The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
 is needed: a stopped worker leaves its tasks running, and the next one takes them up again.
 
 Example:
@@ -140,14 +140,28 @@ func cmdDrain(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// printHostTasks lists a host's tasks a row each, or, past endRows of them, counts them per run and state: a
-// drain of a host running 500 tasks printed 500 rows, and the ended tasks of runs before after them.
-func printHostTasks(w io.Writer, tasks []workflows.HostTask) {
-	if len(tasks) == 0 {
-		return
+// printHostTasks lists a host's tasks not ended (hostTaskRows). The ended tasks the host still keeps records
+// of are only counted: listed after "its 0 running task(s)", the tasks of a run long over read as running there.
+func printHostTasks(w io.Writer, all []workflows.HostTask) {
+	var tasks []workflows.HostTask
+	for _, t := range all {
+		if t.State != "ended" {
+			tasks = append(tasks, t)
+		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	defer func() { _ = tw.Flush() }()
+	if len(tasks) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		hostTaskRows(tw, tasks)
+		_ = tw.Flush()
+	}
+	if ended := len(all) - len(tasks); ended > 0 {
+		fmt.Fprintf(w, "(%d ended task(s) left out; -o json lists them)\n", ended)
+	}
+}
+
+// hostTaskRows lists tasks a row each, or, past endRows of them, counts them per run and state: a drain of a
+// host running 500 tasks printed 500 rows.
+func hostTaskRows(tw io.Writer, tasks []workflows.HostTask) {
 	if len(tasks) <= endRows {
 		fmt.Fprintln(tw, "RUN\tTASK\tATTEMPT\tPID\tSTATE")
 		for _, t := range tasks {
@@ -181,7 +195,6 @@ func printHostTasks(w io.Writer, tasks []workflows.HostTask) {
 	fmt.Fprintf(tw, "(%d tasks in all; -o json lists each, and clusterrun status RUN shows where each went)\n", len(tasks))
 }
 
-// rootCause is the innermost error of a chain, which says what actually went wrong.
 // drainWait bounds a drain command: its request is a workflow run by any host worker, then an activity on the
 // host's own worker.
 const drainWait = time.Minute
@@ -201,6 +214,7 @@ func noAnswer(host string, err error) string {
 	return fmt.Sprintf("host %s did not answer: is a clusterrun-worker with --host %s running? (%v)", host, host, rootCause(err))
 }
 
+// rootCause is the innermost error of a chain, which says what actually went wrong.
 func rootCause(err error) error {
 	for {
 		next := errors.Unwrap(err)

@@ -12,6 +12,7 @@ import (
 )
 
 // A drain lists a few tasks a row each; a host with more has them counted per run and state, not a row each.
+// Ended tasks are only counted.
 func TestPrintHostTasks(t *testing.T) {
 	var small bytes.Buffer
 	printHostTasks(&small, []workflows.HostTask{{Run: "r1", Task: "worker-0", Attempt: 1, PID: 42, State: "running"}})
@@ -26,9 +27,14 @@ func TestPrintHostTasks(t *testing.T) {
 	}
 	var large bytes.Buffer
 	printHostTasks(&large, tasks)
-	assert.Equal(t, "RUN     STATE    TASKS\n"+
-		"big     running  500: worker-0, worker-1, worker-2 and 497 more\n"+
-		"before  ended    2: ps-0, ps-1\n"+
-		"(502 tasks in all; -o json lists each, and clusterrun status RUN shows where each went)\n", large.String())
+	assert.Equal(t, "RUN  STATE    TASKS\n"+
+		"big  running  500: worker-0, worker-1, worker-2 and 497 more\n"+
+		"(500 tasks in all; -o json lists each, and clusterrun status RUN shows where each went)\n"+
+		"(2 ended task(s) left out; -o json lists them)\n", large.String())
 	assert.Less(t, strings.Count(large.String(), "\n"), 10)
+
+	var ended bytes.Buffer
+	printHostTasks(&ended, tasks[500:])
+	assert.Equal(t, "(2 ended task(s) left out; -o json lists them)\n", ended.String(),
+		"after its 0 running task(s), a drain lists none")
 }
