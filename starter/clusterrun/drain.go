@@ -25,8 +25,9 @@ another host of its pool. --undo makes the host take tasks again.
 
 Usage: clusterrun drain HOST [--now | --undo] [-o table|json|jsonl]
 
-Prints the host's tasks not ended (-o json: every task it keeps a record of). The host's clusterrun-worker must be running. To restart or upgrade a worker, no drain
-is needed: a stopped worker leaves its tasks running, and the next one takes them up again.
+Prints the host's tasks not ended (-o json: every task it keeps a record of). The host's clusterrun-worker
+must be running. To restart or upgrade a worker, no drain is needed: a stopped worker leaves its tasks
+running, and the next one takes them up again.
 
 Example:
   clusterrun drain gpu-a
