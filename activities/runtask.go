@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -241,6 +242,18 @@ func reservePort(want int) (net.Listener, error) {
 
 func listenOn(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf(":%d", port)) }
 
+// releasePort closes the listener that held a task's port, and returns once no process this worker forked
+// still holds a copy of it: a fork copies every open descriptor, and the child keeps its copies until it
+// execs (close-on-exec). A supervisor forked in that moment would hold the port, and the task's bind could
+// find it taken (a test's port probe was held so in CI, by the test host's spare supervisor). Go forks with
+// syscall.ForkLock held for writing until the child has exec'd, so taking it for reading waits them out.
+func releasePort(ln net.Listener) {
+	ln.Close()
+	syscall.ForkLock.RLock()
+	//lint:ignore SA2001 the empty critical section is the point: it waits for the forks in flight
+	syscall.ForkLock.RUnlock()
+}
+
 // reportStarted tells the run that a pre-placed attempt runs here as the run chose (batched with this host's
 // other placements), once its process started and its record is written: the run takes it for started from
 // then on. Sent sooner (at the port's bind, as it was), a worker SIGKILLed in between left an attempt whose
@@ -321,7 +334,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path, ClusterFile: e.clusterFile}, cluster)
 
 	e.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	releasePort(ln)
 	launched = true
 	st, err := h.launch(e, pending, adm, env, activity.GetInfo(ctx).HeartbeatTimeout)
 	var se *shim.StartError

@@ -1265,3 +1265,31 @@ func TestControlHost_CountsTheTasksItStops(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, st.Stopping, "an ended task is not stopped again")
 }
+
+// A task's port is let go only once no fork of this process is in flight: Go forks holding syscall.ForkLock
+// for writing, until its child has exec'd and so dropped its copies of the worker's descriptors (a copy of the
+// port's listener, kept by a child not yet exec'd, would hold the port the task is about to bind).
+func TestReleasePort_WaitsForTheForksInFlight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	syscall.ForkLock.Lock() // as a fork in flight holds it
+	released := make(chan struct{})
+	go func() {
+		releasePort(ln)
+		close(released)
+	}()
+	select {
+	case <-released:
+		syscall.ForkLock.Unlock()
+		t.Fatal("the port was let go while a fork was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	syscall.ForkLock.Unlock()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the port was not let go once the fork was done")
+	}
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, net.ErrClosed, "the listener is closed")
+}
