@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A flag that does not exist, or whose value does not parse, is said in one line that names the flag as the
@@ -57,4 +59,25 @@ func TestMainWithCode_AMissingArgumentIsNamed(t *testing.T) {
 		assert.Equal(t, exitUsage, mainWithCode(c.args, &out, &errb), "%v", c.args)
 		assert.Equal(t, c.want, errb.String(), "%v", c.args)
 	}
+}
+
+// Each task subcommand's --help says what it does, as task --help lists it, and lists flags only when it has
+// some.
+func TestTaskSubcommandHelp(t *testing.T) {
+	for _, sub := range taskSubcommands {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, mainWithCode([]string{"task", sub, "--help"}, &out, &errb), sub)
+		help := errb.String()
+		assert.True(t, strings.HasPrefix(help, "Usage: clusterrun task "+sub), help)
+		lines := strings.Split(help, "\n")
+		require.Greater(t, len(lines), 3, help)
+		assert.NotEmpty(t, lines[2], "%s: what it does, after its usage line", sub)
+		assert.NotContains(t, help, "Flags:\n\n", sub)
+		assert.False(t, strings.HasSuffix(help, "Flags:\n"), "%s: a Flags heading with none under it", sub)
+	}
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, mainWithCode([]string{"task", "stop", "--help"}, &out, &errb))
+	assert.Equal(t, "Usage: clusterrun task stop [--error MSG] [--keep-run]\n\n"+
+		"Ask the whole run to stop; with --error the run fails; with\n--keep-run only ask the tasks to stop (the run goes on).\n\nFlags:\n",
+		errb.String()[:strings.Index(errb.String(), "Flags:\n")+len("Flags:\n")])
 }

@@ -164,8 +164,12 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 	}()
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
-		fmt.Fprintln(fs.Output(), "\nFlags:")
-		flagerr.PrintDefaults(fs)
+		some := false
+		fs.VisitAll(func(*flag.Flag) { some = true })
+		if some {
+			fmt.Fprintln(fs.Output(), "\nFlags:")
+			flagerr.PrintDefaults(fs)
+		}
 	}
 	var pos []string
 	for {

@@ -18,24 +18,34 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-const taskUsage = `Talk to clusterrun from inside a task (through the task's control socket, CLUSTERRUN_SOCKET).
+// taskSub is one of task's subcommands: its arguments and what it does, as task --help lists it and its own
+// --help says it.
+type taskSub struct {
+	name, args string
+	what       []string // the lines of what it does, as the list wraps them
+}
+
+var taskSubs = []taskSub{
+	{"barrier", "NAME [--timeout D] [--tasks TYPES]", []string{"wait until every task (or every task of TYPES) arrives"}},
+	{"progress", "CUR [TOTAL] [--message M]", []string{"report progress (shown by clusterrun status and run)"}},
+	{"stop", "[--error MSG] [--keep-run]", []string{"ask the whole run to stop; with --error the run fails; with",
+		"--keep-run only ask the tasks to stop (the run goes on)"}},
+	{"clear-stop", "", []string{"take back a stop asked with --keep-run"}},
+	{"should-stop", "", []string{"exit 0 if the run is stopping, 1 if not"}},
+	{"wait-for-stop", "[--timeout D]", []string{"block until the run asks its tasks to stop (exit 0), or 1 on timeout"}},
+	{"info", "", []string{"print this task's identity and the cluster map (JSON)"}},
+	{"schedule", "FN [ARGS-JSON] [--key K]", []string{"schedule a work item; prints its id (the spec needs items:)"}},
+	{"fetch", "ID... [--timeout D]", []string{"wait for items' results; prints one JSON line per item"}},
+	{"join", "[--timeout D]", []string{"wait for every item this task scheduled; fails on the first error"}},
+	{"done", "", []string{"exit 0 if every item this task scheduled is finished, 3 if not"}},
+}
+
+var taskUsage = `Talk to clusterrun from inside a task (through the task's control socket, CLUSTERRUN_SOCKET).
 
 Usage: clusterrun task SUBCOMMAND [arguments] [flags]
 
 Subcommands:
-  barrier NAME [--timeout D] [--tasks TYPES]   wait until every task (or every task of TYPES) arrives
-  progress CUR [TOTAL] [--message M]           report progress (shown by clusterrun status and run)
-  stop [--error MSG] [--keep-run]              ask the whole run to stop; with --error the run fails; with
-                                               --keep-run only ask the tasks to stop (the run goes on)
-  clear-stop                                   take back a stop asked with --keep-run
-  should-stop                                  exit 0 if the run is stopping, 1 if not
-  wait-for-stop [--timeout D]                  block until the run asks its tasks to stop (exit 0), or 1 on timeout
-  info                                         print this task's identity and the cluster map (JSON)
-  schedule FN [ARGS-JSON] [--key K]            schedule a work item; prints its id (the spec needs items:)
-  fetch ID... [--timeout D]                    wait for items' results; prints one JSON line per item
-  join [--timeout D]                           wait for every item this task scheduled; fails on the first error
-  done                                         exit 0 if every item this task scheduled is finished, 3 if not
-
+` + taskSubList() + `
 Exit codes: 0 success; 1 a broken or timed-out barrier, a failed item, a timeout (or should-stop: no); 2 bad
 input or not inside a task; 3 done: items still pending.
 
@@ -45,8 +55,46 @@ Example (in a task's shell script):
   if clusterrun task should-stop; then exit 0; fi
 `
 
+// taskSubList lists the subcommands, a line each (and the lines that continue one), what each does in a column.
+func taskSubList() string {
+	var b strings.Builder
+	for _, t := range taskSubs {
+		for i, line := range t.what {
+			head := ""
+			if i == 0 {
+				head = strings.TrimSpace(t.name + " " + t.args)
+			}
+			fmt.Fprintf(&b, "  %-45s%s\n", head, line)
+		}
+	}
+	return b.String()
+}
+
+// taskSubUsage is one subcommand's --help: its usage line and what it does.
+func taskSubUsage(name string) string {
+	for _, t := range taskSubs {
+		if t.name == name {
+			return fmt.Sprintf("Usage: clusterrun task %s\n\n%s.\n", strings.TrimSpace(t.name+" "+t.args), upperFirst(strings.Join(t.what, "\n")))
+		}
+	}
+	return "Usage: clusterrun task " + name + "\n" // not in taskSubs: TestTaskSubcommandHelp says so
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
 // taskSubcommands are task's subcommands, as its help lists them.
-var taskSubcommands = []string{"barrier", "progress", "stop", "clear-stop", "should-stop", "wait-for-stop", "info", "schedule", "fetch", "join", "done"}
+var taskSubcommands = func() []string {
+	var names []string
+	for _, t := range taskSubs {
+		names = append(names, t.name)
+	}
+	return names
+}()
 
 func cmdTask(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -102,7 +150,7 @@ func taskBarrier(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task barrier", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long (e.g. 30s, 5m); default: wait as long as it takes")
 	types := fs.String("tasks", "", "comma-separated task types that take part (default: every task)")
-	pos, err := parse(fs, "Usage: clusterrun task barrier NAME [--timeout D] [--tasks TYPES]\n", args, 1, 1, stderr)
+	pos, err := parse(fs, taskSubUsage("barrier"), args, 1, 1, stderr)
 	if err != nil {
 		return err
 	}
@@ -131,7 +179,7 @@ func taskBarrier(args []string, _, stderr io.Writer) error {
 func taskProgress(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task progress", flag.ContinueOnError)
 	msg := fs.String("message", "", "a short note (at most 40 characters are kept)")
-	pos, err := parse(fs, "Usage: clusterrun task progress CUR [TOTAL] [--message M]\n", args, 1, 2, stderr)
+	pos, err := parse(fs, taskSubUsage("progress"), args, 1, 2, stderr)
 	if err != nil {
 		return err
 	}
@@ -157,7 +205,7 @@ func taskStop(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task stop", flag.ContinueOnError)
 	msg := fs.String("error", "", "the error that makes the run fail; without it the run ends succeeded")
 	keep := fs.Bool("keep-run", false, "only ask every task to stop (should-stop turns true); the run goes on until clear-stop")
-	if _, err := parse(fs, "Usage: clusterrun task stop [--error MSG] [--keep-run]\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("stop"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	if *keep && *msg != "" {
@@ -180,7 +228,7 @@ func taskStop(args []string, _, stderr io.Writer) error {
 
 func taskClearStop(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task clear-stop", flag.ContinueOnError)
-	if _, err := parse(fs, "Usage: clusterrun task clear-stop\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("clear-stop"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	c, err := taskClient(stderr)
@@ -196,7 +244,7 @@ func taskClearStop(args []string, _, stderr io.Writer) error {
 func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task wait-for-stop", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long (exit 1); default: wait as long as it takes")
-	if _, err := parse(fs, "Usage: clusterrun task wait-for-stop [--timeout D]\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("wait-for-stop"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	if *timeout < 0 {
@@ -219,7 +267,7 @@ func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
 
 func taskShouldStop(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task should-stop", flag.ContinueOnError)
-	if _, err := parse(fs, "Usage: clusterrun task should-stop\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("should-stop"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	c, err := taskClient(stderr)
@@ -239,7 +287,7 @@ func taskShouldStop(args []string, stdout, stderr io.Writer) error {
 
 func taskInfo(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task info", flag.ContinueOnError)
-	if _, err := parse(fs, "Usage: clusterrun task info\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("info"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	c, err := taskClient(stderr)

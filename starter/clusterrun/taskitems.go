@@ -18,7 +18,7 @@ import (
 func taskSchedule(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task schedule", flag.ContinueOnError)
 	key := fs.String("key", "", "idempotency key: scheduling the same key again gives the same item")
-	pos, err := parse(fs, "Usage: clusterrun task schedule FN [ARGS-JSON] [--key K]\n", args, 1, 2, stderr)
+	pos, err := parse(fs, taskSubUsage("schedule"), args, 1, 2, stderr)
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func taskSchedule(args []string, stdout, stderr io.Writer) error {
 func taskFetch(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task fetch", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long (e.g. 30s); default: wait as long as it takes")
-	pos, err := parse(fs, "Usage: clusterrun task fetch ID... [--timeout D]\n", args, 1, 1000, stderr)
+	pos, err := parse(fs, taskSubUsage("fetch"), args, 1, 1000, stderr)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func acknowledge(c *task.Client, ids []int64, stderr io.Writer) {
 func taskJoin(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task join", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long; default: wait as long as it takes")
-	if _, err := parse(fs, "Usage: clusterrun task join [--timeout D]\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("join"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	return joinItems(deadlineOf(*timeout), *timeout, true, stderr)
@@ -133,7 +133,7 @@ func taskJoin(args []string, _, stderr io.Writer) error {
 
 func taskDone(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task done", flag.ContinueOnError)
-	if _, err := parse(fs, "Usage: clusterrun task done\n", args, 0, 0, stderr); err != nil {
+	if _, err := parse(fs, taskSubUsage("done"), args, 0, 0, stderr); err != nil {
 		return err
 	}
 	return joinItems(time.Time{}, 0, false, stderr)
