@@ -479,3 +479,18 @@ func TestPlan_StopRequestSignalIsPerTaskTypeAndNamedInFull(t *testing.T) {
 		assert.Contains(t, err.Error(), `stopRequestSignal: "SIGKILL" is not a signal a task can handle; use e.g. SIGTERM, SIGINT or SIGUSR1`)
 	}
 }
+
+// A working directory that is not absolute says why it must be: with ~, that no shell expands it on the hosts.
+func TestValidate_WorkingDirNotAbsolute(t *testing.T) {
+	for dir, want := range map[string]string{
+		"~/train":  `workingDir: "~/train" must be an absolute path: no shell expands ~ on the hosts; write the home folder out, as /home/USER/...`,
+		"rel/dir":  `workingDir: "rel/dir" must be an absolute path: relative, it would be taken from each host worker's own working directory`,
+		"./runs/a": `workingDir: "./runs/a" must be an absolute path: relative`,
+	} {
+		_, err := Parse([]byte(`{name: x, command: [pwd], workingDir: "` + dir + `", tasks: {w: {replicas: 1}}}`))
+		require.Error(t, err, dir)
+		assert.Contains(t, err.Error(), want, dir)
+	}
+	_, err := Parse([]byte(`{name: x, command: [pwd], workingDir: /srv/train, tasks: {w: {replicas: 1}}}`))
+	assert.NoError(t, err)
+}

@@ -299,9 +299,15 @@ func (v *validator) env(path string, env map[string]string) {
 	}
 }
 
+// workingDir wants an absolute path: it is taken as is on every host, where no shell expands ~ and no working
+// directory of the submitter's is known.
 func (v *validator) workingDir(path, dir string) {
-	if dir != "" && !strings.HasPrefix(dir, "/") {
-		v.add(path, "%s must be an absolute path", short(dir))
+	switch {
+	case dir == "" || strings.HasPrefix(dir, "/"):
+	case dir == "~" || strings.HasPrefix(dir, "~/"):
+		v.add(path, "%s must be an absolute path: no shell expands ~ on the hosts; write the home folder out, as /home/USER/...", short(dir))
+	default:
+		v.add(path, "%s must be an absolute path: relative, it would be taken from each host worker's own working directory", short(dir))
 	}
 }
 
