@@ -102,6 +102,9 @@ func (e *StartError) notes(from bool) string {
 	if from && !filepath.IsAbs(e.Argv[0]) && e.Dir != "" {
 		said = append(said, "taken from the task's working directory "+e.Dir)
 	}
+	if strings.HasPrefix(e.Argv[0], "~/") {
+		said = append(said, "no shell runs the command to expand ~: write the home folder out")
+	}
 	if e.Near != "" {
 		said = append(said, fmt.Sprintf("did you mean %q?", e.Near))
 	}

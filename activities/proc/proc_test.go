@@ -223,6 +223,9 @@ func TestStart_ACloseCommandIsNamed(t *testing.T) {
 	assert.EqualError(t, err, `command "train-modle" not found on this host (did you mean "train-model"?): install it or give its full path`)
 	_, err = Start(Config{Argv: []string{bin + "/trian-model"}, Env: env})
 	assert.EqualError(t, err, `command "`+bin+`/trian-model" does not exist on this host (did you mean "`+bin+`/train-model"?): install it there or fix the path`)
+	_, err = Start(Config{Argv: []string{"~/train.sh"}, Env: env, Dir: bin})
+	assert.EqualError(t, err, `command "~/train.sh" does not exist on this host (taken from the task's working directory `+bin+
+		`; no shell runs the command to expand ~: write the home folder out): fix the path, or set workingDir`)
 	_, err = Start(Config{Argv: []string{"evaluate-zzqx"}, Env: env})
 	assert.EqualError(t, err, `command "evaluate-zzqx" not found on this host: install it or give its full path`, "nothing close")
 }
