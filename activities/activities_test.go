@@ -69,6 +69,24 @@ func TestTaskEnv_Contract(t *testing.T) {
 	assert.Contains(t, joined, `"task":{"index":0,"type":"evaluator"}`)
 }
 
+// The spec's ${NAME} is NAME's value in the environment the host gives the task (empty when it has none), and
+// $$ is a $: PATH: "/opt/tools/bin:${PATH}" extends the host's PATH.
+func TestTaskEnv_SpecValuesReferTheHostsEnvironment(t *testing.T) {
+	task := spec.Task{Name: "worker-0", Type: "worker", Env: map[string]string{
+		"PATH": "/opt/tools/bin:${PATH}", "DATA": "${HOME}/data", "NOTE": "costs $$5 ${UNSET}", "HOME": "/override", "OLD": "$PATH",
+	}}
+	got := map[string]string{}
+	for _, kv := range TaskEnv([]string{"HOME=/root", "PATH=/usr/bin:/bin"}, TaskIdentity{Task: task}, clusterOf()) {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	assert.Equal(t, "/opt/tools/bin:/usr/bin:/bin", got["PATH"])
+	assert.Equal(t, "/root/data", got["DATA"], "the host's HOME, not the spec's")
+	assert.Equal(t, "costs $5 ", got["NOTE"])
+	assert.Equal(t, "/override", got["HOME"])
+	assert.Equal(t, "$PATH", got["OLD"], "a spec its CLI did not check (from before references) is taken as written")
+}
+
 func TestReadLogs_WholeLinesOnly(t *testing.T) {
 	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, quiet())
 	dir := AttemptDir(h.LogDir, "run", 1, "worker-0")

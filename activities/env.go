@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,8 @@ type TaskIdentity struct {
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy),
-// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env, then the clusterrun contract (which a spec may
+// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env (its ${NAME} the value
+// NAME has so far), then the clusterrun contract (which a spec may
 // not override). Evaluators get TF_CONFIG and
 // MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
@@ -49,8 +51,13 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 			set(k, "1")
 		}
 	}
+	host := maps.Clone(vars) // what the spec's ${NAME} references read (spec/envref.go)
 	for _, k := range sortedKeys(id.Task.Env) {
-		set(k, id.Task.Env[k])
+		v := id.Task.Env[k]
+		if x, err := spec.ExpandEnv(v, func(name string) string { return host[name] }); err == nil {
+			v = x // else a spec from before references, which its CLI did not check: as written, as it then was
+		}
+		set(k, v)
 	}
 	t := id.Task
 	set("CLUSTERRUN_RUN_ID", id.RunID)

@@ -111,8 +111,11 @@ func TaskTypes(tasks map[string]TaskSpec) []string {
 }
 
 // NewPlan validates the spec and resolves it.
-func NewPlan(s *RunSpec) (*Plan, error) {
-	if problems := s.Validate(); len(problems) > 0 {
+func NewPlan(s *RunSpec) (*Plan, error) { return NewPlanBy(s, AllRules) }
+
+// NewPlanBy is NewPlan with only the later rules given (Rules).
+func NewPlanBy(s *RunSpec, rules Rules) (*Plan, error) {
+	if problems := s.ValidateBy(rules); len(problems) > 0 {
 		return nil, &InvalidSpecError{Problems: problems}
 	}
 	p := &Plan{

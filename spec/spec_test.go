@@ -494,3 +494,25 @@ func TestValidate_WorkingDirNotAbsolute(t *testing.T) {
 	_, err := Parse([]byte(`{name: x, command: [pwd], workingDir: /srv/train, tasks: {w: {replicas: 1}}}`))
 	assert.NoError(t, err)
 }
+
+// An env value's ${NAME} and $$ are taken; a $NAME without braces, an unclosed ${ and a ${} that names no
+// variable are problems that say how to write it.
+func TestValidate_EnvReferences(t *testing.T) {
+	_, err := Parse([]byte(`{name: x, command: [pwd], env: {PATH: "/opt/x/bin:${PATH}", PRICE: "$$5", LONE: "a $ b $"}, tasks: {w: {replicas: 1}}}`))
+	require.NoError(t, err)
+	_, err = Parse([]byte(`{name: x, command: [pwd], env: {PATH: "/opt/x/bin:$PATH", A: "${HOME", B: "${1X}"},
+  tasks: {w: {replicas: 1, env: {C: "$c_1/x"}}}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`env.PATH: "/opt/x/bin:$PATH" has $PATH, which no shell expands here: write ${PATH} for the host's value, or $$PATH for the text`,
+		`env.A: "${HOME" has ${ with no closing }: write ${NAME} for the host's value of NAME, or $$ for a $`,
+		`env.B: "${1X}" has ${1X}, which names no variable`,
+		`tasks.w.env.C: "$c_1/x" has $c_1, which no shell expands here`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+	vars := map[string]string{"A": "a"}
+	got, err := ExpandEnv("${A}${B}-$$-${A}", func(name string) string { return vars[name] })
+	require.NoError(t, err)
+	assert.Equal(t, "a-$-a", got)
+}

@@ -73,15 +73,32 @@ var ReservedEnv = []string{
 	"TORCHELASTIC_ERROR_FILE",
 }
 
-type validator struct{ problems []Problem }
+// Rules are the checks added after runs could start with specs they refuse. A run's workflow applies each from
+// the workflow version that brought it, so that a run started before replays as it ran; the CLI applies them
+// all (AllRules).
+type Rules struct {
+	// EnvReferences refuses an env value's $NAME, ${ with no }, and ${} naming no variable (envref.go).
+	EnvReferences bool
+}
+
+// AllRules are every rule: what a spec is checked against today.
+var AllRules = Rules{EnvReferences: true}
+
+type validator struct {
+	problems []Problem
+	rules    Rules
+}
 
 func (v *validator) add(path, format string, args ...any) {
 	v.problems = append(v.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 // Validate returns every problem in the spec, each with its field path; none means the spec is valid.
-func (s *RunSpec) Validate() []Problem {
-	v := &validator{problems: append([]Problem(nil), s.decodeProblems...)}
+func (s *RunSpec) Validate() []Problem { return s.ValidateBy(AllRules) }
+
+// ValidateBy is Validate with only the later rules given.
+func (s *RunSpec) ValidateBy(rules Rules) []Problem {
+	v := &validator{problems: append([]Problem(nil), s.decodeProblems...), rules: rules}
 	switch {
 	case s.Name == "":
 		v.add("name", "required: name the run, e.g. name: mnist")
@@ -295,6 +312,10 @@ func (v *validator) env(path string, env map[string]string) {
 			v.add(path+"."+shortKey(k), "%s is not a valid environment variable name (letters, digits and '_', at most %d)", short(k), MaxEnvNameLength)
 		case strings.HasPrefix(k, "CLUSTERRUN_") || contains(ReservedEnv, k):
 			v.add(path+"."+k, "%s is set by clusterrun for every task; remove it from the spec", k)
+		case v.rules.EnvReferences:
+			if _, err := ExpandEnv(env[k], func(string) string { return "" }); err != nil {
+				v.add(path+"."+k, "%s %v", short(env[k]), err)
+			}
 		}
 	}
 }

@@ -73,7 +73,7 @@ func TestE2E_TFConfigConsistentAcrossTasks(t *testing.T) {
 	spec := writeSpec(t, `
 name: tfconfig
 command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\",\"temporal\":\"%s|%s|%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" "$TEMPORAL_ADDRESS" "$TEMPORAL_NAMESPACE" "$CLUSTERRUN_WORKER_LOG_FORMAT" > "$CLUSTERRUN_RESULT_FILE"']
-env: {TEMPORAL_NAMESPACE: set-by-the-spec}
+env: {TEMPORAL_NAMESPACE: "set-by-the-spec${TEMPORAL_ADDRESS}"}
 chiefExit: wait
 tasks:
   chief: {replicas: 1, hosts: [host-a]}
@@ -118,8 +118,8 @@ tasks:
 		assert.Equal(t, name, fmt.Sprintf("%s-%d", v.TF.Task.Type, v.TF.Task.Index))
 		assert.Equal(t, chief.TF.Cluster["chief"][0], v.Master, "%s has another master", name)
 		assert.Equal(t, st.Task(name).Host, v.Host)
-		// The worker's Temporal address (its workers have TEMPORAL_ADDRESS) and configuration stay out of the task;
-		// what the spec sets itself gets in.
+		// The worker's Temporal address (its workers have TEMPORAL_ADDRESS) and configuration stay out of the task,
+		// also through the spec's ${TEMPORAL_ADDRESS}; what the spec sets itself gets in.
 		assert.Equal(t, "|set-by-the-spec|", v.Temporal, "%s saw the worker's Temporal settings", name)
 		if name == "evaluator-0" {
 			assert.Empty(t, v.Rank)
@@ -572,6 +572,12 @@ func TestE2E_BadInput(t *testing.T) {
 		assert.Contains(t, r.stdout, `command "no-such-program-xyz" not found on this host`)
 		assert.Empty(t, markedProcessesOf(t, "sleep 300"), "no half-started cluster")
 	})
+	t.Run("env dollar name", func(t *testing.T) {
+		spec := writeSpec(t, `{name: envref, command: ["true"], env: {PATH: "/opt/x/bin:$PATH"}, tasks: {worker: {replicas: 1}}}`)
+		r := cli(t, "run", spec)
+		assert.Equal(t, 2, r.code, r.String())
+		assert.Contains(t, r.stderr, `env.PATH: "/opt/x/bin:$PATH" has $PATH, which no shell expands here: write ${PATH} for the host's value, or $$PATH for the text`)
+	})
 	t.Run("missing working dir", func(t *testing.T) {
 		spec := writeSpec(t, `{name: nodir, command: ["true"], workingDir: /no/such/dir, tasks: {worker: {replicas: 1}}}`)
 		r := cli(t, "run", spec)
@@ -618,6 +624,31 @@ func TestE2E_BadInput(t *testing.T) {
 		assert.Equal(t, 0, r.code)
 		assert.Contains(t, r.stderr, "Example:")
 	})
+}
+
+// A spec's env value takes the host's value of a variable as ${NAME}: PATH: "...:${PATH}" extends the PATH
+// the task would have had, and its programs are still found.
+func TestE2E_EnvValuesExtendTheHostsEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := writeSpec(t, `
+name: envref
+command: [sh, -c, 'echo "$PATH" > "$OUT/path"; echo "$PRICE" > "$OUT/price"; command -v sleep > "$OUT/sleep"']
+env: {PATH: "/opt/none/bin:${PATH}", PRICE: "$$5", OUT: "`+dir+`"}
+tasks: {worker: {replicas: 1}}
+`)
+	r := cli(t, "run", spec)
+	require.Equal(t, 0, r.code, r.String())
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		return strings.TrimSpace(string(b))
+	}
+	path := read("path")
+	assert.True(t, strings.HasPrefix(path, "/opt/none/bin:/"), "the host's PATH after the spec's folder: %q", path)
+	assert.NotContains(t, path, "$")
+	assert.Equal(t, "$5", read("price"))
+	assert.NotEmpty(t, read("sleep"), "programs on the host's PATH are still found")
 }
 
 // The Go client path: a run started with the SDK directly, as the starter does.

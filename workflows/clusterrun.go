@@ -23,7 +23,8 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	// Runs started before leases have no marker here and replay as they were written.
 	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
 	batched := leased && workflow.GetVersion(ctx, ChangeBatchLeases, workflow.DefaultVersion, 1) == 1
-	plan, err := planRun(&in)
+	rules := spec.Rules{EnvReferences: workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 1) == 1}
+	plan, err := planRun(&in, rules)
 	if err != nil {
 		return nil, err
 	}
@@ -94,16 +95,20 @@ func startItems(ctx workflow.Context, cfg *spec.Items) {
 	workflow.ExecuteChildWorkflow(cctx, ItemsWorkflowType, ItemsInput{RunID: info.WorkflowExecution.ID, Config: *cfg})
 }
 
+// ChangeEnvReferences refuses a spec whose env value has $NAME with no braces (spec.Rules): a run started
+// before it may hold one, and replays as it ran.
+const ChangeEnvReferences = "clusterrun-env-references"
+
 // planRun validates and plans the run's input, or returns the InvalidSpec failure that ends the run. The input
 // is untrusted and every host worker plans it: validation bounds every size, and a panic that slipped past the
 // fuzzers would still fail this one run, never retry its workflow task forever.
-func planRun(in *spec.RunSpec) (plan *spec.Plan, err error) {
+func planRun(in *spec.RunSpec, rules spec.Rules) (plan *spec.Plan, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			plan, err = nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the run spec could not be planned: %v", p), ErrInvalidSpec, nil)
 		}
 	}()
-	plan, err = spec.NewPlan(in)
+	plan, err = spec.NewPlanBy(in, rules)
 	var invalid *spec.InvalidSpecError
 	switch {
 	case errors.As(err, &invalid):

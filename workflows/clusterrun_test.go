@@ -824,6 +824,19 @@ func TestClusterRun_InvalidSpecLaunchesNothing(t *testing.T) {
 	assert.Empty(t, h.hosts.ids)
 }
 
+// A run started with a $NAME in its env (by the temporal CLI, which does not check specs) fails InvalidSpec,
+// saying how to write it; a run started before ChangeEnvReferences replays as it ran (testdata/histories/v10).
+func TestClusterRun_AnEnvDollarNameFailsInvalidSpec(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"PATH": "/opt/x/bin:$PATH"},
+		Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
+	err := h.env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidSpec, errType(err))
+	assert.Contains(t, err.Error(), `env.PATH: "/opt/x/bin:$PATH" has $PATH, which no shell expands here: write ${PATH} for the host's value`)
+	assert.Empty(t, h.hosts.ids)
+}
+
 // The overflow spec of the trust-boundary issue: two types whose replicas overflow their sum. Planning it once
 // took every host worker down with an out-of-memory crash; it now fails the run InvalidSpec.
 func TestClusterRun_OverflowingSpecFailsInvalidSpec(t *testing.T) {

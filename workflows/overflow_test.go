@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // overflow marks exactly the tasks placeTasks put beyond their host's slots, however stale the reports; a task
@@ -205,7 +207,7 @@ func TestOverflow_TheTimeHeldCountsAgainstStartTimeout(t *testing.T) {
 		"the held tasks may wait on their host for a slot for what is left of startTimeout")
 
 	s := mustSpec(t, `{name: o, command: [x], startTimeout: 1s, tasks: {worker: {replicas: 1}}}`)
-	plan, err := planRun(&s)
+	plan, err := planRun(&s, spec.AllRules)
 	require.NoError(t, err)
 	r := newRun(plan, time.Time{})
 	w := r.tasks[0]
@@ -261,7 +263,7 @@ func TestOverflow_AGangLargerThanItsPoolSaysItCanNeverStart(t *testing.T) {
 // queue and every waitBehind behind other runs; never past its startTimeout, nor WaitWholeFor.
 func TestNextWait_SoonAtTheHeadOfTheQueueAndNeverPastItsBounds(t *testing.T) {
 	s := mustSpec(t, `{name: o, command: [x], startTimeout: 1h, tasks: {worker: {replicas: 1}}}`)
-	plan, err := planRun(&s)
+	plan, err := planRun(&s, spec.AllRules)
 	require.NoError(t, err)
 	r := newRun(plan, time.Time{})
 	w := r.tasks[0]
