@@ -408,6 +408,12 @@ func (r *Run) wait(ctx context.Context) (workflows.RunStatus, error) {
 		return st, r.undecodable(err)
 	}
 	st, _ = workflows.StatusFromError(err)
+	var appErr *temporal.ApplicationError
+	if st.Status == "" && errors.As(err, &appErr) && appErr.Type() == workflows.ErrInvalidSpec {
+		// It ended in its first step and carries no status: what it said is its status (a run the temporal
+		// CLI started, which checks no spec, showed an empty one).
+		st.Status, st.Reason = workflows.StatusFailed, "it rejected its spec: "+appErr.Message()
+	}
 	return st, err
 }
 

@@ -409,6 +409,35 @@ func TestE2E_TemporalCLIStartQueryCancel(t *testing.T) {
 	waitUntil(t, "clusterrun list to find the run Canceled", 30*time.Second, func() bool { return listed(workflows.StatusCanceled) })
 }
 
+// A run the temporal CLI started with a spec clusterrun's CLI would have refused ends Failed in its first step,
+// and says why wherever it is read: status names the problem (no empty state, no bare header), and logs says
+// there is nothing to read and why.
+func TestE2E_ARunThatRejectedItsSpecSaysSo(t *testing.T) {
+	t.Parallel()
+	id := runID(t)
+	specJSON := filepath.Join(t.TempDir(), "spec.json")
+	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"rejected","command":["true"],"env":{"PATH":"/x:$PATH"},"tasks":{"worker":{"replicas":1}}}`), 0o644))
+	out, err := temporalCLI(t, "workflow", "start", "--type", workflows.WorkflowType, "--task-queue", workflows.TaskQueue,
+		"--workflow-id", id, "--input-file", specJSON)
+	require.NoError(t, err, "%s", out)
+	_, err = outcome(t, id)
+	require.Error(t, err)
+
+	problem := `env.PATH: "/x:$PATH" has $PATH, which no shell expands here`
+	st := cli(t, "status", id)
+	require.Equal(t, 0, st.code, st.String())
+	assert.True(t, strings.HasPrefix(st.stdout, "run "+id+": Failed: it rejected its spec: invalid run spec (1 problem(s)): "+problem), st.stdout)
+	assert.NotContains(t, st.stdout, "TASK")
+	js := cli(t, "status", id, "-o", "json")
+	var got workflows.RunStatus
+	require.NoError(t, json.Unmarshal([]byte(js.stdout), &got), js.stdout)
+	assert.Equal(t, workflows.StatusFailed, got.Status)
+	assert.Contains(t, got.Reason, problem)
+	logs := cli(t, "logs", id)
+	assert.Equal(t, 1, logs.code, logs.String())
+	assert.Contains(t, logs.stderr, "run "+id+" has no logs: it ended Failed before it had any task: it rejected its spec: ")
+}
+
 func TestE2E_ClusterrunCancel(t *testing.T) {
 	id := runID(t)
 	// Sharded, so that one of its shards can be mistaken for a run below.

@@ -153,6 +153,9 @@ func exitCodeFor(st workflows.RunStatus) int {
 // printTable prints one row per task. Its last column (a task's result, error or last output) is cut to fit
 // the terminal when w is one, so that no row wraps; elsewhere to a fixed length.
 func printTable(w io.Writer, st workflows.RunStatus, hb map[string]heartbeat) {
+	if len(st.Tasks) == 0 {
+		return // a run that rejected its spec: its status line says so, and a header alone says nothing
+	}
 	live := hb != nil
 	rows := [][]string{{"TASK", "STATE", "HOST", "ATTEMPT", "EXIT", "RESULT / ERROR"}}
 	noteMax := 100

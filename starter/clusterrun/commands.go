@@ -99,7 +99,11 @@ func printStatus(id string, st live, ended bool, format string, clear bool, stdo
 			hb = map[string]heartbeat{}
 		}
 	}
-	fmt.Fprintf(stdout, "run %s (%s): %s", id, st.Name, st.Status)
+	if st.Name != "" {
+		fmt.Fprintf(stdout, "run %s (%s): %s", id, st.Name, st.Status)
+	} else {
+		fmt.Fprintf(stdout, "run %s: %s", id, st.Status) // a run that rejected its spec has no name
+	}
 	if st.Reason != "" {
 		fmt.Fprintf(stdout, ": %s", st.Reason)
 	}

@@ -75,6 +75,9 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if ended && len(st.Tasks) == 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("run %s has no logs: it ended %s before it had any task: %s", id, st.Status, st.Reason)}
+	}
 	chosen, err := chooseTasks(id, st.RunStatus, pos[1:], *globs)
 	if err != nil {
 		return err
