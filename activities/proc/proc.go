@@ -239,6 +239,9 @@ func startError(cfg Config, err error) *StartError {
 // names (taken from dir when relative). It is written as name is, or empty when none is close.
 func nearCommand(name, dir string, env []string) string {
 	folder, base := filepath.Split(name)
+	if len(base) < 3 {
+		return "" // a letter off a name of one or two is any other short name
+	}
 	var dirs []string
 	if folder == "" {
 		for _, kv := range env {
