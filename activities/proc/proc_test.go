@@ -226,8 +226,9 @@ func TestStart_ACloseCommandIsNamed(t *testing.T) {
 	_, err = Start(Config{Argv: []string{"~/train.sh"}, Env: env, Dir: bin})
 	assert.EqualError(t, err, `command "~/train.sh" does not exist on this host (taken from the task's working directory `+bin+
 		`; no shell runs the command to expand ~: write the home folder out): fix the path, or set workingDir`)
-	require.NoError(t, os.WriteFile(filepath.Join(bin, "ab"), []byte("#!/bin/sh\n"), 0o755))
-	_, err = Start(Config{Argv: []string{"ac"}, Env: env})
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "zq"), []byte("#!/bin/sh\n"), 0o755))
+	_, err = Start(Config{Argv: []string{"zy"}, Env: env})
+	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "did you mean", "a name of two letters is a letter off many others")
 	_, err = Start(Config{Argv: []string{"evaluate-zzqx"}, Env: env})
 	assert.EqualError(t, err, `command "evaluate-zzqx" not found on this host: install it or give its full path`, "nothing close")
