@@ -292,6 +292,9 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	}
 	st.Ended = true
 	st.RunStatus, st.Outcome = r.wait(ctx)
+	if at := desc.GetWorkflowExecutionInfo().GetStartTime(); st.StartTime.IsZero() && at != nil {
+		st.StartTime = at.AsTime() // a run that rejected its spec carries no status of its own
+	}
 	var enc *EncryptedError
 	if errors.As(st.Outcome, &enc) {
 		return st, enc // not the run's outcome: this client cannot read it

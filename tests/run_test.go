@@ -433,6 +433,7 @@ func TestE2E_ARunThatRejectedItsSpecSaysSo(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(js.stdout), &got), js.stdout)
 	assert.Equal(t, workflows.StatusFailed, got.Status)
 	assert.Contains(t, got.Reason, problem)
+	assert.WithinDuration(t, time.Now(), got.StartTime, 5*time.Minute, "when the run started, not the zero time")
 	logs := cli(t, "logs", id)
 	assert.Equal(t, 1, logs.code, logs.String())
 	assert.Contains(t, logs.stderr, "run "+id+" has no logs: it ended Failed before it had any task: it rejected its spec: ")
