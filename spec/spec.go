@@ -180,11 +180,15 @@ func (e *InvalidSpecError) Error() string {
 // is returned at once as an *InvalidSpecError.
 func Parse(data []byte) (*RunSpec, error) {
 	js, err := yamlToJSON(data)
-	if err != nil {
-		if strings.Contains(err.Error(), "cannot start any token") && bytes.ContainsRune(data, '\t') {
-			return nil, fmt.Errorf("run spec is not valid YAML or JSON: %w (a tab? YAML indents with spaces only)", err)
+	var syntax *SyntaxError
+	if err != nil && !errors.As(err, &syntax) {
+		syntax = syntaxError(data, err)
+	}
+	if syntax != nil {
+		if syntax.Line > 0 && syntax.Excerpt == "" {
+			syntax.Excerpt = excerpt(data, position{}, position{syntax.Line, syntax.Column})
 		}
-		return nil, fmt.Errorf("run spec is not valid YAML or JSON: %w", err)
+		return nil, syntax
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return nil, &InvalidSpecError{Problems: []Problem{{Path: "(document)", Message: "the spec is empty; it needs at least name and tasks"}}}

@@ -3,6 +3,7 @@ package spec
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +232,66 @@ func TestParse_SyntaxError(t *testing.T) {
 	assert.Contains(t, err.Error(), "not valid YAML or JSON")
 }
 
+// A YAML mistake is named at the line and column where it is, not where yaml.v3's parser says (the line before
+// the enclosing block's first), and in words that say how to fix it.
+func TestParse_SyntaxErrorsSayWhereAndWhat(t *testing.T) {
+	const head = "name: x\ncommand: [sleep, \"1\"]\ntasks:\n"
+	for _, tc := range []struct {
+		name, doc    string
+		line, column int
+		msg, excerpt string
+	}{
+		{"a key indented too far", head + "  chief: {replicas: 1}\n   worker: {replicas: 2}\n", 5, 4,
+			"does not line up with the keys of the mapping that starts at line 4",
+			"  4 |   chief: {replicas: 1}\n    |   ^\n  5 |    worker: {replicas: 2}\n    |    ^"},
+		{"a list item among keys", head + "  chief:\n    replicas: 1\n  - worker\n", 6, 3,
+			"a list item where the mapping that starts at line 4 expects a key", "    | ...\n  6 |   - worker"},
+		{"a list not closed", "name: x\ncommand: [sleep, \"1\"\ntasks:\n  chief: {replicas: 1}\n", 3, 1,
+			"the list opened with [ at line 2, column 10 is not closed", "  2 | command: [sleep, \"1\"\n    |          ^"},
+		{"a mapping not closed", head + "  chief: {replicas: 1\n  worker: {replicas: 2}\n", 5, 9,
+			"the mapping opened with { at line 4, column 10 is not closed", ""},
+		{"a quote not closed", "name: x\ncommand: [sleep, \"1]\ntasks:\n  chief: {replicas: 1}\n", 2, 18,
+			"this quoted text is not closed", "  2 | command: [sleep, \"1]\n    |                  ^"},
+		{"a second colon", head + "  chief: replicas: 1\n", 4, 18, `a second ": " on one line`, ""},
+		{"a tab", head + "\tchief: {replicas: 1}\n", 4, 1, "(a tab? YAML indents with spaces only)", "  4 | \tchief: {replicas: 1}\n    | ^"},
+		{"a key given twice", head + "  chief: {replicas: 1}\n  chief: {replicas: 2}\n", 5, 3,
+			`mapping key "chief" already defined at line 4`, ""},
+		{"a second document", head + "  chief: {replicas: 1}\n---\nname: y\n", 5, 1,
+			"a second YAML document starts here: a spec is one document", "  5 | ---\n    | ^"},
+		{"JSON not closed", "{\"name\": \"x\",\n \"tasks\": {\"chief\": {\"replicas\": 1}}\n", 3, 1,
+			"the mapping opened with { at line 1, column 1 is not closed", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			var syntax *SyntaxError
+			require.ErrorAs(t, err, &syntax)
+			assert.Equal(t, [2]int{tc.line, tc.column}, [2]int{syntax.Line, syntax.Column}, syntax.Message)
+			assert.Contains(t, syntax.Message, tc.msg)
+			assert.Contains(t, syntax.Excerpt, tc.excerpt)
+			assert.Contains(t, err.Error(), fmt.Sprintf("line %d, column %d: ", tc.line, tc.column))
+		})
+	}
+}
+
+func TestParse_AnEmptyDocumentAfterTheSpecIsNoSecondSpec(t *testing.T) {
+	s, err := Parse([]byte("---\nname: x\ncommand: [\"true\"]\ntasks: {w: {replicas: 1}}\n---\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "x", s.Name)
+}
+
+func TestParse_ALongLineIsCutAroundTheFault(t *testing.T) {
+	long := "name: x\ncommand: [" + strings.Repeat(`"a", `, 100) + "\"b\": c: d]\ntasks: {w: {replicas: 1}}\n"
+	_, err := Parse([]byte(long))
+	var syntax *SyntaxError
+	require.ErrorAs(t, err, &syntax)
+	lines := strings.Split(syntax.Excerpt, "\n")
+	require.Len(t, lines, 2, syntax.Excerpt)
+	assert.Less(t, len(lines[0]), 140, "the line is cut")
+	assert.True(t, strings.HasPrefix(strings.TrimSpace(strings.SplitN(lines[0], "|", 2)[1]), "..."), lines[0])
+	caret := strings.Index(lines[1], "^") - strings.Index(lines[1], "|")
+	assert.Equal(t, ":", string(lines[0][strings.Index(lines[0], "|")+caret]), "the caret is under the fault:\n%s", syntax.Excerpt)
+}
+
 func TestRestart_Restartable(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
@@ -434,7 +495,7 @@ tasks:
 
 	_, err = Parse([]byte("name: x\ncommand: [\"true\"]\ntasks:\n\tw: {replicas: 1}\n"))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "line 4: found character that cannot start any token (a tab? YAML indents with spaces only)")
+	assert.Contains(t, err.Error(), "line 4, column 1: found character that cannot start any token (a tab? YAML indents with spaces only)")
 }
 
 func TestParse_JSONWithTabsIsRead(t *testing.T) {

@@ -1,8 +1,11 @@
 package spec
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 
@@ -14,8 +17,12 @@ import (
 // off, as booleans, and a task got variables named true and false). A key given twice is an error, not the
 // last one silently winning, and a date stays the text it was written as.
 func yamlToJSON(data []byte) ([]byte, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := secondDocument(dec); err != nil {
 		return nil, err
 	}
 	asWritten(&doc)
@@ -24,6 +31,25 @@ func yamlToJSON(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(jsonable(v))
+}
+
+// secondDocument refuses a second YAML document after the first (specs put one after another in a file, after a
+// "---"), which would otherwise be dropped without a word. An empty one, as a "---" that ends a file, is no
+// document.
+func secondDocument(dec *yaml.Decoder) error {
+	var next yaml.Node
+	err := dec.Decode(&next)
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(next.Content) == 0 || next.Content[0].ShortTag() == "!!null" && next.Content[0].Value == "" {
+		return secondDocument(dec)
+	}
+	return &SyntaxError{Line: next.Line, Column: next.Column,
+		Message: "a second YAML document starts here: a spec is one document, so put each run in a file of its own"}
 }
 
 // asWritten makes every key, and every date or time written without quotes, the string it was written as: a

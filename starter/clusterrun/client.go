@@ -60,7 +60,12 @@ func loadSpec(path string) (*spec.RunSpec, error) {
 	path = specName(path)
 	s, err := spec.Parse(data)
 	var invalid *spec.InvalidSpecError
+	var syntax *spec.SyntaxError
 	switch {
+	case errors.As(err, &syntax) && syntax.Line > 0:
+		// file:line:column, as compilers write it, so that an editor can jump there
+		return nil, usageErrorf("%s:%d:%d: run spec is not valid YAML or JSON: %s\n%s", path, syntax.Line, syntax.Column,
+			syntax.Message, syntax.Excerpt)
 	case errors.As(err, &invalid):
 		lines := []string{fmt.Sprintf("%s is not a valid run spec (%d problem(s)):", path, len(invalid.Problems))}
 		for _, p := range invalid.Problems {

@@ -470,6 +470,21 @@ func TestValidate_ReadsASpecFromStandardInputForADash(t *testing.T) {
 	assert.Contains(t, errb.String(), "standard input is empty; pipe a YAML or JSON spec in, as in: clusterrun run - < train.yaml")
 }
 
+func TestValidate_ASyntaxErrorIsNamedByFileLineAndColumn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "train.yaml")
+	doc := "name: x\ncommand: [sleep, '1']\ntasks:\n  chief: {replicas: 1}\n   worker: {replicas: 2}\n"
+	require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", path}, &out, &errb))
+	assert.Equal(t, "clusterrun validate: "+path+":5:4: run spec is not valid YAML or JSON: this line does not line up "+
+		"with the keys of the mapping that starts at line 4: indent it as far as that mapping's keys, or further "+
+		"under one of them\n"+
+		"  4 |   chief: {replicas: 1}\n"+
+		"    |   ^\n"+
+		"  5 |    worker: {replicas: 2}\n"+
+		"    |    ^\n", errb.String())
+}
+
 func TestFollower_AListingMergesATasksStreamsInTheOrderWritten(t *testing.T) {
 	at := func(ms int64) int64 {
 		return time.Date(2026, 11, 27, 2, 40, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
