@@ -341,6 +341,12 @@ func (v *validator) pool(path, pool string) {
 	}
 }
 
+// IsRunName says whether name is one a run may have: at most MaxNameLength lowercase letters, digits and '-',
+// starting and ending with a letter or digit.
+func IsRunName(name string) bool {
+	return len(name) <= MaxNameLength && runNameRE().MatchString(name)
+}
+
 // CheckHostName says why name cannot name a host (a spec's hosts, a host worker's --host), or returns nil.
 func CheckHostName(name string) error {
 	if len(name) > MaxHostNameLength || !hostNameRE().MatchString(name) {

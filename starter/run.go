@@ -292,8 +292,13 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	}
 	st.Ended = true
 	st.RunStatus, st.Outcome = r.wait(ctx)
-	if at := desc.GetWorkflowExecutionInfo().GetStartTime(); st.StartTime.IsZero() && at != nil {
-		st.StartTime = at.AsTime() // a run that rejected its spec carries no status of its own
+	if info := desc.GetWorkflowExecutionInfo(); st.StartTime.IsZero() && info.GetStartTime() != nil {
+		// A run that rejected its spec carries no status of its own: its start and its memo say what there is.
+		st.StartTime = info.GetStartTime().AsTime()
+		dc, _ := conn.DataConverter() // the dial that came before checked it
+		if p := info.GetMemo().GetFields()[workflows.MemoName]; p != nil && dc.FromPayload(p, &st.Name) != nil {
+			st.Name = ""
+		}
 	}
 	var enc *EncryptedError
 	if errors.As(st.Outcome, &enc) {

@@ -416,7 +416,7 @@ func TestE2E_ARunThatRejectedItsSpecSaysSo(t *testing.T) {
 	t.Parallel()
 	id := runID(t)
 	specJSON := filepath.Join(t.TempDir(), "spec.json")
-	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"rejected","command":["true"],"env":{"PATH":"/x:$PATH"},"tasks":{"worker":{"replicas":1}}}`), 0o644))
+	require.NoError(t, os.WriteFile(specJSON, []byte(`{"name":"rejected-spec","command":["true"],"env":{"PATH":"/x:$PATH"},"tasks":{"worker":{"replicas":1}}}`), 0o644))
 	out, err := temporalCLI(t, "workflow", "start", "--type", workflows.WorkflowType, "--task-queue", workflows.TaskQueue,
 		"--workflow-id", id, "--input-file", specJSON)
 	require.NoError(t, err, "%s", out)
@@ -426,17 +426,24 @@ func TestE2E_ARunThatRejectedItsSpecSaysSo(t *testing.T) {
 	problem := `env.PATH: "/x:$PATH" has $PATH, which no shell expands here`
 	st := cli(t, "status", id)
 	require.Equal(t, 0, st.code, st.String())
-	assert.True(t, strings.HasPrefix(st.stdout, "run "+id+": Failed: it rejected its spec: invalid run spec (1 problem(s)): "+problem), st.stdout)
+	assert.True(t, strings.HasPrefix(st.stdout, "run "+id+" (rejected-spec): Failed: it rejected its spec: invalid run spec (1 problem(s)): "+problem), st.stdout)
 	assert.NotContains(t, st.stdout, "TASK")
 	js := cli(t, "status", id, "-o", "json")
 	var got workflows.RunStatus
 	require.NoError(t, json.Unmarshal([]byte(js.stdout), &got), js.stdout)
 	assert.Equal(t, workflows.StatusFailed, got.Status)
+	assert.Equal(t, "rejected-spec", got.Name)
 	assert.Contains(t, got.Reason, problem)
 	assert.WithinDuration(t, time.Now(), got.StartTime, 5*time.Minute, "when the run started, not the zero time")
 	logs := cli(t, "logs", id)
 	assert.Equal(t, 1, logs.code, logs.String())
 	assert.Contains(t, logs.stderr, "run "+id+" has no logs: it ended Failed before it had any task: it rejected its spec: ")
+	// list finds it by its name, as it would an accepted run (visibility lags the run's own record)
+	var list cliResult
+	waitUntil(t, "list --name finds the rejected run", time.Minute, func() bool {
+		list = cli(t, "list", "--name", "rejected-spec", "--query", "WorkflowId = '"+id+"'", "-o", "jsonl")
+		return list.code == 0 && strings.Contains(list.stdout, `"name":"rejected-spec","state":"Failed"`)
+	})
 }
 
 func TestE2E_ClusterrunCancel(t *testing.T) {

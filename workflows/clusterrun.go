@@ -26,6 +26,7 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	rules := spec.Rules{EnvReferences: workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 1) == 1}
 	plan, err := planRun(&in, rules)
 	if err != nil {
+		nameRejectedRun(ctx, in.Name)
 		return nil, err
 	}
 	r := newRun(plan, workflow.Now(ctx))

@@ -5,6 +5,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // A run started without clusterrun's search attributes (by temporal workflow start, or a program's own
@@ -56,6 +58,29 @@ func adoptSearchAttributes(ctx workflow.Context, name string) bool {
 	if workflow.GetVersion(ctx, ChangeAdoptSearchAttributes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return false
 	}
+	return recordName(ctx, name, StatusRunning)
+}
+
+// ChangeNameRejectedRuns marks runs that record the name of a spec they reject, as an accepted one records it:
+// before, such a run (one the temporal CLI started: clusterrun run checks the spec first) had no name in
+// clusterrun status or list, and list --name did not find it.
+const ChangeNameRejectedRuns = "clusterrun-name-rejected-runs"
+
+// nameRejectedRun records the name of a run that rejected its spec, when the start did not and the spec's name is
+// one a run could have (anything else could be too long for a search attribute, and fail the workflow task that
+// sets it: the run would then never end).
+func nameRejectedRun(ctx workflow.Context, name string) {
+	if workflow.GetVersion(ctx, ChangeNameRejectedRuns, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	if spec.IsRunName(name) && workflow.GetInfo(ctx).Memo.GetFields()[MemoName] == nil {
+		recordName(ctx, name, StatusFailed)
+	}
+}
+
+// recordName records the run's name in its memo when the start did not, and sets its name and state attributes
+// when its namespace has them; it says whether it set them.
+func recordName(ctx workflow.Context, name, state string) bool {
 	if workflow.GetInfo(ctx).Memo.GetFields()[MemoName] == nil {
 		if err := workflow.UpsertMemo(ctx, map[string]any{MemoName: name}); err != nil {
 			workflow.GetLogger(ctx).Warn("cannot record the run's name in its memo", "error", err)
@@ -66,7 +91,7 @@ func adoptSearchAttributes(ctx workflow.Context, name string) bool {
 	}
 	err := workflow.UpsertTypedSearchAttributes(ctx,
 		temporal.NewSearchAttributeKeyKeyword(SearchAttrName).ValueSet(name),
-		temporal.NewSearchAttributeKeyKeyword(SearchAttrState).ValueSet(StatusRunning))
+		temporal.NewSearchAttributeKeyKeyword(SearchAttrState).ValueSet(state))
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("cannot set the run's search attributes", "error", err)
 		return false

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -88,7 +89,7 @@ func listQuery(states, name, extra string) (string, map[string]bool, error) {
 		query += " AND ExecutionStatus IN (" + strings.Join(in, ", ") + ")"
 	}
 	if name != "" {
-		if !runNameRE.MatchString(name) {
+		if !spec.IsRunName(name) {
 			return "", nil, usageErrorf("--name %q: a run's name holds only lowercase letters, digits and '-'", name)
 		}
 		query += fmt.Sprintf(" AND %s = '%s'", workflows.SearchAttrName, name)
@@ -98,8 +99,6 @@ func listQuery(states, name, extra string) (string, map[string]bool, error) {
 	}
 	return query, keep, nil
 }
-
-var runNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 func cmdList(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
