@@ -151,7 +151,7 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err}
+		return nil, &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: addressHint(ctx, opts.HostPort)}
 	}
 	return c, nil
 }
@@ -188,7 +188,7 @@ func Reach(ctx context.Context, c client.Client) error {
 	defer cancel()
 	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 		opts, _ := Options()
-		return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err}
+		return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: addressHint(ctx, opts.HostPort)}
 	}
 	return nil
 }
@@ -197,9 +197,13 @@ func Reach(ctx context.Context, c client.Client) error {
 type ReachError struct {
 	Address, Namespace string
 	Err                error
+	Hint               string // what is wrong with Address, when something is (addressHint)
 }
 
 func (e *ReachError) Error() string {
+	if e.Hint != "" {
+		return fmt.Sprintf("cannot reach the Temporal server at %s (namespace %s): %s (%v)", e.Address, e.Namespace, e.Hint, e.Err)
+	}
 	return fmt.Sprintf("cannot reach the Temporal server at %s (namespace %s): %v; start one with `make up`, or point --address "+
 		"(or TEMPORAL_ADDRESS) at yours", e.Address, e.Namespace, e.Err)
 }

@@ -34,3 +34,42 @@ func TestReach_NoServerListening(t *testing.T) {
 func TestUnreachable_NotForARefusal(t *testing.T) {
 	assert.False(t, Unreachable(errors.New("namespace default not found")))
 }
+
+// An address the server could not be reached at is checked for the mistakes gRPC's words hide, each with the
+// address to write; one that looks right gets no hint.
+func TestAddressHint(t *testing.T) {
+	defer func(f func(context.Context, string) ([]string, error)) { lookupHost = f }(lookupHost)
+	lookupHost = func(_ context.Context, host string) ([]string, error) {
+		if host == "temporal.example" {
+			return []string{"10.0.0.1"}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	for address, want := range map[string]string{
+		"localhost":                   "it has no port, so gRPC tried 443; a Temporal server listens on 7233 unless set otherwise: write localhost:7233",
+		"http://localhost:7233":       "an address is host:port, with no scheme: write localhost:7233",
+		"https://temporal.example/ns": "an address is host:port, with no scheme: write temporal.example:7233",
+		"localhost:7233/":             "an address is host:port, with no path: write localhost:7233",
+		"localhost:72333":             `"72333" is not a port: a port is a number from 1 to 65535`,
+		"tempral.example:7233":        `the name "tempral.example" does not resolve (no such host): check its spelling, or give an IP address`,
+		"temporal.example:7233":       "",
+		"127.0.0.1:7233":              "",
+		"[::1]:7233":                  "",
+		"dns:///temporal:7233":        "",
+	} {
+		assert.Equal(t, want, addressHint(context.Background(), address), address)
+	}
+}
+
+// The error of a dial to an address with no port says so, rather than only gRPC's refusal at port 443.
+func TestReach_AnAddressWithNoPortSaysSo(t *testing.T) {
+	SetConnection(Connection{Address: "127.0.0.1"})
+	t.Cleanup(func() { SetConnection(Connection{}) })
+	c, err := NewLazyClient("test", nil, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	err = Reach(context.Background(), c)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cannot reach the Temporal server at 127.0.0.1 (namespace default): it has no port, so gRPC tried 443")
+	assert.Contains(t, err.Error(), "write 127.0.0.1:7233")
+}
