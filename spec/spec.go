@@ -155,10 +155,13 @@ type DeadlineWarning struct {
 // is reported by validation with its field path, together with every other problem.
 type Duration string
 
-// Problem is one thing wrong with a spec, with the path of the field that holds it.
+// Problem is one thing wrong with a spec, with the path of the field that holds it and, for a spec read from YAML
+// or JSON text, where that field is written (or, for a field that is missing, the nearest one around it).
 type Problem struct {
 	Path    string `json:"path"`
 	Message string `json:"message"`
+	Line    int    `json:"line,omitempty"`   // 1-based; 0 when the spec was no text (a workflow's input) or has no such place
+	Column  int    `json:"column,omitempty"` // 1-based
 }
 
 func (p Problem) String() string { return p.Path + ": " + p.Message }
@@ -198,6 +201,7 @@ func Parse(data []byte) (*RunSpec, error) {
 		return nil, fmt.Errorf("run spec: %w", err)
 	}
 	if problems := s.Validate(); len(problems) > 0 {
+		placeProblems(data, problems)
 		return &s, &InvalidSpecError{Problems: problems}
 	}
 	return &s, nil

@@ -577,3 +577,49 @@ func TestValidate_EnvReferences(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "a-$-a", got)
 }
+
+// Each problem of a spec read from text says where its field is written: a mapping's entry at its key, a list's
+// element at itself, a missing field at the mapping it is missing from, and nothing where nothing around it is
+// written. A spec given as a value (a workflow's input) has no places.
+func TestParse_ProblemsSayWhereTheyAreWritten(t *testing.T) {
+	doc := "name: Bad\n" +
+		"command: [sleep, 10]\n" +
+		"base: &base {replicas: 1, comand: [x]}\n" +
+		"tasks:\n" +
+		"  chief: {replicas: 2}\n" +
+		"  ps:\n" +
+		"    replicas: 1\n" +
+		"    hosts: [host-a, \"bad host\"]\n" +
+		"  worker: *base\n"
+	_, err := Parse([]byte(doc))
+	var invalid *InvalidSpecError
+	require.ErrorAs(t, err, &invalid)
+	at := map[string][2]int{}
+	for _, p := range invalid.Problems {
+		at[p.Path] = [2]int{p.Line, p.Column}
+	}
+	assert.Equal(t, map[string][2]int{
+		"name":                 {1, 1},
+		"command[1]":           {2, 18},
+		"base":                 {3, 1},
+		"tasks.chief.replicas": {5, 11},
+		"tasks.ps.hosts[1]":    {8, 21},
+		"tasks.worker.comand":  {9, 3}, // under an alias: the alias's place, as its anchor's keys are not followed
+	}, at, "%v", invalid.Problems)
+
+	_, err = Parse([]byte("name: x\ntasks:\n  w:\n    replicas: 1\n"))
+	require.ErrorAs(t, err, &invalid)
+	require.Len(t, invalid.Problems, 1)
+	assert.Equal(t, Problem{Path: "tasks.w.command", Message: invalid.Problems[0].Message, Line: 3, Column: 3},
+		invalid.Problems[0], "a missing field: where the mapping it is missing from is written")
+
+	_, err = Parse([]byte("{\"name\": \"x\",\n \"command\": [\"true\"],\n \"tasks\": {\"w\": {\"replicas\": 0}}}\n"))
+	require.ErrorAs(t, err, &invalid)
+	require.Len(t, invalid.Problems, 1)
+	assert.Equal(t, [2]int{3, 18}, [2]int{invalid.Problems[0].Line, invalid.Problems[0].Column}, "JSON is YAML too")
+
+	s := RunSpec{Name: "Bad", Command: []string{"true"}, Tasks: map[string]TaskSpec{"w": {Replicas: 1}}}
+	for _, p := range s.Validate() {
+		assert.Zero(t, p.Line, "a spec given as a value has no places: %v", p)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -91,4 +92,67 @@ func jsonable(v any) any {
 		}
 	}
 	return v
+}
+
+// placeProblems gives each problem the line and column of the field its path names, or of the nearest field
+// around it that is written (a missing field: its mapping), read from the spec's text once more. Only an
+// invalid spec pays for it.
+func placeProblems(data []byte, problems []Problem) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return
+	}
+	at := map[string]position{}
+	fieldPositions(&doc, "", at)
+	for i := range problems {
+		for path := problems[i].Path; path != ""; path = parentPath(path) {
+			if p, ok := at[path]; ok {
+				problems[i].Line, problems[i].Column = p.line, p.column
+				break
+			}
+		}
+	}
+}
+
+// fieldPositions records where each field path of n is written, as problems name paths ("tasks.chief.replicas",
+// "command[1]"): a mapping's entry at its key, a list's element at itself. Aliases are not followed, so the
+// walk is linear in the document (asWritten), and a path written twice keeps its first place.
+func fieldPositions(n *yaml.Node, path string, at map[string]position) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			fieldPositions(c, path, at)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := join(path, shortKey(k.Value))
+			if _, ok := at[p]; !ok {
+				at[p] = position{k.Line, k.Column}
+			}
+			fieldPositions(v, p, at)
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if _, ok := at[p]; !ok {
+				at[p] = position{e.Line, e.Column}
+			}
+			fieldPositions(e, p, at)
+		}
+	}
+}
+
+// parentPath is the path of the field around path's: "tasks.chief" for "tasks.chief.replicas", "command" for
+// "command[1]", "" at the top.
+func parentPath(path string) string {
+	if strings.HasSuffix(path, "]") {
+		if i := strings.LastIndexByte(path, '['); i >= 0 {
+			return path[:i]
+		}
+	}
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		return path[:i]
+	}
+	return ""
 }

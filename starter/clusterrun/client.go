@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,14 +69,32 @@ func loadSpec(path string) (*spec.RunSpec, error) {
 			syntax.Message, syntax.Excerpt)
 	case errors.As(err, &invalid):
 		lines := []string{fmt.Sprintf("%s is not a valid run spec (%d problem(s)):", path, len(invalid.Problems))}
-		for _, p := range invalid.Problems {
-			lines = append(lines, "  "+p.String())
+		problems := slices.Clone(invalid.Problems)
+		slices.SortStableFunc(problems, byPlace) // top to bottom, as the file reads
+		for _, p := range problems {
+			if p.Line > 0 { // file:line:column, as for a syntax error
+				lines = append(lines, fmt.Sprintf("  %s:%d:%d: %s", path, p.Line, p.Column, p))
+			} else {
+				lines = append(lines, "  "+p.String())
+			}
 		}
 		return nil, usageErrorf("%s", strings.Join(lines, "\n"))
 	case err != nil:
 		return nil, usageErrorf("%s: %v", path, err)
 	}
 	return s, nil
+}
+
+// byPlace orders problems by where they are written; those with no place ("name: required", "and 3 more
+// problems") keep their order after the rest.
+func byPlace(a, b spec.Problem) int {
+	if placed := a.Line > 0; placed != (b.Line > 0) {
+		if placed {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 }
 
 // readSpec reads a spec file, or standard input for "-".

@@ -485,6 +485,22 @@ func TestValidate_ASyntaxErrorIsNamedByFileLineAndColumn(t *testing.T) {
 		"    |    ^\n", errb.String())
 }
 
+// A spec's problems are listed top to bottom as file:line:column, as a compiler lists them; those with no place
+// come after.
+func TestValidate_ProblemsAreListedByWhereTheyAreWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "train.yaml")
+	doc := "tasks:\n  ps: {replicas: 1, comand: [x]}\n  chief: {replicas: 2}\ncommand: [sleep, 10]\n"
+	require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", path}, &out, &errb))
+	assert.Equal(t, "clusterrun validate: "+path+" is not a valid run spec (4 problem(s)):\n"+
+		"  "+path+":2:21: tasks.ps.comand: unknown field (did you mean \"command\"?)\n"+
+		"  "+path+":3:11: tasks.chief.replicas: a run has at most one chief (got 2); use worker for more replicas\n"+
+		"  "+path+":4:18: command[1]: must be a string, not the number 10; quote the value in YAML (unquoted, yes, no, "+
+		"true and numbers are not strings)\n"+
+		"  name: required: name the run, e.g. name: mnist\n", errb.String())
+}
+
 func TestFollower_AListingMergesATasksStreamsInTheOrderWritten(t *testing.T) {
 	at := func(ms int64) int64 {
 		return time.Date(2026, 11, 27, 2, 40, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
