@@ -13,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -37,8 +38,12 @@ type Run struct {
 
 // Errors a program can tell apart with errors.As.
 type (
-	// NoRunError: no run has this ID in the namespace.
-	NoRunError struct{ ID, Namespace string }
+	// NoRunError: no run has this ID in the namespace. Named lists the newest runs whose spec name is the ID (a
+	// name given for an ID), newest first.
+	NoRunError struct {
+		ID, Namespace string
+		Named         []string
+	}
 	// RunIDTakenError: Start was given an ID another run has used.
 	RunIDTakenError struct{ ID string }
 	// EncryptedError: the run's payloads are encrypted and this client has no key for them.
@@ -134,8 +139,42 @@ func silent(err error) bool {
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
 func (e *NoRunError) Error() string {
+	if len(e.Named) > 0 {
+		ids := e.Named[0] + " (the newest)"
+		for _, id := range e.Named[1:] {
+			ids += ", " + id
+		}
+		return fmt.Sprintf("no run with ID %q in namespace %s; %s is a run name, not an ID: give a run's ID, as %s "+
+			"(clusterrun list --name %s lists them all)", e.ID, e.Namespace, e.ID, ids, e.ID)
+	}
 	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `clusterrun list` (or `temporal workflow list --query \"WorkflowType='ClusterRun'\"`)", e.ID, e.Namespace)
 }
+
+// noRun says no run has the ID id, and names the newest runs whose spec name it is: a run's name is easy to
+// give where its ID is asked for.
+func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
+	e := &NoRunError{ID: id, Namespace: c.namespace}
+	if !spec.IsRunName(id) {
+		return e
+	}
+	resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Namespace: c.namespace,
+		PageSize:  namedRunsShown,
+		Query:     fmt.Sprintf("WorkflowType = '%s' AND %s = '%s'", workflows.WorkflowType, workflows.SearchAttrName, id),
+	})
+	if err != nil {
+		return e // a namespace without clusterrun's search attributes, say: no names to offer
+	}
+	for _, ex := range resp.GetExecutions() {
+		if len(e.Named) < namedRunsShown {
+			e.Named = append(e.Named, ex.GetExecution().GetWorkflowId())
+		}
+	}
+	return e
+}
+
+// namedRunsShown is how many runs of a name a NoRunError offers.
+const namedRunsShown = 3
 func (e *RunIDTakenError) Error() string {
 	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
 }
@@ -266,7 +305,7 @@ func (r *Run) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
-			return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
+			return st, r.c.noRun(ctx, r.ID)
 		}
 		gone := r.c.serverSilent(ctx, err)
 		return st, &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: gone, ServerSlow: !gone && silent(err) && ctx.Err() == nil}
@@ -410,7 +449,7 @@ func (r *Run) wait(ctx context.Context) (workflows.RunStatus, error) {
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return st, &NoRunError{ID: r.ID, Namespace: r.c.namespace}
+		return st, r.c.noRun(ctx, r.ID)
 	}
 	if errors.Is(err, converter.ErrEncodingIsNotSupported) {
 		return st, r.undecodable(err)

@@ -594,6 +594,18 @@ func TestE2E_BadInput(t *testing.T) {
 		assert.Equal(t, 2, r.code)
 		assert.Contains(t, r.stderr, "no such file")
 	})
+	t.Run("a run name for its ID", func(t *testing.T) {
+		id := runID(t)
+		spec := writeSpec(t, `{name: named-not-id, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+		require.Equal(t, 0, cli(t, "run", spec, "--id", id).code)
+		var r cliResult
+		waitUntil(t, "status names the run of that name", time.Minute, func() bool {
+			r = cli(t, "status", "named-not-id")
+			return strings.Contains(r.stderr, "as "+id+" (the newest)")
+		})
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, `no run with ID "named-not-id" in namespace default; named-not-id is a run name, not an ID: give a run's ID, as `+id+" (the newest)")
+	})
 	t.Run("duplicate run id", func(t *testing.T) {
 		id := runID(t)
 		spec := writeSpec(t, `{name: dup, command: ["true"], tasks: {worker: {replicas: 1}}}`)
