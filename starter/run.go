@@ -175,6 +175,7 @@ func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
 
 // namedRunsShown is how many runs of a name a NoRunError offers.
 const namedRunsShown = 3
+
 func (e *RunIDTakenError) Error() string {
 	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
 }
