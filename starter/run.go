@@ -150,6 +150,14 @@ func (e *NoRunError) Error() string {
 	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `clusterrun list` (or `temporal workflow list --query \"WorkflowType='ClusterRun'\"`)", e.ID, e.Namespace)
 }
 
+func (e *RunIDTakenError) Error() string {
+	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
+}
+func (e *EncryptedError) Error() string {
+	return fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file its host workers use", e.ID, codec.EnvKeyFile)
+}
+func (e *EncryptedError) Unwrap() error { return e.Err }
+
 // noRun says no run has the ID id, and names the newest runs whose spec name it is: a run's name is easy to
 // give where its ID is asked for.
 func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
@@ -176,13 +184,6 @@ func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
 // namedRunsShown is how many runs of a name a NoRunError offers.
 const namedRunsShown = 3
 
-func (e *RunIDTakenError) Error() string {
-	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
-}
-func (e *EncryptedError) Error() string {
-	return fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file its host workers use", e.ID, codec.EnvKeyFile)
-}
-func (e *EncryptedError) Unwrap() error { return e.Err }
 func (e *RunError) Error() string {
 	if e.Status.Status != "" {
 		return fmt.Sprintf("run %s: %s", e.Status.Status, e.Status.Reason)
