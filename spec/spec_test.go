@@ -258,6 +258,7 @@ func TestParse_SyntaxErrorsSayWhereAndWhat(t *testing.T) {
 			`mapping key "chief" already defined at line 4`, ""},
 		{"a second document", head + "  chief: {replicas: 1}\n---\nname: y\n", 5, 1,
 			"a second YAML document starts here: a spec is one document", "  5 | ---\n    | ^"},
+		{"a backquote", "name: x\n```sh\n", 2, 1, "found character that cannot start any token", "  2 | ```sh\n    | ^"},
 		{"JSON not closed", "{\"name\": \"x\",\n \"tasks\": {\"chief\": {\"replicas\": 1}}\n", 3, 1,
 			"the mapping opened with { at line 1, column 1 is not closed", ""},
 	} {
@@ -267,6 +268,7 @@ func TestParse_SyntaxErrorsSayWhereAndWhat(t *testing.T) {
 			require.ErrorAs(t, err, &syntax)
 			assert.Equal(t, [2]int{tc.line, tc.column}, [2]int{syntax.Line, syntax.Column}, syntax.Message)
 			assert.Contains(t, syntax.Message, tc.msg)
+			assert.NotContains(t, syntax.Message, fmt.Sprintf("starts at line %d, column %d", tc.line, tc.column), "no context at the fault itself")
 			assert.Contains(t, syntax.Excerpt, tc.excerpt)
 			assert.Contains(t, err.Error(), fmt.Sprintf("line %d, column %d: ", tc.line, tc.column))
 		})

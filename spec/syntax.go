@@ -79,7 +79,7 @@ func describe(data []byte, le *yaml4.LoadError) (yaml4.Mark, string) {
 		strings.ContainsRune(lineAt(data, at.Line), '\t'):
 		return at, le.Message + " (a tab? YAML indents with spaces only)"
 	}
-	if le.ContextMsg != "" && ctx.Line > 0 {
+	if le.ContextMsg != "" && ctx.Line > 0 && ctx != at { // a context where the fault is says nothing more
 		return at, fmt.Sprintf("%s (%s that starts at line %d, column %d)", le.Message, le.ContextMsg, ctx.Line, ctx.Column)
 	}
 	return at, le.Message

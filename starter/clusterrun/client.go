@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -56,7 +60,7 @@ var stdin io.Reader = os.Stdin
 func loadSpec(path string) (*spec.RunSpec, error) {
 	data, err := readSpec(path)
 	if err != nil {
-		return nil, usageErrorf("read spec: %v", err)
+		return nil, usageErrorf("read spec: %v%s", err, specFileHint(path, err))
 	}
 	path = specName(path)
 	s, err := spec.Parse(data)
@@ -107,6 +111,63 @@ func readSpec(path string) ([]byte, error) {
 		err = errors.New("standard input is empty; pipe a YAML or JSON spec in, as in: clusterrun run - < train.yaml")
 	}
 	return data, err
+}
+
+// specFileHint says which file was meant when a spec file cannot be read: a close name in the folder it names (a
+// .yml for a .yaml), or the specs in a folder named instead of a file; "" when there is nothing to say.
+func specFileHint(path string, err error) string {
+	if path == "-" {
+		return ""
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		dir, base := filepath.Split(path)
+		entries, _ := os.ReadDir(cmp.Or(dir, "."))
+		var names []string
+		for _, e := range entries {
+			if !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		near := flagerr.Closest(base, names)
+		if near == "" { // a name given without its extension, or with another one: demo for demo.yaml
+			stems := specStems(names)
+			near = stems[flagerr.Closest(strings.TrimSuffix(base, filepath.Ext(base)), slices.Collect(maps.Keys(stems)))]
+		}
+		if near != "" {
+			return fmt.Sprintf(" (did you mean %s?)", filepath.Join(dir, near))
+		}
+		return ""
+	}
+	entries, dirErr := os.ReadDir(path)
+	if dirErr != nil {
+		return ""
+	}
+	var specs []string
+	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+			specs = append(specs, filepath.Join(path, e.Name()))
+		}
+	}
+	switch {
+	case len(specs) == 0:
+		return ": name a spec file, not a folder"
+	case len(specs) > 3:
+		specs = append(specs[:3], "...")
+	}
+	return ": name a spec file, not a folder, such as " + strings.Join(specs, ", ")
+}
+
+// specStems maps the name of each spec file (.yaml, .yml, .json) without its extension to the file's name.
+func specStems(names []string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		if ext := filepath.Ext(n); ext == ".yaml" || ext == ".yml" || ext == ".json" {
+			if _, ok := out[strings.TrimSuffix(n, ext)]; !ok {
+				out[strings.TrimSuffix(n, ext)] = n
+			}
+		}
+	}
+	return out
 }
 
 // specName is how messages name a spec's source.

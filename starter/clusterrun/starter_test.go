@@ -501,6 +501,29 @@ func TestValidate_ProblemsAreListedByWhereTheyAreWritten(t *testing.T) {
 		"  name: required: name the run, e.g. name: mnist\n", errb.String())
 }
 
+// A spec file that cannot be read names the one meant: a close name in its folder (.yml for .yaml, a name with
+// no extension, a typo), or the specs of a folder named instead.
+func TestValidate_ASpecFileNotFoundNamesTheOneMeant(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"train.yaml", "eval.json", "notes.txt"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("{}"), 0o600))
+	}
+	for given, want := range map[string]string{
+		"train.yml":  "(did you mean " + filepath.Join(dir, "train.yaml") + "?)",
+		"train":      "(did you mean " + filepath.Join(dir, "train.yaml") + "?)",
+		"trian.yaml": "(did you mean " + filepath.Join(dir, "train.yaml") + "?)",
+		"eval.yaml":  "(did you mean " + filepath.Join(dir, "eval.json") + "?)",
+		"":           "is a directory: name a spec file, not a folder, such as " + filepath.Join(dir, "eval.json") + ", " + filepath.Join(dir, "train.yaml"),
+	} {
+		var out, errb bytes.Buffer
+		assert.Equal(t, exitUsage, mainWithCode([]string{"validate", filepath.Join(dir, given)}, &out, &errb))
+		assert.Contains(t, errb.String(), want, given)
+	}
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", filepath.Join(dir, "unlike-anything.yaml")}, &out, &errb))
+	assert.NotContains(t, errb.String(), "did you mean")
+}
+
 func TestFollower_AListingMergesATasksStreamsInTheOrderWritten(t *testing.T) {
 	at := func(ms int64) int64 {
 		return time.Date(2026, 11, 27, 2, 40, 0, 0, time.UTC).UnixNano() + ms*int64(time.Millisecond)
