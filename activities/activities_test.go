@@ -71,12 +71,14 @@ func TestTaskEnv_Contract(t *testing.T) {
 
 // The spec's ${NAME} is NAME's value in the environment the host gives the task (empty when it has none), and
 // $$ is a $: PATH: "/opt/tools/bin:${PATH}" extends the host's PATH.
-func TestTaskEnv_SpecValuesReferTheHostsEnvironment(t *testing.T) {
+func TestTaskEnv_SpecValuesReferTheHostsEnvironmentAndTheContract(t *testing.T) {
 	task := spec.Task{Name: "worker-0", Type: "worker", Env: map[string]string{
 		"PATH": "/opt/tools/bin:${PATH}", "DATA": "${HOME}/data", "NOTE": "costs $$5 ${UNSET}", "HOME": "/override", "OLD": "$PATH",
+		"CKPT": "/ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}.a${CLUSTERRUN_ATTEMPT}", "CLUSTERRUN_TASK": "${HOME}",
 	}}
 	got := map[string]string{}
-	for _, kv := range TaskEnv([]string{"HOME=/root", "PATH=/usr/bin:/bin"}, TaskIdentity{Task: task}, clusterOf()) {
+	base := []string{"HOME=/root", "PATH=/usr/bin:/bin", "CLUSTERRUN_RUN_ID=the-workers-own"}
+	for _, kv := range TaskEnv(base, TaskIdentity{RunID: "run-1", Task: task, Attempt: 2}, clusterOf()) {
 		k, v, _ := strings.Cut(kv, "=")
 		got[k] = v
 	}
@@ -85,6 +87,8 @@ func TestTaskEnv_SpecValuesReferTheHostsEnvironment(t *testing.T) {
 	assert.Equal(t, "costs $5 ", got["NOTE"])
 	assert.Equal(t, "/override", got["HOME"])
 	assert.Equal(t, "$PATH", got["OLD"], "a spec its CLI did not check (from before references) is taken as written")
+	assert.Equal(t, "/ckpt/run-1/worker-0.a2", got["CKPT"], "the contract's variables are the task's own")
+	assert.Equal(t, "worker-0", got["CLUSTERRUN_TASK"], "the contract is not the spec's to set")
 }
 
 func TestReadLogs_WholeLinesOnly(t *testing.T) {

@@ -24,22 +24,14 @@ type TaskIdentity struct {
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy),
-// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env (its ${NAME} the value
-// NAME has so far), then the clusterrun contract (which a spec may
-// not override). Evaluators get TF_CONFIG and
-// MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
+// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env, then the clusterrun
+// contract (which a spec may not override). A spec value's ${NAME} reads NAME from the host's part and the
+// contract, so that a value may name the task's own folder: /ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
-	vars := map[string]string{}
-	var order []string
-	set := func(k, v string) {
-		if _, ok := vars[k]; !ok {
-			order = append(order, k)
-		}
-		vars[k] = v
-	}
+	var env orderedEnv
 	for _, kv := range base {
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			set(k, v)
+			env.set(k, v)
 		}
 	}
 	for _, k := range []string{"PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"} {
@@ -47,37 +39,71 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		// late, read as a hang to hangTimeout, and be lost when it is killed. And without its fault handler, a
 		// hung task's SIGABRT (hangSignal) or a crash in native code dumps no traceback. The host or the spec
 		// may say otherwise (Python reads only a non-empty value).
-		if _, ok := vars[k]; !ok {
-			set(k, "1")
+		if _, ok := env.vars[k]; !ok {
+			env.set(k, "1")
 		}
 	}
-	host := maps.Clone(vars) // what the spec's ${NAME} references read (spec/envref.go)
+	contract := contractEnv(id, m)
+	refs := maps.Clone(env.vars) // what the spec's ${NAME} references read (spec/envref.go)
+	for _, k := range contract.order {
+		refs[k] = contract.vars[k]
+	}
 	for _, k := range sortedKeys(id.Task.Env) {
 		v := id.Task.Env[k]
-		if x, err := spec.ExpandEnv(v, func(name string) string { return host[name] }); err == nil {
+		if x, err := spec.ExpandEnv(v, func(name string) string { return refs[name] }); err == nil {
 			v = x // else a spec from before references, which its CLI did not check: as written, as it then was
 		}
-		set(k, v)
+		env.set(k, v)
 	}
+	for _, k := range contract.order {
+		env.set(k, contract.vars[k])
+	}
+	out := make([]string, 0, len(env.order))
+	for _, k := range env.order {
+		out = append(out, k+"="+env.vars[k])
+	}
+	return out
+}
+
+// orderedEnv is an environment that keeps the order its variables were first set in.
+type orderedEnv struct {
+	vars  map[string]string
+	order []string
+}
+
+func (e *orderedEnv) set(k, v string) {
+	if e.vars == nil {
+		e.vars = map[string]string{}
+	}
+	if _, ok := e.vars[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.vars[k] = v
+}
+
+// contractEnv is the clusterrun contract's part of a task's environment (docs/spec.md, "The process contract").
+// Evaluators get TF_CONFIG and MASTER_* but no RANK or WORLD_SIZE, as they are outside the training world.
+func contractEnv(id TaskIdentity, m workflows.ClusterMap) orderedEnv {
+	var env orderedEnv
 	t := id.Task
-	set("CLUSTERRUN_RUN_ID", id.RunID)
-	set("CLUSTERRUN_TASK", t.Name)
-	set("CLUSTERRUN_TASK_TYPE", t.Type)
-	set("CLUSTERRUN_TASK_INDEX", strconv.Itoa(t.Index))
-	set("CLUSTERRUN_ATTEMPT", strconv.Itoa(id.Attempt))
-	set("CLUSTERRUN_RESTART_COUNT", strconv.Itoa(id.RestartCount))
-	set("CLUSTERRUN_HOST", id.Host)
-	set("CLUSTERRUN_RESULT_FILE", id.ResultFile)
-	set("CLUSTERRUN_ERROR_FILE", id.ErrorFile)
+	env.set("CLUSTERRUN_RUN_ID", id.RunID)
+	env.set("CLUSTERRUN_TASK", t.Name)
+	env.set("CLUSTERRUN_TASK_TYPE", t.Type)
+	env.set("CLUSTERRUN_TASK_INDEX", strconv.Itoa(t.Index))
+	env.set("CLUSTERRUN_ATTEMPT", strconv.Itoa(id.Attempt))
+	env.set("CLUSTERRUN_RESTART_COUNT", strconv.Itoa(id.RestartCount))
+	env.set("CLUSTERRUN_HOST", id.Host)
+	env.set("CLUSTERRUN_RESULT_FILE", id.ResultFile)
+	env.set("CLUSTERRUN_ERROR_FILE", id.ErrorFile)
 	if id.Socket != "" {
-		set("CLUSTERRUN_SOCKET", id.Socket)
+		env.set("CLUSTERRUN_SOCKET", id.Socket)
 	}
 	if id.ClusterFile != "" {
-		set("CLUSTERRUN_CLUSTER_FILE", id.ClusterFile)
+		env.set("CLUSTERRUN_CLUSTER_FILE", id.ClusterFile)
 	}
-	set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
+	env.set("TORCHELASTIC_ERROR_FILE", id.ErrorFile)
 	if tf := TFConfig(t, m); len("TF_CONFIG=")+len(tf) < MaxEnvString {
-		set("TF_CONFIG", tf)
+		env.set("TF_CONFIG", tf)
 	}
 
 	world, local := 0, 0
@@ -95,8 +121,8 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		}
 		if master == "" {
 			master = e.Addr + ":" + strconv.Itoa(e.Port)
-			set("MASTER_ADDR", e.Addr)
-			set("MASTER_PORT", strconv.Itoa(e.Port))
+			env.set("MASTER_ADDR", e.Addr)
+			env.set("MASTER_PORT", strconv.Itoa(e.Port))
 		}
 		world++
 		if e.Host == me.Host {
@@ -107,14 +133,10 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		}
 	}
 	if t.Rank >= 0 {
-		set("RANK", strconv.Itoa(t.Rank))
-		set("WORLD_SIZE", strconv.Itoa(world))
-		set("LOCAL_RANK", strconv.Itoa(localRank))
-		set("LOCAL_WORLD_SIZE", strconv.Itoa(local))
-	}
-	env := make([]string, 0, len(order))
-	for _, k := range order {
-		env = append(env, k+"="+vars[k])
+		env.set("RANK", strconv.Itoa(t.Rank))
+		env.set("WORLD_SIZE", strconv.Itoa(world))
+		env.set("LOCAL_RANK", strconv.Itoa(localRank))
+		env.set("LOCAL_WORLD_SIZE", strconv.Itoa(local))
 	}
 	return env
 }

@@ -682,11 +682,12 @@ func TestE2E_EnvValuesExtendTheHostsEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	spec := writeSpec(t, `
 name: envref
-command: [sh, -c, 'echo "$PATH" > "$OUT/path"; echo "$PRICE" > "$OUT/price"; command -v sleep > "$OUT/sleep"']
-env: {PATH: "/opt/none/bin:${PATH}", PRICE: "$$5", OUT: "`+dir+`"}
-tasks: {worker: {replicas: 1}}
+command: [sh, -c, 'echo "$PATH" > "$OUT/path"; echo "$PRICE" > "$OUT/price"; command -v sleep > "$OUT/sleep"; echo "$CKPT" > "$OUT/ckpt-$CLUSTERRUN_TASK_INDEX"']
+env: {PATH: "/opt/none/bin:${PATH}", PRICE: "$$5", OUT: "`+dir+`", CKPT: "/ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}"}
+tasks: {worker: {replicas: 2}}
 `)
-	r := cli(t, "run", spec)
+	id := runID(t)
+	r := cli(t, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -698,6 +699,8 @@ tasks: {worker: {replicas: 1}}
 	assert.NotContains(t, path, "$")
 	assert.Equal(t, "$5", read("price"))
 	assert.NotEmpty(t, read("sleep"), "programs on the host's PATH are still found")
+	assert.Equal(t, "/ckpt/"+id+"/worker-0", read("ckpt-0"), "a task's own variables are there to refer to")
+	assert.Equal(t, "/ckpt/"+id+"/worker-1", read("ckpt-1"))
 }
 
 // The Go client path: a run started with the SDK directly, as the starter does.
