@@ -16,9 +16,8 @@ import (
 // with the whole usage, which buries it: parse with fs's output discarded.
 func Problem(fs *flag.FlagSet, err error, hint string) string {
 	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		name = strings.TrimPrefix(name, "-")
-		if near := nearestFlag(fs, name); near != "" && len(name) > 1 {
+	if name, near, ok := UnknownFlag(fs, err); ok {
+		if near != "" {
 			return fmt.Sprintf("unknown flag %s; did you mean %s?%s", spell(name), spell(near), hint)
 		}
 		return fmt.Sprintf("unknown flag %s%s", spell(name), hint)
@@ -76,6 +75,20 @@ func valueKind(f *flag.Flag) string {
 		return "true or false"
 	}
 	return "a value"
+}
+
+// UnknownFlag says whether err, from fs.Parse, is a flag fs does not have: its name, and the flag of fs it is
+// close to ("" when none is).
+func UnknownFlag(fs *flag.FlagSet, err error) (name, near string, ok bool) {
+	name, ok = strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return "", "", false
+	}
+	name = strings.TrimPrefix(name, "-")
+	if len(name) > 1 {
+		near = nearestFlag(fs, name)
+	}
+	return name, near, true
 }
 
 // nearestFlag is the flag of fs whose name is closest to name (Nearest), or "".

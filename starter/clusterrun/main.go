@@ -181,7 +181,12 @@ func parse(fs *flag.FlagSet, usage string, args []string, minPos, maxPos int, st
 				fs.Usage()
 				return nil, err
 			}
-			return nil, usageErrorf("%s", flagerr.Problem(fs, err, fmt.Sprintf(" (see clusterrun %s --help)", fs.Name())))
+			hint := fmt.Sprintf(" (see clusterrun %s --help)", fs.Name())
+			if _, near, unknown := flagerr.UnknownFlag(fs, err); unknown && near == "" {
+				// no flag is meant: what the command takes says more (progress takes CUR and TOTAL, not --step)
+				hint = "; usage: " + usageLine(usage) + hint
+			}
+			return nil, usageErrorf("%s", flagerr.Problem(fs, err, hint))
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -229,8 +234,15 @@ func missingArgument(line string, given int) string {
 
 // usageLine picks the "Usage: ..." line out of a command's help text.
 func usageLine(usage string) string {
-	for _, l := range strings.Split(usage, "\n") {
+	lines := strings.Split(usage, "\n")
+	for i, l := range lines {
 		if rest, ok := strings.CutPrefix(l, "Usage: "); ok {
+			for _, more := range lines[i+1:] { // a usage too long for one line goes on, indented, on the next
+				if !strings.HasPrefix(more, "       ") {
+					break
+				}
+				rest += " " + strings.TrimSpace(more)
+			}
 			return rest
 		}
 	}
