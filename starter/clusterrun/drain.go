@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -62,8 +63,12 @@ func checkHostUp(ctx context.Context, c client.Client, host string) error {
 			return nil
 		}
 	}
+	meant := ""
+	if near := flagerr.Closest(host, names); near != "" {
+		meant = fmt.Sprintf(" (did you mean %s?)", near) // host names are case-sensitive: host-A is not host-a
+	}
 	return &exitError{code: 1, msg: fmt.Sprintf("no host %s has reported to the host registry; the live hosts are %s (clusterrun hosts): "+
-		"check the name, or start clusterrun-worker --host %s", host, orNone(names), host)}
+		"check the name%s, or start clusterrun-worker --host %s", host, orNone(names), meant, host)}
 }
 
 func orNone(names []string) string {
