@@ -389,7 +389,7 @@ func noteAbsentHosts(orders []launchOrder, hosts []HostEntry) {
 			switch {
 			case !live[t.Host]:
 				t.waitNote = fmt.Sprintf("waiting for host %s: the host registry has no live clusterrun-worker --host %s "+
-					"(clusterrun hosts lists the live ones)", t.Host, t.Host)
+					"(clusterrun hosts lists the live ones%s)", t.Host, t.Host, otherCase(t.Host, hosts))
 			case !open[t.Host]:
 				t.waitNote = fmt.Sprintf("waiting for host %s: it is drained and takes no new tasks "+
 					"(clusterrun drain %s --undo takes them again)", t.Host, t.Host)
@@ -398,6 +398,18 @@ func noteAbsentHosts(orders []launchOrder, hosts []HostEntry) {
 			}
 		}
 	}
+}
+
+// otherCase names the live host whose name is host's in other letter case ("; host-a is live" for host-A): host
+// names are case-sensitive, and the two look alike in a spec. Only that: a host a letter away (host-c beside
+// host-a) is as often another machine whose worker is down.
+func otherCase(host string, hosts []HostEntry) string {
+	for _, h := range hosts {
+		if h.Live && h.Host != host && strings.EqualFold(h.Host, host) {
+			return fmt.Sprintf("; %s is live, and host names are case-sensitive", h.Host)
+		}
+	}
+	return ""
 }
 
 // notePinned sets the note of each pinned task about to launch from what the run knows itself, before (and

@@ -145,6 +145,11 @@ func TestNoteAbsentHosts(t *testing.T) {
 	assert.Empty(t, a.waitNote)
 	assert.Contains(t, b.waitNote, "waiting for host host-b: ")
 
+	upper := pinned("HOST-A")
+	noteAbsentHosts([]launchOrder{{t: upper, how: newAttempt}}, hosts)
+	assert.Equal(t, "waiting for host HOST-A: the host registry has no live clusterrun-worker --host HOST-A (clusterrun hosts "+
+		"lists the live ones; host-a is live, and host names are case-sensitive)", upper.waitNote)
+
 	hosts[0].Drained = true // an operator drained host-a
 	noteAbsentHosts([]launchOrder{{t: a, how: newAttempt}}, hosts)
 	assert.Equal(t, "waiting for host host-a: it is drained and takes no new tasks (clusterrun drain host-a --undo takes them again)", a.waitNote)
