@@ -363,7 +363,7 @@ func (r *run) place(ctx workflow.Context, orders []launchOrder) ([]launchOrder, 
 			t.waitNote = slotNote(t.placedHost, t.Pool, need[t.Pool], f)
 		case f == nil:
 			t.waitNote = fmt.Sprintf("waiting for a host of pool %s: the host registry has no live, undrained host in it "+
-				"(clusterrun hosts); start a clusterrun-worker with --pool %s, or undrain one", t.Pool, t.Pool)
+				"(clusterrun hosts%s); start a clusterrun-worker with --pool %s, or undrain one", t.Pool, poolOtherCase(t.Pool, hosts), t.Pool)
 		}
 	}
 	noteAbsentHosts(orders, hosts)
@@ -407,6 +407,19 @@ func otherCase(host string, hosts []HostEntry) string {
 	for _, h := range hosts {
 		if h.Live && h.Host != host && strings.EqualFold(h.Host, host) {
 			return fmt.Sprintf("; %s is live, and host names are case-sensitive", h.Host)
+		}
+	}
+	return ""
+}
+
+// poolOtherCase names the pool with live hosts whose name is pool's in other letter case, as otherCase does for
+// a host.
+func poolOtherCase(pool string, hosts []HostEntry) string {
+	for _, h := range hosts {
+		for _, name := range h.Pools {
+			if h.Live && !h.Drained && name != pool && strings.EqualFold(name, pool) {
+				return fmt.Sprintf("; pool %s has live hosts, and pool names are case-sensitive", name)
+			}
 		}
 	}
 	return ""

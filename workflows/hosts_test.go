@@ -175,3 +175,18 @@ func TestNotePinned(t *testing.T) {
 	assert.Empty(t, stale.waitNote)
 	assert.Equal(t, "kept", attached.waitNote)
 }
+
+// A pool named in other letter case than one with live hosts says so; a drained host's pool, or a pool only a
+// silent host serves, is not offered.
+func TestPoolOtherCase(t *testing.T) {
+	hosts := []HostEntry{
+		{HostReport: HostReport{Host: "a", Pools: []string{"gpu"}}, Live: true},
+		{HostReport: HostReport{Host: "b", Pools: []string{"cpu"}, Drained: true}, Live: true},
+		{HostReport: HostReport{Host: "c", Pools: []string{"tpu"}}},
+	}
+	assert.Equal(t, "; pool gpu has live hosts, and pool names are case-sensitive", poolOtherCase("GPU", hosts))
+	assert.Empty(t, poolOtherCase("gpu", hosts), "the pool itself")
+	assert.Empty(t, poolOtherCase("CPU", hosts), "drained")
+	assert.Empty(t, poolOtherCase("TPU", hosts), "not live")
+	assert.Empty(t, poolOtherCase("gpus", hosts), "only letter case")
+}
