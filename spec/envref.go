@@ -2,7 +2,10 @@ package spec
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 )
 
 // An env value may use the environment the task gets from its host, as Ray's env_vars do: ${NAME} is NAME's
@@ -54,4 +57,60 @@ func ExpandEnv(value string, lookup func(name string) string) (string, error) {
 // nameByte says whether c may be in an environment variable's name.
 func nameByte(c byte) bool {
 	return c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+}
+
+// ContractEnv names the CLUSTERRUN_ variables clusterrun sets for a task (docs/spec.md, "The process
+// contract"). A spec may neither set a CLUSTERRUN_ name nor refer to one outside this list.
+var ContractEnv = []string{
+	"CLUSTERRUN_RUN_ID", "CLUSTERRUN_TASK", "CLUSTERRUN_TASK_TYPE", "CLUSTERRUN_TASK_INDEX", "CLUSTERRUN_ATTEMPT",
+	"CLUSTERRUN_RESTART_COUNT", "CLUSTERRUN_HOST", "CLUSTERRUN_SOCKET", "CLUSTERRUN_CLUSTER_FILE",
+	"CLUSTERRUN_RESULT_FILE", "CLUSTERRUN_ERROR_FILE",
+}
+
+const contractPrefix = "CLUSTERRUN_"
+
+// unsetContractReference says what is wrong with value's first ${CLUSTERRUN_...} that clusterrun does not set,
+// or "" when each it has is one it sets. value must expand (ExpandEnv).
+func unsetContractReference(value string) string {
+	var unset string
+	_, _ = ExpandEnv(value, func(name string) string {
+		if unset == "" && strings.HasPrefix(name, contractPrefix) && !contains(ContractEnv, name) {
+			unset = name
+		}
+		return ""
+	})
+	if unset == "" {
+		return ""
+	}
+	ref := "${" + shortKey(unset) + "}"
+	if meant := meantContractVar(unset); meant != "" {
+		return fmt.Sprintf("has %s, which clusterrun does not set for a task: did you mean ${%s}?", ref, meant)
+	}
+	return fmt.Sprintf("has %s, which clusterrun does not set for a task: a task's CLUSTERRUN_ variables are %s",
+		ref, strings.Join(ContractEnv, ", "))
+}
+
+// meantContractVar is the contract variable a CLUSTERRUN_ name not in it was likely meant as: the one whose
+// name after the prefix is nearest to its own (${CLUSTERRUN_TASK_NAME}: CLUSTERRUN_TASK), or one of the
+// variables set without the prefix (${CLUSTERRUN_RANK}: RANK).
+func meantContractVar(name string) string {
+	byWord := map[string]string{}
+	words := make([]string, 0, len(ContractEnv)+len(ReservedEnv))
+	for _, n := range ReservedEnv {
+		byWord[n] = n
+		words = append(words, n)
+	}
+	for _, n := range ContractEnv {
+		w := strings.TrimPrefix(n, contractPrefix)
+		byWord[w] = n
+		words = append(words, w)
+	}
+	// Longer words first: Nearest keeps the first of equals, and a misspelt TASK_INDX is one edit from
+	// TASK_INDEX but also starts with TASK, which counts as one too.
+	slices.SortStableFunc(words, func(a, b string) int { return len(b) - len(a) })
+	word := strings.TrimPrefix(name, contractPrefix)
+	if len(word) > 64 {
+		return "" // a name that long is no typo, and the distance would cost its length per word
+	}
+	return byWord[flagerr.Nearest(word, words)]
 }

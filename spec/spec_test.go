@@ -580,6 +580,30 @@ func TestValidate_EnvReferences(t *testing.T) {
 	assert.Equal(t, "a-$-a", got)
 }
 
+// A ${CLUSTERRUN_...} that names no variable of the process contract is refused, with the one it was likely
+// meant as, or else the list; CLUSTERRUN_ names are clusterrun's, so such a reference is a typo that would read
+// empty. A run that started before the rule (ValidateBy without it) takes it as it was.
+func TestValidate_AReferenceToAContractVariableClusterrunDoesNotSetIsRefused(t *testing.T) {
+	_, err := Parse([]byte(`{name: x, command: [pwd], env: {D: "/ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}", E: "$${CLUSTERRUN_NOPE}",
+  R: "${RANK}", H: "${CLUSTERRUN_UI_URLX}x"}, tasks: {w: {replicas: 1}}}`))
+	require.Error(t, err)
+	assert.Equal(t, `invalid run spec (1 problem(s)): env.H: "${CLUSTERRUN_UI_URLX}x" has ${CLUSTERRUN_UI_URLX}, which clusterrun does not set for a task: `+
+		`a task's CLUSTERRUN_ variables are `+strings.Join(ContractEnv, ", "), err.Error(), "an escaped $ and the contract's own names are taken")
+	_, err = Parse([]byte(`{name: x, command: [pwd], env: {CKPT: "/ckpt/${CLUSTERRUN_TASK_NAME}"},
+  tasks: {w: {replicas: 1, env: {N: "${CLUSTERRUN_RANK}", I: "${CLUSTERRUN_TASK_INDX}"}}}}`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`env.CKPT: "/ckpt/${CLUSTERRUN_TASK_NAME}" has ${CLUSTERRUN_TASK_NAME}, which clusterrun does not set for a task: did you mean ${CLUSTERRUN_TASK}?`,
+		`tasks.w.env.N: "${CLUSTERRUN_RANK}" has ${CLUSTERRUN_RANK}, which clusterrun does not set for a task: did you mean ${RANK}?`,
+		`tasks.w.env.I: "${CLUSTERRUN_TASK_INDX}" has ${CLUSTERRUN_TASK_INDX}, which clusterrun does not set for a task: did you mean ${CLUSTERRUN_TASK_INDEX}?`,
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+	var old RunSpec
+	require.NoError(t, json.Unmarshal([]byte(`{"name":"x","command":["pwd"],"env":{"CKPT":"/ckpt/${CLUSTERRUN_TASK_NAME}"},"tasks":{"w":{"replicas":1}}}`), &old))
+	assert.Empty(t, old.ValidateBy(Rules{EnvReferences: true}))
+}
+
 // Each problem of a spec read from text says where its field is written: a mapping's entry at its key, a list's
 // element at itself, a missing field at the mapping it is missing from, and nothing where nothing around it is
 // written. A spec given as a value (a workflow's input) has no places.

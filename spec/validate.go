@@ -79,10 +79,13 @@ var ReservedEnv = []string{
 type Rules struct {
 	// EnvReferences refuses an env value's $NAME, ${ with no }, and ${} naming no variable (envref.go).
 	EnvReferences bool
+	// ContractReferences refuses an env value's ${CLUSTERRUN_...} naming no variable of the process contract:
+	// names with that prefix are clusterrun's, so one it does not set is a typo that reads empty (envref.go).
+	ContractReferences bool
 }
 
 // AllRules are every rule: what a spec is checked against today.
-var AllRules = Rules{EnvReferences: true}
+var AllRules = Rules{EnvReferences: true, ContractReferences: true}
 
 type validator struct {
 	problems []Problem
@@ -315,6 +318,10 @@ func (v *validator) env(path string, env map[string]string) {
 		case v.rules.EnvReferences:
 			if _, err := ExpandEnv(env[k], func(string) string { return "" }); err != nil {
 				v.add(path+"."+k, "%s %v", short(env[k]), err)
+			} else if v.rules.ContractReferences {
+				if msg := unsetContractReference(env[k]); msg != "" {
+					v.add(path+"."+k, "%s %s", short(env[k]), msg)
+				}
 			}
 		}
 	}

@@ -23,7 +23,8 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	// Runs started before leases have no marker here and replay as they were written.
 	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
 	batched := leased && workflow.GetVersion(ctx, ChangeBatchLeases, workflow.DefaultVersion, 1) == 1
-	rules := spec.Rules{EnvReferences: workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 1) == 1}
+	envRules := workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 2)
+	rules := spec.Rules{EnvReferences: envRules >= 1, ContractReferences: envRules >= 2}
 	plan, err := planRun(&in, rules)
 	if err != nil {
 		nameRejectedRun(ctx, in.Name)
@@ -96,8 +97,9 @@ func startItems(ctx workflow.Context, cfg *spec.Items) {
 	workflow.ExecuteChildWorkflow(cctx, ItemsWorkflowType, ItemsInput{RunID: info.WorkflowExecution.ID, Config: *cfg})
 }
 
-// ChangeEnvReferences refuses a spec whose env value has $NAME with no braces (spec.Rules): a run started
-// before it may hold one, and replays as it ran.
+// ChangeEnvReferences refuses a spec whose env value has $NAME with no braces (version 1), or a
+// ${CLUSTERRUN_...} that names no variable of the process contract (version 2; spec.Rules): a run started
+// before either may hold one, and replays as it ran.
 const ChangeEnvReferences = "clusterrun-env-references"
 
 // planRun validates and plans the run's input, or returns the InvalidSpec failure that ends the run. The input

@@ -837,6 +837,20 @@ func TestClusterRun_AnEnvDollarNameFailsInvalidSpec(t *testing.T) {
 	assert.Empty(t, h.hosts.ids)
 }
 
+// A run whose env refers to a CLUSTERRUN_ variable clusterrun does not set (started by the temporal CLI, which
+// does not check specs) fails InvalidSpec, naming the one meant; a run started before version 2 of
+// ChangeEnvReferences read it as empty, and replays so (testdata/histories/v12).
+func TestClusterRun_AReferenceToAnUnsetContractVariableFailsInvalidSpec(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"CKPT": "/ckpt/${CLUSTERRUN_TASK_NAME}"},
+		Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
+	err := h.env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidSpec, errType(err))
+	assert.Contains(t, err.Error(), `env.CKPT: "/ckpt/${CLUSTERRUN_TASK_NAME}" has ${CLUSTERRUN_TASK_NAME}, which clusterrun does not set for a task: did you mean ${CLUSTERRUN_TASK}?`)
+	assert.Empty(t, h.hosts.ids)
+}
+
 // The overflow spec of the trust-boundary issue: two types whose replicas overflow their sum. Planning it once
 // took every host worker down with an out-of-memory crash; it now fails the run InvalidSpec.
 func TestClusterRun_OverflowingSpecFailsInvalidSpec(t *testing.T) {
