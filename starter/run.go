@@ -13,7 +13,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -39,10 +38,13 @@ type Run struct {
 // Errors a program can tell apart with errors.As.
 type (
 	// NoRunError: no run has this ID in the namespace. Named lists the newest runs whose spec name is the ID (a
-	// name given for an ID), newest first.
+	// name given for an ID), newest first; else Prefixed the newest whose ID starts with it (an ID cut short);
+	// else Near the one whose ID is a typo or two from it among the runs of the name it starts with.
 	NoRunError struct {
 		ID, Namespace string
 		Named         []string
+		Prefixed      []string
+		Near          string
 	}
 	// RunIDTakenError: Start was given an ID another run has used.
 	RunIDTakenError struct{ ID string }
@@ -138,18 +140,6 @@ func silent(err error) bool {
 }
 func (e *UnreadableError) Unwrap() error { return e.Err }
 
-func (e *NoRunError) Error() string {
-	if len(e.Named) > 0 {
-		ids := e.Named[0] + " (the newest)"
-		for _, id := range e.Named[1:] {
-			ids += ", " + id
-		}
-		return fmt.Sprintf("no run with ID %q in namespace %s; %s is a run name, not an ID: give a run's ID, as %s "+
-			"(clusterrun list --name %s lists them all)", e.ID, e.Namespace, e.ID, ids, e.ID)
-	}
-	return fmt.Sprintf("no run with ID %q in namespace %s; list runs with `clusterrun list` (or `temporal workflow list --query \"WorkflowType='ClusterRun'\"`)", e.ID, e.Namespace)
-}
-
 func (e *RunIDTakenError) Error() string {
 	return fmt.Sprintf("run ID %q is already taken by another run; choose another ID (or leave it out)", e.ID)
 }
@@ -157,32 +147,6 @@ func (e *EncryptedError) Error() string {
 	return fmt.Sprintf("run %s's payloads are encrypted: pass --codec-key-file FILE (or set %s) with the key file its host workers use", e.ID, codec.EnvKeyFile)
 }
 func (e *EncryptedError) Unwrap() error { return e.Err }
-
-// noRun says no run has the ID id, and names the newest runs whose spec name it is: a run's name is easy to
-// give where its ID is asked for.
-func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
-	e := &NoRunError{ID: id, Namespace: c.namespace}
-	if !spec.IsRunName(id) {
-		return e
-	}
-	resp, err := c.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Namespace: c.namespace,
-		PageSize:  namedRunsShown,
-		Query:     fmt.Sprintf("WorkflowType = '%s' AND %s = '%s'", workflows.WorkflowType, workflows.SearchAttrName, id),
-	})
-	if err != nil {
-		return e // a namespace without clusterrun's search attributes, say: no names to offer
-	}
-	for _, ex := range resp.GetExecutions() {
-		if len(e.Named) < namedRunsShown {
-			e.Named = append(e.Named, ex.GetExecution().GetWorkflowId())
-		}
-	}
-	return e
-}
-
-// namedRunsShown is how many runs of a name a NoRunError offers.
-const namedRunsShown = 3
 
 func (e *RunError) Error() string {
 	if e.Status.Status != "" {

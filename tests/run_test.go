@@ -606,6 +606,23 @@ func TestE2E_BadInput(t *testing.T) {
 		assert.Equal(t, 1, r.code)
 		assert.Contains(t, r.stderr, `no run with ID "named-not-id" in namespace default; named-not-id is a run name, not an ID: give a run's ID, as `+id+" (the newest)")
 	})
+	t.Run("a run ID cut short or mistyped", func(t *testing.T) {
+		id := starter.NewRunID("cut-short")
+		spec := writeSpec(t, `{name: cut-short, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+		require.Equal(t, 0, cli(t, "run", spec, "--id", id).code)
+		cut := id[:len(id)-2]
+		var r cliResult
+		waitUntil(t, "status names the run whose ID starts so", time.Minute, func() bool {
+			r = cli(t, "status", cut)
+			return strings.Contains(r.stderr, "start with it are "+id)
+		})
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, fmt.Sprintf(`no run with ID %q in namespace default; give a whole run ID: those that start with it are %s (the newest)`, cut, id))
+		typo := cut + "zz"
+		r = cli(t, "logs", typo)
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, fmt.Sprintf(`no run with ID %q in namespace default; did you mean %s?`, typo, id))
+	})
 	t.Run("duplicate run id", func(t *testing.T) {
 		id := runID(t)
 		spec := writeSpec(t, `{name: dup, command: ["true"], tasks: {worker: {replicas: 1}}}`)
