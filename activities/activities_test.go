@@ -239,3 +239,30 @@ func TestPrepareLogs_NewAndAgain(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
 	assert.ErrorContains(t, h.prepareLogs(file), "not a directory")
 }
+
+// A result file is the task's result when it is JSON within MaxResultBytes; otherwise it is dropped, and the
+// task's error says why in a form its author can act on: the limit in KiB, or what the file held.
+func TestCollectFiles_AResultFileThatCannotBeTheResultSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ name, data, result, err string }{
+		{"json", `{"loss": 0.2}`, `{"loss": 0.2}`, ""},
+		{"too large", `"` + strings.Repeat("x", MaxResultBytes) + `"`, "",
+			"result file is over 256 KiB and was dropped: keep large outputs in files of your own and write their paths in the result"},
+		{"python repr", `{'loss': 0.2}`, "", `result file is not valid JSON (it holds "{'loss': 0.2}") and was dropped`},
+		{"long text", "loss=0.2 steps=4 " + strings.Repeat("z", 100), "", `result file is not valid JSON (it begins "loss=0.2 steps=4 zzzzzzzzzzzzzzzzzzzzzzz"...) and was dropped`},
+		{"empty", "\n", "", "result file is empty and was dropped"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.name+".json")
+			require.NoError(t, os.WriteFile(path, []byte(c.data), 0o600))
+			res := workflows.TaskResult{Error: "exited 0"}
+			collectFiles(&res, path, filepath.Join(dir, "none"), filepath.Join(dir, "none"))
+			assert.Equal(t, c.result, string(res.Result))
+			if c.err == "" {
+				assert.Equal(t, "exited 0", res.Error)
+			} else {
+				assert.Equal(t, "exited 0; "+c.err, res.Error)
+			}
+		})
+	}
+}

@@ -1,16 +1,19 @@
 package activities
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/clusterrun/clusterrun/activities/logfile"
 	"github.com/clusterrun/clusterrun/activities/proc"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -89,9 +92,10 @@ func collectFiles(res *workflows.TaskResult, resultFile, errorFile, stderrPath s
 	if data, truncated, err := proc.ReadBounded(resultFile, MaxResultBytes); err == nil && data != nil {
 		switch {
 		case truncated:
-			res.Error = appendCause(res.Error, fmt.Sprintf("result file is over %d bytes and was dropped", MaxResultBytes))
+			res.Error = appendCause(res.Error, fmt.Sprintf("result file is over %s and was dropped: keep large outputs in files "+
+				"of your own and write their paths in the result", spec.FormatSize(MaxResultBytes)))
 		case !json.Valid(data):
-			res.Error = appendCause(res.Error, "result file is not valid JSON and was dropped")
+			res.Error = appendCause(res.Error, "result file "+notJSON(data)+" and was dropped")
 		default:
 			res.Result = json.RawMessage(data)
 		}
@@ -156,4 +160,16 @@ func appendCause(cur, more string) string {
 		return more
 	}
 	return cur + "; " + more
+}
+
+// notJSON says what a result file that is not JSON holds, for its error: its first bytes, quoted.
+func notJSON(data []byte) string {
+	const n = 40
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return "is empty"
+	case len(data) <= n:
+		return "is not valid JSON (it holds " + strconv.Quote(string(data)) + ")"
+	}
+	return "is not valid JSON (it begins " + strconv.Quote(string(data[:n])) + "...)"
 }
