@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -152,31 +153,12 @@ func TestE2E_GoInstallNames(t *testing.T) {
 	assert.Contains(t, string(v), "clusterrun-worker ")
 }
 
-// The bash completion script completes commands and a command's flags in a real bash.
-func TestE2E_BashCompletion(t *testing.T) {
-	lib := ensureDebian(t, "/usr/share/bash-completion/bash_completion", "bash-completion", "the completion test")
-	complete := func(line string) string {
-		script := `source ` + lib + `
-source <(clusterrun completion bash)
-read -ra COMP_WORDS <<<"$LINE"
-[[ "$LINE" == *" " ]] && COMP_WORDS+=("")
-COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMP_LINE=$LINE; COMP_POINT=${#LINE}
-__start_clusterrun clusterrun "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
-printf '%s\n' "${COMPREPLY[@]}"`
-		cmd := exec.Command("bash", "-c", script)
-		cmd.Env = append(os.Environ(), "PATH="+env.bin+":"+os.Getenv("PATH"), "LINE="+line, "TEMPORAL_ADDRESS="+env.address)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		return string(out)
-	}
-	assert.Contains(t, complete("clusterrun lo"), "logs")
-	assert.Contains(t, complete("clusterrun logs --tim"), "--timestamps")
-	assert.Contains(t, complete("clusterrun task sh"), "should-stop")
-	assert.Contains(t, complete("clusterrun task wa"), "wait-for-stop")
-	assert.Contains(t, complete("clusterrun status -o js"), "jsonl")
-	assert.Contains(t, complete("clusterrun list --state=Tim"), "TimedOut")
-
-	// What the server holds: runs, their tasks and types, hosts.
+// The completion scripts for bash, zsh and fish complete commands, a command's flags and their values, and what
+// the server holds (runs, a run's tasks and types, hosts), each in a real shell against the suite's server.
+func TestE2E_ShellCompletion(t *testing.T) {
+	bashLib := ensureDebian(t, "/usr/share/bash-completion/bash_completion", "bash-completion", "the completion test")
+	ensureDebian(t, "/usr/bin/zsh", "zsh", "the completion test")
+	ensureDebian(t, "/usr/bin/fish", "fish", "the completion test")
 	id := runID(t)
 	spec := writeSpec(t, `{name: complete, command: [sleep, "300"], tasks: {worker: {replicas: 2, hosts: [host-a]}}}`)
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
@@ -185,10 +167,59 @@ printf '%s\n' "${COMPREPLY[@]}"`
 		st, ok := query(t, id)
 		return ok && st.Task("worker-1") != nil && st.Task("worker-1").State == workflows.TaskRunning
 	})
-	assert.Contains(t, complete("clusterrun status "), id)
-	assert.Contains(t, complete("clusterrun cancel "+id[:len(id)-2]), id, "a run still going, for a command that acts on one")
-	assert.Contains(t, complete("clusterrun terminate-task "+id+" worker-"), "worker-1")
-	assert.Contains(t, complete("clusterrun start-task "+id+" "), "worker")
-	assert.Contains(t, complete("clusterrun drain host-"), "host-a")
-	assert.NotContains(t, complete("clusterrun status --address 127.0.0.1:1 "), id, "a server that does not answer completes nothing")
+	shells := map[string]func(line string) []string{
+		"bash": func(line string) []string {
+			return completions(t, line, "", "bash", "-c", `source `+bashLib+`
+source <(clusterrun completion bash)
+read -ra COMP_WORDS <<<"$LINE"
+[[ "$LINE" == *" " ]] && COMP_WORDS+=("")
+COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMP_LINE=$LINE; COMP_POINT=${#LINE}
+__start_clusterrun clusterrun "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
+printf '%s\n' "${COMPREPLY[@]}"`)
+		},
+		"zsh": func(line string) []string {
+			return completions(t, line, "CAND:", "zsh", "-f", filepath.Join(env.root, "tests", "testdata", "zsh_complete.zsh"))
+		},
+		"fish": func(line string) []string {
+			return completions(t, line, "", "fish", "--no-config", "-c", `clusterrun completion fish | source; complete -C "$LINE"`)
+		},
+	}
+	// fish completes the whole word; bash and zsh the value after the '='.
+	stateValue := map[string]string{"bash": "TimedOut", "zsh": "TimedOut", "fish": "--state=TimedOut"}
+	for name, complete := range shells {
+		t.Run(name, func(t *testing.T) {
+			assert.Contains(t, complete("clusterrun lo"), "logs")
+			assert.Contains(t, complete("clusterrun logs --tim"), "--timestamps")
+			assert.Contains(t, complete("clusterrun task sh"), "should-stop")
+			assert.Contains(t, complete("clusterrun task wa"), "wait-for-stop")
+			assert.Contains(t, complete("clusterrun status -o js"), "jsonl")
+			assert.Contains(t, complete("clusterrun list --state=Tim"), stateValue[name])
+			assert.Contains(t, complete("clusterrun status "), id)
+			assert.Contains(t, complete("clusterrun cancel "+id[:len(id)-2]), id, "a run still going, for a command that acts on one")
+			assert.Contains(t, complete("clusterrun terminate-task "+id+" worker-"), "worker-1")
+			assert.Contains(t, complete("clusterrun start-task "+id+" "), "worker")
+			assert.Contains(t, complete("clusterrun drain host-"), "host-a")
+			assert.NotContains(t, complete("clusterrun status --address 127.0.0.1:1 "), id, "a server that does not answer completes nothing")
+		})
+	}
+}
+
+// completions runs a shell that prints the completions of the command line in $LINE, and returns them: its
+// output's lines that start with prefix, without it, and up to a tab (fish prints a description after one).
+func completions(t *testing.T, line, prefix, shell string, args ...string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, shell, args...)
+	cmd.Env = append(os.Environ(), "PATH="+env.bin+":"+os.Getenv("PATH"), "LINE="+line, "TEMPORAL_ADDRESS="+env.address)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %q:\n%s", shell, line, out)
+	var got []string
+	for _, l := range strings.Split(strings.ReplaceAll(string(out), "\r", ""), "\n") {
+		if c, ok := strings.CutPrefix(l, prefix); ok && c != "" {
+			c, _, _ = strings.Cut(c, "\t")
+			got = append(got, c)
+		}
+	}
+	return got
 }
