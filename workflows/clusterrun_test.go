@@ -824,31 +824,24 @@ func TestClusterRun_InvalidSpecLaunchesNothing(t *testing.T) {
 	assert.Empty(t, h.hosts.ids)
 }
 
-// A run started with a $NAME in its env (by the temporal CLI, which does not check specs) fails InvalidSpec,
-// saying how to write it; a run started before ChangeEnvReferences replays as it ran (testdata/histories/v10).
-func TestClusterRun_AnEnvDollarNameFailsInvalidSpec(t *testing.T) {
-	h := newHarness(t, nil)
-	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"PATH": "/opt/x/bin:$PATH"},
-		Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
-	err := h.env.GetWorkflowError()
-	require.Error(t, err)
-	assert.Equal(t, ErrInvalidSpec, errType(err))
-	assert.Contains(t, err.Error(), `env.PATH: "/opt/x/bin:$PATH" has $PATH, which no shell expands here: write ${PATH} for the host's value`)
-	assert.Empty(t, h.hosts.ids)
-}
-
-// A run whose env refers to a CLUSTERRUN_ variable clusterrun does not set (started by the temporal CLI, which
-// does not check specs) fails InvalidSpec, naming the one meant; a run started before version 2 of
-// ChangeEnvReferences read it as empty, and replays so (testdata/histories/v12).
-func TestClusterRun_AReferenceToAnUnsetContractVariableFailsInvalidSpec(t *testing.T) {
-	h := newHarness(t, nil)
-	h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"CKPT": "/ckpt/${CLUSTERRUN_TASK_NAME}"},
-		Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
-	err := h.env.GetWorkflowError()
-	require.Error(t, err)
-	assert.Equal(t, ErrInvalidSpec, errType(err))
-	assert.Contains(t, err.Error(), `env.CKPT: "/ckpt/${CLUSTERRUN_TASK_NAME}" has ${CLUSTERRUN_TASK_NAME}, which clusterrun does not set for a task: did you mean ${CLUSTERRUN_TASK}?`)
-	assert.Empty(t, h.hosts.ids)
+// A run whose env value cannot be what was meant (started by the temporal CLI, which does not check specs)
+// fails InvalidSpec, saying how to write it: a $NAME no shell expands, or a ${CLUSTERRUN_...} clusterrun does not
+// set. A run started before either rule of ChangeEnvReferences replays as it ran (testdata/histories/v10, v12).
+func TestClusterRun_AnEnvReferenceThatCannotBeRightFailsInvalidSpec(t *testing.T) {
+	for value, want := range map[string]string{
+		"/opt/x/bin:$PATH": `env.V: "/opt/x/bin:$PATH" has $PATH, which no shell expands here: write ${PATH} for the host's value`,
+		"/ckpt/${CLUSTERRUN_TASK_NAME}": `env.V: "/ckpt/${CLUSTERRUN_TASK_NAME}" has ${CLUSTERRUN_TASK_NAME}, which clusterrun does not set ` +
+			`for a task: did you mean ${CLUSTERRUN_TASK}?`,
+	} {
+		h := newHarness(t, nil)
+		h.env.ExecuteWorkflow(WorkflowType, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"V": value},
+			Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
+		err := h.env.GetWorkflowError()
+		require.Error(t, err, value)
+		assert.Equal(t, ErrInvalidSpec, errType(err))
+		assert.Contains(t, err.Error(), want)
+		assert.Empty(t, h.hosts.ids)
+	}
 }
 
 // The overflow spec of the trust-boundary issue: two types whose replicas overflow their sum. Planning it once
