@@ -54,6 +54,8 @@ type cluster struct {
 	// tasks pinned to it: it joins a pool of its own, so no other test's unpinned task lands on a host that
 	// leaves when its test ends.
 	shared []string
+	// workerVars are added to every worker's environment, after the suite's own.
+	workerVars []string
 }
 
 // portBlocks hands each cluster of the suite its block of ports (cluster.ports).
@@ -288,6 +290,7 @@ func (c *cluster) workerCommand(host, address string, extra ...string) *exec.Cmd
 	})
 	cmd.Env = append(base, "CLUSTERRUN_E2E_MARK="+c.marker,
 		"PATH="+c.bin+":"+os.Getenv("PATH"), "CLUSTERRUN_WORKER_LOG_FORMAT=console")
+	cmd.Env = append(cmd.Env, c.workerVars...)
 	return cmd
 }
 

@@ -261,10 +261,12 @@ type proxy struct {
 
 func newProxy(t *testing.T, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	return newProxyOn(t, listenLocal(t), target)
+}
+
+// newProxyOn is newProxy taking its connections from ln: a TLS listener, say, so that the proxy ends TLS.
+func newProxyOn(t *testing.T, ln net.Listener, target string) *proxy {
+	t.Helper()
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	go p.serve()
 	t.Cleanup(func() { ln.Close(); p.setCut(true) })
@@ -272,6 +274,16 @@ func newProxy(t *testing.T, target string) *proxy {
 }
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// listenLocal listens on a free port of 127.0.0.1.
+func listenLocal(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
 
 func (p *proxy) serve() {
 	for {

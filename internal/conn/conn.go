@@ -151,7 +151,7 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: addressHint(ctx, opts.HostPort)}
+		return nil, reachError(ctx, opts, err)
 	}
 	return c, nil
 }
@@ -188,16 +188,26 @@ func Reach(ctx context.Context, c client.Client) error {
 	defer cancel()
 	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 		opts, _ := Options()
-		return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: addressHint(ctx, opts.HostPort)}
+		return reachError(ctx, opts, err)
 	}
 	return nil
+}
+
+// reachError is the ReachError of a dial with opts that failed with err, with what to change when it can tell:
+// the address (addressHint) or the TLS settings (tlsHint).
+func reachError(ctx context.Context, opts client.Options, err error) *ReachError {
+	hint := addressHint(ctx, opts.HostPort)
+	if t := opts.ConnectionOptions.TLS; hint == "" {
+		hint = tlsHint(err, t != nil, t != nil && (len(t.Certificates) > 0 || t.GetClientCertificate != nil))
+	}
+	return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: hint}
 }
 
 // ReachError says the server did not answer, or refused.
 type ReachError struct {
 	Address, Namespace string
 	Err                error
-	Hint               string // what is wrong with Address, when something is (addressHint)
+	Hint               string // what to change, when it can be told: the address (addressHint) or TLS (tlsHint)
 }
 
 func (e *ReachError) Error() string {

@@ -73,3 +73,33 @@ func TestReach_AnAddressWithNoPortSaysSo(t *testing.T) {
 	assert.Contains(t, err.Error(), "cannot reach the Temporal server at 127.0.0.1 (namespace default): it has no port, so gRPC tried 443")
 	assert.Contains(t, err.Error(), "write 127.0.0.1:7233")
 }
+
+// gRPC's words for a failed TLS dial map to the setting that fixes it; a hang-up says the most it can, given
+// whether the dial had TLS and a client certificate; any other failure gets no TLS hint.
+func TestTLSHint(t *testing.T) {
+	const preface = `connection error: desc = "error reading server preface: `
+	for _, c := range []struct {
+		err         string
+		tlsOn, cert bool
+		want        string
+	}{
+		{preface + `remote error: tls: certificate required"`, true, false, "the server asks for a client certificate"},
+		{preface + `connection reset by peer"`, true, false, "the server asks for a client certificate"},
+		{preface + `remote error: tls: unknown certificate authority"`, true, true, "the server refused this client's certificate"},
+		{`write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe`, true, true, "the server hung up during the TLS handshake"},
+		{`tls: failed to verify certificate: x509: certificate signed by unknown authority`, true, true, "TEMPORAL_TLS_SERVER_CA_CERT_PATH"},
+		{`x509: certificate is valid for localhost, not temporal.example.com`, true, true, "TEMPORAL_TLS_SERVER_NAME"},
+		{`tls: first record does not look like a TLS handshake`, true, false, "the server does not speak TLS"},
+		{preface + `EOF"`, false, false, "turn TLS on with TEMPORAL_TLS=true"},
+		{preface + `connection reset by peer"`, false, false, "turn TLS on with TEMPORAL_TLS=true"},
+		{`dial tcp 127.0.0.1:7233: connect: connection refused`, false, false, ""},
+		{`dial tcp 127.0.0.1:7233: connect: connection refused`, true, true, ""},
+	} {
+		got := tlsHint(errors.New(c.err), c.tlsOn, c.cert)
+		if c.want == "" {
+			assert.Empty(t, got, c.err)
+		} else {
+			assert.Contains(t, got, c.want, c.err)
+		}
+	}
+}
