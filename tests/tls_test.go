@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,8 +10,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,6 +24,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
 )
 
 // A server that takes mutual TLS only, as Temporal Cloud's mTLS namespaces do, is reached by the host workers
@@ -94,6 +101,76 @@ server_ca_cert_path = %q
 	assert.Equal(t, 2, w.cmd.ProcessState.ExitCode())
 	b, _ := os.ReadFile(logPath)
 	assert.Contains(t, string(b), "the server asks for a client certificate (mutual TLS)")
+}
+
+// An API key in TEMPORAL_API_KEY, the way Temporal Cloud takes one, reaches the server from the host workers
+// and the CLI, over TLS that the key turns on by itself: a run starts and runs. A wrong key, or none, is
+// refused, the CLI's and a worker's, saying to check the key. The key is checked by a TLS-ending proxy in front of the cluster's server,
+// which passes on only the calls that carry it, as Cloud's front end does; the tasks never see it.
+func TestE2E_APIKey(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	pki := newTestPKI(t)
+	const key = "test-key-4f1c"
+	addr := newAPIKeyProxy(t, c.address, pki, key)
+	c.workerVars = []string{"TEMPORAL_API_KEY=" + key, "TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.caCert}
+	require.NoError(t, c.startWorkerVia("key-host", addr))
+	viaEnv := append([]string{"TEMPORAL_ADDRESS=" + addr}, c.workerVars...)
+
+	id := runID(t)
+	spec := writeSpec(t, `{name: apikey, command: [sh, -c, 'echo "key seen: [${TEMPORAL_API_KEY:-none}]"'], tasks: {worker: {replicas: 1, hosts: [key-host]}}}`)
+	r := c.cliEnv(t, viaEnv, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "key seen: [none]", "a task sees no key of its worker's")
+
+	for _, m := range []struct{ what, key, want string }{
+		{"a wrong key", "wrong-key", "the server refused the API key: check TEMPORAL_API_KEY (--api-key, or a profile's api_key)"},
+		{"no key", "", "the server wants credentials: give an API key with TEMPORAL_API_KEY"},
+	} {
+		r := c.cliEnv(t, []string{"TEMPORAL_ADDRESS=" + addr, "TEMPORAL_API_KEY=" + m.key, "TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.caCert}, "status", id)
+		assert.Equal(t, 1, r.code, m.what)
+		assert.Contains(t, r.stderr, m.want, m.what)
+		assert.NotContains(t, r.stderr, "make up", m.what)
+	}
+	c.workerVars = []string{"TEMPORAL_API_KEY=wrong-key-93a1", "TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.caCert}
+	w, logPath, _, err := c.launchWorker("bad-key-host", addr)
+	require.NoError(t, err)
+	waitUntil(t, "the worker with a wrong key to exit", time.Minute, w.exited)
+	assert.Equal(t, 2, w.cmd.ProcessState.ExitCode())
+	b, _ := os.ReadFile(logPath)
+	assert.Contains(t, string(b), "the server refused the API key")
+	assert.NotContains(t, string(b), "wrong-key-93a1", "the worker's log does not show the key")
+}
+
+// newAPIKeyProxy ends TLS with the PKI's server certificate and passes to target (a plaintext gRPC server) only
+// the calls whose authorization header is "Bearer key"; the others are answered UNAUTHENTICATED, as Temporal
+// Cloud answers them. It returns its address.
+func newAPIKeyProxy(t *testing.T, target string, pki *testPKI, key string) string {
+	t.Helper()
+	forward := &httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(&url.URL{Scheme: "http", Host: target}) },
+		FlushInterval: -1,                         // gRPC streams
+		ErrorLog:      log.New(io.Discard, "", 0), // a long poll its client gave up on is no news
+		Transport: &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}},
+	}
+	cfg := pki.serverConfig()
+	cfg.ClientAuth = tls.NoClientCert
+	srv := &http.Server{TLSConfig: cfg, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			w.Header().Set("Content-Type", "application/grpc")
+			w.Header().Set("Grpc-Status", "16") // UNAUTHENTICATED
+			w.Header().Set("Grpc-Message", "Request unauthorized.")
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	})}
+	ln := listenLocal(t)
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
 }
 
 // testPKI is a certificate authority of the test's own, and the server and client certificates it signed, as

@@ -194,11 +194,14 @@ func Reach(ctx context.Context, c client.Client) error {
 }
 
 // reachError is the ReachError of a dial with opts that failed with err, with what to change when it can tell:
-// the address (addressHint) or the TLS settings (tlsHint).
+// the address (addressHint), the TLS settings (tlsHint) or the credentials (authHint).
 func reachError(ctx context.Context, opts client.Options, err error) *ReachError {
 	hint := addressHint(ctx, opts.HostPort)
 	if t := opts.ConnectionOptions.TLS; hint == "" {
 		hint = tlsHint(err, t != nil, t != nil && (len(t.Certificates) > 0 || t.GetClientCertificate != nil))
+	}
+	if hint == "" {
+		hint = authHint(err, opts.Credentials != nil)
 	}
 	return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: hint}
 }
@@ -207,7 +210,7 @@ func reachError(ctx context.Context, opts client.Options, err error) *ReachError
 type ReachError struct {
 	Address, Namespace string
 	Err                error
-	Hint               string // what to change, when it can be told: the address (addressHint) or TLS (tlsHint)
+	Hint               string // what to change, when it can be told: the address, TLS or the credentials (reachError)
 }
 
 func (e *ReachError) Error() string {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A server that does not listen is unreachable (the worker waits for it); the error says where it looked.
@@ -102,4 +104,14 @@ func TestTLSHint(t *testing.T) {
 			assert.Contains(t, got, c.want, c.err)
 		}
 	}
+}
+
+// A server's refusal of a dial's credentials says to check the key given, or to give credentials when none
+// were; any other failure gets no such hint.
+func TestAuthHint(t *testing.T) {
+	refused := errors.New("failed reaching server: rpc error: code = Unauthenticated desc = Request unauthorized.")
+	assert.Contains(t, authHint(refused, true), "the server refused the API key: check TEMPORAL_API_KEY")
+	assert.Contains(t, authHint(refused, false), "the server wants credentials")
+	assert.Contains(t, authHint(status.Error(codes.PermissionDenied, "no"), true), "the server refused the API key")
+	assert.Empty(t, authHint(errors.New("dial tcp 127.0.0.1:7233: connect: connection refused"), true))
 }

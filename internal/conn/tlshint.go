@@ -1,6 +1,11 @@
 package conn
 
-import "strings"
+import (
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // tlsHint says what to change when a dial failed over TLS, from gRPC's words for it, which name the failure
 // but not the setting that fixes it; "" for any other failure. tlsOn says whether the dial used TLS, and
@@ -33,4 +38,22 @@ func tlsHint(err error, tlsOn, clientCert bool) string {
 			"does), turn TLS on with TEMPORAL_TLS=true (--tls), or give its client certificate or API key"
 	}
 	return ""
+}
+
+// authHint says what to change when the server refused a dial's credentials; "" for any other failure. keyOn
+// says whether the dial gave an API key.
+func authHint(err error, keyOn bool) string {
+	msg := err.Error()
+	switch code := status.Code(err); {
+	case code == codes.Unauthenticated, code == codes.PermissionDenied:
+	case strings.Contains(msg, "code = Unauthenticated"), strings.Contains(msg, "code = PermissionDenied"):
+	default:
+		return ""
+	}
+	if keyOn {
+		return "the server refused the API key: check TEMPORAL_API_KEY (--api-key, or a profile's api_key), and that " +
+			"the key is for this namespace and has not expired"
+	}
+	return "the server wants credentials: give an API key with TEMPORAL_API_KEY (--api-key, or a profile's api_key), " +
+		"or a client certificate with TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH"
 }
