@@ -49,7 +49,7 @@ func (c *Client) noRun(ctx context.Context, id string) *NoRunError {
 		return e
 	}
 	if m := generatedID.FindStringSubmatch(id); m != nil && spec.IsRunName(m[1]) {
-		e.Near = flagerr.Closest(id, c.runIDs(ctx, fmt.Sprintf("%s = '%s'", workflows.SearchAttrName, m[1]), nearRunsRead))
+		e.Near = flagerr.Within(id, c.runIDs(ctx, fmt.Sprintf("%s = '%s'", workflows.SearchAttrName, m[1]), nearRunsRead), nearRunEdits)
 	}
 	return e
 }
@@ -76,6 +76,9 @@ func (c *Client) runIDs(ctx context.Context, query string, n int) []string {
 const (
 	shownRuns    = 3   // how many runs a NoRunError offers
 	nearRunsRead = 100 // how many runs of a name are read for an ID close to the one given
+	// nearRunEdits is how far an ID may be from the one given to be offered: a typo or two. Two runs of a name
+	// started the same day differ in up to 12 characters, so a looser bound would offer another run.
+	nearRunEdits = 2
 )
 
 var (

@@ -120,6 +120,17 @@ func nearest(word string, names []string, prefixes bool) string {
 	return best
 }
 
+// Within is the first of names at most edits edits from word (as editDistance counts them), or "".
+func Within(word string, names []string, edits int) string {
+	best, bestDist := "", edits+1
+	for _, n := range names {
+		if d := editDistance(word, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
 // editDistance is the edit distance between a and b, where swapping two neighbouring letters is one edit
 // (optimal string alignment).
 func editDistance(a, b string) int {

@@ -18,6 +18,8 @@ func TestEditDistance(t *testing.T) {
 	assert.Equal(t, 2, editDistance("wach", "watchx"))
 	assert.Equal(t, 3, editDistance("", "abc"))
 	assert.Equal(t, 1, editDistance("lgos", "logs"), "a swap is one edit")
+	assert.Equal(t, "run-a1b2c3", Within("run-a1b2x3", []string{"run-zzzzzz", "run-a1b2c3"}, 2))
+	assert.Equal(t, "", Within("run-a1bxyz", []string{"run-a1b2c3"}, 2), "three edits are not a typo")
 }
 
 func TestNearest(t *testing.T) {
