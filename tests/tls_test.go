@@ -19,6 +19,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,14 +134,42 @@ func TestE2E_APIKey(t *testing.T) {
 		assert.Contains(t, r.stderr, m.want, m.what)
 		assert.NotContains(t, r.stderr, "make up", m.what)
 	}
+	good := c.workerVars
 	c.workerVars = []string{"TEMPORAL_API_KEY=wrong-key-93a1", "TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.caCert}
 	w, logPath, _, err := c.launchWorker("bad-key-host", addr)
 	require.NoError(t, err)
 	waitUntil(t, "the worker with a wrong key to exit", time.Minute, w.exited)
-	assert.Equal(t, 2, w.cmd.ProcessState.ExitCode())
+	assert.Equal(t, 2, w.cmd.ProcessState.ExitCode(), "it has no task to keep")
 	b, _ := os.ReadFile(logPath)
 	assert.Contains(t, string(b), "the server refused the API key")
 	assert.NotContains(t, string(b), "wrong-key-93a1", "the worker's log does not show the key")
+
+	// A worker upgraded with a wrong key keeps the tasks it takes up, saying what to fix, until one with the
+	// right key takes over: the run goes on as if nothing had happened.
+	dir := t.TempDir()
+	id = runID(t)
+	spec = writeSpec(t, fmt.Sprintf(`{name: apikey-upgrade, command: [sh, -c, 'echo $$ > %s/pid; while [ ! -e %s/go ]; do sleep 0.1; done'],
+  tasks: {worker: {replicas: 1, hosts: [key-host]}}}`, dir, dir))
+	require.Equal(t, 0, c.cliEnv(t, viaEnv, "run", spec, "--id", id, "--detach").code)
+	pid := int(readInt(t, filepath.Join(dir, "pid"), time.Minute))
+	c.stopWorker("key-host", syscall.SIGTERM)
+	w, logPath, _, err = c.launchWorker("key-host", addr)
+	require.NoError(t, err)
+	waitUntil(t, "the worker with a wrong key to keep its task and say why", time.Minute, func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "this worker keeps this host's tasks") && strings.Contains(string(b), "the server refused the API key") || w.exited()
+	})
+	require.False(t, w.exited(), "the worker gave its task up")
+	assert.True(t, alive(pid), "the task died with its worker's wrong key")
+	c.stopWorker("key-host", syscall.SIGTERM)
+	c.workerVars = good
+	require.NoError(t, c.startWorkerVia("key-host", addr))
+	touch(t, filepath.Join(dir, "go"))
+	r = c.cliEnv(t, viaEnv, "attach", id)
+	assert.Equal(t, 0, r.code, r.String())
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Task("worker-0").Attempt, "the same attempt ran throughout")
 }
 
 // newAPIKeyProxy ends TLS with the PKI's server certificate and passes to target (a plaintext gRPC server) only

@@ -334,11 +334,12 @@ const (
 // awaitServer waits for the Temporal server to answer. A worker that cannot reach it fails, as it always did,
 // unless this host has tasks that a worker before it left running: those it keeps (their supervisors see a
 // worker attached, so they do not stop them as orphans after hostLossGrace + heartbeatTimeout), and it tries
-// again every serverRetry until the server answers, or it is told to stop. A server that answers with a
-// refusal (credentials, TLS) fails it at once.
+// again every serverRetry until the server answers, or it is told to stop. A refusal (a TLS setting, an API
+// key) counts the same: an upgrade that brought a wrong setting must not cost the tasks, and the log says
+// what to fix (conn.ReachError's hint) while they run.
 func awaitServer(ctx context.Context, cl client.Client, host *activities.Host, logger log.Logger) error {
 	err := conn.Reach(ctx, cl)
-	if err == nil || !conn.Unreachable(err) || host.Running() == 0 {
+	if err == nil || host.Running() == 0 {
 		return err
 	}
 	logger.Warn("cannot reach the Temporal server: this worker keeps this host's tasks, and tries again every "+serverRetry.String(),
@@ -357,8 +358,6 @@ func awaitServer(ctx context.Context, cl client.Client, host *activities.Host, l
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case !conn.Unreachable(err):
-			return err
 		case time.Since(nagged) >= serverNag:
 			nagged = time.Now()
 			logger.Warn("still cannot reach the Temporal server; this host's tasks keep running", "for", time.Since(began).Round(time.Second).String(),
