@@ -400,6 +400,23 @@ func (c *cluster) cli(t *testing.T, args ...string) cliResult {
 	return c.cliEnv(t, []string{"TEMPORAL_ADDRESS=" + c.address}, args...)
 }
 
+// withEnv is base with extra laid over it: NAME=VALUE sets NAME, and -NAME takes it out (a variable that is set
+// wins over a temporal.toml profile even when empty, as make's TEMPORAL_ADDRESS would).
+func withEnv(base, extra []string) []string {
+	var unset []string
+	env := slices.Clone(base)
+	for _, kv := range extra {
+		if name, ok := strings.CutPrefix(kv, "-"); ok {
+			unset = append(unset, name+"=")
+		} else {
+			env = append(env, kv)
+		}
+	}
+	return slices.DeleteFunc(env, func(kv string) bool {
+		return slices.ContainsFunc(unset, func(prefix string) bool { return strings.HasPrefix(kv, prefix) })
+	})
+}
+
 func (c *cluster) cliEnv(t *testing.T, extraEnv []string, args ...string) cliResult {
 	t.Helper()
 	return c.cliWithin(t, 3*time.Minute, extraEnv, args...)
@@ -412,7 +429,7 @@ func (c *cluster) cliWithin(t *testing.T, limit time.Duration, extraEnv []string
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "clusterrun"), args...)
 	cmd.Dir = c.root
-	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Env = withEnv(os.Environ(), extraEnv)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -64,7 +64,7 @@ client_cert_path = %q
 client_key_path = %q
 server_ca_cert_path = %q
 `, px.addr(), pki.clientCert, pki.clientKey, pki.caCert)), 0o600))
-	r = c.cliEnv(t, []string{"TEMPORAL_CONFIG_FILE=" + profile, "TEMPORAL_PROFILE=mtls"}, "status", id)
+	r = c.cliEnv(t, []string{"-TEMPORAL_ADDRESS", "TEMPORAL_CONFIG_FILE=" + profile, "TEMPORAL_PROFILE=mtls"}, "status", id)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "Succeeded")
 
