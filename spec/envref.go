@@ -20,38 +20,50 @@ func ExpandEnv(value string, lookup func(name string) string) (string, error) {
 		return value, nil
 	}
 	var b strings.Builder
+	err := scanEnv(value, func(text string) { b.WriteString(text) }, func(name string) { b.WriteString(lookup(name)) })
+	if err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// scanEnv reads an env value from the left, giving its text (with $$ as $) to text and each ${NAME}'s NAME to
+// ref, in order; or says what is wrong with its first reference that cannot be read.
+func scanEnv(value string, text func(string), ref func(name string)) error {
+	from := 0 // the text not yet given
 	for i := 0; i < len(value); i++ {
 		if value[i] != '$' || i+1 == len(value) {
-			b.WriteByte(value[i])
 			continue
 		}
 		switch next := value[i+1]; {
 		case next == '$':
-			b.WriteByte('$')
+			text(value[from : i+1])
 			i++
+			from = i + 1
 		case next == '{':
 			end := strings.IndexByte(value[i+2:], '}')
 			if end < 0 {
-				return "", fmt.Errorf("has ${ with no closing }: write ${NAME} for the host's value of NAME, or $$ for a $")
+				return fmt.Errorf("has ${ with no closing }: write ${NAME} for the host's value of NAME, or $$ for a $")
 			}
 			name := value[i+2 : i+2+end]
 			if !envNameRE().MatchString(name) {
-				return "", fmt.Errorf("has ${%s}, which names no variable: write ${NAME} for the host's value of NAME, or $$ for a $", shortKey(name))
+				return fmt.Errorf("has ${%s}, which names no variable: write ${NAME} for the host's value of NAME, or $$ for a $", shortKey(name))
 			}
-			b.WriteString(lookup(name))
+			text(value[from:i])
+			ref(name)
 			i += 2 + end
+			from = i + 1
 		case nameByte(next) && !('0' <= next && next <= '9'):
 			n := i + 1
 			for n < len(value) && nameByte(value[n]) {
 				n++
 			}
 			name := shortKey(value[i+1 : n])
-			return "", fmt.Errorf("has $%s, which no shell expands here: write ${%s} for the host's value, or $$%s for the text", name, name, name)
-		default:
-			b.WriteByte('$')
+			return fmt.Errorf("has $%s, which no shell expands here: write ${%s} for the host's value, or $$%s for the text", name, name, name)
 		}
 	}
-	return b.String(), nil
+	text(value[from:])
+	return nil
 }
 
 // nameByte says whether c may be in an environment variable's name.

@@ -103,9 +103,9 @@ func (v *validator) sizes(path string, cmd []string, env map[string]string, dir 
 	}
 }
 
-// taskBytes is what one task of a type carries in its RunTask input: its command, its env merged over the run's
-// (as the plan merges them) and its working directory.
-func taskBytes(s *RunSpec, t TaskSpec) int {
+// taskBytes is what one task of a type carries in its RunTask input: its command, its env (the run's merged
+// with the type's, mergeEnv) and its working directory.
+func taskBytes(s *RunSpec, t TaskSpec, env map[string]string) int {
 	cmd := t.Command
 	if len(cmd) == 0 {
 		cmd = s.Command
@@ -115,13 +115,7 @@ func taskBytes(s *RunSpec, t TaskSpec) int {
 		n += len(a) + 1
 	}
 	//workflowcheck:ignore
-	for k, val := range s.Env { // a sum: the order cannot show
-		if _, over := t.Env[k]; !over {
-			n += len(k) + len(val) + 2
-		}
-	}
-	//workflowcheck:ignore
-	for k, val := range t.Env {
+	for k, val := range env { // a sum: the order cannot show
 		n += len(k) + len(val) + 2
 	}
 	return n

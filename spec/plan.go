@@ -152,15 +152,9 @@ func NewPlanBy(s *RunSpec, rules Rules) (*Plan, error) {
 		if len(cmd) == 0 {
 			cmd = s.Command
 		}
-		// Map-to-map copies: the order of iteration cannot show in the result.
-		env := map[string]string{}
-		//workflowcheck:ignore
-		for k, v := range s.Env {
-			env[k] = v
-		}
-		//workflowcheck:ignore
-		for k, v := range ts.Env {
-			env[k] = v
+		env, cycles := mergeEnv(s.Env, ts.Env, rules.SpecReferences)
+		if cycles != nil { // validation refuses them first
+			return nil, &InvalidSpecError{Problems: []Problem{{Path: cycles[0].at.path(typ), Message: "refers back to itself"}}}
 		}
 		restart := resolveRestart(ts.Restart, runRestart)
 		hostLoss := mustDuration(ts.HostLossGrace, mustDuration(s.HostLossGrace, DefaultHostLossGrace))

@@ -82,10 +82,13 @@ type Rules struct {
 	// ContractReferences refuses an env value's ${CLUSTERRUN_...} naming no variable of the process contract:
 	// names with that prefix are clusterrun's, so one it does not set is a typo that reads empty (envref.go).
 	ContractReferences bool
+	// SpecReferences has an env value's ${NAME} read the spec's NAME where the spec sets one, and refuses
+	// values that refer back to themselves (envmerge.go). Before it, ${NAME} was always the host's NAME.
+	SpecReferences bool
 }
 
 // AllRules are every rule: what a spec is checked against today.
-var AllRules = Rules{EnvReferences: true, ContractReferences: true}
+var AllRules = Rules{EnvReferences: true, ContractReferences: true, SpecReferences: true}
 
 type validator struct {
 	problems []Problem
@@ -194,7 +197,11 @@ func (s *RunSpec) ValidateBy(rules Rules) []Problem {
 		total += replicas
 		over = over || t.Replicas > MaxTasks
 		v.sizes(path, t.Command, t.Env, t.WorkingDir)
-		if n := taskBytes(s, t); n > MaxTaskBytes {
+		env, cycles := mergeEnv(s.Env, t.Env, v.rules.SpecReferences)
+		for _, c := range cycles {
+			v.envCycle(typ, c, s.Env, t.Env)
+		}
+		if n := taskBytes(s, t, env); n > MaxTaskBytes {
 			v.add(path, "each task carries %d KiB of command, env and workingDir; at most %d KiB (it travels in every attempt's "+
 				"input, kept in the run's history): pass large values in a file instead", n>>10, MaxTaskBytes>>10)
 		} else {
@@ -325,6 +332,20 @@ func (v *validator) env(path string, env map[string]string) {
 			}
 		}
 	}
+}
+
+// envCycle reports a value that refers back to itself, once: a cycle in the run's env shows in every type's.
+func (v *validator) envCycle(typ string, c *envCycle, run, own map[string]string) {
+	path, value := c.at.path(typ), run[c.at.name]
+	if c.at.typ {
+		value = own[c.at.name]
+	}
+	for _, p := range v.problems {
+		if p.Path == path {
+			return
+		}
+	}
+	v.add(path, "%s", c.message(typ, value))
 }
 
 // workingDir wants an absolute path: it is taken as is on every host, where no shell expands ~ and no working

@@ -693,15 +693,16 @@ func TestE2E_BadInput(t *testing.T) {
 }
 
 // A spec's env value takes the host's value of a variable as ${NAME}: PATH: "...:${PATH}" extends the PATH
-// the task would have had, and its programs are still found.
+// the task would have had, and its programs are still found. A value that names another the spec sets reads
+// the spec's, the task type's over the run's, and a type's value that names itself extends the run's.
 func TestE2E_EnvValuesExtendTheHostsEnvironment(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	spec := writeSpec(t, `
 name: envref
-command: [sh, -c, 'echo "$PATH" > "$OUT/path"; echo "$PRICE" > "$OUT/price"; command -v sleep > "$OUT/sleep"; echo "$CKPT" > "$OUT/ckpt-$CLUSTERRUN_TASK_INDEX"']
-env: {PATH: "/opt/none/bin:${PATH}", PRICE: "$$5", OUT: "`+dir+`", CKPT: "/ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}"}
-tasks: {worker: {replicas: 2}}
+command: [sh, -c, 'echo "$PATH" > "$OUT/path"; echo "$PRICE" > "$OUT/price"; command -v sleep > "$OUT/sleep"; echo "$CKPT" > "$OUT/ckpt-$CLUSTERRUN_TASK"; echo "$PYTHONPATH" > "$OUT/pp-$CLUSTERRUN_TASK"']
+env: {PATH: "/opt/none/bin:${PATH}", PRICE: "$$5", OUT: "`+dir+`", BASE: "/ckpt/${CLUSTERRUN_RUN_ID}", CKPT: "${BASE}/${CLUSTERRUN_TASK}", PYTHONPATH: /common}
+tasks: {worker: {replicas: 2}, ps: {replicas: 1, env: {BASE: /ps-ckpt, PYTHONPATH: "${PYTHONPATH}:/ps"}}}
 `)
 	id := runID(t)
 	r := cli(t, "run", spec, "--id", id)
@@ -716,8 +717,11 @@ tasks: {worker: {replicas: 2}}
 	assert.NotContains(t, path, "$")
 	assert.Equal(t, "$5", read("price"))
 	assert.NotEmpty(t, read("sleep"), "programs on the host's PATH are still found")
-	assert.Equal(t, "/ckpt/"+id+"/worker-0", read("ckpt-0"), "a task's own variables are there to refer to")
-	assert.Equal(t, "/ckpt/"+id+"/worker-1", read("ckpt-1"))
+	assert.Equal(t, "/ckpt/"+id+"/worker-0", read("ckpt-worker-0"), "a task's own variables are there to refer to, through the spec's BASE")
+	assert.Equal(t, "/ckpt/"+id+"/worker-1", read("ckpt-worker-1"))
+	assert.Equal(t, "/ps-ckpt/ps-0", read("ckpt-ps-0"), "the run's CKPT reads the type's BASE")
+	assert.Equal(t, "/common", read("pp-worker-0"))
+	assert.Equal(t, "/common:/ps", read("pp-ps-0"), "a type's value that names itself extends the run's")
 }
 
 // The Go client path: a run started with the SDK directly, as the starter does.

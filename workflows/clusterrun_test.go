@@ -844,6 +844,23 @@ func TestClusterRun_AnEnvReferenceThatCannotBeRightFailsInvalidSpec(t *testing.T
 	}
 }
 
+// A run's env value reads the spec's other values (version 3 of ChangeEnvReferences): the leases carry CKPT
+// with the run's BASE written in, and a reference to the host's HOME left for the host. A run started before
+// it, replayed or restarted on today's workers, keeps ${BASE} for the host to read, as it did.
+func TestClusterRun_EnvValuesReadTheSpecsOtherValuesFromVersion3(t *testing.T) {
+	for version, want := range map[workflow.Version]string{3: "/data/${HOME}/ckpt", 2: "${BASE}/ckpt"} {
+		h := newHarness(t, func(string, int, int) behavior { return exits(0) })
+		if version < 3 {
+			h.env.OnGetVersion(ChangeEnvReferences, workflow.DefaultVersion, 3).Return(version)
+		}
+		_, err := h.run(t, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"BASE": "/data/${HOME}", "CKPT": "${BASE}/ckpt"},
+			Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})
+		require.NoError(t, err)
+		require.NotEmpty(t, h.hosts.inputs)
+		assert.Equal(t, want, h.hosts.inputs[0].Task.Env["CKPT"], "version %d", version)
+	}
+}
+
 // The overflow spec of the trust-boundary issue: two types whose replicas overflow their sum. Planning it once
 // took every host worker down with an out-of-memory crash; it now fails the run InvalidSpec.
 func TestClusterRun_OverflowingSpecFailsInvalidSpec(t *testing.T) {
