@@ -105,7 +105,10 @@ func (e *StartError) notes(from bool) string {
 	if strings.HasPrefix(e.Argv[0], "~/") {
 		said = append(said, "no shell runs the command to expand ~: write the home folder out")
 	}
-	if e.Near != "" {
+	switch {
+	case e.Near != "" && e.Near == "./"+e.Argv[0]:
+		said = append(said, fmt.Sprintf("did you mean %q? A name without a / is looked up on PATH, not in the working directory %s", e.Near, e.Dir))
+	case e.Near != "":
 		said = append(said, fmt.Sprintf("did you mean %q?", e.Near))
 	}
 	if len(said) == 0 {
@@ -234,9 +237,10 @@ func startError(cfg Config, err error) *StartError {
 	return se
 }
 
-// nearCommand is a command whose name is a letter or so from name's, which was not found: a program on the
-// task's PATH (then this process's, as lookPath searches) for a bare name, else a file in the folder the path
-// names (taken from dir when relative). It is written as name is, or empty when none is close.
+// nearCommand is a command whose name is a letter or so from name's, which was not found: for a bare name, the
+// file of that name in dir (as ./name) or a program on the task's PATH (then this process's, as lookPath
+// searches); else a file in the folder the path names (taken from dir when relative). It is written as name
+// is, or empty when none is close.
 func nearCommand(name, dir string, env []string) string {
 	folder, base := filepath.Split(name)
 	if len(base) < 3 {
@@ -244,6 +248,9 @@ func nearCommand(name, dir string, env []string) string {
 	}
 	var dirs []string
 	if folder == "" {
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.Mode().IsRegular() {
+			return "./" + name // a shell's user runs ./train.sh; a bare name is looked up on PATH only
+		}
 		for _, kv := range env {
 			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 				dirs = filepath.SplitList(v)

@@ -253,6 +253,9 @@ func TestStart_Errors(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "train.sh"), []byte("echo hi\n"), 0o644))
 	_, err = Start(Config{Argv: []string{"./trian.sh"}, Env: os.Environ(), Dir: dir})
 	assert.EqualError(t, err, `command "./trian.sh" does not exist on this host (taken from the task's working directory `+dir+`; did you mean "./train.sh"?): fix the path, or set workingDir`)
+	_, err = Start(Config{Argv: []string{"train.sh"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "train.sh" not found on this host (did you mean "./train.sh"? A name without a / is looked up on PATH, `+
+		`not in the working directory `+dir+`): install it or give its full path`, "a shell's user writes ./train.sh")
 	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
 	assert.EqualError(t, err, `command "./train.sh" is not executable (taken from the task's working directory `+dir+`): make it so (chmod +x) or run it through its interpreter, as in command: [sh, "./train.sh"]`)
 
