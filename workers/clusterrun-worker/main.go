@@ -210,8 +210,9 @@ type hostWorker struct {
 	reportsDone chan struct{}
 }
 
-func newHostWorker(c config, cl client.Client, host *activities.Host, logger log.Logger) *hostWorker {
-	base := worker.Options{
+// baseWorkerOptions are the options every worker of the host's starts from.
+func baseWorkerOptions(c config) worker.Options {
+	return worker.Options{
 		WorkerStopTimeout: c.shutdownGrace + 10*time.Second,
 		// Zero keeps the SDK's throttle (0.8 × heartbeatTimeout). A small cap makes status fresher but also gives
 		// each heartbeat RPC only that long.
@@ -220,6 +221,10 @@ func newHostWorker(c config, cl client.Client, host *activities.Host, logger log
 		// restart: the SDK's default of 1,000 activities at once would leave the rest waiting, then lost.
 		MaxConcurrentActivityExecutionSize: maxTasksPerHost,
 	}
+}
+
+func newHostWorker(c config, cl client.Client, host *activities.Host, logger log.Logger) *hostWorker {
+	base := baseWorkerOptions(c)
 	w := &hostWorker{c: c, cl: cl, host: host, logger: logger, pollers: &taskPollers{c: c, host: host, base: base},
 		reports: newReporter(cl, c, host, logger), reportsDone: make(chan struct{})}
 	host.OnDrain = func(drained bool) error {

@@ -51,6 +51,36 @@ func TestParseFlags_SupervisorIdle(t *testing.T) {
 	assert.EqualError(t, err, `CLUSTERRUN_WORKER_SUPERVISOR_IDLE="soon": not a duration; use e.g. 15s or 1m`)
 }
 
+// --heartbeat-throttle caps the SDK's heartbeat throttle of every worker of the host; left out, the SDK's own
+// (0.8 × the run's heartbeatTimeout) holds. --shutdown-grace gives the workers that long and 10 s more to stop.
+func TestParseFlags_HeartbeatThrottleAndShutdownGrace(t *testing.T) {
+	shim := shimBeside(t)
+	c, err := parseFlags([]string{"--host", "h", "--shim", shim})
+	require.NoError(t, err)
+	o := baseWorkerOptions(c)
+	assert.Zero(t, o.MaxHeartbeatThrottleInterval, "the SDK's")
+	assert.Equal(t, 25*time.Second, o.WorkerStopTimeout)
+
+	c, err = parseFlags([]string{"--host", "h", "--shim", shim, "--heartbeat-throttle", "2s", "--shutdown-grace", "1m"})
+	require.NoError(t, err)
+	o = baseWorkerOptions(c)
+	assert.Equal(t, 2*time.Second, o.MaxHeartbeatThrottleInterval)
+	assert.Equal(t, 70*time.Second, o.WorkerStopTimeout)
+	assert.Equal(t, maxTasksPerHost, o.MaxConcurrentActivityExecutionSize)
+}
+
+// A host's slots default to its GPUs, the /dev/nvidiaN devices (not nvidiactl, nvidia-uvm, ...), and to its
+// CPU cores without any.
+func TestCountGPUs_CountsNvidiaDevicesOnly(t *testing.T) {
+	dev := t.TempDir()
+	assert.Zero(t, countGPUs(dev))
+	for _, name := range []string{"nvidia0", "nvidia1", "nvidia7", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "null"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dev, name), nil, 0o600))
+	}
+	assert.Equal(t, 3, countGPUs(dev))
+	assert.Zero(t, countGPUs(filepath.Join(dev, "none")))
+}
+
 func TestParseFlags_TaskEnv(t *testing.T) {
 	shim := shimBeside(t)
 	t.Setenv("CLUSTERRUN_WORKER_TASK_ENV_WITHHOLD", "AWS_*, GITHUB_TOKEN")
