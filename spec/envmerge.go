@@ -16,8 +16,8 @@ import (
 // read them alike.
 
 // mergeEnv is a task type's env: the run's, with the type's values over it, each reference to a variable the
-// spec sets written out when specRefs is on; or the values that refer back to themselves, one per circle.
-func mergeEnv(run, typ map[string]string, specRefs bool) (map[string]string, []*envCycle) {
+// spec sets written out when specRefs is on; or its problems, one per circle or value too large.
+func mergeEnv(run, typ map[string]string, specRefs bool) (map[string]string, []*envProblem) {
 	env := make(map[string]string, len(run)+len(typ))
 	//workflowcheck:ignore
 	for k, v := range run { // map-to-map copies: the order of iteration cannot show
@@ -31,7 +31,7 @@ func mergeEnv(run, typ map[string]string, specRefs bool) (map[string]string, []*
 		return env, nil
 	}
 	r := &envResolver{run: run, typ: typ, done: map[envKey]resolved{}, bad: map[envKey]bool{}}
-	var cycles []*envCycle
+	var cycles []*envProblem
 	for _, k := range sortedKeys(env) {
 		v, err := r.resolve(envKey{name: k, typ: hasKey(typ, k)})
 		switch {
@@ -68,15 +68,16 @@ type resolved struct {
 	changed bool
 }
 
-// envCycle is a value that refers back to itself through others: the names from it round to it.
-type envCycle struct {
+// envProblem is a value that refers back to itself through others (chain: the values from it round to it),
+// or one that grew too large with the values it refers to.
+type envProblem struct {
 	at    envKey
 	chain []envKey
 	large bool // no circle: with what it refers to, the value (or all the values built) grew too large
 	known bool // a value that refers to one already reported
 }
 
-func (c *envCycle) message(typ, value string) string {
+func (c *envProblem) message(typ, value string) string {
 	if c.large {
 		return fmt.Sprintf("%s, with the values it refers to, takes a task's env past %d KiB, more than a task may carry: pass large values in a file instead",
 			short(value), MaxTaskBytes>>10)
@@ -102,19 +103,19 @@ type envResolver struct {
 }
 
 // resolve writes the spec's values that k's value refers to into it.
-func (r *envResolver) resolve(k envKey) (resolved, *envCycle) {
+func (r *envResolver) resolve(k envKey) (resolved, *envProblem) {
 	if v, ok := r.done[k]; ok {
 		return v, nil
 	}
 	if r.bad[k] {
-		return resolved{}, &envCycle{at: k, known: true}
+		return resolved{}, &envProblem{at: k, known: true}
 	}
 	for i, open := range r.stack {
 		if open == k {
 			for _, s := range r.stack[i:] {
 				r.bad[s] = true
 			}
-			return resolved{}, &envCycle{at: k, chain: append(append([]envKey(nil), r.stack[i:]...), k)}
+			return resolved{}, &envProblem{at: k, chain: append(append([]envKey(nil), r.stack[i:]...), k)}
 		}
 	}
 	raw := r.run[k.name]
@@ -124,7 +125,7 @@ func (r *envResolver) resolve(k envKey) (resolved, *envCycle) {
 	r.stack = append(r.stack, k)
 	defer func() { r.stack = r.stack[:len(r.stack)-1] }()
 	var b strings.Builder
-	var failed *envCycle
+	var failed *envProblem
 	changed := false
 	if scanEnv(raw, func(text string) { b.WriteString(strings.ReplaceAll(text, "$", "$$")) }, func(name string) {
 		to, ok := r.target(k, name)
@@ -134,7 +135,7 @@ func (r *envResolver) resolve(k envKey) (resolved, *envCycle) {
 		}
 		v, err := r.resolve(to)
 		if err == nil && (b.Len()+len(v.text) > MaxTaskBytes || r.built+b.Len()+len(v.text) > 2*MaxTaskBytes) {
-			err = &envCycle{at: k, large: true}
+			err = &envProblem{at: k, large: true}
 			r.bad[k] = true
 		}
 		if err != nil {

@@ -152,9 +152,9 @@ func NewPlanBy(s *RunSpec, rules Rules) (*Plan, error) {
 		if len(cmd) == 0 {
 			cmd = s.Command
 		}
-		env, cycles := mergeEnv(s.Env, ts.Env, rules.SpecReferences)
-		if cycles != nil { // validation refuses them first
-			return nil, &InvalidSpecError{Problems: []Problem{{Path: cycles[0].at.path(typ), Message: "refers back to itself"}}}
+		env, problems := mergeEnv(s.Env, ts.Env, rules.SpecReferences)
+		if problems != nil { // validation refuses them first
+			return nil, &InvalidSpecError{Problems: []Problem{{Path: problems[0].at.path(typ), Message: "cannot be read with the values it refers to"}}}
 		}
 		restart := resolveRestart(ts.Restart, runRestart)
 		hostLoss := mustDuration(ts.HostLossGrace, mustDuration(s.HostLossGrace, DefaultHostLossGrace))

@@ -197,9 +197,9 @@ func (s *RunSpec) ValidateBy(rules Rules) []Problem {
 		total += replicas
 		over = over || t.Replicas > MaxTasks
 		v.sizes(path, t.Command, t.Env, t.WorkingDir)
-		env, cycles := mergeEnv(s.Env, t.Env, v.rules.SpecReferences)
-		for _, c := range cycles {
-			v.envCycle(typ, c, s.Env, t.Env)
+		env, problems := mergeEnv(s.Env, t.Env, v.rules.SpecReferences)
+		for _, p := range problems {
+			v.envReference(typ, p, s.Env, t.Env)
 		}
 		if n := taskBytes(s, t, env); n > MaxTaskBytes {
 			v.add(path, "each task carries %d KiB of command, env and workingDir; at most %d KiB (it travels in every attempt's "+
@@ -334,8 +334,9 @@ func (v *validator) env(path string, env map[string]string) {
 	}
 }
 
-// envCycle reports a value that refers back to itself, once: a cycle in the run's env shows in every type's.
-func (v *validator) envCycle(typ string, c *envCycle, run, own map[string]string) {
+// envReference reports a value that refers back to itself, or grows too large, once: a problem of the run's
+// env shows in every type's.
+func (v *validator) envReference(typ string, c *envProblem, run, own map[string]string) {
 	path, value := c.at.path(typ), run[c.at.name]
 	if c.at.typ {
 		value = own[c.at.name]
