@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -890,6 +891,35 @@ func TestE2E_RunInterruptedCancels(t *testing.T) {
 	st, _ := outcome(t, id)
 	assert.Equal(t, workflows.StatusCanceled, st.Status)
 	assert.Empty(t, markedProcessesOf(t, "sleep 303"))
+}
+
+// A hang-up (SIGHUP, what a closed terminal or a dropped SSH session sends) detaches clusterrun run: the run
+// is not the terminal's. Its tasks go on, the same processes, and attach follows it again.
+func TestE2E_RunHungUpDetaches(t *testing.T) {
+	t.Parallel()
+	id := runID(t)
+	spec := writeSpec(t, `{name: hungup, command: [sleep, "304"], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`)
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+	cmd.Dir = env.root
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	running := func() []string { return markedProcesses(env.marker, "sleep 304", 0) }
+	waitUntil(t, "both tasks running", time.Minute, func() bool { return len(running()) == 2 })
+	pids := running()
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, 129, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "hung up: detached; run "+id+" goes on. Follow it again with: clusterrun attach "+id)
+	r := cli(t, "status", id)
+	assert.Contains(t, r.stdout, "Running", r.String())
+	assert.Equal(t, pids, running(), "the same processes go on")
+	require.Equal(t, 0, cli(t, "cancel", id).code)
+	waitUntil(t, "the tasks gone after the cancel", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 304")) == 0 })
 }
 
 // A task's stdout is a file, which Python fills in 8 KiB blocks: a training script's prints showed only once

@@ -13,11 +13,13 @@ import (
 	"github.com/clusterrun/clusterrun/internal/flagerr"
 )
 
-// Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run.
+// Exit codes beside a task's own: usage or spec errors, a canceled run, a timed-out run, a follow that a
+// hang-up ended (128 + SIGHUP, as a shell says it).
 const (
 	exitUsage    = 2
 	exitCanceled = 130
 	exitTimedOut = 124
+	exitHangUp   = 129
 )
 
 // exitError ends the program with a code, after printing its message (if any) after the command's name.

@@ -130,10 +130,11 @@ type following struct {
 
 // followRun streams output until the run ends, handling Ctrl-C, then prints the result. Ctrl-C asks, on a
 // terminal, whether to cancel the run or detach; without one, it cancels a run this command started (as srun
-// does) and leaves one it attached to.
+// does) and leaves one it attached to. A hang-up (SIGHUP: the terminal closed, an SSH session dropped)
+// always detaches: the run is not the terminal's, and goes on.
 func followRun(ctx context.Context, c client.Client, id string, stdout, stderr io.Writer, jsonOut *jsonTo, how following) error {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	type outcome struct {
@@ -182,6 +183,11 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			return report(o.st, o.err, id, stdout, jsonOut)
 		case sig := <-sigs:
 			f.clearBlock()
+			if sig == syscall.SIGHUP {
+				// Said to a terminal that may be gone: a write that fails is no news.
+				fmt.Fprintf(stderr, "hung up: detached; run %s goes on. Follow it again with: clusterrun attach %s\n", id, id)
+				return &exitError{code: exitHangUp}
+			}
 			if canceling {
 				// Tasks that ignore SIGTERM hold the stop for their stopGracePeriod, up to an hour: a second
 				// Ctrl-C leaves the stop to the run and gives the terminal back.
