@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,16 +231,21 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 
 const validateUsage = `Check a run spec and list every problem with its field path.
 
-Usage: clusterrun validate SPEC
+Usage: clusterrun validate SPEC [--env]
 
-SPEC is a file, or - for standard input. Exits 0 for a valid spec and 2 otherwise.
+SPEC is a file, or - for standard input. Exits 0 for a valid spec and 2 otherwise. With --env, it also
+prints the env each task type's tasks get from the spec, the spec's own values read in, written as a spec
+writes them: a ${NAME} left is read on the task's host as the task starts (the host's NAME, or one
+clusterrun sets), and $$ is a $.
 
 Example:
   clusterrun validate examples/demo.yaml
+  clusterrun validate train.yaml --env
 `
 
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	showEnv := fs.Bool("env", false, "also print each task type's env, with the spec's own values read in")
 	pos, err := parse(fs, validateUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
@@ -260,7 +267,30 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		names = append(names, fmt.Sprintf("%s (%s)", t.Name, where))
 	}
 	fmt.Fprintf(stdout, "%s: valid run spec %q with %d task(s): %s\n", specName(pos[0]), p.Name, len(p.Tasks), strings.Join(names, ", "))
+	if *showEnv {
+		printTypeEnvs(stdout, p)
+	}
 	return nil
+}
+
+// printTypeEnvs prints the env each task type gets from the spec, written as a spec writes a value: the
+// references left are the hosts' to read, and $$ is a $.
+func printTypeEnvs(w io.Writer, p *spec.Plan) {
+	seen := map[string]bool{}
+	for _, t := range p.Tasks {
+		if seen[t.Type] {
+			continue
+		}
+		seen[t.Type] = true
+		if len(t.Env) == 0 {
+			fmt.Fprintf(w, "env of %s: none from the spec\n", t.Type)
+			continue
+		}
+		fmt.Fprintf(w, "env of %s:\n", t.Type)
+		for _, k := range slices.Sorted(maps.Keys(t.Env)) {
+			fmt.Fprintf(w, "  %s=%s\n", k, t.Env[k])
+		}
+	}
 }
 
 // graceNote says, of a run waiting out a stop request's grace period, who asked and when what still runs is

@@ -452,6 +452,38 @@ func TestPrintJSON_Lines(t *testing.T) {
 	assert.Equal(t, "{\n  \"a\": 1,\n  \"b\": \"x\"\n}\n", out.String())
 }
 
+// validate --env prints each task type's env with the spec's own values read in, as a spec writes a value:
+// what a reference to BASE reads, a type's own BASE over the run's, and what is left for the host.
+func TestValidate_EnvShowsEachTypesEnvWithTheSpecsValuesReadIn(t *testing.T) {
+	defer func(r io.Reader) { stdin = r }(stdin)
+	var out, errb bytes.Buffer
+	stdin = strings.NewReader(`name: envs
+command: [pwd]
+env: {BASE: /data, CKPT: "${BASE}/ckpt/${CLUSTERRUN_TASK}", PRICE: "$$5"}
+tasks: {worker: {replicas: 2}, ps: {replicas: 1, env: {BASE: /ps}}, evaluator: {replicas: 1, command: [ls]}}
+`)
+	assert.Equal(t, 0, mainWithCode([]string{"validate", "-", "--env"}, &out, &errb), errb.String())
+	assert.Equal(t, `standard input: valid run spec "envs" with 4 task(s): worker-0 (pool default), worker-1 (pool default), ps-0 (pool default), evaluator-0 (pool default)
+env of worker:
+  BASE=/data
+  CKPT=/data/ckpt/${CLUSTERRUN_TASK}
+  PRICE=$$5
+env of ps:
+  BASE=/ps
+  CKPT=/ps/ckpt/${CLUSTERRUN_TASK}
+  PRICE=$$5
+env of evaluator:
+  BASE=/data
+  CKPT=/data/ckpt/${CLUSTERRUN_TASK}
+  PRICE=$$5
+`, out.String())
+
+	out.Reset()
+	stdin = strings.NewReader("name: plain\ncommand: [pwd]\ntasks: {w: {replicas: 1}}\n")
+	assert.Equal(t, 0, mainWithCode([]string{"validate", "-", "--env"}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "\nenv of w: none from the spec\n")
+}
+
 func TestValidate_ReadsASpecFromStandardInputForADash(t *testing.T) {
 	defer func(r io.Reader) { stdin = r }(stdin)
 	var out, errb bytes.Buffer
