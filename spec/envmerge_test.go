@@ -2,10 +2,7 @@ package spec
 
 import (
 	"encoding/json"
-	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -92,29 +89,17 @@ tasks:
 		`env.X: "${Y}" refers back to itself (env.X → tasks.ps.env.Y → env.X): a value may use the spec's other values, but not in a circle; write one of them out`,
 		err.Error())
 
-	var doubling strings.Builder
-	doubling.WriteString("{name: x, command: [pwd], tasks: {w: {replicas: 1}}, env: {V0: \"" + strings.Repeat("z", 1000) + "\"")
-	for i := 1; i <= 40; i++ {
-		doubling.WriteString(", V" + strconv.Itoa(i) + ": \"${V" + strconv.Itoa(i-1) + "}${V" + strconv.Itoa(i-1) + "}\"")
-	}
-	doubling.WriteString("}}")
-	_, err = Parse([]byte(doubling.String()))
+	_, err = Parse([]byte(doublingEnv(40)))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `env.V9: "${V8}${V8}", with the values it refers to, takes a task's env past 256 KiB, more than a task may carry: pass large values in a file instead`)
 	assert.Contains(t, err.Error(), "(1 problem(s))", "the values that refer to it are not named again")
 
 	// A chain of values that each hold the one before: each is under the limit, their sum is not, and it is
 	// stopped as it passes twice the limit, not built whole (a thousand copies of 200 KB).
-	var chain strings.Builder
-	chain.WriteString("{name: x, command: [pwd], tasks: {w: {replicas: 1}}, env: {C0000: \"" + strings.Repeat("z", 200<<10) + "\"")
-	for i := 1; i < 1000; i++ {
-		chain.WriteString(fmt.Sprintf(", C%04d: \"${C%04d}\"", i, i-1))
-	}
-	chain.WriteString("}}")
 	var stats runtime.MemStats
 	runtime.ReadMemStats(&stats)
 	allocated := stats.TotalAlloc
-	_, err = Parse([]byte(chain.String()))
+	_, err = Parse([]byte(chainedEnv(1000, 200<<10)))
 	runtime.ReadMemStats(&stats)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "takes a task's env past 256 KiB")

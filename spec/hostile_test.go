@@ -38,6 +38,29 @@ var hostileSpecs = []struct{ name, doc, want string }{
 	{"a long env name", fmt.Sprintf(`{"name": "x", "command": ["a"], "env": {%q: "1"}, "tasks": {"w": {"replicas": 1}}}`, strings.Repeat("E", 300)),
 		"not a valid environment variable name"},
 	{"many unknown fields", manyUnknown(500), "and 400 more problems"},
+	{"env values that double at each reference", doublingEnv(40), `env.V9: "${V8}${V8}", with the values it refers to, takes a task's env past 256 KiB`},
+	{"a chain of env values that each hold the one before", chainedEnv(1000, 200<<10), "takes a task's env past 256 KiB"},
+	{"env values in a circle", `{name: x, command: [a], env: {A: "${B}", B: "${A}"}, tasks: {w: {replicas: 1}}}`, "refers back to itself"},
+}
+
+// doublingEnv is a spec whose env value Vi is V(i-1) twice, for i up to n: 2^n times V0's 1,000 bytes.
+func doublingEnv(n int) string {
+	var b strings.Builder
+	b.WriteString(`{name: x, command: [pwd], tasks: {w: {replicas: 1}}, env: {V0: "` + strings.Repeat("z", 1000) + `"`)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, `, V%d: "${V%d}${V%d}"`, i, i-1, i-1)
+	}
+	return b.String() + "}}"
+}
+
+// chainedEnv is a spec of n env values, the first of size bytes and each other the one before it.
+func chainedEnv(n, size int) string {
+	var b strings.Builder
+	b.WriteString(`{name: x, command: [pwd], tasks: {w: {replicas: 1}}, env: {C0000: "` + strings.Repeat("z", size) + `"`)
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, `, C%04d: "${C%04d}"`, i, i-1)
+	}
+	return b.String() + "}}"
 }
 
 func manyTypes(types, replicas int) string {
