@@ -870,23 +870,35 @@ func TestE2E_RunInterruptedTwiceDetachesWhileTheStopGoesOn(t *testing.T) {
 	assert.Contains(t, cli(t, "status", id).stdout, "it did not exit within its 12s grace period (stopGracePeriod) after SIGTERM")
 }
 
-// Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
-func TestE2E_RunInterruptedCancels(t *testing.T) {
-	id := runID(t)
-	spec := writeSpec(t, `{name: interrupted, command: [sleep, "303"], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`)
-	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+// runOfTwoSleepers starts clusterrun run of two tasks that sleep for arg seconds (no terminal), and returns
+// once both run.
+func runOfTwoSleepers(t *testing.T, name, arg string) (id string, cmd *exec.Cmd, out *strings.Builder) {
+	t.Helper()
+	id = runID(t)
+	spec := writeSpec(t, fmt.Sprintf(`{name: %s, command: [sleep, "%s"], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`, name, arg))
+	cmd = exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
 	cmd.Dir = env.root
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
-	waitUntil(t, "both tasks running", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 303")) == 2 })
+	waitUntil(t, "both tasks running", time.Minute, func() bool { return len(markedProcesses(env.marker, "sleep "+arg, 0)) == 2 })
+	return id, cmd, out
+}
 
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err := cmd.Wait()
+// signaled sends cmd sig and returns its exit code.
+func signaled(t *testing.T, cmd *exec.Cmd, sig os.Signal, out *strings.Builder) int {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(sig))
 	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, out.String())
-	assert.Equal(t, 130, ee.ExitCode(), out.String())
+	require.ErrorAs(t, cmd.Wait(), &ee, out.String())
+	return ee.ExitCode()
+}
+
+// Ctrl-C without a terminal cancels the run: every task stops, the CLI exits 130.
+func TestE2E_RunInterruptedCancels(t *testing.T) {
+	id, cmd, out := runOfTwoSleepers(t, "interrupted", "303")
+	assert.Equal(t, 130, signaled(t, cmd, os.Interrupt, out), out.String())
 	assert.Contains(t, out.String(), "canceling run "+id)
 	st, _ := outcome(t, id)
 	assert.Equal(t, workflows.StatusCanceled, st.Status)
@@ -897,23 +909,10 @@ func TestE2E_RunInterruptedCancels(t *testing.T) {
 // is not the terminal's. Its tasks go on, the same processes, and attach follows it again.
 func TestE2E_RunHungUpDetaches(t *testing.T) {
 	t.Parallel()
-	id := runID(t)
-	spec := writeSpec(t, `{name: hungup, command: [sleep, "304"], stopGracePeriod: 2s, tasks: {worker: {replicas: 2}}}`)
-	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
-	cmd.Dir = env.root
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
+	id, cmd, out := runOfTwoSleepers(t, "hungup", "304")
 	running := func() []string { return markedProcesses(env.marker, "sleep 304", 0) }
-	waitUntil(t, "both tasks running", time.Minute, func() bool { return len(running()) == 2 })
 	pids := running()
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, out.String())
-	assert.Equal(t, 129, ee.ExitCode(), out.String())
+	assert.Equal(t, 129, signaled(t, cmd, syscall.SIGHUP, out), out.String())
 	assert.Contains(t, out.String(), "hung up: detached; run "+id+" goes on. Follow it again with: clusterrun attach "+id)
 	r := cli(t, "status", id)
 	assert.Contains(t, r.stdout, "Running", r.String())
