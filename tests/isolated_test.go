@@ -33,7 +33,8 @@ type devServer struct {
 	uiPort   int    // 0: no Web UI
 	uiCodec  string // the Web UI's codec server, if any
 	proc     *owned
-	postgres *postgresServer // non-nil: the server runs on PostgreSQL
+	postgres *postgresServer   // non-nil: the server runs on PostgreSQL
+	dynamic  map[string]string // dynamic config values over the deployment's, as key: value
 }
 
 // owned is a process the test binary started: Pdeathsig ends it when the test binary dies, even by a panic that
@@ -94,9 +95,13 @@ func (s *devServer) start() error {
 	}
 	// As make up does: the dev server's shared flags (its database's journal) come from start-server.sh.
 	script := filepath.Join(filepath.Dir(filepath.Dir(s.bin)), "deployments", "dev", "start-server.sh")
-	return s.startProcess(exec.Command(script, append([]string{"--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
+	args := append([]string{"--ip", "127.0.0.1", "--port", fmt.Sprint(s.port),
 		"--http-port", fmt.Sprint(s.httpPort), "--metrics-port", fmt.Sprint(s.metrics), "--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
-		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)...))
+		"--search-attribute", workflows.SearchAttrName + "=Keyword", "--search-attribute", workflows.SearchAttrState + "=Keyword"}, ui...)
+	for k, v := range s.dynamic {
+		args = append(args, "--dynamic-config-value", k+"="+v)
+	}
+	return s.startProcess(exec.Command(script, args...))
 }
 
 // startProcess starts the server's process, logging to temporal.log in its folder, and waits until it answers.

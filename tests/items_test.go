@@ -431,12 +431,21 @@ func TestE2E_CLIItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t 
 	itemsAcrossAWorkerRestart(t, true, filepath.Join(env.root, "tests", "testdata", "items_restart.sh"), 40)
 }
 
-// itemsAcrossAWorkerRestart runs items items of items_restart.py, with chiefCommand as the chief if given.
+// itemsAcrossAWorkerRestart runs items items of items_restart.py, with chiefCommand as the chief if given. With
+// newHistory, the run has a cluster of its own whose server suggests a new history at itemsEarlyHistory events:
+// on the shared server (4,096, the default), each of three such tests flooded some 24,000 no-op items through
+// host-a and host-b beside the whole suite, and one waited over 8 minutes for the new history (CI, 2026-11-30).
 func itemsAcrossAWorkerRestart(t *testing.T, newHistory bool, chiefCommand string, items int) {
 	t.Parallel()
+	c := env
+	if newHistory {
+		c = isolatedWith(t, func(s *devServer) {
+			s.dynamic = map[string]string{"limit.historyCount.suggestContinueAsNew": strconv.Itoa(itemsEarlyHistory)}
+		}, "host-a", "host-b")
+	}
 	host := "items-" + randomHex(3)
-	require.NoError(t, env.startWorker(host))
-	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })
+	require.NoError(t, c.startWorker(host))
+	t.Cleanup(func() { c.stopWorker(host, syscall.SIGTERM) })
 	mark := t.TempDir()
 	id := runID(t)
 	chief := "{replicas: 1, hosts: [" + host + "]}"
@@ -455,7 +464,7 @@ tasks:
   worker: {replicas: 2, hosts: [host-a, host-b]}
   flood: {replicas: 1, hosts: [host-a]}
 `)
-	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
 
 	joining := filepath.Join(mark, "joining")
 	waitUntil(t, "the chief to join", 2*time.Minute, func() bool {
@@ -466,29 +475,33 @@ tasks:
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
-	waitUntil(t, "the chief's join to wait in the run", time.Minute, func() bool { return waitingCall(t, id, "chief-0/1/") })
-	env.stopWorker(host, syscall.SIGKILL)
+	waitUntil(t, "the chief's join to wait in the run", time.Minute, func() bool { return waitingCall(t, c, id, "chief-0/1/") })
+	c.stopWorker(host, syscall.SIGKILL)
 	touch(t, filepath.Join(mark, "go"))
 	waitUntil(t, "every item to finish while the chief's worker is down", 2*time.Minute, func() bool {
-		counts, ok := itemCounts(t, id)
+		counts, ok := itemCounts(t, c, id)
 		return ok && counts.Done >= int64(items)
 	})
 	if newHistory {
-		first := itemsExecution(t, id)
+		first, _ := itemsExecution(t, c, id)
 		require.NotEmpty(t, first)
 		touch(t, filepath.Join(mark, "flood"))
-		// 10,000 events of no-op items: seconds alone, but once (2026-11-30) over 4 minutes with the whole
-		// suite on the machine's 2 cores.
-		waitUntil(t, "the items workflow to continue as new", 8*time.Minute, func() bool {
-			now := itemsExecution(t, id)
+		logged := time.Now()
+		waitUntil(t, "the items workflow to continue as new", 4*time.Minute, func() bool {
+			now, events := itemsExecution(t, c, id)
+			if time.Since(logged) > 30*time.Second {
+				logged = time.Now()
+				counts, _ := itemCounts(t, c, id)
+				t.Logf("the items workflow has %d events; items %+v", events, counts)
+			}
 			return now != "" && now != first
 		})
 		touch(t, filepath.Join(mark, "flood-stop"))
 	}
 	require.True(t, alive(pid), "the chief died with its worker")
-	require.NoError(t, env.startWorker(host))
+	require.NoError(t, c.startWorker(host))
 
-	st, err := outcome(t, id)
+	st, err := c.outcome(t, id)
 	require.NoError(t, err, "%+v", st)
 	var got struct {
 		Results int      `json:"results"`
@@ -500,13 +513,18 @@ tasks:
 	assert.Equal(t, 1, st.Task("chief-0").Attempt, "the chief ran on, not restarted")
 }
 
+// itemsEarlyHistory is where the servers of itemsAcrossAWorkerRestart's new-history runs suggest continuing as
+// new: past what the run's first part writes (40 items scheduled one call each, or 300 in a few calls), within
+// a few rounds of the flood.
+const itemsEarlyHistory = 1000
+
 // waitingCall says whether a work-item call whose update id starts with prefix (a task attempt's, as
 // "chief-0/1/") waits in the run: the run's items workflow accepted it and has not answered it yet.
-func waitingCall(t *testing.T, id, prefix string) bool {
+func waitingCall(t *testing.T, c *cluster, id, prefix string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	open := map[string]bool{}
-	it := env.client.GetWorkflowHistory(ctx, workflows.ItemsWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.client.GetWorkflowHistory(ctx, workflows.ItemsWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
@@ -528,8 +546,8 @@ func waitingCall(t *testing.T, id, prefix string) bool {
 }
 
 // itemCounts reads a run's item counts from clusterrun status.
-func itemCounts(t *testing.T, id string) (workflows.ItemCounts, bool) {
-	s := cli(t, "status", id, "-o", "json")
+func itemCounts(t *testing.T, c *cluster, id string) (workflows.ItemCounts, bool) {
+	s := c.cli(t, "status", id, "-o", "json")
 	var view struct {
 		Items *workflows.ItemCounts `json:"items"`
 	}
@@ -539,15 +557,16 @@ func itemCounts(t *testing.T, id string) (workflows.ItemCounts, bool) {
 	return *view.Items, true
 }
 
-// itemsExecution is the run id of the run's items workflow now: it changes when the workflow continues as new.
-func itemsExecution(t *testing.T, id string) string {
+// itemsExecution is the run id of the run's items workflow now (it changes when the workflow continues as new),
+// and how many events its history has; "" if it cannot be described.
+func itemsExecution(t *testing.T, c *cluster, id string) (string, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := env.client.DescribeWorkflowExecution(ctx, workflows.ItemsWorkflowID(id), "")
+	d, err := c.client.DescribeWorkflowExecution(ctx, workflows.ItemsWorkflowID(id), "")
 	if err != nil {
-		return ""
+		return "", 0
 	}
-	return d.WorkflowExecutionInfo.GetExecution().GetRunId()
+	return d.WorkflowExecutionInfo.GetExecution().GetRunId(), d.WorkflowExecutionInfo.GetHistoryLength()
 }
 
 // A gang restart brings every task back to its host and port: the new generation's TF_CONFIG holds the cluster

@@ -184,6 +184,24 @@ type postgresServer struct {
 	made bool // the namespace and search attributes exist
 }
 
+// dynamicConfigFile is the server's dynamic config: the deployment's, or a copy in the server's folder with
+// s.dynamic's values added.
+func (s *devServer) dynamicConfigFile(root string) (string, error) {
+	file := filepath.Join(root, "deployments", "postgres", "config", "dynamicconfig.yaml")
+	if len(s.dynamic) == 0 {
+		return file, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	for k, v := range s.dynamic {
+		b = fmt.Appendf(b, "%s:\n  - value: %s\n", k, v)
+	}
+	mine := filepath.Join(s.dir, "dynamicconfig.yaml")
+	return mine, os.WriteFile(mine, b, 0o644)
+}
+
 func (s *devServer) startOnPostgres(root string) error {
 	p := s.postgres
 	if p.db == "" {
@@ -192,8 +210,12 @@ func (s *devServer) startOnPostgres(root string) error {
 			return err
 		}
 		p.db = db
+		dynamic, err := s.dynamicConfigFile(root)
+		if err != nil {
+			return err
+		}
 		p.env = []string{"TEMPORAL_DB=" + db, "POSTGRES_PORT=" + strconv.Itoa(p.pg.port), "TEMPORAL_PORT=" + strconv.Itoa(s.port),
-			"TEMPORAL_LOG_LEVEL=error", "TEMPORAL_DYNAMIC_CONFIG=" + filepath.Join(root, "deployments", "postgres", "config", "dynamicconfig.yaml")}
+			"TEMPORAL_LOG_LEVEL=error", "TEMPORAL_DYNAMIC_CONFIG=" + dynamic}
 		for _, name := range []string{"HTTP", "HISTORY", "MATCHING", "WORKER"} {
 			port, err := freeTCPPort()
 			if err != nil {
