@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -919,6 +920,54 @@ func TestE2E_RunHungUpDetaches(t *testing.T) {
 	assert.Equal(t, pids, running(), "the same processes go on")
 	require.Equal(t, 0, cli(t, "cancel", id).code)
 	waitUntil(t, "the tasks gone after the cancel", time.Minute, func() bool { return len(markedProcessesOf(t, "sleep 304")) == 0 })
+}
+
+// A reader of clusterrun run's output that leaves (run ... | head) ends neither the run nor its following: run
+// says so once, follows the run to its end and exits with its code, as srun does. Before, the Go runtime's
+// SIGPIPE ended the command at its next write, with no word and no exit code of the run's.
+func TestE2E_RunWhoseReaderLeavesFollowsToTheEnd(t *testing.T) {
+	t.Parallel()
+	id, mark := runID(t), t.TempDir()
+	spec := writeSpec(t, `{name: reader-leaves, env: {MARK: `+mark+`}, tasks: {worker: {replicas: 1}},
+  command: [sh, -c, 'i=0; while [ ! -e "$MARK/end" ]; do echo "line $i"; i=$((i + 1)); sleep 0.1; done; exit 3']}`)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "run", spec, "--id", id)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); cli(t, "cancel", id) }) // nothing left behind if the test fails
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	out := bufio.NewReader(r)
+	for line := ""; !strings.Contains(line, "line 0"); {
+		line, err = out.ReadString('\n')
+		require.NoError(t, err, stderr.String())
+	}
+	r.Close() // the reader leaves, as head does
+
+	left := "the output's reader is gone; run " + id + " is followed to its end"
+	waitUntil(t, "run to say its reader left", time.Minute, func() bool { return strings.Contains(stderr.String(), left) })
+	waitUntil(t, "the task to write on", time.Minute, func() bool {
+		return strings.Contains(cli(t, "logs", id, "worker-0", "--stdout").stdout, "line 30\n")
+	})
+	select {
+	case err := <-exited:
+		t.Fatalf("run ended while its run went on: %v\n%s", err, stderr.String())
+	default:
+	}
+	touch(t, filepath.Join(mark, "end"))
+	select {
+	case err = <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("run did not end with its run")
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, stderr.String())
+	assert.Equal(t, 3, exit.ExitCode(), "the run's code: %s", stderr.String())
+	assert.Equal(t, 1, strings.Count(stderr.String(), left), stderr.String())
 }
 
 // A task's stdout is a file, which Python fills in 8 KiB blocks: a training script's prints showed only once

@@ -136,6 +136,13 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// With SIGPIPE notified, a write to a closed pipe fails with EPIPE instead of ending the program: kept for
+	// the rest of the command, so that its last words cannot end it either.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	stdout = &closedOutput{w: stdout, gone: func() {
+		fmt.Fprintf(stderr, "clusterrun: the output's reader is gone; run %s is followed to its end without it, and this "+
+			"command exits with the run's code (Ctrl-C to cancel or detach). The output: clusterrun logs %s\n", id, id)
+	}}
 
 	type outcome struct {
 		st  workflows.RunStatus
