@@ -33,6 +33,8 @@ table (with -o json or jsonl: the tasks' output goes to stderr and the final sta
 exits with 0 on success, the chief's (or else the first failed task's) exit code on failure, 124 on
 maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run
 or detach from it (without a terminal, Ctrl-C cancels); 'clusterrun attach RUN' follows a detached run again.
+A hang-up (the terminal closed) detaches with 129. A reader of the output that leaves (| head) ends neither
+the run nor this command, which follows the run to its end and exits with its code.
 
 Example:
   clusterrun run examples/demo.yaml
