@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -141,10 +142,17 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	// With SIGPIPE notified, a write to a closed pipe fails with EPIPE instead of ending the program: kept for
 	// the rest of the command, so that its last words cannot end it either.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	stdout = &closedOutput{w: stdout, gone: func() {
-		fmt.Fprintf(stderr, "clusterrun: the output's reader is gone; run %s is followed to its end without it, and this "+
-			"command exits with the run's code (Ctrl-C to cancel or detach). The output: clusterrun logs %s\n", id, id)
-	}}
+	var said sync.Once
+	gone := func() {
+		said.Do(func() {
+			fmt.Fprintf(stderr, "clusterrun: the output's reader is gone; run %s is followed to its end without it, and this "+
+				"command exits with the run's code (Ctrl-C to cancel or detach). The output: clusterrun logs %s\n", id, id)
+		})
+	}
+	stdout = &closedOutput{w: stdout, gone: gone}
+	if jsonOut != nil {
+		jsonOut = &jsonTo{w: &closedOutput{w: jsonOut.w, gone: gone}, format: jsonOut.format}
+	}
 
 	type outcome struct {
 		st  workflows.RunStatus
