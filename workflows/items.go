@@ -36,7 +36,8 @@ func ItemsWorkflowID(runWorkflowID string) string { return runWorkflowID + "/ite
 // waits keep continue-as-new prompt: it waits for every running handler.
 const MaxItemWait = 10 * time.Second
 
-// itemsHistoryLimit continues ClusterItems as new past this many events, before the server would suggest it.
+// itemsHistoryLimit continues ClusterItems as new past this many events where the server suggests it later or
+// never (a server's default suggestion comes first, at 4,096 events: limit.historyCount.suggestContinueAsNew).
 const itemsHistoryLimit = 10_000
 
 // ItemsInput starts ClusterItems, or continues it with its state.
