@@ -28,10 +28,13 @@ func TestFault_ATaskTheOOMKillerKilledSaysSo(t *testing.T) {
 	main, child := memoryLimitedCgroup(t, 64<<20), memoryLimitedCgroup(t, 64<<20)
 	loader := filepath.Join(t.TempDir(), "loader.py")
 	// As a DataLoader does, the parent looks at its worker now and then, not at once: the worker is still
-	// there to be found in the task's process group when its host reads the kernel's line.
+	// there to be found in the task's process group when its host reads the kernel's line. The parent reaps it
+	// a second after its death (WNOWAIT waits for the death without reaping): a fixed second from the start
+	// was not enough once, in a race-enabled suite, where the worker's Python took that long to start.
 	require.NoError(t, os.WriteFile(loader, []byte(fmt.Sprintf(`
-import subprocess, sys, time
+import os, subprocess, sys, time
 worker = subprocess.Popen(["sh", "-c", "echo $$ > %s && exec python3 -c 'x = bytearray(512 << 20)'"])
+os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOWAIT)
 time.sleep(1)
 sys.exit("DataLoader worker (pid %%d) exited unexpectedly with %%d" %% (worker.pid, worker.wait()))
 `, child)), 0o644))
