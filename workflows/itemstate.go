@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -231,14 +232,19 @@ func (s *itemState) seen(who TaskAttempt, now time.Time) {
 	if !ok {
 		return
 	}
-	for _, id := range s.ids() {
+	lost := func(it *Item) bool {
+		return it.State == ItemRunning && it.lastAttempt().Task == who.Task && it.lastAttempt().Attempt < who.Attempt
+	}
+	orphan := func(it *Item) bool {
+		return it.Scheduler.Task == who.Task && it.Scheduler.Attempt < who.Attempt && it.Key == "" && !it.Hold
+	}
+	for _, id := range s.idsWhere(func(it *Item) bool { return lost(it) || orphan(it) }) {
 		it := s.Items[id]
-		if it.State == ItemRunning {
-			if a := &it.Attempts[len(it.Attempts)-1]; a.Task == who.Task && a.Attempt < who.Attempt {
-				s.requeue(it, now, fmt.Sprintf("lost: %s attempt %d ended", a.Task, a.Attempt))
-			}
+		if lost(it) {
+			a := it.lastAttempt()
+			s.requeue(it, now, fmt.Sprintf("lost: %s attempt %d ended", a.Task, a.Attempt))
 		}
-		if it.Scheduler.Task == who.Task && it.Scheduler.Attempt < who.Attempt && it.Key == "" && !it.Hold {
+		if orphan(it) {
 			s.abandon(it)
 		}
 	}
@@ -246,14 +252,26 @@ func (s *itemState) seen(who TaskAttempt, now time.Time) {
 
 // ids lists the held items in id order, so that every walk over them is deterministic.
 func (s *itemState) ids() []int64 {
-	ids := make([]int64, 0, len(s.Items))
+	return s.idsWhere(func(*Item) bool { return true })
+}
+
+// idsWhere lists, in id order, the held items that match: a walk that acts on a few of many items (a busy
+// run holds thousands) sorts only those. The match must read the item alone, so that acting on one item
+// cannot change whether another matches.
+func (s *itemState) idsWhere(match func(*Item) bool) []int64 {
+	var ids []int64
 	//workflowcheck:ignore sorted below: the order of iteration cannot show
-	for id := range s.Items {
-		ids = append(ids, id)
+	for id, it := range s.Items {
+		if match(it) {
+			ids = append(ids, id)
+		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	return ids
 }
+
+// lastAttempt is a running item's current hand-out.
+func (it *Item) lastAttempt() *ItemAttempt { return &it.Attempts[len(it.Attempts)-1] }
 
 // room says whether one more item of n bytes of arguments fits.
 func (s *itemState) room(n int) bool {
@@ -401,12 +419,15 @@ func (s *itemState) renew(who TaskAttempt, leases []int64, now time.Time) {
 	for _, l := range leases {
 		held[l] = true
 	}
-	for _, id := range s.ids() {
-		it := s.Items[id]
+	if len(held) == 0 {
+		return
+	}
+	//workflowcheck:ignore each item's deadline is its own: the order of iteration cannot show
+	for _, it := range s.Items {
 		if it.State != ItemRunning {
 			continue
 		}
-		if a := &it.Attempts[len(it.Attempts)-1]; held[a.Lease] && a.Task == who.Task && a.Attempt == who.Attempt {
+		if a := it.lastAttempt(); held[a.Lease] && a.Task == who.Task && a.Attempt == who.Attempt {
 			a.Deadline = now.Add(s.Config.Lease)
 		}
 	}
@@ -415,19 +436,23 @@ func (s *itemState) renew(who TaskAttempt, leases []int64, now time.Time) {
 // expire puts items whose lease deadline passed back in the queue, and returns the next deadline (zero for none).
 func (s *itemState) expire(now time.Time) time.Time {
 	var next time.Time
-	for _, id := range s.ids() {
-		it := s.Items[id]
+	expired := s.idsWhere(func(it *Item) bool {
 		if it.State != ItemRunning {
-			continue
+			return false
 		}
-		a := it.Attempts[len(it.Attempts)-1]
-		if !now.Before(a.Deadline) {
-			s.requeue(it, now, fmt.Sprintf("lease expired: no result or renewal from %s attempt %d within %s", a.Task, a.Attempt, s.Config.Lease))
-			continue
+		d := it.lastAttempt().Deadline
+		if !now.Before(d) {
+			return true
 		}
-		if next.IsZero() || a.Deadline.Before(next) {
-			next = a.Deadline
+		if next.IsZero() || d.Before(next) {
+			next = d // the earliest of the rest: a minimum, whatever the order
 		}
+		return false
+	})
+	for _, id := range expired {
+		it := s.Items[id]
+		a := it.lastAttempt()
+		s.requeue(it, now, fmt.Sprintf("lease expired: no result or renewal from %s attempt %d within %s", a.Task, a.Attempt, s.Config.Lease))
 	}
 	return next
 }
@@ -512,15 +537,11 @@ func (s *itemState) deliver(who TaskAttempt, ids []int64, acks Acks) []ItemResul
 		asked[id] = true
 	}
 	var out []ItemResult
-	for _, id := range s.ids() {
-		it := s.Items[id]
-		if it.State != ItemDone && it.State != ItemFailed {
-			continue
-		}
+	for _, id := range s.idsWhere(func(it *Item) bool {
 		mine := it.Scheduler.Task == who.Task && !it.Hold && !it.Delivered
-		if !mine && !asked[id] {
-			continue
-		}
+		return (it.State == ItemDone || it.State == ItemFailed) && (mine || asked[it.ID])
+	}) {
+		it := s.Items[id]
 		out = append(out, ItemResult{ID: it.ID, Key: it.Key, State: it.State, Result: it.Result, Error: it.Error})
 		it.Delivered = true
 		switch {
