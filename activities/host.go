@@ -102,6 +102,7 @@ type Host struct {
 
 	mu        sync.Mutex
 	followers map[string]context.CancelFunc // runs whose history this host follows
+	takeGates takeGates                     // takes of a run's items that wait, one at a time (takegate.go)
 	drained   bool
 	stopLoops context.CancelFunc
 	spares    *shim.Spares // a supervisor started ahead of the next run's first task here

@@ -63,7 +63,13 @@ func (c *controlServer) itemsTake(r *http.Request) (any, int, error) {
 		in.Done = append(in.Done, workflows.ItemOutcome(o))
 	}
 	var out workflows.TakeItemsResult
-	if status, err := c.itemsUpdate(r, workflows.UpdateItemsTake, wait, func(w time.Duration) any { in.Wait = w; return in }, &out); err != nil {
+	var status int
+	if wait > 0 && in.Max > 0 {
+		status, err = c.takeInTurn(r, &in, wait, &out)
+	} else {
+		status, err = c.itemsUpdate(r, workflows.UpdateItemsTake, wait, func(w time.Duration) any { in.Wait = w; return in }, &out)
+	}
+	if err != nil {
 		return nil, status, err
 	}
 	ans := task.TakeAnswer{Items: []task.LeasedItem{}}
@@ -145,10 +151,17 @@ func (c *controlServer) itemsUpdateID(r *http.Request) (string, error) {
 // it may be answered. A refused take whose wait runs out is answered here with no item; a schedule or a wait
 // is sent once more without waiting, for what it has to hand. Errors name what the task can do.
 func (c *controlServer) itemsUpdate(r *http.Request, name string, wait time.Duration, in func(time.Duration) any, out any) (int, error) {
+	return c.itemsUpdateAs(r, "", name, wait, in, out)
+}
+
+// itemsUpdateAs is itemsUpdate with suffix added to the call's update id: one call sent as two updates
+// (takeInTurn) applies each once.
+func (c *controlServer) itemsUpdateAs(r *http.Request, suffix, name string, wait time.Duration, in func(time.Duration) any, out any) (int, error) {
 	updateID, err := c.itemsUpdateID(r)
 	if err != nil {
 		return http.StatusBadRequest, err
 	}
+	updateID += suffix
 	ctx := r.Context()
 	if wait > 0 { // a worker waiting for items, a chief in join: not hung (a lease's renewal does not wait)
 		c.e.beginWait()

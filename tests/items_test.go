@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
@@ -651,8 +652,9 @@ func TestE2E_ARunWithoutItemsIsReadWithoutLookingForThem(t *testing.T) {
 // 24 workers wait for items at once, more than the 10 updates Temporal lets a workflow have in flight
 // (history.maxInFlightUpdates). Before, every waiting take was one of those: 50 workers took them all, the
 // others' calls and reports were refused for minutes, and the run failed. Now at most 4
-// requests wait inside the items workflow (read from its histories), the rest wait on their host worker, no
-// task's call has to be tried again, and every result is right.
+// requests wait inside the items workflow (read from its histories), and of its takes one per host: the
+// other idle workers of a host wait their turn on their host worker. No task's call has to be tried again,
+// and every result is right.
 func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 	t.Parallel()
 	c := isolated(t, "host-a", "host-b")
@@ -682,14 +684,18 @@ tasks:
 	assert.Zero(t, got.Wrong, "every result right")
 	t.Logf("3,000 items over 24 workers at %.0f items/s", got.Rate)
 
-	waiting := mostUpdatesWaiting(t, c, workflows.ItemsWorkflowID(id))
+	waiting := mostUpdatesWaiting(t, c, workflows.ItemsWorkflowID(id), "")
 	assert.LessOrEqual(t, waiting, workflows.ParkBudget, "requests waiting inside the items workflow at once")
 	assert.Positive(t, waiting, "some requests waited there")
+	takes := mostUpdatesWaiting(t, c, workflows.ItemsWorkflowID(id), workflows.UpdateItemsTake)
+	assert.LessOrEqual(t, takes, 2, "takes waiting inside the items workflow at once: one per host, the rest wait their turn on it")
 }
 
-// mostUpdatesWaiting reads every history of a workflow and returns the most updates that were accepted by one
-// workflow task and still unanswered when a later one completed: the requests waiting inside it at once.
-func mostUpdatesWaiting(t *testing.T, c *cluster, workflowID string) int {
+// mostUpdatesWaiting reads every history of a workflow and returns the most updates (of that name, or any for
+// "") that were accepted by one workflow task, answered by a later one, and still unanswered when another
+// completed in between: the requests waiting inside it at once. An update never answered is left out: its
+// task's call ended (the task was stopped with its run) and the run never got to it.
+func mostUpdatesWaiting(t *testing.T, c *cluster, workflowID, name string) int {
 	t.Helper()
 	res, err := c.client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
 		Query: fmt.Sprintf("WorkflowId = '%s'", workflowID)})
@@ -697,16 +703,27 @@ func mostUpdatesWaiting(t *testing.T, c *cluster, workflowID string) int {
 	require.NotEmpty(t, res.GetExecutions())
 	most := 0
 	for _, e := range res.GetExecutions() {
+		var events []*historypb.HistoryEvent
+		answered := map[string]bool{}
 		it := c.client.GetWorkflowHistory(t.Context(), workflowID, e.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		open := map[string]bool{}
 		for it.HasNext() {
 			ev, err := it.Next()
 			require.NoError(t, err)
+			events = append(events, ev)
+			if a := ev.GetWorkflowExecutionUpdateCompletedEventAttributes(); a != nil {
+				answered[a.GetMeta().GetUpdateId()] = true
+			}
+		}
+		open := map[string]bool{}
+		for _, ev := range events {
 			switch ev.GetEventType() {
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
 				most = max(most, len(open))
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-				open[ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetProtocolInstanceId()] = true
+				a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes()
+				if id := a.GetProtocolInstanceId(); answered[id] && (name == "" || a.GetAcceptedRequest().GetInput().GetName() == name) {
+					open[id] = true
+				}
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
 				delete(open, ev.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId())
 			}

@@ -1,0 +1,73 @@
+package activities
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A gate is one per run and set of functions, in any order, and is let go once no take uses it.
+func TestTakeGates_OnePerRunAndFunctionsWhileUsed(t *testing.T) {
+	var g takeGates
+	k := takeGateKey("run-1", []string{"b", "a"})
+	assert.Equal(t, k, takeGateKey("run-1", []string{"a", "b"}), "the order of the functions does not matter")
+	assert.NotEqual(t, k, takeGateKey("run-1", []string{"a"}), "another set of functions has a gate of its own")
+	assert.NotEqual(t, k, takeGateKey("run-2", []string{"a", "b"}), "another run has a gate of its own")
+	fns := []string{"b", "a"}
+	takeGateKey("r", fns)
+	assert.Equal(t, []string{"b", "a"}, fns, "the caller's list is left as it was")
+
+	first, second := g.join(k), g.join(k)
+	assert.Same(t, first, second)
+	g.leave(k, first)
+	assert.Len(t, g.gates, 1, "kept while a take uses it")
+	g.leave(k, second)
+	assert.Empty(t, g.gates, "let go with its last take")
+}
+
+// A take waits for its turn while another of its gate waits in the run, counted as a wait on the run (not a
+// hang), and goes once that one is answered; one whose wait passes first gets no turn, and one whose call
+// ends stops waiting with its error.
+func TestTakeGates_ATakeWaitsItsTurnWithinItsWait(t *testing.T) {
+	c := &controlServer{e: &entry{}}
+	var g takeGates
+	gate := g.join("k")
+	gate.turn <- struct{}{} // another take waits in the run
+
+	ok, err := c.awaitTurn(context.Background(), gate, 50*time.Millisecond)
+	assert.False(t, ok, "its wait passed before its turn")
+	assert.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ok, err = c.awaitTurn(ctx, gate, time.Minute)
+	assert.False(t, ok)
+	assert.ErrorIs(t, err, context.Canceled, "its call ended")
+
+	got := make(chan bool)
+	go func() {
+		ok, _ := c.awaitTurn(context.Background(), gate, time.Minute)
+		got <- ok
+	}()
+	require.Eventually(t, func() bool {
+		c.e.mu.Lock()
+		defer c.e.mu.Unlock()
+		return c.e.waiting == 1
+	}, 5*time.Second, 5*time.Millisecond, "it counts as waiting on the run")
+	select {
+	case <-got:
+		t.Fatal("it went while the other take still waited")
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-gate.turn // the other take is answered
+	select {
+	case ok := <-got:
+		assert.True(t, ok, "its turn came")
+	case <-time.After(5 * time.Second):
+		t.Fatal("its turn did not come once the other take was answered")
+	}
+	assert.Zero(t, c.e.waiting, "no longer waiting")
+}
