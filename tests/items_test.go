@@ -691,6 +691,62 @@ tasks:
 	assert.LessOrEqual(t, takes, 2, "takes waiting inside the items workflow at once: one per host, the rest wait their turn on it")
 }
 
+// Requests answered as the items workflow moves to a new history reach their callers. The run's server suggests
+// a new history at 250 events, so 3,000 items over 24 workers (some 700 events) go through several. Before, the
+// workflow answered its last requests in the workflow task that continued as new, and now and then the server
+// never gave such an answer to its caller (temporalio/temporal#6375): the caller sent it again to the new
+// history, and the items the lost answer had handed out waited a minute for their lease to run out (seen with
+// 50 workers: "128 handed out again, 128 duplicate results", and a join that waited 70 s).
+func TestE2E_ItemsAnswerEveryRequestAcrossNewHistories(t *testing.T) {
+	t.Parallel()
+	c := isolatedWith(t, func(s *devServer) {
+		s.dynamic = map[string]string{"limit.historyCount.suggestContinueAsNew": "250"}
+	}, "host-a", "host-b")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-new-histories
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "3000", LATENCY: "0"}
+command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+items: {}
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 24, hosts: [host-a, host-b]}
+`)
+	r := c.cliWithin(t, 6*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "3000 done, 0 failed; 0 handed out again, 0 duplicate results")
+	moves, answered := answersAtTheMove(t, c, workflows.ItemsWorkflowID(id))
+	assert.GreaterOrEqual(t, moves, 2, "the items moved to new histories")
+	assert.Zero(t, answered, "requests answered in a workflow task that continued as new")
+}
+
+// answersAtTheMove reads every history of a workflow: how many of them continued as new, and how many updates
+// were answered in the workflow task that did so.
+func answersAtTheMove(t *testing.T, c *cluster, workflowID string) (moves, answered int) {
+	t.Helper()
+	res, err := c.client.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s'", workflowID)})
+	require.NoError(t, err)
+	for _, e := range res.GetExecutions() {
+		it := c.client.GetWorkflowHistory(t.Context(), workflowID, e.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		inLastTask := 0
+		for it.HasNext() {
+			ev, err := it.Next()
+			require.NoError(t, err)
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+				inLastTask = 0
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+				inLastTask++
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+				moves++
+				answered += inLastTask
+			}
+		}
+	}
+	return moves, answered
+}
+
 // mostUpdatesWaiting reads every history of a workflow and returns the most updates (of that name, or any for
 // "") that were accepted by one workflow task, answered by a later one, and still unanswered when another
 // completed in between: the requests waiting inside it at once. An update never answered is left out: its

@@ -146,6 +146,13 @@ const ParkBudget = 4
 // waiting for room when its scheduler has results to take (itemState.Waits).
 const ChangeItemsWaits = "clusterrun-items-waits"
 
+// ChangeItemsAnswerBeforeMove marks items workflows that answer their last requests in a workflow task before
+// the one that continues as new. An update answered in the same task as the continue-as-new is at times
+// never given to its caller (temporalio/temporal#6375): the caller sends it again, the new history takes it
+// as news, and the items the lost answer handed out wait for their lease to run out (a minute by default)
+// while the chief's join waits for them. Requests that come meanwhile are refused as moving, and sent again.
+const ChangeItemsAnswerBeforeMove = "clusterrun-items-answer-before-move"
+
 // ChangeItemsRetryAlone marks items workflows that do not count a lost hand-out shared with other items
 // toward maxAttempts, and hand such an item out alone from then on (itemState.RetryAlone).
 const ChangeItemsRetryAlone = "clusterrun-items-retry-alone"
@@ -193,6 +200,12 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 	// Let every handler answer (waiting ones return at once), then carry the state to a new history.
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return nil
+	}
+	if workflow.GetVersion(ctx, ChangeItemsAnswerBeforeMove, workflow.DefaultVersion, 1) == 1 {
+		// The answers go out in a workflow task before the one that continues as new: see the constant.
+		if err := workflow.Sleep(ctx, time.Millisecond); err != nil {
+			return nil
+		}
 	}
 	return workflow.NewContinueAsNewError(ctx, ClusterItems, ItemsInput{RunID: in.RunID, Config: in.Config, State: s})
 }

@@ -29,7 +29,9 @@ import (
 // $PATH, set as written before ChangeEnvReferences refused it; v11/ two runs that rejected their spec, one
 // before ChangeNameRejectedRuns and one that recorded its name; v12/ a run whose env referred to
 // ${CLUSTERRUN_TASK_NAME}, read as empty before version 2 of ChangeEnvReferences refused it; v13/ a run whose
-// CKPT: "${BASE}/ckpt" read the host's BASE, not the spec's, before version 3. A workflow change
+// CKPT: "${BASE}/ckpt" read the host's BASE, not the spec's, before version 3; v14/ a run's ClusterItems that
+// continued as new in the workflow task that answered its last requests, before ChangeItemsAnswerBeforeMove,
+// and one that answered them in a task before it. A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
