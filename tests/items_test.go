@@ -658,18 +658,7 @@ func TestE2E_ARunWithoutItemsIsReadWithoutLookingForThem(t *testing.T) {
 func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 	t.Parallel()
 	c := isolated(t, "host-a", "host-b")
-	id := runID(t)
-	spec := writeSpec(t, `
-name: items-many-workers
-env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "3000", LATENCY: "0"}
-command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
-items: {}
-tasks:
-  chief: {replicas: 1, hosts: [host-a]}
-  worker: {replicas: 24, hosts: [host-a, host-b]}
-`)
-	r := c.cliWithin(t, 6*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
-	require.Equal(t, 0, r.code, r.String())
+	id, r := itemsOver24Workers(t, c)
 	assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
 	assert.NotContains(t, r.stdout+r.stderr, "trying again", "no task's call was refused until its client tried it again")
 	st, err := c.outcome(t, id)
@@ -702,9 +691,20 @@ func TestE2E_ItemsAnswerEveryRequestAcrossNewHistories(t *testing.T) {
 	c := isolatedWith(t, func(s *devServer) {
 		s.dynamic = map[string]string{"limit.historyCount.suggestContinueAsNew": "250"}
 	}, "host-a", "host-b")
+	id, r := itemsOver24Workers(t, c)
+	assert.Contains(t, r.stdout, "3000 done, 0 failed; 0 handed out again, 0 duplicate results")
+	moves, answered := answersAtTheMove(t, c, workflows.ItemsWorkflowID(id))
+	assert.GreaterOrEqual(t, moves, 2, "the items moved to new histories")
+	assert.Zero(t, answered, "requests answered in a workflow task that continued as new")
+}
+
+// itemsOver24Workers runs the items bench's chief on c's host-a with 3,000 no-op items for 24 workers on host-a
+// and host-b, and returns the run's ID and what clusterrun run printed; the run succeeded.
+func itemsOver24Workers(t *testing.T, c *cluster) (string, cliResult) {
+	t.Helper()
 	id := runID(t)
 	spec := writeSpec(t, `
-name: items-new-histories
+name: items-many-workers
 env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "3000", LATENCY: "0"}
 command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
 items: {}
@@ -714,10 +714,7 @@ tasks:
 `)
 	r := c.cliWithin(t, 6*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
-	assert.Contains(t, r.stdout, "3000 done, 0 failed; 0 handed out again, 0 duplicate results")
-	moves, answered := answersAtTheMove(t, c, workflows.ItemsWorkflowID(id))
-	assert.GreaterOrEqual(t, moves, 2, "the items moved to new histories")
-	assert.Zero(t, answered, "requests answered in a workflow task that continued as new")
+	return id, r
 }
 
 // answersAtTheMove reads every history of a workflow: how many of them continued as new, and how many updates
