@@ -681,7 +681,8 @@ func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 }
 
 // Requests answered as the items workflow moves to a new history reach their callers. The run's server suggests
-// a new history at 250 events, so 3,000 items over 24 workers (some 700 events) go through several. Before, the
+// a new history at 150 events, so 3,000 items over 24 workers (some 700 events; fewer under the race detector,
+// where slower workers take larger batches) go through one or more. Before, the
 // workflow answered its last requests in the workflow task that continued as new, and now and then the server
 // never gave such an answer to its caller (temporalio/temporal#6375): the caller sent it again to the new
 // history, and the items the lost answer had handed out waited a minute for their lease to run out (seen with
@@ -689,12 +690,12 @@ func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 func TestE2E_ItemsAnswerEveryRequestAcrossNewHistories(t *testing.T) {
 	t.Parallel()
 	c := isolatedWith(t, func(s *devServer) {
-		s.dynamic = map[string]string{"limit.historyCount.suggestContinueAsNew": "250"}
+		s.dynamic = map[string]string{"limit.historyCount.suggestContinueAsNew": "150"}
 	}, "host-a", "host-b")
 	id, r := itemsOver24Workers(t, c)
 	assert.Contains(t, r.stdout, "3000 done, 0 failed; 0 handed out again, 0 duplicate results")
 	moves, answered := answersAtTheMove(t, c, workflows.ItemsWorkflowID(id))
-	assert.GreaterOrEqual(t, moves, 2, "the items moved to new histories")
+	assert.Positive(t, moves, "the items moved to a new history")
 	assert.Zero(t, answered, "requests answered in a workflow task that continued as new")
 }
 
