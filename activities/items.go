@@ -67,7 +67,9 @@ func (c *controlServer) itemsTake(r *http.Request) (any, int, error) {
 	if wait > 0 && in.Max > 0 {
 		status, err = c.takeInTurn(r, &in, wait, &out)
 	} else {
-		status, err = c.itemsUpdate(r, workflows.UpdateItemsTake, wait, func(w time.Duration) any { in.Wait = w; return in }, &out)
+		status, err = c.underWay(r.Context(), func() (int, error) {
+			return c.itemsUpdate(r, workflows.UpdateItemsTake, wait, func(w time.Duration) any { in.Wait = w; return in }, &out)
+		})
 	}
 	if err != nil {
 		return nil, status, err

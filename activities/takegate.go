@@ -21,19 +21,33 @@ import (
 // reading while the queue filled: 5,000 items went at 82–247 items/s, against 5,000 items/s over 4
 // workers (docs/benchmarks.md). Waiting here costs the run nothing, and a take answered with items lets
 // the next go at once, so the items go out as fast as takes are answered.
+//
+// The takes that do not wait (a worker's report of its results while another take has the turn, a renewal)
+// go at most takesUnderWay at a time per run from this host, the rest queued here. The server refuses an
+// update to a workflow that has 10 in flight (history.maxInFlightUpdates, also Temporal Cloud's limit), and
+// the SDK sends a refused one again 200 ms later, then 400: 24 workers of no-op items on 2 hosts reported all
+// at once, the server refused 6–9 updates per 3,000 items, and the chief's schedules among them waited
+// 0.2–0.6 s while the workers ran dry (docs/benchmarks.md). With one take waiting and two under way per host,
+// two hosts and the chief's two calls stay within the 10.
 
-// takeGates holds one gate per run and set of functions served, for as long as some take uses it.
+// takesUnderWay bounds the takes of a run that do not wait, under way at once from one host.
+const takesUnderWay = 2
+
+// takeGates holds the gates of the runs' takes, for as long as some take uses them: one per run and set of
+// functions served, which lets one take wait at a time (takeGateKey), and one per run, which lets
+// takesUnderWay go at a time (reportGateKey).
 type takeGates struct {
 	mu    sync.Mutex
 	gates map[string]*takeGate
 }
 
 type takeGate struct {
-	turn  chan struct{} // holds a token while a take of this gate waits in the run
+	slots chan struct{} // holds a token per take of this gate under way
 	users int
 }
 
-func (g *takeGates) join(key string) *takeGate {
+// join returns the gate named key, made with room for size takes if it is new.
+func (g *takeGates) join(key string, size int) *takeGate {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.gates == nil {
@@ -41,7 +55,7 @@ func (g *takeGates) join(key string) *takeGate {
 	}
 	gate := g.gates[key]
 	if gate == nil {
-		gate = &takeGate{turn: make(chan struct{}, 1)}
+		gate = &takeGate{slots: make(chan struct{}, size)}
 		g.gates[key] = gate
 	}
 	gate.users++
@@ -56,13 +70,16 @@ func (g *takeGates) leave(key string, gate *takeGate) {
 	}
 }
 
-// takeGateKey names a gate: the run, and the functions its takes serve, so that a worker of one function
-// never waits behind a worker of another.
+// takeGateKey names a run's turn gate: the run, and the functions its takes serve, so that a worker of one
+// function never waits behind a worker of another.
 func takeGateKey(runID string, fns []string) string {
 	fns = slices.Clone(fns)
 	slices.Sort(fns)
-	return runID + "\x00" + strings.Join(fns, "\x00")
+	return "turn\x00" + runID + "\x00" + strings.Join(fns, "\x00")
 }
+
+// reportGateKey names the gate of a run's takes that do not wait.
+func reportGateKey(runID string) string { return "report\x00" + runID }
 
 // takeInTurn sends a take that waits when no other take of its gate waits in the run; else it waits here for
 // its turn, within its own wait. A take that carries results or renewals does not hold them meanwhile: it
@@ -76,14 +93,14 @@ func (c *controlServer) takeInTurn(r *http.Request, in *workflows.TakeItemsReque
 		return c.itemsUpdateAs(r, suffix, workflows.UpdateItemsTake, w, func(w time.Duration) any { in.Wait = w; return *in }, out)
 	}
 	key := takeGateKey(c.e.ref.WorkflowID, in.Fns)
-	gate := c.h.takeGates.join(key)
+	gate := c.h.takeGates.join(key, 1)
 	defer c.h.takeGates.leave(key, gate)
 	began := time.Now()
 	select {
-	case gate.turn <- struct{}{}:
+	case gate.slots <- struct{}{}:
 	default:
 		if len(in.Done) > 0 || len(in.Renew) > 0 {
-			if status, err := take("-report", 0); err != nil || len(out.Items) > 0 {
+			if status, err := c.underWay(r.Context(), func() (int, error) { return take("-report", 0) }); err != nil || len(out.Items) > 0 {
 				return status, err
 			}
 			in.Done, in.Renew = nil, nil
@@ -95,7 +112,7 @@ func (c *controlServer) takeInTurn(r *http.Request, in *workflows.TakeItemsReque
 			return 0, nil
 		}
 	}
-	defer func() { <-gate.turn }()
+	defer func() { <-gate.slots }()
 	return take("", max(wait-time.Since(began), 0))
 }
 
@@ -107,11 +124,26 @@ func (c *controlServer) awaitTurn(ctx context.Context, gate *takeGate, wait time
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case gate.turn <- struct{}{}:
+	case gate.slots <- struct{}{}:
 		return true, nil
 	case <-t.C:
 		return false, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
+}
+
+// underWay sends a take that does not wait once fewer than takesUnderWay of its run's are under way from this
+// host, and returns what send returns; if the task's call ends first, its error.
+func (c *controlServer) underWay(ctx context.Context, send func() (int, error)) (int, error) {
+	key := reportGateKey(c.e.ref.WorkflowID)
+	gate := c.h.takeGates.join(key, takesUnderWay)
+	defer c.h.takeGates.leave(key, gate)
+	select {
+	case gate.slots <- struct{}{}:
+	case <-ctx.Done():
+		return http.StatusRequestTimeout, ctx.Err()
+	}
+	defer func() { <-gate.slots }()
+	return send()
 }

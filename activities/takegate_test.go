@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +22,7 @@ func TestTakeGates_OnePerRunAndFunctionsWhileUsed(t *testing.T) {
 	takeGateKey("r", fns)
 	assert.Equal(t, []string{"b", "a"}, fns, "the caller's list is left as it was")
 
-	first, second := g.join(k), g.join(k)
+	first, second := g.join(k, 1), g.join(k, 1)
 	assert.Same(t, first, second)
 	g.leave(k, first)
 	assert.Len(t, g.gates, 1, "kept while a take uses it")
@@ -34,8 +36,8 @@ func TestTakeGates_OnePerRunAndFunctionsWhileUsed(t *testing.T) {
 func TestTakeGates_ATakeWaitsItsTurnWithinItsWait(t *testing.T) {
 	c := &controlServer{e: &entry{}}
 	var g takeGates
-	gate := g.join("k")
-	gate.turn <- struct{}{} // another take waits in the run
+	gate := g.join("k", 1)
+	gate.slots <- struct{}{} // another take waits in the run
 
 	ok, err := c.awaitTurn(context.Background(), gate, 50*time.Millisecond)
 	assert.False(t, ok, "its wait passed before its turn")
@@ -62,7 +64,7 @@ func TestTakeGates_ATakeWaitsItsTurnWithinItsWait(t *testing.T) {
 		t.Fatal("it went while the other take still waited")
 	case <-time.After(50 * time.Millisecond):
 	}
-	<-gate.turn // the other take is answered
+	<-gate.slots // the other take is answered
 	select {
 	case ok := <-got:
 		assert.True(t, ok, "its turn came")
@@ -70,4 +72,55 @@ func TestTakeGates_ATakeWaitsItsTurnWithinItsWait(t *testing.T) {
 		t.Fatal("its turn did not come once the other take was answered")
 	}
 	assert.Zero(t, c.e.waiting, "no longer waiting")
+}
+
+// The takes of a run that do not wait go at most takesUnderWay at a time from one host, the rest queued until
+// one is answered; another run's go beside them, and a queued take whose call ends gives up with its error.
+func TestTakeGates_TakesThatDoNotWaitGoAFewAtATimePerRun(t *testing.T) {
+	h := &Host{}
+	worker := func(run string) *controlServer {
+		return &controlServer{h: h, e: &entry{ref: attemptRef{WorkflowID: run}}}
+	}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	underWay, most := 0, 0
+	send := func() (int, error) {
+		mu.Lock()
+		underWay++
+		most = max(most, underWay)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		underWay--
+		mu.Unlock()
+		return 0, nil
+	}
+	var wg sync.WaitGroup
+	for range 2 * takesUnderWay {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = worker("run-1").underWay(context.Background(), send) }()
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return underWay == takesUnderWay }, 5*time.Second, time.Millisecond)
+
+	other := make(chan struct{})
+	go func() {
+		_, _ = worker("run-2").underWay(context.Background(), func() (int, error) { return 0, nil })
+		close(other)
+	}()
+	select {
+	case <-other:
+	case <-time.After(5 * time.Second):
+		t.Fatal("another run's take waited behind this run's")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	status, err := worker("run-1").underWay(ctx, send)
+	assert.ErrorIs(t, err, context.Canceled, "its call ended while it was queued")
+	assert.Equal(t, http.StatusRequestTimeout, status)
+
+	close(release)
+	wg.Wait()
+	assert.Equal(t, takesUnderWay, most, "takes of one run under way at once")
+	assert.Empty(t, h.takeGates.gates, "the gates are let go with their last take")
 }
