@@ -930,6 +930,38 @@ func TestE2E_RunWhoseReaderLeavesFollowsToTheEnd(t *testing.T) {
 	t.Run("table", func(t *testing.T) { runWhoseReaderLeaves(t) })
 	// The JSON comes at the end only, when its reader is gone: before, the command failed with 1 there.
 	t.Run("json", func(t *testing.T) { runWhoseReaderLeaves(t, "-o", "json") })
+	t.Run("attached to an ended run", attachedToAnEndedRunWhoseReaderLeaves)
+}
+
+// attach to a run that has ended has nothing to follow: once its reader is gone, it says how the run ended
+// (it said the run "is followed to its end", and offered Ctrl-C to cancel it), and exits with the run's code.
+func attachedToAnEndedRunWhoseReaderLeaves(t *testing.T) {
+	t.Parallel()
+	id := runID(t)
+	spec := writeSpec(t, `{name: ended, tasks: {worker: {replicas: 1}}, command: [sh, -c, 'echo one; echo two; exit 3']}`)
+	require.Equal(t, 3, cli(t, "run", spec, "--id", id).code)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	r.Close() // the reader left before the first line, as head -0 does
+	cmd := exec.Command(filepath.Join(env.bin, "clusterrun"), "attach", id)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+env.address)
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	require.NoError(t, cmd.Start())
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("attach to an ended run did not exit")
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, stderr.String())
+	assert.Equal(t, 3, exit.ExitCode(), "the run's code: %s", stderr.String())
+	assert.Contains(t, stderr.String(), "the output's reader is gone; run "+id+" had ended (Failed), and this command exits with its code")
+	assert.NotContains(t, stderr.String(), "followed to its end")
 }
 
 func runWhoseReaderLeaves(t *testing.T, flags ...string) {

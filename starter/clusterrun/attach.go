@@ -19,7 +19,8 @@ output as it comes, with the same state lines and progress as 'clusterrun run', 
 124 on maxRunTime, 130 when canceled. A run that has ended prints its last lines and its end at once. Ctrl-C
 asks whether to cancel the run or detach from it; without a terminal, Ctrl-C (or SIGTERM) detaches, exits 130,
 and leaves the run going. A hang-up detaches with 129. A reader of the output that leaves (| head) ends
-neither the run nor this command, which follows the run to its end and exits with its code.
+neither the run nor this command, which follows the run to its end and exits with its code (a run that had
+ended: its code at once).
 
 Example:
   clusterrun run train.yaml --id mnist-42 --detach

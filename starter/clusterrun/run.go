@@ -131,6 +131,26 @@ type following struct {
 	first *workflows.RunStatus
 }
 
+// readerGone is what a command that follows run id says once its output's reader is gone: it follows the run
+// on to its end, or, attached to a run that had ended already (first), only says how it ended.
+func readerGone(id string, first *workflows.RunStatus) string {
+	if first != nil && runEnded(first.Status) {
+		return fmt.Sprintf("clusterrun: the output's reader is gone; run %s had ended (%s), and this command exits with "+
+			"its code. The output: clusterrun logs %s", id, first.Status, id)
+	}
+	return fmt.Sprintf("clusterrun: the output's reader is gone; run %s is followed to its end without it, and this "+
+		"command exits with the run's code (Ctrl-C to cancel or detach). The output: clusterrun logs %s", id, id)
+}
+
+// runEnded says whether a run's status is one it ends with.
+func runEnded(status string) bool {
+	switch status {
+	case workflows.StatusSucceeded, workflows.StatusFailed, workflows.StatusCanceled, workflows.StatusTimedOut:
+		return true
+	}
+	return false
+}
+
 // followRun streams output until the run ends, handling Ctrl-C, then prints the result. Ctrl-C asks, on a
 // terminal, whether to cancel the run or detach; without one, it cancels a run this command started (as srun
 // does) and leaves one it attached to. A hang-up (SIGHUP: the terminal closed, an SSH session dropped)
@@ -144,10 +164,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var said sync.Once
 	gone := func() {
-		said.Do(func() {
-			fmt.Fprintf(stderr, "clusterrun: the output's reader is gone; run %s is followed to its end without it, and this "+
-				"command exits with the run's code (Ctrl-C to cancel or detach). The output: clusterrun logs %s\n", id, id)
-		})
+		said.Do(func() { fmt.Fprintln(stderr, readerGone(id, how.first)) })
 	}
 	stdout = &closedOutput{w: stdout, gone: gone}
 	if jsonOut != nil {
