@@ -169,6 +169,7 @@ type mapView struct {
 	endpoints     []task.Endpoint // shared: read, never changed
 	clusterJSON   json.RawMessage // TF_CONFIG's "cluster": every type but evaluator, addresses in index order
 	endpointsJSON json.RawMessage
+	hosts         int // the hosts its endpoints are on
 }
 
 // mapViews keeps the views of the last few maps (a host serves few runs' maps at once).
@@ -209,7 +210,17 @@ func newMapView(m workflows.ClusterMap) *mapView {
 	}
 	v.clusterJSON, _ = json.Marshal(cluster)
 	v.endpointsJSON, _ = json.Marshal(v.endpoints)
+	v.hosts = countHosts(v.endpoints)
 	return v
+}
+
+// countHosts counts the hosts endpoints are on.
+func countHosts(endpoints []task.Endpoint) int {
+	hosts := map[string]bool{}
+	for _, ep := range endpoints {
+		hosts[ep.Host] = true
+	}
+	return len(hosts)
 }
 
 // UpdateMap gives this host's tasks of a run the run's new cluster map: task info answers with it, the cluster
@@ -235,7 +246,7 @@ func (h *Host) UpdateMap(_ context.Context, in workflows.UpdateMapInput) error {
 // giveMap gives a running task map m: its task info and its cluster file (the run's shared file is written
 // once). It says whether the task has it, so that it may get the map's signal.
 func (h *Host) giveMap(e *entry, m workflows.ClusterMap) bool {
-	e.setInfo(taskInfo(e.ref, h.Name, m))
+	h.giveInfo(e, m)
 	if err := h.writeClusterFile(e, m); err != nil {
 		h.Logger.Warn("cannot write the cluster file", "task", e.ref.Task, "error", err)
 		return false

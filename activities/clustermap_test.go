@@ -87,7 +87,7 @@ func TestRecord_MapComesBackFromTheClusterFile(t *testing.T) {
 		e := &entry{task: spec.Task{Name: name, Type: "worker", Index: i}, ref: ref, key: fmt.Sprintf("k%d", i)}
 		e.record = h.recordDir(e.key)
 		require.NoError(t, os.MkdirAll(e.record, 0o700))
-		e.setInfo(taskInfo(ref, h.Name, m))
+		h.giveInfo(e, m)
 		require.NoError(t, h.writeClusterFile(e, m))
 		require.NoError(t, h.saveRecord(e))
 		raw, err := os.ReadFile(filepath.Join(e.record, recordFile))
@@ -105,6 +105,17 @@ func TestRecord_MapComesBackFromTheClusterFile(t *testing.T) {
 	assert.Equal(t, want, first.taskInfo().Cluster)
 	assert.Equal(t, want, second.taskInfo().Cluster)
 	assert.Same(t, &first.taskInfo().Cluster[0], &second.taskInfo().Cluster[0], "one copy of the map for the run's tasks")
+	assert.Equal(t, 1, first.runHosts(), "the hosts of the run's map, which bound its item calls")
+}
+
+// A task's info counts the hosts of its run's map, once per map.
+func TestClusterMap_CountsTheRunsHosts(t *testing.T) {
+	h := &Host{Name: "a"}
+	e := &entry{ref: attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Type: "worker", Attempt: 1}}
+	h.giveInfo(e, clusterOf(workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "a", Addr: "10.0.0.1", Port: 1001},
+		workflows.Endpoint{Task: "worker-1", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001},
+		workflows.Endpoint{Task: "worker-2", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1002}))
+	assert.Equal(t, 2, e.runHosts())
 }
 
 // BenchmarkRecover is a worker taking up 2,500 records of a 10,000-task run (a quarter of it on this host):
@@ -124,7 +135,7 @@ func BenchmarkRecover(b *testing.B) {
 		if err := os.MkdirAll(e.record, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		e.setInfo(taskInfo(ref, h.Name, m))
+		h.giveInfo(e, m)
 		if err := h.writeClusterFile(e, m); err != nil {
 			b.Fatal(err)
 		}
@@ -158,7 +169,7 @@ func BenchmarkClusterMapPerTask(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		e.setInfo(taskInfo(ref, h.Name, m))
+		h.giveInfo(e, m)
 		if err := h.writeClusterFile(e, m); err != nil {
 			b.Fatal(err)
 		}

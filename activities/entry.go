@@ -74,6 +74,7 @@ type entry struct {
 	stopGrace  time.Duration // the shortest grace a stop asked for
 	stopSent   bool          // its supervisor took a stop with that grace
 	info       task.Info
+	hosts      int // the hosts info.Cluster spans
 	ctl        *controlServer
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
 	waiting    int                    // waits on the run under way (beginWait): a task that waits is not hung
@@ -405,10 +406,18 @@ func (e *entry) stopState() task.StopState {
 	return task.StopState{}
 }
 
-func (e *entry) setInfo(info task.Info) {
+// setInfo keeps what the task's info endpoint answers, and the number of hosts its cluster map spans.
+func (e *entry) setInfo(info task.Info, hosts int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.info = info
+	e.info, e.hosts = info, hosts
+}
+
+// runHosts is the number of hosts in the run's cluster map as the task last had it (0 before it had one).
+func (e *entry) runHosts() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hosts
 }
 
 func (e *entry) taskInfo() task.Info {

@@ -64,10 +64,16 @@ func removeLeftovers(dir string) error {
 	return nil
 }
 
-// taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map.
-func taskInfo(ref attemptRef, host string, m workflows.ClusterMap) task.Info {
+// taskInfo is what the control socket's info endpoint answers: the attempt and the cluster map (its view v).
+func taskInfo(ref attemptRef, host string, v *mapView) task.Info {
 	return task.Info{Run: ref.WorkflowID, Task: ref.Task, Type: ref.Type, Index: ref.Index, Attempt: ref.Attempt,
-		RestartCount: ref.Generation, Host: host, Cluster: views.of(m).endpoints}
+		RestartCount: ref.Generation, Host: host, Cluster: v.endpoints}
+}
+
+// giveInfo gives the task its info with cluster map m.
+func (h *Host) giveInfo(e *entry, m workflows.ClusterMap) {
+	v := views.of(m)
+	e.setInfo(taskInfo(e.ref, h.Name, v), v.hosts)
 }
 
 // lastLine is the newer of the last stdout and stderr lines.

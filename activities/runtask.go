@@ -321,7 +321,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	if err := h.prepareLogs(dir); err != nil {
 		return fail(h.withRoomNote(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
-	e.setInfo(taskInfo(e.ref, h.Name, cluster))
+	h.giveInfo(e, cluster)
 	ctl, err := h.serveControl(e)
 	if err != nil {
 		return fail(h.withRoomNote(fmt.Errorf("control socket for %s on %s: %w", e.ref.Task, h.Name, err)))

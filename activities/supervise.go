@@ -407,13 +407,17 @@ func (h *Host) recover() {
 		}
 		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
 		e.record = dir
+		hosts := 0
 		if rec.Info.Cluster == nil && rec.ClusterFile != "" {
-			var err error
-			if rec.Info.Cluster, err = maps.read(rec.ClusterFile); err != nil {
+			f, err := maps.read(rec.ClusterFile)
+			if err != nil {
 				h.Logger.Warn("cannot read the task's cluster map back; task info shows none", "task", rec.Ref.Task, "error", err)
 			}
+			rec.Info.Cluster, hosts = f.endpoints, f.hosts
+		} else {
+			hosts = countHosts(rec.Info.Cluster) // an older worker's record, with a map of its own
 		}
-		e.setInfo(rec.Info)
+		e.setInfo(rec.Info, hosts)
 		e.controlSocket, e.shimSocket, e.supervisor = rec.ControlSocket, rec.ShimSocket, rec.Supervisor
 		e.clusterFile, e.sharedMap = rec.ClusterFile, rec.SharedMap
 		e.notice = rec.StopNotice
@@ -449,17 +453,24 @@ func (h *Host) recover() {
 
 // clusterFiles reads cluster files for recover: each once, however many of the run's tasks share it. A host's
 // quarter of a 10,000-task run read its map 2,500 times over, and held as many copies: 43 s and 14 GB.
-type clusterFiles map[string][]task.Endpoint
+type clusterFiles map[string]clusterFile
 
-func (c clusterFiles) read(path string) ([]task.Endpoint, error) {
-	if eps, ok := c[path]; ok {
-		return eps, nil
+// clusterFile is a cluster file's endpoints, and the hosts they are on.
+type clusterFile struct {
+	endpoints []task.Endpoint
+	hosts     int
+}
+
+func (c clusterFiles) read(path string) (clusterFile, error) {
+	if f, ok := c[path]; ok {
+		return f, nil
 	}
 	eps, err := readClusterEndpoints(path)
-	if err == nil {
-		c[path] = eps
+	if err != nil {
+		return clusterFile{}, err
 	}
-	return eps, err
+	c[path] = clusterFile{eps, countHosts(eps)}
+	return c[path], nil
 }
 
 // saveRecord writes an attempt's record: what a worker that takes it up after a restart needs. The map is left

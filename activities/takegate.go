@@ -23,19 +23,27 @@ import (
 // the next go at once, so the items go out as fast as takes are answered.
 //
 // The takes that do not wait (a worker's report of its results while another take has the turn, a renewal)
-// go at most takesUnderWay at a time per run from this host, the rest queued here. The server refuses an
+// go a few at a time per run from this host (takesUnderWay), the rest queued here. The server refuses an
 // update to a workflow that has 10 in flight (history.maxInFlightUpdates, also Temporal Cloud's limit), and
 // the SDK sends a refused one again 200 ms later, then 400: 24 workers of no-op items on 2 hosts reported all
 // at once, the server refused 6–9 updates per 3,000 items, and the chief's schedules among them waited
-// 0.2–0.6 s while the workers ran dry (docs/benchmarks.md). With one take waiting and two under way per host,
-// two hosts and the chief's two calls stay within the 10.
+// 0.2–0.6 s while the workers ran dry. A refusal also makes the server drop its cached state of the workflow,
+// which sends every other update in flight again and makes a host worker replay its history
+// (docs/benchmarks.md). With one take waiting and two under way per host, three hosts and the chief's calls
+// kept within the 10; over four hosts, one under way per host does.
 
-// takesUnderWay bounds the takes of a run that do not wait, under way at once from one host.
-const takesUnderWay = 2
+// takesUnderWay bounds the takes of a run that do not wait, under way at once from one host, by the number of
+// hosts in the run's cluster map (0: not known).
+func takesUnderWay(hosts int) int {
+	if hosts > 3 {
+		return 1
+	}
+	return 2
+}
 
 // takeGates holds the gates of the runs' takes, for as long as some take uses them: one per run and set of
 // functions served, which lets one take wait at a time (takeGateKey), and one per run, which lets
-// takesUnderWay go at a time (reportGateKey).
+// takesUnderWay go at a time (reportGateKey). A gate keeps the size it was made with while it is used.
 type takeGates struct {
 	mu    sync.Mutex
 	gates map[string]*takeGate
@@ -137,7 +145,7 @@ func (c *controlServer) awaitTurn(ctx context.Context, gate *takeGate, wait time
 // host, and returns what send returns; if the task's call ends first, its error.
 func (c *controlServer) underWay(ctx context.Context, send func() (int, error)) (int, error) {
 	key := reportGateKey(c.e.ref.WorkflowID)
-	gate := c.h.takeGates.join(key, takesUnderWay)
+	gate := c.h.takeGates.join(key, takesUnderWay(c.e.runHosts()))
 	defer c.h.takeGates.leave(key, gate)
 	select {
 	case gate.slots <- struct{}{}:

@@ -687,6 +687,30 @@ func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 	}
 }
 
+// Over four hosts, each host's take waiting and two more under way passed the server's 10 in flight for
+// the run's items workflow: 30 workers on 4 hosts had 11–16 updates refused per 5,000 items, and each refusal
+// made the server drop its cached state of the workflow, which sent the other calls in flight again and made
+// a host worker replay its history (docs/benchmarks.md). Now a host sends one at a time in a run over more
+// than three hosts (the hosts of its cluster map), and the server refuses none.
+func TestE2E_ItemsOverFourHostsWithinTheServersLimit(t *testing.T) {
+	t.Parallel()
+	c := isolated(t, "host-a", "host-b", "host-c", "host-d")
+	id, r := itemsOver24WorkersOn(t, c, "host-a", "host-b", "host-c", "host-d")
+	assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	var got struct {
+		Wrong int     `json:"wrong"`
+		Rate  float64 `json:"items_per_s"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	assert.Zero(t, got.Wrong, "every result right")
+	t.Logf("3,000 items over 24 workers on 4 hosts at %.0f items/s", got.Rate)
+	if refused, ok := updatesRefusedInFlight(t, c); ok {
+		assert.Zero(t, refused, "updates the server refused as the workflow had 10 in flight")
+	}
+}
+
 // updatesRefusedInFlight reads from the metrics of c's own dev server how many updates it refused because their
 // workflow had as many in flight as it admits (history.maxInFlightUpdates); false when its server has no
 // metrics port (the PostgreSQL backend's).
@@ -735,6 +759,12 @@ func TestE2E_ItemsAnswerEveryRequestAcrossNewHistories(t *testing.T) {
 // and host-b, and returns the run's ID and what clusterrun run printed; the run succeeded.
 func itemsOver24Workers(t *testing.T, c *cluster) (string, cliResult) {
 	t.Helper()
+	return itemsOver24WorkersOn(t, c, "host-a", "host-b")
+}
+
+// itemsOver24WorkersOn is itemsOver24Workers with the workers on hosts.
+func itemsOver24WorkersOn(t *testing.T, c *cluster, hosts ...string) (string, cliResult) {
+	t.Helper()
 	id := runID(t)
 	spec := writeSpec(t, `
 name: items-many-workers
@@ -743,7 +773,7 @@ command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")
 items: {}
 tasks:
   chief: {replicas: 1, hosts: [host-a]}
-  worker: {replicas: 24, hosts: [host-a, host-b]}
+  worker: {replicas: 24, hosts: [`+strings.Join(hosts, ", ")+`]}
 `)
 	r := c.cliWithin(t, 6*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
