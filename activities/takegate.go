@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -30,7 +32,9 @@ import (
 // 0.2–0.6 s while the workers ran dry. A refusal also makes the server drop its cached state of the workflow,
 // which sends every other update in flight again and makes a host worker replay its history
 // (docs/benchmarks.md). With one take waiting and two under way per host, three hosts and the chief's calls
-// kept within the 10; over four hosts, one under way per host does.
+// kept within the 10; over four hosts, one under way per host does. Over more hosts the turns' takes do not
+// wait in the workflow but go as takes under way, between reads of its memo (takeByReads): up to 8 hosts,
+// one call each and the chief's keep within the 10.
 
 // takesUnderWay bounds the takes of a run that do not wait, under way at once from one host, by the number of
 // hosts in the run's cluster map (0: not known).
@@ -121,7 +125,58 @@ func (c *controlServer) takeInTurn(r *http.Request, in *workflows.TakeItemsReque
 		}
 	}
 	defer func() { <-gate.slots }()
+	if c.e.runHosts() > parkingHosts {
+		return c.takeByReads(r.Context(), take, in, began.Add(wait), out)
+	}
 	return take("", max(wait-time.Since(began), 0))
+}
+
+// parkingHosts is the most hosts of a run whose turns' takes wait inside the items workflow: one per host,
+// within its workflows.ParkBudget.
+const parkingHosts = workflows.ParkBudget
+
+// takeByReads is the take that has the turn in a run over more than parkingHosts hosts. It does not wait
+// inside the items workflow: each host's turn there, with its takes under way, passed the server's 10
+// updates in flight (30 workers on 8 hosts: 31–54 refusals per 5,000 items and 520–950 items/s, where 4
+// hosts went at 2,700 with none; docs/benchmarks.md). It sends takes that do not wait, as the run's other
+// takes under way from this host, and between them reads the workflow's memo until items are queued, first
+// 10 ms after, then further apart, up to 1 s; until is when its wait ends. Take n has the call's update id
+// with "-poll-n", so that each applies once, also when the task's client sends the call again to this
+// worker's successor.
+func (c *controlServer) takeByReads(ctx context.Context, take func(string, time.Duration) (int, error), in *workflows.TakeItemsRequest,
+	until time.Time, out *workflows.TakeItemsResult) (int, error) {
+	c.e.beginWait()
+	defer c.e.endWait()
+	for n := 1; ; n++ {
+		status, err := c.underWay(ctx, func() (int, error) { return take(fmt.Sprintf("-poll-%d", n), 0) })
+		if err != nil || len(out.Items) > 0 {
+			return status, err
+		}
+		in.Done, in.Renew = nil, nil
+		if !c.awaitQueued(ctx, until) {
+			return 0, nil
+		}
+	}
+}
+
+// awaitQueued reads the items workflow's memo until it counts items queued (true), the call ends (true: the
+// next take says why) or until passes (false).
+func (c *controlServer) awaitQueued(ctx context.Context, until time.Time) bool {
+	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		p := min(pause/2+rand.N(pause/2), time.Until(until))
+		if p <= 0 {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(p):
+		}
+		if counts, ok := c.itemCounts(ctx, id); !ok || counts.Queued > 0 {
+			return true
+		}
+	}
 }
 
 // awaitTurn waits up to wait for the gate's turn: true once it is this take's; false when the wait passed
