@@ -253,14 +253,7 @@ tasks:
 	r := c.cliWithin(t, 10*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "ITEMS: 100000 scheduled, 0 queued, 0 running, 100000 done, 0 failed")
-	st, err := c.outcome(t, id)
-	require.NoError(t, err)
-	var got struct {
-		Items int     `json:"items"`
-		Wrong int     `json:"wrong"`
-		Rate  float64 `json:"items_per_s"`
-	}
-	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	got := benchResult(t, c, id)
 	assert.Equal(t, 100000, got.Items)
 	assert.Zero(t, got.Wrong, "every result right")
 	t.Logf("100,000 items at %.0f items/s", got.Rate)
@@ -663,14 +656,7 @@ func TestE2E_ManyWorkersWaitForItemsWithinTheServersLimit(t *testing.T) {
 	id, r := itemsOver24Workers(t, c)
 	assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
 	assert.NotContains(t, r.stdout+r.stderr, "trying again", "no task's call was refused until its client tried it again")
-	st, err := c.outcome(t, id)
-	require.NoError(t, err)
-	var got struct {
-		Items int     `json:"items"`
-		Wrong int     `json:"wrong"`
-		Rate  float64 `json:"items_per_s"`
-	}
-	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	got := benchResult(t, c, id)
 	assert.Equal(t, 3000, got.Items)
 	assert.Zero(t, got.Wrong, "every result right")
 	t.Logf("3,000 items over 24 workers at %.0f items/s", got.Rate)
@@ -701,13 +687,8 @@ func TestE2E_ItemsOverManyHostsWithinTheServersLimit(t *testing.T) {
 			c := isolated(t, hosts...)
 			id, r := itemsOver24WorkersOn(t, c, hosts...)
 			assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
-			st, err := c.outcome(t, id)
-			require.NoError(t, err)
-			var got struct {
-				Wrong int     `json:"wrong"`
-				Rate  float64 `json:"items_per_s"`
-			}
-			require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+			got := benchResult(t, c, id)
+			assert.Equal(t, 3000, got.Items)
 			assert.Zero(t, got.Wrong, "every result right")
 			t.Logf("3,000 items over 24 workers on %d hosts at %.0f items/s", len(hosts), got.Rate)
 			if refused, ok := updatesRefusedInFlight(t, c); ok {
@@ -766,6 +747,19 @@ func TestE2E_ItemsAnswerEveryRequestAcrossNewHistories(t *testing.T) {
 func itemsOver24Workers(t *testing.T, c *cluster) (string, cliResult) {
 	t.Helper()
 	return itemsOver24WorkersOn(t, c, "host-a", "host-b")
+}
+
+// benchResult is the result of the chief of tests/bench/items_bench.py in run id.
+func benchResult(t *testing.T, c *cluster, id string) (got struct {
+	Items int     `json:"items"`
+	Wrong int     `json:"wrong"`
+	Rate  float64 `json:"items_per_s"`
+}) {
+	t.Helper()
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got))
+	return got
 }
 
 // itemsOver24WorkersOn is itemsOver24Workers with the workers on hosts.
