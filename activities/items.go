@@ -222,22 +222,22 @@ func (c *controlServer) awaitItems(ctx context.Context, id string, take bool, sa
 			return true // the next try says why
 		case <-time.After(pause):
 		}
-		counts, ok := c.itemCounts(ctx, id)
-		if !ok || (take && counts.Queued > 0) || (!take && counts != saw) {
+		counts, found, err := c.itemCounts(ctx, id)
+		if err != nil || !found || (take && counts.Queued > 0) || (!take && counts != saw) {
 			return true
 		}
 	}
 }
 
-// itemCounts reads the counts in the memo of the run's ClusterItems workflow.
-func (c *controlServer) itemCounts(ctx context.Context, id string) (workflows.ItemCounts, bool) {
-	var counts workflows.ItemCounts
+// itemCounts reads the counts in the memo of the run's ClusterItems workflow; found is false when the memo has
+// none (the workflow writes them once they are other than zero) or they cannot be decoded.
+func (c *controlServer) itemCounts(ctx context.Context, id string) (counts workflows.ItemCounts, found bool, err error) {
 	desc, err := c.h.Client.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
-		return counts, false
+		return counts, false, err
 	}
 	p, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[workflows.MemoItems]
-	return counts, ok && c.h.dataConverter().FromPayload(p, &counts) == nil
+	return counts, ok && c.h.dataConverter().FromPayload(p, &counts) == nil, nil
 }
 
 func appErrDetails(err error, v any) error {

@@ -160,7 +160,9 @@ func (c *controlServer) takeByReads(ctx context.Context, take func(string, time.
 }
 
 // awaitQueued reads the items workflow's memo until it counts items queued (true), the call ends (true: the
-// next take says why) or until passes (false).
+// next take says why) or until passes (false). A memo without counts has none queued: the workflow writes
+// them once they change (a take sent on each such read went out every few milliseconds until the first
+// schedule); a read that fails is tried again at the next pause.
 func (c *controlServer) awaitQueued(ctx context.Context, until time.Time) bool {
 	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
@@ -173,7 +175,7 @@ func (c *controlServer) awaitQueued(ctx context.Context, until time.Time) bool {
 			return true
 		case <-time.After(p):
 		}
-		if counts, ok := c.itemCounts(ctx, id); !ok || counts.Queued > 0 {
+		if counts, _, err := c.itemCounts(ctx, id); err == nil && counts.Queued > 0 {
 			return true
 		}
 	}

@@ -1,7 +1,8 @@
 """Work-item benchmark (tests/bench/items.sh): run as a clusterrun task, or alone with --pool for the floor.
 
-Chief: schedules ITEMS no-op items and joins (throughput), then LATENCY items one at a time, each fetched
-before the next is scheduled (schedule -> result latency when idle). Its result: items/s, p50, p95.
+Chief: after DELAY seconds, schedules ITEMS no-op items and joins (throughput), then LATENCY items one at a
+time, each fetched before the next is scheduled (schedule -> result latency when idle). Its result: items/s,
+p50, p95.
 Workers: serve the no-op handler. --pool N: the same ITEMS through a local multiprocessing.Pool of N.
 """
 import json
@@ -34,6 +35,7 @@ if os.environ["CLUSTERRUN_TASK_TYPE"] == "worker":
     clusterrun.serve({"noop": noop})
     sys.exit(0)
 
+time.sleep(float(os.environ.get("DELAY", "0")))  # the workers wait for items meanwhile
 n = int(os.environ.get("ITEMS", "20000"))
 t = time.monotonic()
 values = [clusterrun.schedule("noop", args=(i,)) for i in range(n)]
