@@ -699,6 +699,87 @@ func TestE2E_ItemsOverManyHostsWithinTheServersLimit(t *testing.T) {
 	}
 }
 
+// A server whose limit of updates in flight is below what a run's hosts send refuses some of them. The SDK
+// sends them again, and the run completes, but only the host workers hear of the refusals: each warns its
+// operator of the first with the setting to raise, naming the items workflow. With the default limit (10)
+// that takes more than 8 hosts, past what this suite runs beside its other tests; 6 hosts and a limit of 3
+// get 10–38 refusals per run. The limit operations.md asks for, the run's hosts + 2, gets none.
+func TestE2E_UpdatesTheServerRefusesAreToldToTheOperator(t *testing.T) {
+	t.Parallel()
+	hosts := []string{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f"}
+	for _, limit := range []int{3, len(hosts) + 2} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			t.Parallel()
+			c := isolatedWith(t, func(s *devServer) { s.dynamic = map[string]string{"history.maxInFlightUpdates": strconv.Itoa(limit)} }, hosts...)
+			metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // host-f counts its refusals there
+			c.stopWorker("host-f", syscall.SIGTERM)
+			require.NoError(t, c.startWorker("host-f", "--metrics-addr", metrics))
+			id, r := itemsOver24WorkersOn(t, c, hosts...)
+			assert.Contains(t, r.stdout, "ITEMS: 3000 scheduled, 0 queued, 0 running, 3000 done, 0 failed")
+			refused, serverCounts := updatesRefusedInFlight(t, c)
+			warned := hostsWarnedOfRefusals(t, c, workflows.ItemsWorkflowID(id), hosts)
+			counted := refusalsCounted(t, metrics, slices.Contains(warned, "host-f"))
+			t.Logf("%d updates refused; hosts that warned: %v; host-f counted %d", refused, warned, counted)
+			assert.Equal(t, slices.Contains(warned, "host-f"), counted > 0, "host-f counts refusals (clusterrun_updates_refused_total) when it warns of one")
+			if limit > len(hosts) {
+				if serverCounts {
+					assert.Zero(t, refused, "updates refused with the limit at the run's hosts + 2")
+				}
+				assert.Empty(t, warned)
+				return
+			}
+			if serverCounts {
+				require.Positive(t, refused, "the server refused no update: the test shows nothing")
+			}
+			assert.NotEmpty(t, warned, "no host worker warned of the refusals")
+		})
+	}
+}
+
+// refusalsCounted reads clusterrun_updates_refused_total from a host worker's metrics at addr: once it is
+// above 0 when some is wanted (the page is written each second), else after two such writes.
+func refusalsCounted(t *testing.T, addr string, want bool) int {
+	t.Helper()
+	counter := regexp.MustCompile(`(?m)^clusterrun_updates_refused_total\{[^}]*\} (\d+)`)
+	n := 0
+	deadline := time.Now().Add(10 * time.Second)
+	if !want {
+		deadline = time.Now().Add(2500 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if m := counter.FindSubmatch(b); m != nil {
+				n, _ = strconv.Atoi(string(m[1]))
+			}
+		}
+		if want && n > 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return n
+}
+
+// hostsWarnedOfRefusals lists the hosts whose worker's log warns of an update to workflowID that the server
+// refused for its updates in flight, told at the first refusal.
+func hostsWarnedOfRefusals(t *testing.T, c *cluster, workflowID string, hosts []string) (warned []string) {
+	t.Helper()
+	for _, host := range hosts {
+		b, err := os.ReadFile(filepath.Join(c.workDir, "worker-"+host+".log"))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "history.maxInFlightUpdates") && strings.Contains(line, workflowID) {
+				assert.Contains(t, line, `"refusals": 1`, "the first refusal is told")
+				warned = append(warned, host)
+				break
+			}
+		}
+	}
+	return warned
+}
+
 // Workers over more than four hosts wait for the run's first items by reading the items workflow's memo, which
 // has no counts until they change: each read that found none sent a take again, every 5–10 ms per host, until
 // the chief scheduled (the workflow rejects a take that has nothing to do, so its history did not show them;

@@ -21,6 +21,7 @@ import (
 	"github.com/clusterrun/clusterrun/internal/codec"
 	"go.temporal.io/sdk/log"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // DialTimeout bounds the first contact with the server.
@@ -157,11 +158,15 @@ func Dial(ctx context.Context, identity string, logger log.Logger, metrics clien
 }
 
 // NewLazyClient makes a client as Dial does, without contacting the server: Reach does that. Only a
-// configuration problem fails it.
-func NewLazyClient(identity string, logger log.Logger, metrics client.MetricsHandler) (client.Client, error) {
+// configuration problem fails it. refused (nil: nobody) hears of each update the server refuses for having too
+// many in flight.
+func NewLazyClient(identity string, logger log.Logger, metrics client.MetricsHandler, refused RefusedUpdates) (client.Client, error) {
 	opts, err := clientOptions(identity, logger, metrics)
 	if err != nil {
 		return nil, err
+	}
+	if refused != nil {
+		opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, grpc.WithChainUnaryInterceptor(refusedUpdatesInterceptor(refused)))
 	}
 	return client.NewLazyClient(opts)
 }

@@ -21,7 +21,7 @@ func TestReach_NoServerListening(t *testing.T) {
 	SetConnection(Connection{Address: addr})
 	t.Cleanup(func() { SetConnection(Connection{}) })
 
-	c, err := NewLazyClient("test", nil, nil)
+	c, err := NewLazyClient("test", nil, nil, nil)
 	require.NoError(t, err, "a lazy client makes no contact")
 	defer c.Close()
 	err = Reach(context.Background(), c)
@@ -67,7 +67,7 @@ func TestAddressHint(t *testing.T) {
 func TestReach_AnAddressWithNoPortSaysSo(t *testing.T) {
 	SetConnection(Connection{Address: "127.0.0.1"})
 	t.Cleanup(func() { SetConnection(Connection{}) })
-	c, err := NewLazyClient("test", nil, nil)
+	c, err := NewLazyClient("test", nil, nil, nil)
 	require.NoError(t, err)
 	defer c.Close()
 	err = Reach(context.Background(), c)

@@ -141,7 +141,8 @@ func run(args []string) error {
 	defer metricsCloser.Close()
 	// The server is reached after this host's tasks are taken up (awaitServer): a worker started while the
 	// server is down keeps them.
-	cl, err := conn.NewLazyClient(fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger, metrics)
+	cl, err := conn.NewLazyClient(fmt.Sprintf("clusterrun-worker@%s(pid %d)", c.host, os.Getpid()), logger, metrics,
+		newRefusedUpdates(logger, metrics.WithTags(map[string]string{"host": c.host})).refused)
 	if err != nil {
 		return err
 	}
