@@ -102,14 +102,24 @@ func (e *entry) hold(id string, expect time.Duration) *hold {
 }
 
 // silence records that the server did not take the call (err says how).
-func (h *hold) silence(err error) {
+func (h *hold) silence(err error) { h.say(err.Error()) }
+
+// refusedInFlight records that the server refused the call for its workflow's updates in flight (the SDK
+// sends it again by itself, so no error reaches untilServerAnswers; conn.WithRefusedHook).
+func (h *hold) refusedInFlight() {
+	h.say("the server refuses it: the run's items workflow has as many calls in flight as the server admits " +
+		"(history.maxInFlightUpdates), which its operator can raise (docs/operations.md, \"Work items over many hosts\")")
+}
+
+// say records why the server has not taken the call.
+func (h *hold) say(why string) {
 	if h == nil {
 		return
 	}
 	h.e.mu.Lock()
 	defer h.e.mu.Unlock()
 	if c, ok := h.e.heldCalls[h.id]; ok {
-		c.why = err.Error()
+		c.why = why
 		h.e.heldCalls[h.id] = c
 	}
 }

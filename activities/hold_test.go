@@ -99,6 +99,16 @@ func TestUntilServerAnswers_AHeldCallCanBeAskedAfter(t *testing.T) {
 	slow.release()
 	assert.False(t, e.heldAnswer("call-5", 0).Held)
 
+	// A call the server refuses for its workflow's updates in flight is sent again by the SDK inside one call,
+	// which returns nothing in between: the refusal, heard through conn.WithRefusedHook, says it.
+	refused := e.hold("call-6", time.Minute)
+	assert.False(t, e.heldAnswer("call-6", 0).Held)
+	refused.refusedInFlight()
+	a = e.heldAnswer("call-6", 0)
+	assert.True(t, a.Held)
+	assert.Contains(t, a.Why, "history.maxInFlightUpdates")
+	refused.release()
+
 	ended := make(chan struct{})
 	close(ended)
 	_ = untilServerAnswers(context.Background(), ended, e.hold("call-3", 0), func() error { return serviceerror.NewUnavailable("down") })

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -176,7 +177,7 @@ func (c *controlServer) itemsUpdateAs(r *http.Request, suffix, name string, wait
 		// A call the server does not take is held until it does (hold.go); the update's id makes it count once.
 		held := c.e.hold(r.Header.Get(task.HeaderRequestID), max(wait-time.Since(began), 0))
 		err := untilServerAnswers(ctx, c.e.ended, held, func() error {
-			return c.sendItems(ctx, id, name, updateID, in(max(wait-time.Since(began), 0)), out)
+			return c.sendItems(conn.WithRefusedHook(ctx, held.refusedInFlight), id, name, updateID, in(max(wait-time.Since(began), 0)), out)
 		})
 		if err == nil {
 			return 0, nil

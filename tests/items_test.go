@@ -736,6 +736,41 @@ func TestE2E_UpdatesTheServerRefusesAreToldToTheOperator(t *testing.T) {
 	}
 }
 
+// A task's item call that waits because the server refuses it for the items workflow's updates in flight says
+// so in the task's log, naming the setting, rather than blaming the server's database. A limit of 1 does it at
+// once: a take that waits inside the workflow holds the only place, and the other calls are refused until it
+// ends (clusterrun needs the default 10: with 1 or 2 a run may stall, as this one may).
+func TestE2E_ATaskSaysWhyTheServerHoldsItsItemCall(t *testing.T) {
+	t.Parallel()
+	c := isolatedWith(t, func(s *devServer) { s.dynamic = map[string]string{"history.maxInFlightUpdates": "1"} }, "host-a")
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-refused
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, ITEMS: "200", LATENCY: "0"}
+command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+items: {}
+tasks:
+  chief: {replicas: 1, hosts: [host-a]}
+  worker: {replicas: 4, hosts: [host-a]}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	defer c.cli(t, "cancel", id)
+	var logs cliResult
+	waitUntil(t, "a task's log to say why its call is held", 2*time.Minute, func() bool {
+		logs = c.cli(t, "logs", id)
+		return strings.Contains(logs.stdout, "history.maxInFlightUpdates")
+	})
+	for _, line := range strings.Split(logs.stdout, "\n") {
+		if strings.Contains(line, "history.maxInFlightUpdates") {
+			t.Log(line)
+			assert.Contains(t, line, "has not taken this call for")
+			assert.Contains(t, line, "the server refuses it: the run's items workflow has as many calls in flight as the server admits")
+			assert.NotContains(t, line, "database", "the cause named is the limit, not the database")
+			break
+		}
+	}
+}
+
 // refusalsCounted reads clusterrun_updates_refused_total from a host worker's metrics at addr: once it is
 // above 0 when some is wanted (the page is written each second), else after two such writes.
 func refusalsCounted(t *testing.T, addr string, want bool) int {

@@ -21,16 +21,28 @@ import (
 // RefusedUpdates is told the workflow of each update the server refused for having too many in flight.
 type RefusedUpdates func(workflowID string)
 
-// refusedUpdatesInterceptor tells seen of each such refusal. It sits under the SDK's own retries, so it sees
-// every try of a call.
+// refusedUpdatesInterceptor tells seen of each such refusal, and the call's own hook if its context has one
+// (WithRefusedHook). It sits under the SDK's own retries, so it sees every try of a call.
 func refusedUpdatesInterceptor(seen RefusedUpdates) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if u, ok := req.(*workflowservice.UpdateWorkflowExecutionRequest); ok && refusedInFlight(err) {
 			seen(u.GetWorkflowExecution().GetWorkflowId())
+			if hook, ok := ctx.Value(refusedHookKey{}).(func()); ok {
+				hook()
+			}
 		}
 		return err
 	}
+}
+
+type refusedHookKey struct{}
+
+// WithRefusedHook returns ctx with hook, which a client made with a RefusedUpdates calls each time the server
+// refuses an update sent with that context for its workflow's updates in flight: a task's call that waits on
+// such refusals can then say why.
+func WithRefusedHook(ctx context.Context, hook func()) context.Context {
+	return context.WithValue(ctx, refusedHookKey{}, hook)
 }
 
 // refusedInFlight reports whether err is the server's refusal of an update for its workflow's updates in

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Only an update refused for its workflow's updates in flight is told, with that workflow; the error goes on
-// to the caller (the SDK's retries) as it came.
+// Only an update refused for its workflow's updates in flight is told, with that workflow, and to the call's
+// own hook; the error goes on to the caller (the SDK's retries) as it came.
 func TestRefusedUpdatesInterceptor_TellsOnlyRefusalsForUpdatesInFlight(t *testing.T) {
 	update := &workflowservice.UpdateWorkflowExecutionRequest{WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: "run-1/items"}}
 	inFlight := serviceerror.ToStatus(serviceerror.NewResourceExhausted(enumspb.RESOURCE_EXHAUSTED_CAUSE_CONCURRENT_LIMIT, "too many updates in flight")).Err()
@@ -32,12 +32,15 @@ func TestRefusedUpdatesInterceptor_TellsOnlyRefusalsForUpdatesInFlight(t *testin
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var told []string
+			hooked := 0
 			call := refusedUpdatesInterceptor(func(id string) { told = append(told, id) })
-			err := call(context.Background(), "/m", c.req, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			ctx := WithRefusedHook(context.Background(), func() { hooked++ })
+			err := call(ctx, "/m", c.req, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
 				return c.err
 			})
 			assert.Equal(t, c.err, err)
 			assert.Equal(t, c.told, told)
+			assert.Equal(t, len(c.told), hooked, "the call's own hook hears of its refusals")
 		})
 	}
 }
