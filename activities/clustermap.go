@@ -169,7 +169,7 @@ type mapView struct {
 	endpoints     []task.Endpoint // shared: read, never changed
 	clusterJSON   json.RawMessage // TF_CONFIG's "cluster": every type but evaluator, addresses in index order
 	endpointsJSON json.RawMessage
-	hosts         int // the hosts its endpoints are on
+	hosts         []string // the hosts its endpoints are on, by name: shared, read, never changed
 }
 
 // mapViews keeps the views of the last few maps (a host serves few runs' maps at once).
@@ -210,17 +210,18 @@ func newMapView(m workflows.ClusterMap) *mapView {
 	}
 	v.clusterJSON, _ = json.Marshal(cluster)
 	v.endpointsJSON, _ = json.Marshal(v.endpoints)
-	v.hosts = countHosts(v.endpoints)
+	v.hosts = hostsOf(v.endpoints)
 	return v
 }
 
-// countHosts counts the hosts endpoints are on.
-func countHosts(endpoints []task.Endpoint) int {
-	hosts := map[string]bool{}
+// hostsOf lists the hosts endpoints are on, each once, by name.
+func hostsOf(endpoints []task.Endpoint) []string {
+	hosts := make([]string, 0, 8)
 	for _, ep := range endpoints {
-		hosts[ep.Host] = true
+		hosts = append(hosts, ep.Host)
 	}
-	return len(hosts)
+	slices.Sort(hosts)
+	return slices.Compact(hosts)
 }
 
 // UpdateMap gives this host's tasks of a run the run's new cluster map: task info answers with it, the cluster

@@ -116,6 +116,8 @@ func TestClusterMap_CountsTheRunsHosts(t *testing.T) {
 		workflows.Endpoint{Task: "worker-1", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1001},
 		workflows.Endpoint{Task: "worker-2", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1002}))
 	assert.Equal(t, 2, e.runHosts())
+	assert.Equal(t, 0, e.hostRank("a"))
+	assert.Equal(t, 1, e.hostRank("b"))
 }
 
 // BenchmarkRecover is a worker taking up 2,500 records of a 10,000-task run (a quarter of it on this host):

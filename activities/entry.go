@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +75,7 @@ type entry struct {
 	stopGrace  time.Duration // the shortest grace a stop asked for
 	stopSent   bool          // its supervisor took a stop with that grace
 	info       task.Info
-	hosts      int // the hosts info.Cluster spans
+	hosts      []string // the hosts info.Cluster spans, by name (hostsOf): shared, never changed
 	ctl        *controlServer
 	barriers   map[string]chan string // barrier name -> waiter ("" released, else the error)
 	waiting    int                    // waits on the run under way (beginWait): a task that waits is not hung
@@ -406,8 +407,8 @@ func (e *entry) stopState() task.StopState {
 	return task.StopState{}
 }
 
-// setInfo keeps what the task's info endpoint answers, and the number of hosts its cluster map spans.
-func (e *entry) setInfo(info task.Info, hosts int) {
+// setInfo keeps what the task's info endpoint answers, and the hosts its cluster map spans (hostsOf).
+func (e *entry) setInfo(info task.Info, hosts []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.info, e.hosts = info, hosts
@@ -417,7 +418,15 @@ func (e *entry) setInfo(info task.Info, hosts int) {
 func (e *entry) runHosts() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.hosts
+	return len(e.hosts)
+}
+
+// hostRank is the place of host among the hosts of the run's cluster map, by name, from 0.
+func (e *entry) hostRank(host string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rank, _ := slices.BinarySearch(e.hosts, host)
+	return rank
 }
 
 func (e *entry) taskInfo() task.Info {

@@ -407,7 +407,7 @@ func (h *Host) recover() {
 		}
 		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
 		e.record = dir
-		hosts := 0
+		var hosts []string
 		if rec.Info.Cluster == nil && rec.ClusterFile != "" {
 			f, err := maps.read(rec.ClusterFile)
 			if err != nil {
@@ -415,7 +415,7 @@ func (h *Host) recover() {
 			}
 			rec.Info.Cluster, hosts = f.endpoints, f.hosts
 		} else {
-			hosts = countHosts(rec.Info.Cluster) // an older worker's record, with a map of its own
+			hosts = hostsOf(rec.Info.Cluster) // an older worker's record, with a map of its own
 		}
 		e.setInfo(rec.Info, hosts)
 		e.controlSocket, e.shimSocket, e.supervisor = rec.ControlSocket, rec.ShimSocket, rec.Supervisor
@@ -458,7 +458,7 @@ type clusterFiles map[string]clusterFile
 // clusterFile is a cluster file's endpoints, and the hosts they are on.
 type clusterFile struct {
 	endpoints []task.Endpoint
-	hosts     int
+	hosts     []string
 }
 
 func (c clusterFiles) read(path string) (clusterFile, error) {
@@ -469,7 +469,7 @@ func (c clusterFiles) read(path string) (clusterFile, error) {
 	if err != nil {
 		return clusterFile{}, err
 	}
-	c[path] = clusterFile{eps, countHosts(eps)}
+	c[path] = clusterFile{eps, hostsOf(eps)}
 	return c[path], nil
 }
 

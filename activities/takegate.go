@@ -32,9 +32,10 @@ import (
 // 0.2–0.6 s while the workers ran dry. A refusal also makes the server drop its cached state of the workflow,
 // which sends every other update in flight again and makes a host worker replay its history
 // (docs/benchmarks.md). With one take waiting and two under way per host, three hosts and the chief's calls
-// kept within the 10; over four hosts, one under way per host does. Over more hosts the turns' takes do not
-// wait in the workflow but go as takes under way, between reads of its memo (takeByReads): up to 8 hosts,
-// one call each and the chief's keep within the 10.
+// kept within the 10; over four hosts, one under way per host does. Over more hosts the turns' takes of
+// most hosts do not wait in the workflow but go as takes under way, between reads of its memo (takeByReads),
+// and those of the first few hosts by name wait, as many as the 10 leave room for (turnWaitsInWorkflow): up
+// to 8 hosts, one call each, the waiting takes and the chief's keep within the 10.
 
 // takesUnderWay bounds the takes of a run that do not wait, under way at once from one host, by the number of
 // hosts in the run's cluster map (0: not known).
@@ -125,18 +126,32 @@ func (c *controlServer) takeInTurn(r *http.Request, in *workflows.TakeItemsReque
 		}
 	}
 	defer func() { <-gate.slots }()
-	if c.e.runHosts() > parkingHosts {
+	if !turnWaitsInWorkflow(c.e.runHosts(), c.e.hostRank(c.h.Name)) {
 		return c.takeByReads(r.Context(), take, in, began.Add(wait), out)
 	}
 	return take("", max(wait-time.Since(began), 0))
 }
 
-// parkingHosts is the most hosts of a run whose turns' takes wait inside the items workflow: one per host,
+// parkingHosts is the most hosts of a run whose turns' takes all wait inside the items workflow: one per host,
 // within its workflows.ParkBudget.
 const parkingHosts = workflows.ParkBudget
 
-// takeByReads is the take that has the turn in a run over more than parkingHosts hosts. It does not wait
-// inside the items workflow: each host's turn there, with its takes under way, passed the server's 10
+// hostsCalls is how many calls of a run's hosts the items workflow can have in flight at once: the server's 10
+// less the chief's two (a schedule and a join).
+const hostsCalls = 8
+
+// turnWaitsInWorkflow reports whether the take that has a host's turn waits inside the items workflow, for the
+// host of place rank (by name, from 0) among a run's hosts. Over up to parkingHosts hosts every host's does.
+// Over more, each host has one take under way at most, so of the hostsCalls the hosts' takes under way leave
+// hostsCalls − hosts, the first hosts by name wait there: 3 of 5 hosts, 2 of 6, 1 of 7, none of 8 or more.
+// The others read the workflow's memo (takeByReads). An item scheduled to an idle run then goes to a waiting
+// take at once rather than at the next read of the memo, which comes up to a second later.
+func turnWaitsInWorkflow(hosts, rank int) bool {
+	return hosts <= parkingHosts || rank < hostsCalls-hosts
+}
+
+// takeByReads is the take that has the turn on a host whose turn does not wait in the items workflow
+// (turnWaitsInWorkflow): every host's turn waiting there, with their takes under way, passed the server's 10
 // updates in flight (30 workers on 8 hosts: 31–54 refusals per 5,000 items and 520–950 items/s, where 4
 // hosts went at 2,700 with none; docs/benchmarks.md). It sends takes that do not wait, as the run's other
 // takes under way from this host, and between them reads the workflow's memo until items are queued, first

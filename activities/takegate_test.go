@@ -85,10 +85,42 @@ func TestTakeGates_TakesThatDoNotWaitGoAFewAtATimePerRun(t *testing.T) {
 	}
 }
 
+// hostNames are n hosts' names, by name.
+func hostNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("host-%02d", i)
+	}
+	return names
+}
+
+// Over up to four hosts every host's turn waits in the items workflow; over more, the first few hosts' by name,
+// as many as the server's 10 updates in flight leave room for beside one take under way per host and the
+// chief's two.
+func TestTurnWaitsInWorkflow_OnAsManyHostsAsTheLimitLeaves(t *testing.T) {
+	for hosts, want := range map[int]int{0: 0, 1: 1, 2: 2, 4: 4, 5: 3, 6: 2, 7: 1, 8: 0, 16: 0} {
+		waiting := 0
+		for rank := range hosts {
+			if turnWaitsInWorkflow(hosts, rank) {
+				assert.Less(t, rank, want, "%d hosts: the first hosts by name wait", hosts)
+				waiting++
+			}
+		}
+		assert.Equal(t, want, waiting, "%d hosts", hosts)
+		if hosts > parkingHosts && hosts <= hostsCalls {
+			assert.LessOrEqual(t, waiting+hosts+2, 10, "%d hosts: waiting takes, one under way per host and the chief's two", hosts)
+		}
+	}
+	e := &entry{hosts: []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"}}
+	assert.Equal(t, 1, e.hostRank("gpu-b"))
+	assert.True(t, turnWaitsInWorkflow(e.runHosts(), e.hostRank("gpu-b")))
+	assert.False(t, turnWaitsInWorkflow(e.runHosts(), e.hostRank("gpu-c")))
+}
+
 func takesUnderWayAtMost(t *testing.T, hosts, want int) {
 	h := &Host{}
 	worker := func(run string) *controlServer {
-		return &controlServer{h: h, e: &entry{ref: attemptRef{WorkflowID: run}, hosts: hosts}}
+		return &controlServer{h: h, e: &entry{ref: attemptRef{WorkflowID: run}, hosts: hostNames(hosts)}}
 	}
 	release := make(chan struct{})
 	var mu sync.Mutex

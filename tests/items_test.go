@@ -702,12 +702,13 @@ func TestE2E_ItemsOverManyHostsWithinTheServersLimit(t *testing.T) {
 // A server whose limit of updates in flight is below what a run's hosts send refuses some of them. The SDK
 // sends them again, and the run completes, but only the host workers hear of the refusals: each warns its
 // operator of the first with the setting to raise, naming the items workflow. With the default limit (10)
-// that takes more than 8 hosts, past what this suite runs beside its other tests; 6 hosts and a limit of 3
-// get 10–38 refusals per run. The limit operations.md asks for, the run's hosts + 2, gets none.
+// that takes more than 8 hosts, past what this suite runs beside its other tests; 8 hosts and a limit of 4
+// get 8–18 refusals per run. The limit operations.md asks for, the run's hosts + 2 (here the default, 10),
+// gets none, and no host warns.
 func TestE2E_UpdatesTheServerRefusesAreToldToTheOperator(t *testing.T) {
 	t.Parallel()
-	hosts := []string{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f"}
-	for _, limit := range []int{3, len(hosts) + 2} {
+	hosts := []string{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f", "host-g", "host-h"}
+	for _, limit := range []int{4, len(hosts) + 2} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
 			t.Parallel()
 			c := isolatedWith(t, func(s *devServer) { s.dynamic = map[string]string{"history.maxInFlightUpdates": strconv.Itoa(limit)} }, hosts...)
@@ -815,8 +816,8 @@ func hostsWarnedOfRefusals(t *testing.T, c *cluster, workflowID string, hosts []
 	return warned
 }
 
-// Workers over more than four hosts wait for the run's first items by reading the items workflow's memo, which
-// has no counts until they change: each read that found none sent a take again, every 5–10 ms per host, until
+// Workers over more than four hosts wait for the run's first items by reading the items workflow's memo (but
+// those of the first few hosts by name, which wait inside the workflow), which has no counts until they change: each read that found none sent a take again, every 5–10 ms per host, until
 // the chief scheduled (the workflow rejects a take that has nothing to do, so its history did not show them;
 // the server's count of updates does). Now a memo without counts has nothing queued, and each host sends its
 // take once while the chief sleeps.
@@ -843,6 +844,11 @@ tasks:
 	}
 	t.Logf("%d updates", updates)
 	assert.Less(t, updates, 400, "updates sent for a run of 60 items whose chief slept 3 s first")
+	// The first two hosts by name wait for the items inside the workflow, as many as the server's 10 leave
+	// room for beside one take under way per host and the chief's calls; the others read its memo.
+	takes := mostUpdatesWaiting(t, c, workflows.ItemsWorkflowID(id), workflows.UpdateItemsTake)
+	assert.Positive(t, takes, "takes waiting inside the items workflow at once: an item scheduled to an idle run goes to one at once")
+	assert.LessOrEqual(t, takes, 2, "takes waiting inside the items workflow at once over 6 hosts")
 }
 
 // updatesRefusedInFlight reads from the metrics of c's own dev server how many updates it refused because their

@@ -1,8 +1,8 @@
 """Work-item benchmark (tests/bench/items.sh): run as a clusterrun task, or alone with --pool for the floor.
 
 Chief: after DELAY seconds, schedules ITEMS no-op items and joins (throughput), then LATENCY items one at a
-time, each fetched before the next is scheduled (schedule -> result latency when idle). Its result: items/s,
-p50, p95.
+time, each fetched before the next is scheduled, GAP seconds apart (schedule -> result latency when idle).
+Its result: items/s, p50, p95.
 Workers: serve the no-op handler. --pool N: the same ITEMS through a local multiprocessing.Pool of N.
 """
 import json
@@ -45,6 +45,7 @@ bad = sum(1 for i, v in enumerate(values) if v.fetch() != i)
 
 lat = []
 for i in range(int(os.environ.get("LATENCY", "100"))):
+    time.sleep(float(os.environ.get("GAP", "0")))
     s = time.monotonic()
     clusterrun.schedule("noop", args=(i,)).fetch()
     lat.append(time.monotonic() - s)
