@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // A workflow's refusals are told at the first, the 10th and the 100th, each with its count; another workflow's
@@ -27,4 +28,12 @@ func TestRefusedUpdates_WarnsAtTheFirstAndAtEachTenfold(t *testing.T) {
 		told = append(told, f["workflowID"], f["refusals"])
 	}
 	assert.Equal(t, []any{"run-1/items", int64(1), "run-1/items", int64(10), "run-1/items", int64(100), "run-2/items", int64(1)}, told)
+	assert.Contains(t, logs.All()[0].Message, "work items are served from more than 8 hosts")
+
+	// The port allocator's refusals come from runs launched together, not from work items.
+	r.refused(workflows.PortAllocatorID)
+	last := logs.All()[len(logs.All())-1]
+	assert.Equal(t, workflows.PortAllocatorID, last.ContextMap()["workflowID"])
+	assert.Contains(t, last.Message, "Many runs are launching at once")
+	assert.NotContains(t, last.Message, "work items")
 }
