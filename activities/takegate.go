@@ -141,13 +141,15 @@ const parkingHosts = workflows.ParkBudget
 const hostsCalls = 8
 
 // turnWaitsInWorkflow reports whether the take that has a host's turn waits inside the items workflow, for the
-// host of place rank (by name, from 0) among a run's hosts. Over up to parkingHosts hosts every host's does.
-// Over more, each host has one take under way at most, so of the hostsCalls the hosts' takes under way leave
-// hostsCalls − hosts, the first hosts by name wait there: 3 of 5 hosts, 2 of 6, 1 of 7, none of 8 or more.
-// The others read the workflow's memo (takeByReads). An item scheduled to an idle run then goes to a waiting
-// take at once rather than at the next read of the memo, which comes up to a second later.
+// host of place rank (by name, from 0) among a run's hosts. The first hosts by name wait there, as many as
+// leave a place among the workflow's workflows.ParkBudget waits for the chief's own (a fetch or a join that
+// found all four taken read the memo, and an item every 2 s took 71–118 ms rather than 28–30 over 4 hosts), and
+// as many as the hostsCalls leave beside one take under way per host (over more than four hosts each has one
+// at most): every host of up to 3, 3 of 4 or 5 hosts, 2 of 6, 1 of 7, none of 8 or more. The others read
+// the workflow's memo (takeByReads). An item scheduled to an idle run then goes to a waiting take at once
+// rather than at the next read of the memo, which comes up to a second later.
 func turnWaitsInWorkflow(hosts, rank int) bool {
-	return hosts <= parkingHosts || rank < hostsCalls-hosts
+	return rank < min(workflows.ParkBudget-1, hostsCalls-hosts)
 }
 
 // takeByReads is the take that has the turn on a host whose turn does not wait in the items workflow
