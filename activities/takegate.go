@@ -35,7 +35,8 @@ import (
 // kept within the 10; over four hosts, one under way per host does. Over more hosts the turns' takes of
 // most hosts do not wait in the workflow but go as takes under way, between reads of its memo (takeByReads),
 // and those of the first few hosts by name wait, as many as the 10 leave room for (turnWaitsInWorkflow): up
-// to 8 hosts, one call each, the waiting takes and the chief's keep within the 10.
+// to 8 hosts, one call each, the waiting takes and the chief's keep within the 10. Once the run has been idle
+// for a second, the first three hosts' turns wait there whatever the hosts (turnParksWhenIdle).
 
 // takesUnderWay bounds the takes of a run that do not wait, under way at once from one host, by the number of
 // hosts in the run's cluster map (0: not known).
@@ -164,36 +165,74 @@ func (c *controlServer) takeByReads(ctx context.Context, take func(string, time.
 	until time.Time, out *workflows.TakeItemsResult) (int, error) {
 	c.e.beginWait()
 	defer c.e.endWait()
+	parks := turnParksWhenIdle(c.e.hostRank(c.h.Name))
 	for n := 1; ; n++ {
 		status, err := c.underWay(ctx, func() (int, error) { return take(fmt.Sprintf("-poll-%d", n), 0) })
 		if err != nil || len(out.Items) > 0 {
 			return status, err
 		}
 		in.Done, in.Renew = nil, nil
-		if !c.awaitQueued(ctx, until) {
+		switch c.awaitQueued(ctx, until, parks) {
+		case waitOver:
 			return 0, nil
+		case runIdle:
+			return take(fmt.Sprintf("-park-%d", n), max(time.Until(until), 0))
 		}
 	}
 }
 
-// awaitQueued reads the items workflow's memo until it counts items queued (true), the call ends (true: the
-// next take says why) or until passes (false). A memo without counts has none queued: the workflow writes
-// them once they change (a take sent on each such read went out every few milliseconds until the first
-// schedule); a read that fails is tried again at the next pause.
-func (c *controlServer) awaitQueued(ctx context.Context, until time.Time) bool {
+// parkAfterIdle is how long the turn of one of a run's first hosts reads the memo and finds the run idle
+// before its take waits in the items workflow instead (turnParksWhenIdle).
+const parkAfterIdle = time.Second
+
+// turnParksWhenIdle reports whether the turn of the host of place rank, when its take reads the memo
+// (turnWaitsInWorkflow is false), sends it to wait in the items workflow once the run has had no item queued
+// or running for parkAfterIdle. The workflow's updates in flight are few then: no worker has results to
+// report, and the takes under way are sent only once items are queued, so the first hosts' waits and the
+// chief's fit within the server's 10, and the items that come next go to a waiting take at once rather than
+// at the next read of the memo, which comes up to a second later (over 8 hosts, one item every 2 s took a
+// median of 83–144 ms). A run that is busy does not count as idle however long a host finds nothing queued:
+// over 16 hosts, takes that waited once nothing was queued for a second added to the server's refusals and
+// slowed 5,000 no-op items by a third. As with turnWaitsInWorkflow, at most workflows.ParkBudget - 1 hosts'
+// turns wait, leaving one wait for the chief's.
+func turnParksWhenIdle(rank int) bool { return rank < workflows.ParkBudget-1 }
+
+// What awaitQueued found.
+const (
+	itemsQueued = iota // the memo counts items queued, or the call ended (the next take says why)
+	waitOver           // the take's wait passed
+	runIdle            // the reads found no item queued or running for parkAfterIdle (parks only)
+)
+
+// awaitQueued reads the items workflow's memo until it counts items queued, the call ends, until passes or,
+// if parks, the reads have found the run idle for parkAfterIdle. A memo without counts has none queued: the
+// workflow writes them once they change (a take sent on each such read went out every few milliseconds until
+// the first schedule); a read that fails is tried again at the next pause, and does not count as idle.
+func (c *controlServer) awaitQueued(ctx context.Context, until time.Time, parks bool) int {
 	id := workflows.ItemsWorkflowID(c.e.ref.WorkflowID)
+	idleAt := time.Now().Add(parkAfterIdle)
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 		p := min(pause/2+rand.N(pause/2), time.Until(until))
+		if parks {
+			p = min(p, time.Until(idleAt))
+		}
 		if p <= 0 {
-			return false
+			if time.Until(until) <= 0 {
+				return waitOver
+			}
+			return runIdle
 		}
 		select {
 		case <-ctx.Done():
-			return true
+			return itemsQueued
 		case <-time.After(p):
 		}
-		if counts, _, err := c.itemCounts(ctx, id); err == nil && counts.Queued > 0 {
-			return true
+		counts, _, err := c.itemCounts(ctx, id)
+		switch {
+		case err == nil && counts.Queued > 0:
+			return itemsQueued
+		case err != nil || counts.Running > 0:
+			idleAt = time.Now().Add(parkAfterIdle)
 		}
 	}
 }

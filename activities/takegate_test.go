@@ -114,6 +114,17 @@ func TestTurnWaitsInWorkflow_OnAsManyHostsAsTheLimitLeaves(t *testing.T) {
 			assert.LessOrEqual(t, waiting+hosts+2, 10, "%d hosts: waiting takes, one under way per host and the chief's two", hosts)
 		}
 	}
+	// In an idle run, the first three hosts' turns wait whatever the hosts: the waits always leave one for the
+	// chief's, and no take is under way then.
+	for _, hosts := range []int{5, 6, 8, 16, 100} {
+		idleWaiting := 0
+		for rank := range hosts {
+			if turnWaitsInWorkflow(hosts, rank) || turnParksWhenIdle(rank) {
+				idleWaiting++
+			}
+		}
+		assert.Equal(t, workflows.ParkBudget-1, idleWaiting, "%d hosts, idle", hosts)
+	}
 	e := &entry{hosts: []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"}}
 	assert.Equal(t, 1, e.hostRank("gpu-b"))
 	assert.True(t, turnWaitsInWorkflow(e.runHosts(), e.hostRank("gpu-b")))
