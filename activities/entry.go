@@ -3,6 +3,7 @@ package activities
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clusterrun/clusterrun/activities/shim"
@@ -46,6 +47,9 @@ type entry struct {
 	shimSocket    string
 	// port is the port the attempt was given here, set at launch (0 for attempts taken up from a record).
 	port int
+	// takenUp is set for an attempt taken up from an older worker's record until its first take that reads the
+	// items workflow's memo, which looks for a take that worker left waiting there (takeLeftWaiting).
+	takenUp atomic.Bool
 	// asChosen says the attempt starts at the port its run chose (a pre-placed launch): its start is reported
 	// once its process runs.
 	asChosen bool

@@ -407,6 +407,7 @@ func (h *Host) recover() {
 		}
 		e := newEntry(rec.Ref, rec.Task, rec.Legacy, rec.Grace)
 		e.record = dir
+		e.takenUp.Store(true)
 		var hosts []string
 		if rec.Info.Cluster == nil && rec.ClusterFile != "" {
 			f, err := maps.read(rec.ClusterFile)

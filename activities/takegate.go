@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
+	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -128,7 +131,7 @@ func (c *controlServer) takeInTurn(r *http.Request, in *workflows.TakeItemsReque
 	}
 	defer func() { <-gate.slots }()
 	if !turnWaitsInWorkflow(c.e.runHosts(), c.e.hostRank(c.h.Name)) {
-		return c.takeByReads(r.Context(), take, in, began.Add(wait), out)
+		return c.takeByReads(r.Context(), r, take, in, began.Add(wait), out)
 	}
 	return take("", max(wait-time.Since(began), 0))
 }
@@ -161,11 +164,20 @@ func turnWaitsInWorkflow(hosts, rank int) bool {
 // 10 ms after, then further apart, up to 1 s; until is when its wait ends. Take n has the call's update id
 // with "-poll-n", so that each applies once, also when the task's client sends the call again to this
 // worker's successor.
-func (c *controlServer) takeByReads(ctx context.Context, take func(string, time.Duration) (int, error), in *workflows.TakeItemsRequest,
-	until time.Time, out *workflows.TakeItemsResult) (int, error) {
+func (c *controlServer) takeByReads(ctx context.Context, r *http.Request, take func(string, time.Duration) (int, error),
+	in *workflows.TakeItemsRequest, until time.Time, out *workflows.TakeItemsResult) (int, error) {
 	c.e.beginWait()
 	defer c.e.endWait()
 	parks := turnParksWhenIdle(c.e.hostRank(c.h.Name))
+	if parks && c.e.takenUp.Swap(false) {
+		found, err := c.takeLeftWaiting(ctx, r, out)
+		if err != nil {
+			return http.StatusRequestTimeout, err
+		}
+		if found {
+			return 0, nil
+		}
+	}
 	for n := 1; ; n++ {
 		status, err := c.underWay(ctx, func() (int, error) { return take(fmt.Sprintf("-poll-%d", n), 0) })
 		if err != nil || len(out.Items) > 0 {
@@ -176,9 +188,40 @@ func (c *controlServer) takeByReads(ctx context.Context, take func(string, time.
 		case waitOver:
 			return 0, nil
 		case runIdle:
-			return take(fmt.Sprintf("-park-%d", n), max(time.Until(until), 0))
+			return take(parkSuffix, max(time.Until(until), 0))
 		}
 	}
+}
+
+// parkSuffix ends the update id of the take a call sends to wait in the items workflow from takeByReads: one
+// such take per call, under the call's own id, so that the call sent again to this worker's successor finds
+// it (takeLeftWaiting).
+const parkSuffix = "-park"
+
+// takeLeftWaiting answers, with out, a call of an attempt this worker took up from an older one's record, if
+// the older worker had sent its take to wait in the items workflow (the call's id with parkSuffix) and died:
+// the workflow hands items to that take all the same, and they would wait for their lease to run out. The
+// task's client sends the call again with the same id, and this looks the take up and waits for its answer;
+// found is false when there is none (or it cannot be read), and the call goes on as any other.
+func (c *controlServer) takeLeftWaiting(ctx context.Context, r *http.Request, out *workflows.TakeItemsResult) (found bool, err error) {
+	if r.Header.Get(task.HeaderRequestID) == "" {
+		return false, nil
+	}
+	updateID, err := c.itemsUpdateID(r)
+	if err != nil {
+		return false, nil // the take says why
+	}
+	ctx, cancel := context.WithTimeout(ctx, workflows.MaxItemWait+5*time.Second)
+	defer cancel()
+	h := c.h.Client.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{
+		WorkflowID: workflows.ItemsWorkflowID(c.e.ref.WorkflowID), UpdateID: updateID + parkSuffix})
+	if err := h.Get(ctx, out); err != nil {
+		if r.Context().Err() != nil {
+			return false, r.Context().Err()
+		}
+		return false, nil
+	}
+	return true, nil
 }
 
 // parkAfterIdle is how long the turn of one of a run's first hosts reads the memo and finds the run idle

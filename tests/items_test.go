@@ -25,6 +25,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc"
 
 	"github.com/clusterrun/clusterrun/spec"
@@ -860,6 +861,86 @@ tasks:
 	}
 	t.Logf("%d updates", updates)
 	assert.Less(t, updates, 400, "updates sent for a run of 60 items whose chief slept 3 s first")
+}
+
+// A take that waits in the items workflow on behalf of an idle run's first hosts (over 8 hosts, only once the
+// run has been idle for a second) outlives its host worker, SIGKILLed meanwhile: the workflow hands it items
+// all the same. The task's client sends its call again, with the same id, to the next worker, which looks the
+// take up and answers the call with its items. Before, they waited for their lease to run out and were handed
+// out again.
+func TestE2E_ItemsHandedToADeadWorkersWaitingTakeReachTheTask(t *testing.T) {
+	t.Parallel()
+	hosts := []string{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f", "host-g", "host-h"}
+	c := isolated(t, hosts...)
+	id := runID(t)
+	dir := t.TempDir()
+	trigger := filepath.Join(dir, "schedule-now")
+	chief := filepath.Join(dir, "chief.py")
+	require.NoError(t, os.WriteFile(chief, []byte(`
+import os, time, clusterrun
+while not os.path.exists(os.environ["TRIGGER"]):
+    time.sleep(0.02)
+values = [clusterrun.schedule("noop", args=(i,)) for i in range(200)]
+clusterrun.join()
+assert [v.fetch() for v in values] == list(range(200))
+`), 0o644))
+	spec := writeSpec(t, `
+name: items-left-waiting
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, TRIGGER: `+trigger+`}
+command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+items: {lease: 20s}
+tasks:
+  chief: {replicas: 1, hosts: [host-h], command: [python3, `+chief+`]}
+  worker: {replicas: 8, hosts: [`+strings.Join(hosts, ", ")+`]}
+`)
+	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
+	itemsID := workflows.ItemsWorkflowID(id)
+	waitUntil(t, "a take of the first hosts to wait in the items workflow", time.Minute, func() bool {
+		waiting, _ := parkedTakes(c, itemsID)
+		return waiting > 0
+	})
+	for _, h := range hosts[:3] { // the hosts whose takes wait there: the first three by name
+		c.stopWorker(h, syscall.SIGKILL)
+	}
+	require.NoError(t, os.WriteFile(trigger, nil, 0o644))
+	waitUntil(t, "a dead worker's waiting take to be handed items", 30*time.Second, func() bool {
+		_, handed := parkedTakes(c, itemsID)
+		return handed > 0
+	})
+	for _, h := range hosts[:3] {
+		require.NoError(t, c.startWorker(h))
+	}
+	st, err := c.outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusSucceeded, st.Status, st.Reason)
+	counts, _, _ := strings.Cut(c.cli(t, "items", id).stdout, "\n")
+	assert.Contains(t, counts, "200 done, 0 failed; 0 handed out again, 0 duplicate results")
+}
+
+// parkedTakes reads the history of a run's items workflow: how many takes sent to wait there from takeByReads
+// (update ids ending in -park) are in flight, and how many were answered with items; zeros when it cannot be
+// read.
+func parkedTakes(c *cluster, itemsID string) (waiting, handed int) {
+	it := c.client.GetWorkflowHistory(context.Background(), itemsID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return 0, 0
+		}
+		if a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && strings.HasSuffix(a.GetProtocolInstanceId(), "-park") {
+			waiting++
+		}
+		a := ev.GetWorkflowExecutionUpdateCompletedEventAttributes()
+		if a == nil || !strings.HasSuffix(a.GetMeta().GetUpdateId(), "-park") {
+			continue
+		}
+		waiting--
+		var got workflows.TakeItemsResult
+		if p := a.GetOutcome().GetSuccess().GetPayloads(); len(p) == 1 && converter.GetDefaultDataConverter().FromPayload(p[0], &got) == nil && len(got.Items) > 0 {
+			handed++
+		}
+	}
+	return waiting, handed
 }
 
 // updatesRefusedInFlight reads from the metrics of c's own dev server how many updates it refused because their
