@@ -161,9 +161,10 @@ func turnWaitsInWorkflow(hosts, rank int) bool {
 // updates in flight (30 workers on 8 hosts: 31–54 refusals per 5,000 items and 520–950 items/s, where 4
 // hosts went at 2,700 with none; docs/benchmarks.md). It sends takes that do not wait, as the run's other
 // takes under way from this host, and between them reads the workflow's memo until items are queued, first
-// 10 ms after, then further apart, up to 1 s; until is when its wait ends. Take n has the call's update id
-// with "-poll-n", so that each applies once, also when the task's client sends the call again to this
-// worker's successor.
+// 10 ms after, then further apart, up to 1 s; on one of the run's first hosts, once the reads find the run
+// idle for a second, the take waits in the workflow instead (turnParksWhenIdle). until is when its wait
+// ends. Take n has the call's update id with "-poll-n", and the take that waits the id with parkSuffix, so
+// that each applies once, also when the task's client sends the call again to this worker's successor.
 func (c *controlServer) takeByReads(ctx context.Context, r *http.Request, take func(string, time.Duration) (int, error),
 	in *workflows.TakeItemsRequest, until time.Time, out *workflows.TakeItemsResult) (int, error) {
 	c.e.beginWait()
