@@ -50,6 +50,9 @@ type entry struct {
 	// takenUp is set for an attempt taken up from an older worker's record until its first take that reads the
 	// items workflow's memo, which looks for a take that worker left waiting there (takeLeftWaiting).
 	takenUp atomic.Bool
+	// itemsSeen says the run's items workflow has answered a call of this attempt: it has seen the attempt, and
+	// freed what an older attempt of its task held (takeByReads need not send it a take with nothing to apply).
+	itemsSeen atomic.Bool
 	// asChosen says the attempt starts at the port its run chose (a pre-placed launch): its start is reported
 	// once its process runs.
 	asChosen bool

@@ -180,6 +180,7 @@ func (c *controlServer) itemsUpdateAs(r *http.Request, suffix, name string, wait
 			return c.sendItems(conn.WithRefusedHook(ctx, held.refusedInFlight), id, name, updateID, in(max(wait-time.Since(began), 0)), out)
 		})
 		if err == nil {
+			c.e.itemsSeen.Store(true)
 			return 0, nil
 		}
 		status, retry, why := itemsError(err)

@@ -180,11 +180,13 @@ func (c *controlServer) takeByReads(ctx context.Context, r *http.Request, take f
 		}
 	}
 	for n := 1; ; n++ {
-		status, err := c.underWay(ctx, func() (int, error) { return take(fmt.Sprintf("-poll-%d", n), 0) })
-		if err != nil || len(out.Items) > 0 {
-			return status, err
+		if n > 1 || !c.nothingToTake(ctx, in) {
+			status, err := c.underWay(ctx, func() (int, error) { return take(fmt.Sprintf("-poll-%d", n), 0) })
+			if err != nil || len(out.Items) > 0 {
+				return status, err
+			}
+			in.Done, in.Renew = nil, nil
 		}
-		in.Done, in.Renew = nil, nil
 		switch c.awaitQueued(ctx, until, parks) {
 		case waitOver:
 			return 0, nil
@@ -192,6 +194,18 @@ func (c *controlServer) takeByReads(ctx context.Context, r *http.Request, take f
 			return take(parkSuffix, max(time.Until(until), 0))
 		}
 	}
+}
+
+// nothingToTake reports whether a call's first take from takeByReads would do nothing in the items workflow:
+// it applies no result or renewal, the workflow has seen the attempt already, and the memo counts no item
+// queued. The workflow takes a take that does not wait however little it does, as an update of its own:
+// over 8 hosts, an idle run sent one per host every 5 s, each worker's call beginning with one (55 in 30 s).
+func (c *controlServer) nothingToTake(ctx context.Context, in *workflows.TakeItemsRequest) bool {
+	if len(in.Done) > 0 || len(in.Renew) > 0 || !c.e.itemsSeen.Load() {
+		return false
+	}
+	counts, _, err := c.itemCounts(ctx, workflows.ItemsWorkflowID(c.e.ref.WorkflowID))
+	return err == nil && counts.Queued == 0
 }
 
 // parkSuffix ends the update id of the take a call sends to wait in the items workflow from takeByReads: one
