@@ -153,6 +153,11 @@ const ChangeItemsWaits = "clusterrun-items-waits"
 // while the chief's join waits for them. Requests that come meanwhile are refused as moving, and sent again.
 const ChangeItemsAnswerBeforeMove = "clusterrun-items-answer-before-move"
 
+// ChangeItemsMemoAtMove marks items workflows that publish their counts before they continue as new. The
+// results applied in the workflow task that decides to move were left out of the memo until the next history
+// published them, and a run that ended meanwhile kept counts that showed those items running for good.
+const ChangeItemsMemoAtMove = "clusterrun-items-memo-at-move"
+
 // ChangeItemsRetryAlone marks items workflows that do not count a lost hand-out shared with other items
 // toward maxAttempts, and hand such an item out alone from then on (itemState.RetryAlone).
 const ChangeItemsRetryAlone = "clusterrun-items-retry-alone"
@@ -174,16 +179,10 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 	if err := w.register(ctx); err != nil {
 		return err
 	}
-	var memo ItemCounts
 	for !w.moving {
 		now := workflow.Now(ctx)
 		next := s.expire(now)
-		if s.Counts != memo {
-			memo = s.Counts
-			if err := workflow.UpsertMemo(ctx, map[string]any{MemoItems: memo}); err != nil {
-				workflow.GetLogger(ctx).Warn("cannot publish item counts", "error", err)
-			}
-		}
+		w.publish(ctx)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(next.Sub(now), time.Millisecond)
@@ -201,6 +200,9 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return nil
 	}
+	if s.Counts != w.memo && workflow.GetVersion(ctx, ChangeItemsMemoAtMove, workflow.DefaultVersion, 1) == 1 {
+		w.publish(ctx) // the run may end before the next history publishes them
+	}
 	if workflow.GetVersion(ctx, ChangeItemsAnswerBeforeMove, workflow.DefaultVersion, 1) == 1 {
 		// The answers go out in a workflow task before the one that continues as new: see the constant.
 		if err := workflow.Sleep(ctx, time.Millisecond); err != nil {
@@ -212,9 +214,22 @@ func ClusterItems(ctx workflow.Context, in ItemsInput) error {
 
 type itemsWorkflow struct {
 	s       *itemState
-	changed bool // the state changed since the main loop last looked
-	moving  bool // continue-as-new is under way
-	parked  int  // requests waiting in await
+	memo    ItemCounts // the counts in the workflow's memo
+	changed bool       // the state changed since the main loop last looked
+	moving  bool       // continue-as-new is under way
+	parked  int        // requests waiting in await
+}
+
+// publish puts the item counts in the workflow's memo when they changed: status reads them there, and host
+// workers read them to tell when a refused request may be answered.
+func (w *itemsWorkflow) publish(ctx workflow.Context) {
+	if w.s.Counts == w.memo {
+		return
+	}
+	w.memo = w.s.Counts
+	if err := workflow.UpsertMemo(ctx, map[string]any{MemoItems: w.memo}); err != nil {
+		workflow.GetLogger(ctx).Warn("cannot publish item counts", "error", err)
+	}
 }
 
 func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/clusterrun/clusterrun/spec"
 )
@@ -557,4 +559,40 @@ func TestItems_AScheduleWaitingForRoomTakesItsResults(t *testing.T) {
 	assert.Len(t, second.Results, len(first.IDs), "the schedule handed its scheduler the results")
 	assert.Equal(t, 2*time.Second, answered, "at once, not after its wait")
 	assert.Len(t, third.IDs, 1, "acknowledged, the results made room")
+}
+
+// The results applied in the workflow task that decides to continue as new reach the memo before the move: a
+// run that ended before the next history published them kept a memo showing their items running for good
+// (status read "5 running, 2995 done" after its chief had every result).
+func TestItems_CountsReachTheMemoBeforeAMove(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(ClusterItems)
+	var memo ItemCounts
+	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
+		memo = args.Get(0).(map[string]any)[MemoItems].(ItemCounts)
+	}).Return(nil)
+	update := updater(t, env)
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsSchedule, ScheduleItemsRequest{From: chief, Items: steps(2)}, nil, nil)
+	}, time.Second)
+	var took TakeItemsResult
+	env.RegisterDelayedCallback(func() {
+		update(UpdateItemsTake, TakeItemsRequest{From: worker0, Fns: []string{"step"}, Max: 2}, &took, nil)
+	}, 2*time.Second)
+	env.RegisterDelayedCallback(func() {
+		require.Len(t, took.Items, 2)
+		done := []ItemOutcome{ok(took.Items[0], `"x"`), ok(took.Items[1], `"y"`)}
+		env.UpdateWorkflow(UpdateItemsTake, "", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("the results were refused: %v", err) },
+			// The server suggests a move in the workflow task that applies the results.
+			OnAccept:   func() { env.SetContinueAsNewSuggested(true) },
+			OnComplete: func(_ any, err error) { assert.NoError(t, err) },
+		}, TakeItemsRequest{From: worker0, Done: done})
+	}, 3*time.Second)
+	env.ExecuteWorkflow(ClusterItems, ItemsInput{RunID: "r", Config: spec.Items{Queue: 10, Lease: time.Minute, MaxAttempts: 3}})
+	require.True(t, env.IsWorkflowCompleted())
+	var moved *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &moved)
+	assert.Equal(t, ItemCounts{Scheduled: 2, Done: 2}, memo)
 }

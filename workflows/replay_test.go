@@ -31,7 +31,9 @@ import (
 // ${CLUSTERRUN_TASK_NAME}, read as empty before version 2 of ChangeEnvReferences refused it; v13/ a run whose
 // CKPT: "${BASE}/ckpt" read the host's BASE, not the spec's, before version 3; v14/ a run's ClusterItems that
 // continued as new in the workflow task that answered its last requests, before ChangeItemsAnswerBeforeMove,
-// and one that answered them in a task before it. A workflow change
+// and one that answered them in a task before it; v15/ a run's ClusterItems that was terminated with its run while
+// it moved, its last results unpublished, before ChangeItemsMemoAtMove (from a CI run), and one that published
+// them before it moved. A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
