@@ -22,11 +22,13 @@ const statusUsage = `Show every task of a run: state, host, attempt, pid, exit c
 
 Usage: clusterrun status RUN [-o table|json|jsonl] [--watch 2s]
 
+--watch refreshes until the run ends, or ends at once (exit 141) when its output's reader leaves.
+
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
 `
 
-func cmdStatus(args []string, stdout, stderr io.Writer) error {
+func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status as JSON (same as -o json)")
 	output, checkOutput := addOutputFlag(fs)
@@ -45,6 +47,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return usageErrorf("--watch %s: must be positive", *watch)
 	}
 	ctx := context.Background()
+	if *watch > 0 {
+		var stop func()
+		ctx, stop = endWithReader(ctx, stdout, &err)
+		defer stop()
+	}
 	c, err := dial(ctx)
 	if err != nil {
 		return err
@@ -70,7 +77,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if ended || *watch == 0 {
 			return nil
 		}
-		time.Sleep(*watch)
+		select {
+		case <-time.After(*watch):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

@@ -25,7 +25,8 @@ default each task's latest attempt is read (the end says which tasks had earlier
 and stderr together, their lines in the order their host saw them written (to within 250ms; lines dated alike
 put stdout first); --stdout or --stderr reads one of them, exactly as it was written. Output that a host's log
 cap dropped before it was read is reported on stderr with its size. Reading costs one LogSession workflow
-execution however long it lasts.
+execution however long it lasts. --follow ends with the run, or at once (exit 141) when its output's reader
+leaves, as in logs -f RUN | head -5; the run goes on.
 
 Example:
   clusterrun logs mnist-20261121-101500-a1b2c3 worker-3 --stderr
@@ -33,7 +34,7 @@ Example:
   clusterrun logs mnist-20261121-101500-a1b2c3 chief-0 --since 10m --timestamps
 `
 
-func cmdLogs(args []string, stdout, stderr io.Writer) error {
+func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0'")
 	attempt := fs.Int("attempt", 0, "read this attempt of each task that has one; a named task must (default: each task's latest)")
@@ -59,6 +60,11 @@ func cmdLogs(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx := context.Background()
+	if *follow {
+		var stop func()
+		ctx, stop = endWithReader(ctx, stdout, &err)
+		defer stop()
+	}
 	c, err := dial(ctx)
 	if err != nil {
 		return err
