@@ -3,6 +3,7 @@
 # clusterrun dev environment (its own state dir and port), runs the side-by-side benchmarks with 4 host workers,
 # then the barrier scale scenario with 8, then the launch and stop scenarios again on a Temporal server on
 # PostgreSQL (make up BACKEND=postgres), prints the report and tears each clusterrun environment down again.
+# Slurm stays up for the next bench: deployments/slurm/stop.sh stops it.
 # Extra arguments go to the harness (go run ./tests/bench -h), e.g. -only ab.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
