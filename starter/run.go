@@ -350,8 +350,9 @@ func (r *Run) itemCounts(ctx context.Context, st workflows.RunStatus) *workflows
 	return &counts
 }
 
-// Items lists a run's work items: its counts, the items it holds (queued, running, finished and not yet
-// taken by their scheduler), then the most recently finished ones, at most limit in all.
+// Items lists a run's work items: its counts, the items not finished yet (queued, running), then the finished
+// ones the run holds or kept for the listing (its 200 most recently let go), the latest first, at most limit
+// in all.
 func (r *Run) Items(ctx context.Context, limit int) (workflows.ItemsView, error) {
 	var view workflows.ItemsView
 	v, err := r.c.c.QueryWorkflow(ctx, workflows.ItemsWorkflowID(r.ID), "", workflows.QueryItems, limit)

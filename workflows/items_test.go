@@ -596,3 +596,28 @@ func TestItems_CountsReachTheMemoBeforeAMove(t *testing.T) {
 	require.ErrorAs(t, env.GetWorkflowError(), &moved)
 	assert.Equal(t, ItemCounts{Scheduled: 2, Done: 2}, memo)
 }
+
+// The listing gives the items not finished first, then the finished ones, the latest first, whether the run
+// still holds them or not: an ended run's scheduler never acknowledges its last results (no call comes after),
+// and the listing of a run of 300 items showed ids 1 to 100 of them.
+func TestItems_TheListingShowsTheLatestFinishedFirst(t *testing.T) {
+	s := newItems(10)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, sched(t, s, chief, steps(5), false, t0))
+	leases := s.take(worker0, serve, 5, t0)
+	require.Len(t, leases, 5)
+	on := Acks{On: true}
+	s.complete([]ItemOutcome{ok(leases[0], `1`)}, t0.Add(time.Second))
+	s.complete([]ItemOutcome{ok(leases[1], `2`)}, t0.Add(2*time.Second))
+	require.Len(t, s.deliver(chief, nil, on), 2)
+	s.ack(chief, Acks{On: true, Got: []int64{1, 2}}) // let go: kept for the listing only
+	s.complete([]ItemOutcome{ok(leases[3], `4`)}, t0.Add(3*time.Second))
+	s.complete([]ItemOutcome{ok(leases[2], `3`)}, t0.Add(4*time.Second))
+	require.Len(t, s.deliver(chief, nil, on), 2) // delivered, never acknowledged
+
+	var ids []int64
+	for _, it := range s.list(10) {
+		ids = append(ids, it.ID)
+	}
+	assert.Equal(t, []int64{5, 3, 4, 2, 1}, ids, "the running one, then the latest finished first")
+	assert.Len(t, s.list(3), 3)
+}

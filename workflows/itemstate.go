@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -636,17 +637,36 @@ func (s *itemState) raise(task string) string {
 	return e
 }
 
-// list is the items the run holds, then the most recent finished ones it has let go of, at most n.
+// list gives up to n items for the items query: those not finished (queued, running) in id order, then the
+// finished ones, the latest first, whether the run still holds them (a result not yet taken or acknowledged by
+// its scheduler, a keyed one) or keeps them for the listing only (Recent). Held ones first, as before, showed
+// an ended run's oldest items: its scheduler's last results are never acknowledged, no call coming after.
 func (s *itemState) list(n int) []Item {
-	var out []Item
+	var out, finished []Item
 	for _, id := range s.ids() {
-		if len(out) >= n {
-			break
+		switch it := s.Items[id]; it.State {
+		case ItemQueued, ItemRunning:
+			if len(out) < n {
+				out = append(out, *it)
+			}
+		default:
+			finished = append(finished, *it)
 		}
-		out = append(out, *s.Items[id])
 	}
-	for i := len(s.Recent) - 1; i >= 0 && len(out) < n; i-- {
-		out = append(out, s.Recent[i])
+	finished = append(finished, s.Recent...)
+	slices.SortStableFunc(finished, func(a, b Item) int {
+		if c := b.ended().Compare(a.ended()); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	return append(out, finished[:min(len(finished), max(n-len(out), 0))]...)
+}
+
+// ended is when a finished item's last hand-out ended (zero if it had none).
+func (it *Item) ended() time.Time {
+	if len(it.Attempts) == 0 {
+		return time.Time{}
 	}
-	return out
+	return it.lastAttempt().End
 }

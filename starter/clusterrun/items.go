@@ -14,8 +14,8 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-const itemsUsage = `List a run's work items: their counts, then each item the run holds (queued, running, finished and not
-yet taken by its scheduler) and the most recently finished ones, with every hand-out of each.
+const itemsUsage = `List a run's work items: their counts, then each item not finished yet (queued, running), then the
+finished ones, the latest first, with every hand-out of each.
 
 Usage: clusterrun items RUN [--limit N] [-o table|json|jsonl]
 
