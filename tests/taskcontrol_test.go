@@ -47,7 +47,9 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"terminate-task", id, "gpu-0"}, `has no task "gpu-0"`},
+		{[]string{"terminate-task", id, "gpu-0"}, `has no task "gpu-0"; its tasks are chief-0, worker-0, worker-1, worker-2`},
+		{[]string{"terminate-task", id, "wroker-1"}, `has no task "wroker-1"; did you mean worker-1?`},
+		{[]string{"terminate-task", id, "worker"}, `has no task "worker"; worker is a task type, and its tasks are worker-0, worker-1, worker-2: name one`},
 		{[]string{"terminate-task", id, "worker-2"}, "worker-2 is not running (it is Terminated)"},
 		{[]string{"start-task", id, "worker", "--index", "0"}, "worker-0 has not ended (it is Running, attempt 1)"},
 		{[]string{"start-task", id, "gpu"}, `has no task type "gpu" (it has chief, worker)`},

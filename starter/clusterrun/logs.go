@@ -332,7 +332,7 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs str
 	}
 	for _, n := range names {
 		if st.Task(n) == nil {
-			return c, &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", runID, n, taskNames(st))}
+			return c, noTask(runID, n, st, fmt.Sprintf(" or more, or read them all with --tasks '%s-*'", n))
 		}
 	}
 	return c, nil

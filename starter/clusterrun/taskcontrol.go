@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -54,7 +55,7 @@ func cmdTerminateTask(args []string, stdout, stderr io.Writer) error {
 		t := st.Task(name)
 		switch {
 		case t == nil:
-			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("run %s has no task %q; its tasks are %s", id, name, taskNames(st))}
+			return nil, "", noTask(id, name, st, "")
 		case !active(*t):
 			return nil, "", &exitError{code: 1, msg: fmt.Sprintf("%s is not running (it is %s); nothing to terminate", name, t.State)}
 		}
@@ -220,6 +221,31 @@ func filterTo(st workflows.RunStatus, name string, before workflows.RunStatus) w
 	}
 	st.Tasks = keep
 	return st
+}
+
+// noTask is the error for a task name the run does not have. A task type (worker for worker-0 …) is named as
+// one, with its tasks and, where the command takes several, how to take them all (all); a name within a typo of
+// a task's is offered.
+func noTask(runID, name string, st workflows.RunStatus, all string) error {
+	head := fmt.Sprintf("run %s has no task %q", runID, name)
+	var ofType, names []string
+	for _, t := range st.Tasks {
+		names = append(names, t.Name)
+		if t.Type == name {
+			ofType = append(ofType, t.Name)
+		}
+	}
+	switch {
+	case len(ofType) == 1:
+		return &exitError{code: 1, msg: fmt.Sprintf("%s; %s is a task type, and its one task is %s", head, name, ofType[0])}
+	case len(ofType) > 1:
+		return &exitError{code: 1, msg: fmt.Sprintf("%s; %s is a task type, and its tasks are %s: name one%s",
+			head, name, clip(strings.Join(ofType, ", "), 200), all)}
+	}
+	if near := flagerr.Closest(name, names); near != "" {
+		return &exitError{code: 1, msg: fmt.Sprintf("%s; did you mean %s? (its tasks are %s)", head, near, taskNames(st))}
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("%s; its tasks are %s", head, taskNames(st))}
 }
 
 // taskNames lists a run's tasks for an error, cut to 200 characters.
