@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,6 +24,26 @@ func TestE2E_TerminateAndStartTask(t *testing.T) {
 	waitUntil(t, "worker-1's process gone", 30*time.Second, func() bool { return len(markedProcessesOf(t, "sleep 307")) == 2 })
 	st, _ := query(t, id)
 	assert.Equal(t, workflows.StatusRunning, st.Status, "the run goes on")
+
+	// status shows the tasks named, by name or pattern, under the run's own line.
+	r = cli(t, "status", id, "worker-1", "--tasks", "chief-*")
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, ": Running")
+	assert.Regexp(t, `chief-0\s+Running\s+host-a`, r.stdout)
+	assert.Regexp(t, `worker-1\s+Terminated\s+host-b`, r.stdout)
+	assert.NotContains(t, r.stdout, "worker-0")
+	r = cli(t, "status", id, "worker-0", "-o", "json")
+	require.Equal(t, 0, r.code, r.String())
+	var one workflows.RunStatus
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &one))
+	require.Len(t, one.Tasks, 1)
+	assert.Equal(t, "worker-0", one.Tasks[0].Name)
+	r = cli(t, "status", id, "--tasks", "ps-*")
+	assert.Equal(t, 1, r.code, r.String())
+	assert.Contains(t, r.stderr, "--tasks ps-* matches no task of run "+id+"; its tasks are chief-0, worker-0, worker-1")
+	r = cli(t, "status", id, "worker")
+	assert.Equal(t, 1, r.code, r.String())
+	assert.Contains(t, r.stderr, `worker is a task type, and its tasks are worker-0, worker-1: name one or more, or show them all with --tasks 'worker-*'`)
 
 	r = cli(t, "start-task", id, "worker-1") // by its name: the same as worker --index 1
 	require.Equal(t, 0, r.code, r.String())

@@ -18,14 +18,16 @@ import (
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
-const statusUsage = `Show every task of a run: state, host, attempt, pid, exit code and last output line.
+const statusUsage = `Show the tasks of a run: state, host, attempt, pid, exit code and last output line.
 
-Usage: clusterrun status RUN [-o table|json|jsonl] [--watch 2s]
+Usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [-o table|json|jsonl] [--watch 2s]
 
---watch refreshes until the run ends, or ends at once (exit 141) when its output's reader leaves.
+Without TASK or --tasks, every task is shown; the run's own line, barriers and item counts are shown either
+way. --watch refreshes until the run ends, or ends at once (exit 141) when its output's reader leaves.
 
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
+  clusterrun status mnist-20261121-101500-a1b2c3 chief-0 --tasks 'ps-*' --watch 2s
 `
 
 func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
@@ -33,7 +35,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
 	asJSON := fs.Bool("json", false, "print the status as JSON (same as -o json)")
 	output, checkOutput := addOutputFlag(fs)
 	watch := fs.Duration("watch", 0, "refresh every this long (e.g. 2s) until the run ends; 0 prints once")
-	pos, err := parse(fs, statusUsage, args, 1, 1, stderr)
+	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0' (default: every task)")
+	pos, err := parse(fs, statusUsage, args, 1, 1<<20, stderr)
 	if err != nil {
 		return err
 	}
@@ -68,6 +71,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
+		if st.RunStatus, err = onlyChosen(pos[0], st.RunStatus, pos[1:], *globs, *watch > 0 && !ended); err != nil {
+			return err
+		}
 		if err := printStatus(pos[0], st, ended, *output, redraw, stdout); err != nil {
 			return err
 		}
@@ -95,6 +101,30 @@ func readStatus(ctx context.Context, c client.Client, id string, p *patience) (l
 	defer cancel()
 	st, ended, _, err := fetchStatus(ctx, c, id)
 	return st, ended, err
+}
+
+// onlyChosen keeps the tasks of st that names and the --tasks patterns choose; each name must be a task of the
+// run, and patterns must match one of its tasks unless the run goes on (a task started later may match).
+func onlyChosen(runID string, st workflows.RunStatus, names []string, globs string, goesOn bool) (workflows.RunStatus, error) {
+	if len(st.Tasks) == 0 {
+		return st, nil // a run that rejected its spec: its status line says so
+	}
+	chosen, err := chooseTasks(runID, st, names, globs, "show")
+	if err != nil {
+		return st, err
+	}
+	var keep []workflows.TaskStatus
+	for _, t := range st.Tasks {
+		if chosen.has(t.Name) {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) == 0 && !goesOn {
+		return st, &exitError{code: 1, msg: fmt.Sprintf("--tasks %s matches no task of run %s; its tasks are %s",
+			strings.Join(chosen.patterns, ","), runID, taskNames(st))}
+	}
+	st.Tasks = keep
+	return st, nil
 }
 
 // printStatus prints a run's status; clear redraws the terminal first.

@@ -142,7 +142,7 @@ func argValues(command string, pos []string, prefix string) ([]string, cobra.She
 		return nil, noFiles
 	case len(pos) == 0:
 		return fromServer(func(ctx context.Context, c client.Client) ([]string, error) { return runIDs(ctx, c, arg.live) }, prefix)
-	case command == "terminate-task" && len(pos) == 1, command == "logs":
+	case command == "terminate-task" && len(pos) == 1, command == "logs", command == "status":
 		return fromServer(func(ctx context.Context, c client.Client) ([]string, error) {
 			return taskCandidates(ctx, c, pos[0], pos[1:], command == "terminate-task")
 		}, prefix)

@@ -84,7 +84,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	if ended && len(st.Tasks) == 0 {
 		return &exitError{code: 1, msg: fmt.Sprintf("run %s has no logs: it ended %s before it had any task: %s", id, st.Status, st.Reason)}
 	}
-	chosen, err := chooseTasks(id, st.RunStatus, pos[1:], *globs)
+	chosen, err := chooseTasks(id, st.RunStatus, pos[1:], *globs, "read")
 	if err != nil {
 		return err
 	}
@@ -319,8 +319,9 @@ func (c taskChoice) has(name string) bool {
 	return chosen
 }
 
-// chooseTasks reads the names and --tasks patterns of a logs command; each name must be a task of the run.
-func chooseTasks(runID string, st workflows.RunStatus, names []string, globs string) (taskChoice, error) {
+// chooseTasks reads the names and --tasks patterns of a command that verb's tasks (logs reads them, status
+// shows them); each name must be a task of the run.
+func chooseTasks(runID string, st workflows.RunStatus, names []string, globs, verb string) (taskChoice, error) {
 	c := taskChoice{names: names}
 	for _, g := range strings.Split(globs, ",") {
 		if g = strings.TrimSpace(g); g != "" {
@@ -332,7 +333,7 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs str
 	}
 	for _, n := range names {
 		if st.Task(n) == nil {
-			return c, noTask(runID, n, st, fmt.Sprintf(" or more, or read them all with --tasks '%s-*'", n))
+			return c, noTask(runID, n, st, fmt.Sprintf(" or more, or %s them all with --tasks '%s-*'", verb, n))
 		}
 	}
 	return c, nil

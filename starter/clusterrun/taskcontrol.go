@@ -228,6 +228,9 @@ func filterTo(st workflows.RunStatus, name string, before workflows.RunStatus) w
 // a task's is offered.
 func noTask(runID, name string, st workflows.RunStatus, all string) error {
 	head := fmt.Sprintf("run %s has no task %q", runID, name)
+	if strings.ContainsAny(name, "*?[") && all != "" {
+		return &exitError{code: 1, msg: fmt.Sprintf("%s; a pattern goes with --tasks: --tasks '%s'", head, name)}
+	}
 	var ofType, names []string
 	for _, t := range st.Tasks {
 		names = append(names, t.Name)
