@@ -85,6 +85,11 @@ type Host struct {
 	ProbeEvery time.Duration
 	// ReconcileEvery is how often unheld attempts are checked against their workflows. Optional: default 10s.
 	ReconcileEvery time.Duration
+	// LogRetention is how long after its last write an ended run's log folder is kept (--log-retention).
+	// Optional: default 0, kept for ever.
+	LogRetention time.Duration
+	// RunEnded says whether a run has ended, for log retention. Optional: default the server's description.
+	RunEnded func(ctx context.Context, runID string) (bool, error)
 	// OnDrain starts (false) or stops (true) taking new tasks; the worker's main sets it.
 	OnDrain func(drained bool) error
 
@@ -159,6 +164,9 @@ func (h *Host) Start() error {
 	go h.probeLoop(ctx)
 	go h.reconcileLoop(ctx)
 	go h.hangLoop(ctx)
+	if h.LogRetention > 0 {
+		go h.pruneLoop(ctx)
+	}
 	return nil
 }
 

@@ -67,6 +67,9 @@ func (h *Host) readChunk(runID string, r workflows.ReadLogsRequest) workflows.Lo
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		c.Missing = true
+		if _, err := os.Stat(filepath.Join(h.LogDir, runID)); errors.Is(err, os.ErrNotExist) {
+			c.Retention = h.LogRetention // pruned, when the host prunes
+		}
 		return c
 	}
 	if err != nil {

@@ -165,6 +165,19 @@ func (g *registry) all() []*entry {
 	return out
 }
 
+// withoutRun calls act while the registry is held, if it holds no attempt of the run workflowID, and says
+// what act returned (false when it was not called): no attempt of the run is added meanwhile.
+func (g *registry) withoutRun(workflowID string, act func() bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range g.entries {
+		if e.ref.WorkflowID == workflowID {
+			return false
+		}
+	}
+	return act()
+}
+
 // unordered returns every entry, in no order: for counting.
 func (g *registry) unordered() []*entry {
 	g.mu.Lock()

@@ -385,3 +385,47 @@ tasks:
 		assert.Equal(t, want, *task.Logs, task.Name)
 	}
 }
+
+// A host with --log-retention deletes the logs of a run that has ended once they were not written for that
+// long, and keeps those of a run that runs, however long its tasks are quiet; `logs` of a pruned run says why
+// its output is gone.
+func TestE2E_LogRetentionPrunesEndedRunsOnly(t *testing.T) {
+	t.Parallel()
+	c := isolated(t)
+	require.NoError(t, c.startWorker("host-a", "--log-retention", "3s"))
+	ended, quiet := runID(t)+"-ended", runID(t)+"-quiet"
+	done := writeSpec(t, `{name: done, command: [sh, -c, 'echo the end'], tasks: {worker: {replicas: 1, hosts: [host-a]}}}`)
+	r := c.cli(t, "run", done, "--id", ended)
+	require.Equal(t, 0, r.code, r.String())
+	hush := writeSpec(t, `{name: hush, command: [sh, -c, 'echo once; exec sleep 300'], tasks: {worker: {replicas: 1, hosts: [host-a]}}}`)
+	require.Equal(t, 0, c.cli(t, "run", hush, "--id", quiet, "--detach").code)
+	quietLog := filepath.Join(c.logDir, quiet, "attempt_1", "worker-0", "stdout.log")
+	waitUntil(t, "the quiet run's line", time.Minute, func() bool {
+		b, _ := os.ReadFile(quietLog)
+		return string(b) == "once\n"
+	})
+
+	waitUntil(t, "the ended run's logs to be deleted", time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(c.logDir, ended))
+		return os.IsNotExist(err)
+	})
+	logs := c.cli(t, "logs", ended)
+	assert.Equal(t, 1, logs.code, logs.String())
+	assert.Contains(t, logs.stderr, "stdout.log of attempt 1 is gone from host host-a, which deletes an ended run's logs 3s after their last write (its --log-retention)")
+
+	st, err := os.Stat(quietLog)
+	require.NoError(t, err)
+	waitUntil(t, "three retentions past the quiet run's last write", time.Minute, func() bool {
+		return time.Since(st.ModTime()) > 9*time.Second
+	})
+	assert.FileExists(t, quietLog, "a run that runs keeps its logs")
+	r = c.cli(t, "logs", quiet)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Equal(t, "once\n", r.stdout)
+
+	require.Equal(t, 0, c.cli(t, "cancel", quiet).code)
+	waitUntil(t, "the canceled run's logs to be deleted", time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(c.logDir, quiet))
+		return os.IsNotExist(err)
+	})
+}

@@ -579,8 +579,10 @@ type LogChunk struct {
 	ModTime int64     `json:"modTime,omitempty"`
 	// EOF says the chunk reaches the current end of the file.
 	EOF bool `json:"eof,omitempty"`
-	// Missing says the file does not exist on the host.
-	Missing bool `json:"missing,omitempty"`
+	// Missing says the file does not exist on the host; with its whole run folder gone on a host that prunes
+	// ended runs' logs, Retention is that host's --log-retention.
+	Missing   bool          `json:"missing,omitempty"`
+	Retention time.Duration `json:"retention,omitempty"`
 	// Unreachable says the host did not answer (its worker may be restarting); Error says more.
 	Unreachable bool   `json:"unreachable,omitempty"`
 	Error       string `json:"error,omitempty"`

@@ -468,6 +468,12 @@ func (f *follower) take(s *stream, c workflows.LogChunk) bool {
 	case c.Missing && s.unstarted:
 		s.closed = true
 		return false
+	case c.Missing && s.done && c.Retention > 0:
+		f.say(s.task, fmt.Sprintf("%s.log of attempt %d is gone from host %s, which deletes an ended run's logs %s after their last write (its --log-retention)",
+			s.name, s.attempt, s.host, spec.FormatDays(c.Retention)))
+		f.unreadable++
+		s.closed = true
+		return false
 	case c.Missing && s.done:
 		f.say(s.task, fmt.Sprintf("%s.log of attempt %d was deleted from host %s (its log folder was cleaned up?)", s.name, s.attempt, s.host))
 		f.unreadable++

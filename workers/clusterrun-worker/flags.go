@@ -39,6 +39,7 @@ type config struct {
 	slots               int
 	ports               *workflows.PortRange
 	logCap              int64
+	logRetention        time.Duration
 	shutdownGrace       time.Duration
 	stopTasksOnExit     bool
 	heartbeatThrottle   time.Duration
@@ -83,6 +84,7 @@ func parseFlags(args []string) (config, error) {
 	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO runs may choose their tasks' ports here from, in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip); off: this host picks each port itself [CLUSTERRUN_WORKER_PORTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
+	logRetention := fs.String("log-retention", env("CLUSTERRUN_WORKER_LOG_RETENTION", "0"), "delete the log folder of a run that has ended once nothing in it was written for this long, e.g. 30d (a run that runs keeps its logs; 0: keep every run's logs) [CLUSTERRUN_WORKER_LOG_RETENTION]")
 	fs.StringVar(&c.stateDir, "state-dir", env("CLUSTERRUN_WORKER_STATE_DIR", filepath.Join(home, ".clusterrun", "state")), "records of the tasks this host supervises (a restarted worker takes them up from here); keep it on a disk that outlives the worker [CLUSTERRUN_WORKER_STATE_DIR]")
 	fs.StringVar(&c.socketDir, "socket-dir", env("CLUSTERRUN_WORKER_SOCKET_DIR", ""), "folder for the tasks' sockets and cluster files (default: a runtime folder on tmpfs, the first of $XDG_RUNTIME_DIR/clusterrun, /run/clusterrun-<uid>, /dev/shm/clusterrun-<uid>; else <tmp>/clusterrun-<uid>) [CLUSTERRUN_WORKER_SOCKET_DIR]")
 	fs.StringVar(&c.shim, "shim", env("CLUSTERRUN_WORKER_SHIM", ""), "the task supervisor program (default: clusterrun-shim beside this program, else on PATH) [CLUSTERRUN_WORKER_SHIM]")
@@ -165,6 +167,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.logCap, err = spec.ParseSize(*logCap); err != nil {
 		return c, fmt.Errorf("--log-cap: %v", err)
+	}
+	if c.logRetention, err = spec.ParseDays(*logRetention); err != nil {
+		return c, fmt.Errorf("--log-retention: %w", err)
 	}
 	if c.logCap != 0 && c.logCap < spec.MinLogCap {
 		return c, fmt.Errorf("--log-cap %s: at least %s, or 0 for no cap", *logCap, spec.FormatSize(spec.MinLogCap))

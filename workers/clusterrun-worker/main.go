@@ -186,6 +186,7 @@ func newHost(c config, cl client.Client, metrics client.MetricsHandler, logger l
 	host.Shim = []string{c.shim}
 	host.SupervisorIdle = c.supervisorIdle
 	host.LogCap = c.logCap
+	host.LogRetention = c.logRetention
 	host.TaskEnv = c.taskEnv
 	host.DataConverter, _ = conn.DataConverter() // NewLazyClient checked it
 	host.Policy = c.policy
