@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,6 +61,7 @@ func TestDeployments_SystemdUnitAndEnvironmentFile(t *testing.T) {
 	assert.Equal(t, []string{"gpus"}, c.pools)
 	assert.Equal(t, 8, c.slots)
 	assert.Equal(t, "json", c.logFormat)
+	assert.Equal(t, 30*24*time.Hour, c.logRetention)
 }
 
 func TestDeployments_KubernetesDaemonSet(t *testing.T) {
