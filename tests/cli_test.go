@@ -186,6 +186,7 @@ printf '%s\n' "${COMPREPLY[@]}"`)
 	}
 	// fish completes the whole word; bash and zsh the value after the '='.
 	stateValue := map[string]string{"bash": "TimedOut", "zsh": "TimedOut", "fish": "--state=TimedOut"}
+	stateOf := map[string]func(string) string{"bash": plain, "zsh": plain, "fish": func(s string) string { return "--state=" + s }}
 	for name, complete := range shells {
 		t.Run(name, func(t *testing.T) {
 			assert.Contains(t, complete("clusterrun lo"), "logs")
@@ -198,12 +199,15 @@ printf '%s\n' "${COMPREPLY[@]}"`)
 			assert.Contains(t, complete("clusterrun cancel "+id[:len(id)-2]), id, "a run still going, for a command that acts on one")
 			assert.Contains(t, complete("clusterrun terminate-task "+id+" worker-"), "worker-1")
 			assert.Contains(t, complete("clusterrun status "+id+" worker-"), "worker-1")
+			assert.Contains(t, complete("clusterrun status "+id+" --state=Unr"), stateOf[name]("Unreachable"))
 			assert.Contains(t, complete("clusterrun start-task "+id+" "), "worker")
 			assert.Contains(t, complete("clusterrun drain host-"), "host-a")
 			assert.NotContains(t, complete("clusterrun status --address 127.0.0.1:1 "), id, "a server that does not answer completes nothing")
 		})
 	}
 }
+
+func plain(s string) string { return s }
 
 // completions runs a shell that prints the completions of the command line in $LINE, and returns them: its
 // output's lines that start with prefix, without it, and up to a tab (fish prints a description after one).

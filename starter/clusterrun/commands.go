@@ -20,14 +20,17 @@ import (
 
 const statusUsage = `Show the tasks of a run: state, host, attempt, pid, exit code and last output line.
 
-Usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [-o table|json|jsonl] [--watch 2s]
+Usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [--state STATES] [-o table|json|jsonl] [--watch 2s]
 
-Without TASK or --tasks, every task is shown; the run's own line, barriers and item counts are shown either
-way. --watch refreshes until the run ends, or ends at once (exit 141) when its output's reader leaves.
+Without TASK, --tasks or --state, every task is shown; the run's own line, barriers and item counts are shown
+either way. --state keeps the tasks in those states (Pending, Placed, Running, Unreachable, Succeeded, Failed,
+Stopped, Terminated). --watch refreshes until the run ends, or ends at once (exit 141) when its output's
+reader leaves.
 
 Example:
   clusterrun status mnist-20261121-101500-a1b2c3
   clusterrun status mnist-20261121-101500-a1b2c3 chief-0 --tasks 'ps-*' --watch 2s
+  clusterrun status mnist-20261121-101500-a1b2c3 --state Failed,Unreachable
 `
 
 func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
@@ -36,7 +39,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
 	output, checkOutput := addOutputFlag(fs)
 	watch := fs.Duration("watch", 0, "refresh every this long (e.g. 2s) until the run ends; 0 prints once")
 	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0' (default: every task)")
+	stateList := fs.String("state", "", "only the tasks in these states, comma-separated, e.g. Failed,Unreachable (any case)")
 	pos, err := parse(fs, statusUsage, args, 1, 1<<20, stderr)
+	if err != nil {
+		return err
+	}
+	states, err := taskStates(*stateList)
 	if err != nil {
 		return err
 	}
@@ -74,7 +82,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) (err error) {
 		if st.RunStatus, err = onlyChosen(pos[0], st.RunStatus, pos[1:], *globs, *watch > 0 && !ended); err != nil {
 			return err
 		}
-		if err := printStatus(pos[0], st, ended, *output, redraw, stdout); err != nil {
+		st.RunStatus = inStates(st.RunStatus, states)
+		if err := printStatus(pos[0], st, ended, *output, redraw, stdout, noneIn(states, len(pos) > 1 || *globs != "")); err != nil {
 			return err
 		}
 		if redraw && !isJSON(*output) {
@@ -127,8 +136,55 @@ func onlyChosen(runID string, st workflows.RunStatus, names []string, globs stri
 	return st, nil
 }
 
-// printStatus prints a run's status; clear redraws the terminal first.
-func printStatus(id string, st live, ended bool, format string, clear bool, stdout io.Writer) error {
+// taskStateNames are the states a task's row can show, for --state.
+var taskStateNames = []string{workflows.TaskPending, workflows.TaskPlaced, workflows.TaskRunning, workflows.TaskUnreachable,
+	workflows.TaskSucceeded, workflows.TaskFailed, workflows.TaskStopped, workflows.TaskTerminated}
+
+// taskStates reads --state: task states, comma-separated, in any case (nil: every state).
+func taskStates(list string) ([]string, error) {
+	var out []string
+	for _, st := range strings.Split(list, ",") {
+		if st = strings.TrimSpace(st); st == "" {
+			continue
+		}
+		i := slices.IndexFunc(taskStateNames, func(n string) bool { return strings.EqualFold(n, st) })
+		if i < 0 {
+			return nil, usageErrorf("--state %q: a task's state is one of %s", st, strings.Join(taskStateNames, ", "))
+		}
+		out = append(out, taskStateNames[i])
+	}
+	return out, nil
+}
+
+// inStates keeps the tasks of st in one of states (all of them without states).
+func inStates(st workflows.RunStatus, states []string) workflows.RunStatus {
+	if len(states) == 0 {
+		return st
+	}
+	var keep []workflows.TaskStatus
+	for _, t := range st.Tasks {
+		if slices.Contains(states, t.State) {
+			keep = append(keep, t)
+		}
+	}
+	st.Tasks = keep
+	return st
+}
+
+// noneIn is what a table says when no task chosen is in one of states ("": every state).
+func noneIn(states []string, chosen bool) string {
+	switch {
+	case len(states) == 0:
+		return ""
+	case chosen:
+		return "none of the tasks chosen is " + strings.Join(states, " or ")
+	}
+	return "no task is " + strings.Join(states, " or ")
+}
+
+// printStatus prints a run's status; clear redraws the terminal first, and none stands for a table with no
+// task in it.
+func printStatus(id string, st live, ended bool, format string, clear bool, stdout io.Writer, none string) error {
 	if clear {
 		fmt.Fprint(stdout, "\033[H\033[2J")
 	}
@@ -163,6 +219,9 @@ func printStatus(id string, st live, ended bool, format string, clear bool, stdo
 		fmt.Fprintf(stdout, "; its tasks are asked to stop by %s (the run goes on)", orOutside(a.Task))
 	}
 	fmt.Fprintln(stdout)
+	if none != "" && len(st.Tasks) == 0 {
+		fmt.Fprintln(stdout, none)
+	}
 	printTable(stdout, st.RunStatus, hb)
 	printBarriers(stdout, st.RunStatus)
 	printItemCounts(stdout, st.Items)

@@ -52,9 +52,9 @@ func completer(c command) cobra.CompletionFunc {
 		name, value, hasValue := strings.Cut(toComplete, "=")
 		switch {
 		case strings.HasPrefix(name, "-") && hasValue: // --output=js: the shell's script puts "--output=" back
-			return flagValues(strings.TrimLeft(name, "-"), value)
+			return flagValues(c.name, strings.TrimLeft(name, "-"), value)
 		case pending != "":
-			return flagValues(pending, toComplete)
+			return flagValues(c.name, pending, toComplete)
 		case strings.HasPrefix(toComplete, "-"):
 			return flagNames(fs, toComplete), noFiles
 		}
@@ -107,17 +107,21 @@ func flagNames(fs *flag.FlagSet, prefix string) []string {
 	return names
 }
 
-// flagValues completes a flag's value: an output format, a run state, a file.
-func flagValues(name, prefix string) ([]string, cobra.ShellCompDirective) {
+// flagValues completes a flag of command's value: an output format, a run's state (a task's, for status), a
+// file.
+func flagValues(command, name, prefix string) ([]string, cobra.ShellCompDirective) {
 	switch {
 	case name == "o" || name == "output":
 		return matching([]string{outTable, "text", outJSON, outJSONL}, prefix), noFiles
 	case name == "state":
-		var states []string
-		for st := range listStates {
-			states = append(states, st)
+		states := slices.Clone(taskStateNames)
+		if command != "status" {
+			states = states[:0]
+			for st := range listStates {
+				states = append(states, st)
+			}
+			sort.Strings(states)
 		}
-		sort.Strings(states)
 		last := prefix[strings.LastIndex(prefix, ",")+1:] // --state Failed,Ti
 		return withPrefix(prefix[:len(prefix)-len(last)], matching(states, last)), noFiles
 	case slices.Contains(fileFlags, name):
