@@ -49,7 +49,7 @@ func TestMainWithCode_AMissingArgumentIsNamed(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"status"}, "clusterrun status: missing RUN (a run's ID: clusterrun list shows the runs, newest first); usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [-o table|json|jsonl] [--watch 2s] (see clusterrun status --help)\n"},
+		{[]string{"status"}, "clusterrun status: missing RUN (a run's ID: clusterrun list shows the runs, newest first); usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [--state STATES] [-o table|json|jsonl] [--watch 2s] (see clusterrun status --help)\n"},
 		{[]string{"terminate-task", "r"}, "clusterrun terminate-task: missing TASK (a task's name, such as worker-0: clusterrun status RUN lists them); usage: clusterrun terminate-task RUN TASK (see clusterrun terminate-task --help)\n"},
 		{[]string{"run"}, "clusterrun run: missing SPEC (a YAML or JSON spec file; docs/spec.md); usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json|jsonl] (see clusterrun run --help)\n"},
 		{[]string{"drain"}, "clusterrun drain: missing HOST (a host worker's --host: clusterrun hosts lists them); usage: clusterrun drain HOST [--now | --undo] [-o table|json|jsonl] (see clusterrun drain --help)\n"},
