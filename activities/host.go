@@ -85,6 +85,9 @@ type Host struct {
 	ProbeEvery time.Duration
 	// ReconcileEvery is how often unheld attempts are checked against their workflows. Optional: default 10s.
 	ReconcileEvery time.Duration
+	// Namespace is the Temporal namespace this host's worker serves, written in each run's log folder for log
+	// retention. Optional: default none written.
+	Namespace string
 	// LogRetention is how long after its last write an ended run's log folder is kept (--log-retention).
 	// Optional: default 0, kept for ever.
 	LogRetention time.Duration

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -19,6 +20,34 @@ import (
 // written for the retention period. A run that still runs keeps its folder however quiet its tasks are (a
 // find -mtime on the folders, the way the docs said to prune before, deleted those of a month-long training
 // run), and so does one whose end the server cannot confirm for now.
+
+// namespaceFile, in a run's log folder, names the Temporal namespace of the run. Workers of other namespaces
+// may share a log folder (the default one, under one user), and a run of another namespace is unknown to this
+// worker's: without the file, its quiet logs would be taken for an ended run's.
+const namespaceFile = ".namespace"
+
+// markNamespace writes the run's log folder's namespace file, once: before its first attempt's logs.
+func (h *Host) markNamespace(runID string) error {
+	if h.Namespace == "" {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(h.LogDir, runID, namespaceFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(h.Namespace + "\n")
+	return errors.Join(err, f.Close())
+}
+
+// ofOtherNamespace says whether a run's log folder names a namespace other than this worker's. One without
+// the file (made by a worker before it) is taken for this namespace's.
+func (h *Host) ofOtherNamespace(runID string) bool {
+	b, err := os.ReadFile(filepath.Join(h.LogDir, runID, namespaceFile))
+	return err == nil && h.Namespace != "" && strings.TrimSpace(string(b)) != h.Namespace
+}
 
 // prunedPrefix names a run folder taken out of the log folder to be deleted: not a run ID, so no read and no
 // prune takes it for one; a worker killed while deleting it deletes the rest at its next pass.
@@ -70,14 +99,14 @@ func (h *Host) pruneLogs(ctx context.Context, now time.Time) {
 	}
 }
 
-// pruneRun deletes one run's log folder if the run has ended, nothing in it was written for the retention, and
-// this host holds no attempt of it. The folder is renamed while the registry is held, so an attempt of the run
+// pruneRun deletes one run's log folder if the run (of this worker's namespace) has ended, nothing in it was
+// written for the retention, and this host holds no attempt of it. The folder is renamed while the registry is held, so an attempt of the run
 // that comes later (a new run given the same ID) makes a folder of its own rather than writing into one being
 // deleted.
 func (h *Host) pruneRun(ctx context.Context, runID string, now time.Time) {
 	dir := filepath.Join(h.LogDir, runID)
 	last, err := lastWrite(dir)
-	if err != nil || now.Sub(last) < h.LogRetention {
+	if err != nil || now.Sub(last) < h.LogRetention || h.ofOtherNamespace(runID) {
 		return
 	}
 	if ended, err := h.runHasEnded(ctx, runID); err != nil || !ended {

@@ -16,13 +16,15 @@ import (
 
 // A host with --log-retention deletes the log folder of a run that has ended and was not written for the
 // retention, and keeps every other: a run that still runs (however quiet), one written lately, one it holds an
-// attempt of, one whose end the server cannot confirm now, and what is not a run's folder.
+// attempt of, one whose end the server cannot confirm now, one of another namespace, and what is not a run's
+// folder.
 func TestPruneLogs_OnlyEndedRunsPastTheRetention(t *testing.T) {
 	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, quiet())
 	h.LogRetention = time.Hour
+	h.Namespace = "ours"
 	now := time.Now()
 	old := now.Add(-2 * time.Hour)
-	ended := map[string]bool{"ended-old": true, "ended-lately": true, "held": true}
+	ended := map[string]bool{"ended-old": true, "ended-lately": true, "held": true, "marked-ours": true, "marked-theirs": true}
 	h.RunEnded = func(_ context.Context, runID string) (bool, error) {
 		if runID == "unknown" {
 			return false, errors.New("the server does not answer")
@@ -44,6 +46,16 @@ func TestPruneLogs_OnlyEndedRunsPastTheRetention(t *testing.T) {
 		logFolder(name, old)
 	}
 	logFolder("ended-lately", now.Add(-10*time.Minute))
+	// Workers of two namespaces may share a log folder; each judges only its own runs (unknown to the other's).
+	for name, ns := range map[string]string{"marked-ours": "ours", "marked-theirs": "theirs"} {
+		logFolder(name, old)
+		h.Namespace = ns
+		require.NoError(t, h.markNamespace(name))
+		for _, p := range []string{filepath.Join(h.LogDir, name, namespaceFile), filepath.Join(h.LogDir, name)} {
+			require.NoError(t, os.Chtimes(p, old, old))
+		}
+	}
+	h.Namespace = "ours"
 	require.NoError(t, os.WriteFile(filepath.Join(h.LogDir, "notes.txt"), nil, 0o644))
 	_, _, err := h.reg.add(&entry{ref: attemptRef{WorkflowID: "held", RunID: "r", Task: "worker-0", Attempt: 2}})
 	require.NoError(t, err)
@@ -56,7 +68,7 @@ func TestPruneLogs_OnlyEndedRunsPastTheRetention(t *testing.T) {
 	for _, d := range left {
 		names = append(names, d.Name())
 	}
-	assert.ElementsMatch(t, []string{"running-quiet", "held", "unknown", "ended-lately", "Not_A_Run", "notes.txt"}, names)
+	assert.ElementsMatch(t, []string{"running-quiet", "held", "unknown", "ended-lately", "marked-theirs", "Not_A_Run", "notes.txt"}, names)
 	b, err := os.ReadFile(filepath.Join(h.LogDir, "ended-lately", "attempt_1", "worker-0", "stdout.log"))
 	require.NoError(t, err)
 	assert.Equal(t, "a line\n", string(b), "what is kept is kept whole")

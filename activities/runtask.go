@@ -321,6 +321,9 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 	if err := h.prepareLogs(dir); err != nil {
 		return fail(h.withRoomNote(fmt.Errorf("log files for %s on %s: %w", e.ref.Task, h.Name, err)))
 	}
+	if err := h.markNamespace(e.ref.WorkflowID); err != nil {
+		return fail(h.withRoomNote(fmt.Errorf("log folder of run %s on %s: %w", e.ref.WorkflowID, h.Name, err)))
+	}
 	h.giveInfo(e, cluster)
 	ctl, err := h.serveControl(e)
 	if err != nil {

@@ -404,6 +404,9 @@ func TestE2E_LogRetentionPrunesEndedRunsOnly(t *testing.T) {
 		b, _ := os.ReadFile(quietLog)
 		return string(b) == "once\n"
 	})
+	ns, err := os.ReadFile(filepath.Join(c.logDir, quiet, ".namespace"))
+	require.NoError(t, err)
+	assert.Equal(t, "default\n", string(ns), "a run's log folder names its namespace, for workers of others that share it")
 
 	waitUntil(t, "the ended run's logs to be deleted", time.Minute, func() bool {
 		_, err := os.Stat(filepath.Join(c.logDir, ended))

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -187,6 +188,9 @@ func newHost(c config, cl client.Client, metrics client.MetricsHandler, logger l
 	host.SupervisorIdle = c.supervisorIdle
 	host.LogCap = c.logCap
 	host.LogRetention = c.logRetention
+	if opts, err := conn.Options(); err == nil { // it dialed with them
+		host.Namespace = cmp.Or(opts.Namespace, client.DefaultNamespace)
+	}
 	host.TaskEnv = c.taskEnv
 	host.DataConverter, _ = conn.DataConverter() // NewLazyClient checked it
 	host.Policy = c.policy
