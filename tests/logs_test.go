@@ -21,10 +21,12 @@ func TestE2E_Logs(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
 name: logs
-command: [sh, -c, 'for i in 1 2 3 4 5; do echo "$CLUSTERRUN_TASK line $i"; done; echo "$CLUSTERRUN_TASK complains" >&2']
+command: [sh, -c, 'for i in 1 2 3 4 5; do echo "$CLUSTERRUN_TASK line $i"; done; echo "$CLUSTERRUN_TASK complains" >&2; [ $CLUSTERRUN_TASK != worker-1 ]']
 tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts: [host-b]}}
+onFailure: continue
 `)
-	require.Equal(t, 0, cli(t, "run", spec, "--id", id).code)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 1, r.code, "worker-1 fails: %s", r)
 
 	all := cli(t, "logs", id)
 	require.Equal(t, 0, all.code, all.String())
@@ -36,6 +38,18 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts:
 	require.Equal(t, 0, outOnly.code, outOnly.String())
 	assert.Contains(t, outOnly.stdout, "[ps-0]     ps-0 line 5\n")
 	assert.NotContains(t, outOnly.stdout, "complains")
+
+	// The tasks in some states: the failed ones' last words, say.
+	failed := cli(t, "logs", id, "--state", "failed", "--stderr")
+	require.Equal(t, 0, failed.code, failed.String())
+	assert.Equal(t, "worker-1 complains\n", failed.stdout, "worker-1 alone")
+	none := cli(t, "logs", id, "--tasks", "ps-*", "--state", "Failed,Stopped")
+	require.Equal(t, 0, none.code, none.String())
+	assert.Empty(t, none.stdout)
+	assert.Contains(t, none.stderr, "none of the tasks chosen is Failed or Stopped, so there is nothing to read")
+	r = cli(t, "logs", id, "--state", "Failed", "--follow")
+	assert.Equal(t, 2, r.code, r.String())
+	assert.Contains(t, r.stderr, "--state picks tasks by their state now")
 
 	one := cli(t, "logs", id, "worker-1", "--stderr")
 	require.Equal(t, 0, one.code, one.String())
@@ -50,7 +64,7 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}, ps: {replicas: 1, hosts:
 	require.Equal(t, 0, tail.code, tail.String())
 	assert.Equal(t, "worker-0 line 4\nworker-0 line 5\n", tail.stdout)
 
-	r := cli(t, "logs", id, "worker-0", "--attempt", "2")
+	r = cli(t, "logs", id, "worker-0", "--attempt", "2")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "worker-0 has no attempt 2: it has run 1 attempt(s)")
 	r = cli(t, "logs", id, "gpu-0")

@@ -107,15 +107,15 @@ func flagNames(fs *flag.FlagSet, prefix string) []string {
 	return names
 }
 
-// flagValues completes a flag of command's value: an output format, a run's state (a task's, for status), a
-// file.
+// flagValues completes a flag of command's value: an output format, a run's state (a task's, for status and
+// logs), a file.
 func flagValues(command, name, prefix string) ([]string, cobra.ShellCompDirective) {
 	switch {
 	case name == "o" || name == "output":
 		return matching([]string{outTable, "text", outJSON, outJSONL}, prefix), noFiles
 	case name == "state":
 		states := slices.Clone(taskStateNames)
-		if command != "status" {
+		if command != "status" && command != "logs" {
 			states = states[:0]
 			for st := range listStates {
 				states = append(states, st)

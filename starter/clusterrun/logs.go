@@ -17,10 +17,10 @@ import (
 
 const logsUsage = `Print the output of a run's tasks, read from whichever host ran each task.
 
-Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--attempt N] [--stdout|--stderr] [--tail N] [--since T]
-       [--timestamps] [-f|--follow]
+Usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--state STATES] [--attempt N] [--stdout|--stderr] [--tail N]
+       [--since T] [--timestamps] [-f|--follow]
 
-Without TASK or --tasks, every task is shown. Lines carry a [task] prefix when several tasks are shown. By
+Without TASK, --tasks or --state, every task is shown; --state keeps those in these states now (Failed, say). Lines carry a [task] prefix when several tasks are shown. By
 default each task's latest attempt is read (the end says which tasks had earlier ones, for --attempt), stdout
 and stderr together, their lines in the order their host saw them written (to within 250ms; lines dated alike
 put stdout first); --stdout or --stderr reads one of them, exactly as it was written. Output that a host's log
@@ -32,11 +32,13 @@ Example:
   clusterrun logs mnist-20261121-101500-a1b2c3 worker-3 --stderr
   clusterrun logs mnist-20261121-101500-a1b2c3 --tasks 'worker-*' --tail 20 --follow
   clusterrun logs mnist-20261121-101500-a1b2c3 chief-0 --since 10m --timestamps
+  clusterrun logs mnist-20261121-101500-a1b2c3 --state Failed --stderr --tail 20
 `
 
 func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	globs := fs.String("tasks", "", "comma-separated task name patterns, e.g. 'worker-*,ps-0'")
+	stateList := fs.String("state", "", "only the tasks in these states now, comma-separated, e.g. Failed (any case)")
 	attempt := fs.Int("attempt", 0, "read this attempt of each task that has one; a named task must (default: each task's latest)")
 	outOnly := fs.Bool("stdout", false, "read only stdout")
 	errOnly := fs.Bool("stderr", false, "read only stderr")
@@ -54,6 +56,13 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	if *tail < 0 {
 		return usageErrorf("--tail %d: give a number of lines, 0 or more", *tail)
+	}
+	states, err := taskStates(*stateList)
+	if err != nil {
+		return err
+	}
+	if len(states) > 0 && *follow {
+		return usageErrorf("--state picks tasks by their state now, and --follow takes tasks up as they start: give one of them (or --tasks with --follow)")
 	}
 	since, err := parseSince(*sinceFlag, time.Now())
 	if err != nil {
@@ -87,6 +96,13 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	chosen, err := chooseTasks(id, st.RunStatus, pos[1:], *globs, "read")
 	if err != nil {
 		return err
+	}
+	if len(states) > 0 {
+		st.RunStatus = inStates(st.RunStatus, states)
+		if !slices.ContainsFunc(st.Tasks, func(t workflows.TaskStatus) bool { return chosen.has(t.Name) }) {
+			fmt.Fprintf(stderr, "clusterrun logs: %s, so there is nothing to read\n", noneIn(states, len(pos) > 1 || *globs != ""))
+			return nil
+		}
 	}
 	// Following a run that goes on, tasks are taken up as they start: none may have started yet.
 	live := *follow && !ended && *attempt == 0
