@@ -80,7 +80,7 @@ func (h *Host) pruneLoop(ctx context.Context) {
 const firstPrune = 10 * time.Second
 
 // pruneLogs deletes the log folder of each run that ended and whose files were last written a retention
-// before now, and what an earlier pass left half deleted.
+// before now, what an earlier pass left half deleted, and the logs of supervisors long gone.
 func (h *Host) pruneLogs(ctx context.Context, now time.Time) {
 	dirs, err := os.ReadDir(h.LogDir)
 	if err != nil {
@@ -96,6 +96,31 @@ func (h *Host) pruneLogs(ctx context.Context, now time.Time) {
 		case spec.CheckRunID(name) == nil:
 			h.pruneRun(ctx, name, now)
 		}
+	}
+	h.pruneSupervisorLogs(now)
+}
+
+// pruneSupervisorLogs deletes the log of a run's supervisor on this host (a few hundred bytes per run, in the
+// state folder) once it was not written for the retention and the supervisor is gone: its socket is not there.
+func (h *Host) pruneSupervisorLogs(now time.Time) {
+	dir := h.supervisorLogs()
+	logs, err := os.ReadDir(dir)
+	if err != nil {
+		return // none yet
+	}
+	for _, l := range logs {
+		name, ok := strings.CutSuffix(l.Name(), ".log")
+		if !ok || !strings.HasPrefix(name, "run-") {
+			continue
+		}
+		info, err := l.Info()
+		if err != nil || now.Sub(info.ModTime()) < h.LogRetention {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(SocketDir(h.SocketDir), name+".sock")); !errors.Is(err, os.ErrNotExist) {
+			continue // its supervisor may live on
+		}
+		_ = os.Remove(filepath.Join(dir, l.Name()))
 	}
 }
 

@@ -96,3 +96,31 @@ func TestReadLogs_APrunedRunSaysTheRetention(t *testing.T) {
 	assert.True(t, deleted.Missing)
 	assert.Zero(t, deleted.Retention, "the run's folder is there: someone deleted the file")
 }
+
+// Supervisors' logs go with the retention too, but not that of a supervisor whose socket is there (it may run
+// on, quiet), nor a file that is no supervisor's log.
+func TestPruneLogs_SupervisorLogsOfSupervisorsGone(t *testing.T) {
+	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, quiet())
+	h.StateDir, h.SocketDir = t.TempDir(), t.TempDir()
+	h.LogRetention = time.Hour
+	old := time.Now().Add(-2 * time.Hour)
+	require.NoError(t, os.MkdirAll(h.supervisorLogs(), 0o700))
+	for _, name := range []string{"run-gone.log", "run-live.log", "run-lately.log", "notes.log"} {
+		p := filepath.Join(h.supervisorLogs(), name)
+		require.NoError(t, os.WriteFile(p, []byte("a line\n"), 0o600))
+		if name != "run-lately.log" {
+			require.NoError(t, os.Chtimes(p, old, old))
+		}
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(h.SocketDir, "run-live.sock"), nil, 0o600))
+
+	h.pruneLogs(context.Background(), time.Now())
+
+	left, err := os.ReadDir(h.supervisorLogs())
+	require.NoError(t, err)
+	var names []string
+	for _, d := range left {
+		names = append(names, d.Name())
+	}
+	assert.ElementsMatch(t, []string{"run-live.log", "run-lately.log", "notes.log"}, names)
+}
