@@ -196,6 +196,25 @@ tasks:
 	assert.Contains(t, r.stdout, "(attempt 2)", "restart shown live")
 }
 
+// A run whose task fails once more after its last restart says that no restart was left, in the run's last
+// line and in the task's status, not only how the attempt ended.
+func TestE2E_ARunOutOfRestartsSaysSo(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: outofrestarts
+command: [sh, -c, 'echo "gives up on attempt $CLUSTERRUN_ATTEMPT" >&2; exit 3']
+tasks:
+  worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 10ms}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 3, r.code, r.String())
+	assert.Regexp(t, `run `+id+` Failed: worker-0 exited with code 3 on host-[ab] \(attempt 2\): gives up on attempt 2; `+
+		`not restarted: its 1 restart \(maxRestarts: 1\) is used up \(onFailure: failFast\)\n`, r.stdout)
+	status := cli(t, "status", id, "-o", "json")
+	require.Equal(t, 0, status.code, status.String())
+	assert.Contains(t, status.stdout, `not restarted: its 1 restart (maxRestarts: 1) is used up"`, "the task's own error")
+}
+
 // An attempt that starts and fails between two of the CLI's looks at the run still has its start, its output
 // (read from the host it ran on) and why it restarted shown, in that order; the status says where each earlier
 // attempt ran, and logs --attempt reads it there.

@@ -999,6 +999,31 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 1, restart: {policy: OnFailure,
 	require.Error(t, err)
 	assert.Equal(t, 3, st.Task("worker-0").Attempt, "1 launch + 2 restarts")
 	assert.Equal(t, TaskStopped, st.Task("chief-0").State)
+	// The task and the run say that no restart was left, not only how the last attempt ended.
+	assert.Contains(t, st.Task("worker-0").Error, "; not restarted: its 2 restarts (maxRestarts: 2) are used up")
+	assert.Contains(t, st.Reason, "; not restarted: its 2 restarts (maxRestarts: 2) are used up (onFailure: failFast)")
+}
+
+// A failure that a policy of restarts leaves for good says why: ExitCode takes codes 1-127 for the program's
+// verdict; a maxRestarts of 0 restarts nothing. Policy Never, the default, says nothing more.
+func TestClusterRun_AFailureNotRestartedSaysWhy(t *testing.T) {
+	for _, tc := range []struct{ restart, note string }{
+		{"{policy: ExitCode, maxRestarts: 3}", "worker-0 exited with code 3 on pooled-host (attempt 1): boom; not restarted: policy ExitCode takes exit code 3 for the program's own verdict (it restarts exit codes 128-255 and lost hosts)"},
+		{"{policy: OnFailure, maxRestarts: 0}", "worker-0 exited with code 3 on pooled-host (attempt 1): boom; not restarted: maxRestarts is 0"},
+		{"{policy: Never}", "worker-0 exited with code 3 on pooled-host (attempt 1): boom"},
+	} {
+		t.Run(tc.restart, func(t *testing.T) {
+			h := newHarness(t, func(string, int, int) behavior { return exits(3) })
+			st, err := h.run(t, mustSpec(t, `
+name: why
+command: [x]
+tasks: {worker: {replicas: 1, restart: `+tc.restart+`}}
+`))
+			require.Error(t, err)
+			assert.Equal(t, 1, st.Task("worker-0").Attempt)
+			assert.Equal(t, tc.note, st.Task("worker-0").Error)
+		})
+	}
 }
 
 func TestClusterRun_ExitCodePolicy(t *testing.T) {
@@ -1081,6 +1106,38 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 2}}
 		assert.Equal(t, 1, e.Attempt, name)
 		assert.Equal(t, "pooled-host", e.Host, name)
 		assert.Empty(t, e.Restart, "%s: the run's reason says why, once", name)
+	}
+}
+
+// A failure after the last gang restart says that the run's restarts are used up; one that policy ExitCode
+// takes for the program's verdict says so, with no gang restart at all.
+func TestClusterRun_AGangRestartNotMadeSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		restart, reason string
+		restarts        int
+	}{
+		{"{policy: OnFailure, maxRestarts: 1, backoff: 1ms, scope: all}",
+			"worker-1 exited with code 3 on pooled-host (attempt 2): boom; no gang restart: the run's 1 restart (maxRestarts: 1) is used up (onFailure: failFast)", 1},
+		{"{policy: ExitCode, maxRestarts: 2, backoff: 1ms, scope: all}",
+			"worker-1 exited with code 3 on pooled-host (attempt 1): boom; no gang restart: policy ExitCode takes exit code 3 for the program's own verdict (it restarts exit codes 128-255 and lost hosts) (onFailure: failFast)", 0},
+	} {
+		t.Run(tc.restart, func(t *testing.T) {
+			h := newHarness(t, func(task string, _, _ int) behavior {
+				if task == "worker-1" {
+					return exits(3)
+				}
+				return blocks
+			})
+			st, err := h.run(t, mustSpec(t, `
+name: gangwhy
+command: [x]
+restart: `+tc.restart+`
+tasks: {worker: {replicas: 2}}
+`))
+			require.Error(t, err)
+			assert.Equal(t, tc.restarts, st.RestartCount)
+			assert.Equal(t, tc.reason, st.Reason)
+		})
 	}
 }
 

@@ -165,6 +165,8 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	case r.restartDue(t):
 		r.queueRestart(t)
 		return
+	default:
+		r.noteNoRestart(t)
 	}
 	r.taskOver(t)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // Restarts within the history's limits. Every restart writes a lease's events and a backoff's timer to the
@@ -45,4 +47,51 @@ func (r *run) restartRefused(t *task) {
 		return
 	}
 	t.status.Error += "; not restarted: " + r.noRestarts
+}
+
+// noteNoRestart says on a task that failed for good under a policy that restarts failures why this failure was
+// not restarted: its budget is used up, or policy ExitCode takes the code for the program's own verdict. A
+// policy of Never, and ends no policy judges (a stop, a terminate, a start that failed), say nothing.
+func (r *run) noteNoRestart(t *task) {
+	st := &t.status
+	if st.State != TaskFailed || t.terminated || t.startFailed || r.decision != nil || r.stopReq != nil || r.plan.Scope == spec.ScopeAll {
+		return
+	}
+	if why := whyNoRestart(t.Restart, t.restarts, exitCodeOf(*st), "its"); why != "" {
+		st.Error = joinNote(st.Error, "not restarted: "+why)
+	}
+}
+
+// whyNoRestart says why policy p, with used of its restarts made, does not restart an end with this exit code
+// (-1: a lost host); whose names the budget's holder ("its", "the run's"). Empty when p restarts nothing.
+func whyNoRestart(p spec.Restart, used, code int, whose string) string {
+	switch {
+	case p.Policy == spec.PolicyNever:
+		return ""
+	case !p.Restartable(code) && p.Policy != spec.PolicyExitCode:
+		return ""
+	case !p.Restartable(code):
+		return fmt.Sprintf("policy %s takes exit code %d for the program's own verdict (it restarts exit codes 128-255 and lost hosts)", p.Policy, code)
+	case used < p.MaxRestarts:
+		return ""
+	case p.MaxRestarts == 0:
+		return "maxRestarts is 0"
+	case p.MaxRestarts == 1:
+		return whose + " 1 restart (maxRestarts: 1) is used up"
+	}
+	return fmt.Sprintf("%s %d restarts (maxRestarts: %d) are used up", whose, p.MaxRestarts, p.MaxRestarts)
+}
+
+func exitCodeOf(st TaskStatus) int {
+	if st.ExitCode == nil {
+		return -1
+	}
+	return *st.ExitCode
+}
+
+func joinNote(text, note string) string {
+	if text == "" {
+		return note
+	}
+	return text + "; " + note
 }

@@ -430,10 +430,7 @@ func (r *run) judge(t *task) {
 			return
 		}
 	case TaskFailed:
-		code := -1
-		if st.ExitCode != nil {
-			code = *st.ExitCode
-		}
+		code := exitCodeOf(st)
 		cause := failureText(st)
 		if p.Scope == spec.ScopeAll && p.Gang.Restartable(code) && r.restartCount < p.Gang.MaxRestarts {
 			if r.noRestarts == "" {
@@ -441,6 +438,8 @@ func (r *run) judge(t *task) {
 				return
 			}
 			cause += "; no gang restart: " + r.noRestarts
+		} else if why := whyNoRestart(p.Gang, r.restartCount, code, "the run's"); p.Scope == spec.ScopeAll && why != "" {
+			cause += "; no gang restart: " + why
 		}
 		if t.Type == "chief" {
 			r.decide(decision{status: StatusFailed, reason: cause})
