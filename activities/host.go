@@ -76,6 +76,11 @@ type Host struct {
 	DataConverter converter.DataConverter
 	// Metrics receives clusterrun's own metrics. Optional: default none.
 	Metrics client.MetricsHandler
+	// given holds, per port, the attempt this host last gave it to (givePort), at most one per port.
+	given struct {
+		sync.Mutex
+		to map[int]*entry
+	}
 	// silent records when each supervisor that did not answer a stop was continued (unanswered).
 	silent struct {
 		sync.Mutex
@@ -88,6 +93,9 @@ type Host struct {
 	// Namespace is the Temporal namespace this host's worker serves, written in each run's log folder for log
 	// retention. Optional: default none written.
 	Namespace string
+	// Ports is the range this host's tasks listen in (--ports): the runs choose pre-placed tasks' ports in it,
+	// and the host picks the others' there too. Optional: nil (--ports off) lets the kernel pick.
+	Ports *workflows.PortRange
 	// LogRetention is how long after its last write an ended run's log folder is kept (--log-retention).
 	// Optional: default 0, kept for ever.
 	LogRetention time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -188,7 +189,7 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 		}
 		h.Logger.Info("the port the run chose is taken; placing the task as usual", "task", e.ref.Task, "port", in.Port)
 	}
-	ln, err := reservePort(in.Port)
+	ln, err := h.reservePort(in.Port)
 	if err != nil {
 		h.forget(e)
 		return workflows.ClusterMap{}, nil, &ending{res, fmt.Errorf("reserve a port on %s for %s: %w", h.Name, e.ref.Task, err)}
@@ -230,14 +231,65 @@ func (h *Host) rendezvous(ctx context.Context, in workflows.RunTaskInput, e *ent
 }
 
 // reservePort listens on the port a task had on this host earlier in its run, so that a restart comes back at
-// its address; when that port is taken (or there was none), on any free port.
-func reservePort(want int) (net.Listener, error) {
+// its address; when that port is taken (or there was none), on a free port of this host's --ports range (see
+// portInRange); with no range, or none free there, on any port the kernel gives.
+func (h *Host) reservePort(want int) (net.Listener, error) {
 	if want > 0 {
 		if ln, err := listenOn(want); err == nil {
 			return ln, nil
 		}
 	}
+	if ln := h.portInRange(); ln != nil {
+		return ln, nil
+	}
 	return net.Listen("tcp", ":0")
+}
+
+// rangeTries bounds the binds portInRange tries before it leaves the choice to the kernel.
+const rangeTries = 64
+
+// portInRange listens on a free port of h.Ports, so that a task the run did not place ahead of time (a sharded
+// run's, a new index, a restart that moved) listens where its operator opened the network for the tasks, and
+// below the kernel's ephemeral ports, which an outgoing connection could take between the worker's release and
+// the task's own bind. It starts at a random port, as the run's allocator hands the range out in order from a
+// cursor, and skips the ports this host gave attempts that live on (givePort): one let go for its task to bind
+// looks free until the task binds it. Nil when no port of the range could be bound in rangeTries tries.
+func (h *Host) portInRange() net.Listener {
+	rng := h.Ports
+	if rng == nil || rng.To < rng.From {
+		return nil
+	}
+	size := rng.To - rng.From + 1
+	start := rand.IntN(size)
+	for i := 0; i < min(size, rangeTries); i++ {
+		port := rng.From + (start+i)%size
+		if h.portHeld(port) {
+			continue
+		}
+		if ln, err := listenOn(port); err == nil {
+			return ln
+		}
+	}
+	return nil
+}
+
+// givePort records that attempt e listens at port on this host, before its listener is let go.
+func (h *Host) givePort(e *entry, port int) {
+	e.port = port
+	h.given.Lock()
+	defer h.given.Unlock()
+	if h.given.to == nil {
+		h.given.to = map[int]*entry{}
+	}
+	h.given.to[port] = e
+}
+
+// portHeld says whether port was given to an attempt that is still this host's and has not ended.
+func (h *Host) portHeld(port int) bool {
+	h.given.Lock()
+	e := h.given.to[port]
+	h.given.Unlock()
+	return e != nil && e.exited() == nil && h.reg.lookup(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt) == e
 }
 
 func listenOn(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf(":%d", port)) }
@@ -336,7 +388,7 @@ func (h *Host) start(ctx context.Context, in workflows.RunTaskInput, e *entry, a
 		RestartCount: in.Generation, Host: h.Name, ResultFile: filepath.Join(dir, "result.json"),
 		ErrorFile: filepath.Join(dir, "error.json"), Socket: ctl.path, ClusterFile: e.clusterFile}, cluster)
 
-	e.port = ln.Addr().(*net.TCPAddr).Port
+	h.givePort(e, ln.Addr().(*net.TCPAddr).Port)
 	releasePort(ln)
 	launched = true
 	st, err := h.launch(e, pending, adm, env, activity.GetInfo(ctx).HeartbeatTimeout)

@@ -1293,3 +1293,69 @@ func TestReleasePort_WaitsForTheForksInFlight(t *testing.T) {
 	_, err = ln.Accept()
 	assert.ErrorIs(t, err, net.ErrClosed, "the listener is closed")
 }
+
+// A port the host picks itself comes from its --ports range, where its operator opened the network for tasks
+// and below the ports outgoing connections take, and never one it gave an attempt still alive here (let go for
+// its task to bind); with none of the range free, the kernel picks.
+func TestReservePort_PicksInTheHostsRange(t *testing.T) {
+	from := freePorts(t, 3)
+	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, nil)
+	h.Ports = &workflows.PortRange{From: from, To: from + 2}
+	given := newEntry(attemptRef{WorkflowID: "w", RunID: "r", Task: "worker-0", Attempt: 1}, spec.Task{Name: "worker-0"}, false, time.Second)
+	h.reg.put(given)
+	h.givePort(given, from+1)
+	portOf := func(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		ln, err := h.reservePort(0)
+		require.NoError(t, err)
+		held = append(held, ln)
+	}
+	assert.ElementsMatch(t, []int{from, from + 2}, []int{portOf(held[0]), portOf(held[1])}, "the range's ports but the one given")
+	ln, err := h.reservePort(0)
+	require.NoError(t, err)
+	held = append(held, ln)
+	assert.False(t, portOf(ln) >= from && portOf(ln) <= from+2, "the range is used up: the kernel's port %d", portOf(ln))
+
+	// Once the attempt is no longer this host's, its port may be given again.
+	h.reg.remove(given)
+	ln, err = h.reservePort(0)
+	require.NoError(t, err)
+	held = append(held, ln)
+	assert.Equal(t, from+1, portOf(ln))
+
+	h.Ports = nil // --ports off
+	ln, err = h.reservePort(0)
+	require.NoError(t, err)
+	held = append(held, ln)
+	assert.False(t, portOf(ln) >= from && portOf(ln) <= from+2)
+}
+
+// freePorts finds n consecutive ports that nothing listens on, below the kernel's ephemeral ports.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for base := 31000; base < 32000; base += n {
+		var lns []net.Listener
+		for p := base; p < base+n; p++ {
+			ln, err := listenOn(p)
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if len(lns) == n {
+			return base
+		}
+	}
+	t.Fatal("no free ports in 31000-31999")
+	return 0
+}

@@ -50,6 +50,13 @@ tasks:
 	require.True(t, st.Sharded)
 	require.Len(t, st.Tasks, 7)
 	assert.Equal(t, 7, st.Barriers[0].ArrivedCount)
+	// A sharded run's tasks are not placed ahead of time: their hosts pick their ports, in their --ports.
+	var from, to int
+	_, err := fmt.Sscanf(c.ports, "%d-%d", &from, &to)
+	require.NoError(t, err, c.ports)
+	for _, task := range st.Tasks {
+		assert.True(t, task.Port >= from && task.Port <= to, "%s listens at %d, outside its host's --ports %s", task.Name, task.Port, c.ports)
+	}
 	assert.Equal(t, 2, st.Task("ps-0").Attempt, "the ps failed once and was restarted in its shard")
 	for i := 0; i < 4; i++ {
 		desc, err := c.client.DescribeWorkflowExecution(context.Background(), workflows.ShardWorkflowID(id, 0, i), "")

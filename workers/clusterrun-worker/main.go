@@ -195,6 +195,7 @@ func newHost(c config, cl client.Client, metrics client.MetricsHandler, logger l
 	host.DataConverter, _ = conn.DataConverter() // NewLazyClient checked it
 	host.Policy = c.policy
 	host.Slots = c.slots
+	host.Ports = c.ports
 	host.CgroupParent = cgroupParent(c.cgroup, logger)
 	return host
 }
