@@ -81,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&pools, "pool", env("CLUSTERRUN_WORKER_POOL", "default"), "comma-separated pools whose unpinned tasks this host takes [CLUSTERRUN_WORKER_POOL]")
 	slotsDefault, slotsEnvErr := envInt("CLUSTERRUN_WORKER_SLOTS", defaultSlots())
 	fs.IntVar(&c.slots, "slots", slotsDefault, "most unpinned tasks run here at once (pinned tasks always run); default: the host's GPUs (/dev/nvidiaN), else its CPU cores [CLUSTERRUN_WORKER_SLOTS]")
-	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO runs may choose their tasks' ports here from, in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip); off: this host picks each port itself [CLUSTERRUN_WORKER_PORTS]")
+	ports := fs.String("ports", env("CLUSTERRUN_WORKER_PORTS", defaultPorts), "the range FROM-TO of this host's tasks' ports: runs may choose them here in advance, so that a launch needs no round trip to learn them (a chosen port found taken is replaced, at the cost of that round trip), and this host picks the others' here; keep it below the kernel's ephemeral ports; off: the kernel picks each port [CLUSTERRUN_WORKER_PORTS]")
 	fs.StringVar(&c.logDir, "log-dir", env("CLUSTERRUN_WORKER_LOG_DIR", filepath.Join(home, ".clusterrun", "logs")), "root of the per-run task log folders [CLUSTERRUN_WORKER_LOG_DIR]")
 	logCap := fs.String("log-cap", env("CLUSTERRUN_WORKER_LOG_CAP", "1GiB"), "keep at most this much of each task's stdout and of its stderr, per attempt: past it the oldest output is dropped and readers are told how much (a spec's logCap may ask for less, not more; 0: no cap) [CLUSTERRUN_WORKER_LOG_CAP]")
 	logRetention := fs.String("log-retention", env("CLUSTERRUN_WORKER_LOG_RETENTION", "0"), "delete the log folder of a run that has ended once nothing in it was written for this long, e.g. 30d (a run that runs keeps its logs; 0: keep every run's logs) [CLUSTERRUN_WORKER_LOG_RETENTION]")
@@ -228,6 +228,25 @@ func parsePorts(s string) (*workflows.PortRange, error) {
 		return nil, fmt.Errorf("--ports %q: the range must lie within 1024-65535 and FROM must not exceed TO, e.g. %s", s, defaultPorts)
 	}
 	return &workflows.PortRange{From: a, To: b}, nil
+}
+
+// ephemeralPorts is where Linux says it takes outgoing connections' local ports from.
+const ephemeralPorts = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// ephemeralOverlap says, when --ports r shares ports with the kernel's ephemeral ones (the text of
+// ephemeralPorts, "32768\t60999"), how to fix it; "" when they do not, or the text is not such a range.
+func ephemeralOverlap(r *workflows.PortRange, text string) string {
+	f := strings.Fields(text)
+	if r == nil || len(f) != 2 {
+		return ""
+	}
+	lo, errLo := strconv.Atoi(f[0])
+	hi, errHi := strconv.Atoi(f[1])
+	if errLo != nil || errHi != nil || r.To < lo || r.From > hi {
+		return ""
+	}
+	return fmt.Sprintf("--ports %s overlaps the kernel's ephemeral ports %d-%d (%s), which outgoing connections take: "+
+		"one may hold a task's port when the task binds it; give a range below %d, such as %s", portsText(r), lo, hi, ephemeralPorts, lo, defaultPorts)
 }
 
 func portsText(r *workflows.PortRange) string {

@@ -151,6 +151,11 @@ func run(args []string) error {
 
 	w := newHostWorker(c, cl, newHost(c, cl, metrics, logger), logger)
 	warnPolicy(c, logger)
+	if text, err := os.ReadFile(ephemeralPorts); err == nil {
+		if why := ephemeralOverlap(c.ports, string(text)); why != "" {
+			logger.Warn(why)
+		}
+	}
 	// Take up the tasks a previous worker left running (or whose ends it left recorded) before anything polls.
 	if err := w.host.Start(); err != nil {
 		return err

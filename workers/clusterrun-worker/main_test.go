@@ -140,6 +140,20 @@ func TestParseFlags_Ports(t *testing.T) {
 	assert.EqualError(t, err, `--ports "500-600": the range must lie within 1024-65535 and FROM must not exceed TO, e.g. 20000-29999`)
 }
 
+// A range that shares ports with the kernel's ephemeral ones is warned of at start, with the fix: an outgoing
+// connection may hold a task's port when the task binds it.
+func TestEphemeralOverlap(t *testing.T) {
+	linux := "32768\t60999\n"
+	assert.Empty(t, ephemeralOverlap(&workflows.PortRange{From: 20000, To: 29999}, linux), "the default")
+	assert.Empty(t, ephemeralOverlap(nil, linux), "--ports off")
+	assert.Empty(t, ephemeralOverlap(&workflows.PortRange{From: 61000, To: 62000}, linux), "above")
+	assert.Empty(t, ephemeralOverlap(&workflows.PortRange{From: 41000, To: 41099}, "unreadable"))
+	assert.Equal(t, "--ports 30000-32768 overlaps the kernel's ephemeral ports 32768-60999 (/proc/sys/net/ipv4/ip_local_port_range), "+
+		"which outgoing connections take: one may hold a task's port when the task binds it; give a range below 32768, such as 20000-29999",
+		ephemeralOverlap(&workflows.PortRange{From: 30000, To: 32768}, linux))
+	assert.Contains(t, ephemeralOverlap(&workflows.PortRange{From: 41000, To: 41099}, linux), "--ports 41000-41099 overlaps")
+}
+
 // A variable the operator set is used, or said to be malformed: never silently taken for its default.
 func TestParseFlags_VariablesAreUsedOrRefused(t *testing.T) {
 	shim := shimBeside(t)
