@@ -900,17 +900,37 @@ tasks:
 `)
 	require.Equal(t, 0, c.cli(t, "run", spec, "--id", id, "--detach").code)
 	itemsID := workflows.ItemsWorkflowID(id)
+	var sent int
 	waitUntil(t, "a take of the first hosts to wait in the items workflow", time.Minute, func() bool {
-		waiting, _ := parkedTakes(c, itemsID)
-		return waiting > 0
+		p := parkedTakes(c, itemsID)
+		sent = p.sent
+		return p.waiting > 0
 	})
-	for _, h := range hosts[:3] { // the hosts whose takes wait there: the first three by name
-		c.stopWorker(h, syscall.SIGKILL)
+	// The hosts whose takes wait there are the first three by name. Each take waits about 4 s of its call's
+	// 5, and theirs go about together, so their workers die just after a new one is sent: killed at any
+	// moment, they can leave none waiting by the time the chief schedules (it happened in CI, on a loaded
+	// machine), and the items go to the other hosts' reads.
+	for try := 1; ; try++ {
+		waitUntil(t, "a new take of the first hosts to wait in the items workflow", time.Minute, func() bool {
+			return parkedTakes(c, itemsID).sent > sent
+		})
+		for _, h := range hosts[:3] {
+			c.stopWorker(h, syscall.SIGKILL)
+		}
+		p := parkedTakes(c, itemsID)
+		if p.waiting > 0 {
+			break
+		}
+		require.Less(t, try, 3, "the dead workers' takes had stopped waiting before the items came, %d times", try)
+		t.Logf("try %d: the dead workers' takes had stopped waiting; they start again", try)
+		sent = p.sent
+		for _, h := range hosts[:3] {
+			require.NoError(t, c.startWorker(h))
+		}
 	}
 	require.NoError(t, os.WriteFile(trigger, nil, 0o644))
 	waitUntil(t, "a dead worker's waiting take to be handed items", 30*time.Second, func() bool {
-		_, handed := parkedTakes(c, itemsID)
-		return handed > 0
+		return parkedTakes(c, itemsID).handed > 0
 	})
 	for _, h := range hosts[:3] {
 		require.NoError(t, c.startWorker(h))
@@ -943,30 +963,37 @@ func takesBeforeTheFirstSchedule(t *testing.T, c *cluster, itemsID string) int {
 	return n
 }
 
-// parkedTakes reads the history of a run's items workflow: how many takes sent to wait there from takeByReads
-// (update ids ending in -park) are in flight, and how many were answered with items; zeros when it cannot be
-// read.
-func parkedTakes(c *cluster, itemsID string) (waiting, handed int) {
+// parked counts the takes sent to wait in a run's items workflow from takeByReads (update ids ending in -park).
+type parked struct {
+	sent    int // accepted by the workflow
+	waiting int // accepted and not answered yet
+	handed  int // answered with items
+}
+
+// parkedTakes reads the history of a run's items workflow for its parked takes; zeros when it cannot be read.
+func parkedTakes(c *cluster, itemsID string) parked {
+	var p parked
 	it := c.client.GetWorkflowHistory(context.Background(), itemsID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			return 0, 0
+			return parked{}
 		}
 		if a := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil && strings.HasSuffix(a.GetProtocolInstanceId(), "-park") {
-			waiting++
+			p.sent++
+			p.waiting++
 		}
 		a := ev.GetWorkflowExecutionUpdateCompletedEventAttributes()
 		if a == nil || !strings.HasSuffix(a.GetMeta().GetUpdateId(), "-park") {
 			continue
 		}
-		waiting--
+		p.waiting--
 		var got workflows.TakeItemsResult
-		if p := a.GetOutcome().GetSuccess().GetPayloads(); len(p) == 1 && converter.GetDefaultDataConverter().FromPayload(p[0], &got) == nil && len(got.Items) > 0 {
-			handed++
+		if pl := a.GetOutcome().GetSuccess().GetPayloads(); len(pl) == 1 && converter.GetDefaultDataConverter().FromPayload(pl[0], &got) == nil && len(got.Items) > 0 {
+			p.handed++
 		}
 	}
-	return waiting, handed
+	return p
 }
 
 // updatesRefusedInFlight reads from the metrics of c's own dev server how many updates it refused because their
