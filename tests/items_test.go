@@ -889,10 +889,27 @@ values = [clusterrun.schedule("noop", args=(i,)) for i in range(200)]
 clusterrun.join()
 assert [v.fetch() for v in values] == list(range(200))
 `), 0o644))
+	// The workers take as clusterrun.serve does, through the control API, but each take waits the most the API
+	// allows (10 s, where serve's waits 5 s): the first hosts' takes then wait in the items workflow about 9 s,
+	// time enough on a loaded machine to kill their workers and schedule the items (in one run of the whole
+	// suite on a slow machine the schedule reached the workflow 6.4 s after the kill, when a 4 s wait had ended).
+	worker := filepath.Join(dir, "worker.py")
+	require.NoError(t, os.WriteFile(worker, []byte(`
+import clusterrun
+def noop(i):
+    return i
+done = []
+while True:
+    ans = clusterrun._call("POST", "/v1/items/take", {"done": done, "fns": ["noop"], "max": 32, "wait": "10s"})
+    items = ans.get("items") or []
+    if not items and clusterrun.should_stop():
+        break
+    done = [clusterrun._outcome(item, noop) for item in items]
+`), 0o644))
 	spec := writeSpec(t, `
 name: items-left-waiting
 env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`, TRIGGER: `+trigger+`}
-command: [python3, `+filepath.Join(env.root, "tests", "bench", "items_bench.py")+`]
+command: [python3, `+worker+`]
 items: {lease: 20s}
 tasks:
   chief: {replicas: 1, hosts: [host-h], command: [python3, `+chief+`]}
@@ -906,10 +923,9 @@ tasks:
 		sent = p.sent
 		return p.waiting > 0
 	})
-	// The hosts whose takes wait there are the first three by name. Each take waits about 4 s of its call's
-	// 5, and theirs go about together, so their workers die just after a new one is sent: killed at any
-	// moment, they can leave none waiting by the time the chief schedules (it happened in CI, on a loaded
-	// machine), and the items go to the other hosts' reads.
+	// The hosts whose takes wait there are the first three by name, and theirs go about together, so their
+	// workers die just after a new one is sent: killed at any moment, they can leave none waiting by the time
+	// the chief schedules (it happened in CI, on a loaded machine), and the items go to the other hosts' reads.
 	for try := 1; ; try++ {
 		waitUntil(t, "a new take of the first hosts to wait in the items workflow", time.Minute, func() bool {
 			return parkedTakes(c, itemsID).sent > sent
