@@ -26,6 +26,10 @@ import (
 // with its first workflow task) before the run is taken to have no work items.
 const itemsStartWait = 5 * time.Second
 
+// notReadyWait is how long a call is sent again while the items workflow's tasks fail under it (the server's
+// WorkflowNotReady) before the call fails with the reason: one failed task passes, a broken one does not.
+const notReadyWait = 30 * time.Second
+
 func (c *controlServer) itemsSchedule(r *http.Request) (any, int, error) {
 	var req task.ScheduleRequest
 	if err := decodeItems(task.PathItemsSchedule, r.Body, &req); err != nil {
@@ -187,6 +191,9 @@ func (c *controlServer) itemsUpdateAs(r *http.Request, suffix, name string, wait
 		if status == http.StatusNotFound && time.Since(began) > itemsStartWait {
 			return c.itemsMissing(ctx, id)
 		}
+		if notReady := (*serviceerror.WorkflowNotReady)(nil); errors.As(err, &notReady) && time.Since(began) > notReadyWait {
+			return status, errors.New(why)
+		}
 		if !retry || ctx.Err() != nil {
 			return status, errors.New(why)
 		}
@@ -275,6 +282,7 @@ func itemsError(err error) (status int, retry bool, why string) {
 	var notFound *serviceerror.NotFound
 	var appErr *temporal.ApplicationError
 	var timedOut *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	var notReady *serviceerror.WorkflowNotReady
 	switch {
 	case errors.As(err, &notFound):
 		return http.StatusNotFound, true, notFound.Error()
@@ -284,6 +292,13 @@ func itemsError(err error) (status int, retry bool, why string) {
 		return http.StatusTooManyRequests, true, appErr.Message()
 	case errors.As(err, &appErr):
 		return http.StatusBadRequest, false, appErr.Message()
+	case errors.As(err, &notReady):
+		// The workflow task the update was in failed (one that continued as new, when an event came in
+		// meanwhile): nothing of it was applied, so this phase of the call goes again under its own id. The
+		// task's client sending the whole call again instead would send again the results its "-report" had
+		// already applied, to a history that does not know that id (64 duplicate results, design.md).
+		return http.StatusServiceUnavailable, true, "work items: the run's items workflow failed the task that held this call, " +
+			"every time for " + notReadyWait.String() + " (" + notReady.Message + "); the run's host workers' logs say why"
 	case errors.As(err, &timedOut):
 		return http.StatusServiceUnavailable, false, "work items: the run's items workflow did not take the call before the task " +
 			"ended (the Temporal server is unreachable, or too many calls wait for it: it takes 10 at a time)"

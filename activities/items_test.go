@@ -64,6 +64,9 @@ func TestItemsError(t *testing.T) {
 		{temporal.NewApplicationError("busy", workflows.ErrItemsBusy, workflows.ItemCounts{Queued: 1}), http.StatusTooManyRequests, true, "busy"},
 		{temporal.NewApplicationError("schedule takes 1..1000 items", "bad"), http.StatusBadRequest, false, "1..1000"},
 		{client.NewWorkflowUpdateServiceTimeoutOrCanceledError(context.DeadlineExceeded), http.StatusServiceUnavailable, false, "it takes 10 at a time"},
+		// The server's answer to an update whose workflow task failed: sent again by the host, under its id.
+		{serviceerror.NewWorkflowNotReady("Unable to perform workflow execution update due to unexpected workflow task failure."),
+			http.StatusServiceUnavailable, true, "failed the task that held this call"},
 	} {
 		status, retry, says := itemsError(tc.err)
 		assert.Equal(t, tc.status, status, tc.err.Error())
