@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -77,3 +79,66 @@ func TestItemsError(t *testing.T) {
 	require.NoError(t, appErrDetails(temporal.NewApplicationError("busy", workflows.ErrItemsBusy, workflows.ItemCounts{Queued: 3}), &saw))
 	assert.Equal(t, int64(3), saw.Queued, "a refusal carries the counts it saw")
 }
+
+// An update the server answers with "unexpected workflow task failure" (the workflow task it was in failed, as
+// one that continues as new does when an event comes in meanwhile) applied nothing: the host sends it again
+// under its own id and answers the call. Before, the call failed back to its task, whose client sent the whole
+// call again, and a report it had already applied went again to a new history (64 duplicate results).
+func TestItemsUpdate_AnUpdateInAFailedWorkflowTaskGoesAgain(t *testing.T) {
+	t.Parallel()
+	srv := &updateServer{fail: 2}
+	c := &controlServer{h: &Host{Client: srv}, e: &entry{ref: attemptRef{WorkflowID: "run", Task: "worker-0", Attempt: 1}}}
+	r := httptest.NewRequest("POST", task.PathItemsTake, nil)
+	r.Header.Set(task.HeaderRequestID, "call-1")
+	var out workflows.TakeItemsResult
+	status, err := c.itemsUpdateAs(r, "", workflows.UpdateItemsTake, time.Second,
+		func(w time.Duration) any { return workflows.TakeItemsRequest{Wait: w} }, &out)
+	require.NoError(t, err)
+	assert.Equal(t, 0, status)
+	assert.Equal(t, []string{"worker-0/1/call-1", "worker-0/1/call-1", "worker-0/1/call-1"}, srv.ids, "the same update, three times")
+}
+
+// A workflow whose tasks fail every time (a broken deployment) does not hold the call past notReadyWait: it
+// fails with the reason.
+func TestItemsUpdate_AWorkflowWhoseTasksAlwaysFailFailsTheCall(t *testing.T) {
+	t.Parallel()
+	srv := &updateServer{fail: 1 << 30}
+	c := &controlServer{h: &Host{Client: srv}, e: &entry{ref: attemptRef{WorkflowID: "run", Task: "worker-0", Attempt: 1}}}
+	r := httptest.NewRequest("POST", task.PathItemsTake, nil)
+	r.Header.Set(task.HeaderRequestID, "call-1")
+	began := time.Now()
+	status, err := c.itemsUpdateAs(r, "", workflows.UpdateItemsTake, time.Second,
+		func(w time.Duration) any { return workflows.TakeItemsRequest{Wait: w} }, &workflows.TakeItemsResult{})
+	require.Error(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, err.Error(), "failed the task that held this call, every time for 30s (Unable to perform")
+	assert.GreaterOrEqual(t, time.Since(began), notReadyWait)
+}
+
+// updateServer answers a host's updates: the first fail of them with the server's answer to an update whose
+// workflow task failed, the rest with success. It records each update's id.
+type updateServer struct {
+	client.Client
+	mu   sync.Mutex
+	fail int
+	ids  []string
+}
+
+func (s *updateServer) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids = append(s.ids, o.UpdateID)
+	if s.fail > 0 {
+		s.fail--
+		return nil, serviceerror.NewWorkflowNotReady("Unable to perform workflow execution update due to unexpected workflow task failure.")
+	}
+	return answered{o}, nil
+}
+
+// answered is the handle of an update that succeeded with nothing to say.
+type answered struct{ o client.UpdateWorkflowOptions }
+
+func (a answered) WorkflowID() string             { return a.o.WorkflowID }
+func (a answered) RunID() string                  { return "" }
+func (a answered) UpdateID() string               { return a.o.UpdateID }
+func (a answered) Get(context.Context, any) error { return nil }
