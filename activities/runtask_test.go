@@ -1016,15 +1016,17 @@ func TestRunTask_TaskThatPrintsIsNotHung(t *testing.T) {
 	assert.False(t, res.Hung)
 }
 
-// A task that waits on its run (here for a stop request, 1.5 s) is not hung, however long it waits: its
-// silence counts from the wait's end.
+// A task that waits on its run (here for a stop request, 2.5 s) is not hung, however long it waits: its
+// silence counts from the wait's end. It says it is up before it imports the client, and the hang timeout is
+// 1 s: with 500 ms and no first line, Python's own start counted as silence past the timeout on a slow
+// machine under the race detector (2026-12-02).
 func TestRunTask_TaskThatWaitsOnItsRunIsNotHung(t *testing.T) {
 	a := newHarness(t)
 	lib, err := filepath.Abs("../python")
 	require.NoError(t, err)
-	tk := taskSpec("python3", "-c", "import sys; sys.path.insert(0, "+strconv.Quote(lib)+"); import clusterrun; "+
-		"print('asked to stop:', clusterrun.wait_for_stop(timeout=1.5), file=sys.stderr)")
-	tk.HangTimeout = 500 * time.Millisecond
+	tk := taskSpec("python3", "-c", "import sys; print('up', flush=True); sys.path.insert(0, "+strconv.Quote(lib)+"); import clusterrun; "+
+		"print('asked to stop:', clusterrun.wait_for_stop(timeout=2.5), file=sys.stderr)")
+	tk.HangTimeout = time.Second
 	res, err := a.run(leased(tk))()
 	require.NoError(t, err)
 	assert.False(t, res.Hung)
