@@ -76,10 +76,12 @@ type Host struct {
 	DataConverter converter.DataConverter
 	// Metrics receives clusterrun's own metrics. Optional: default none.
 	Metrics client.MetricsHandler
-	// given holds, per port, the attempt this host last gave it to (givePort), at most one per port.
+	// given holds, per port, the attempt this host last gave it to (givePort), at most one per port; wanted,
+	// until when a run's chosen port for a task of a batch this host took is kept from its own picks (wantPorts).
 	given struct {
 		sync.Mutex
-		to map[int]*entry
+		to     map[int]*entry
+		wanted map[int]time.Time
 	}
 	// silent records when each supervisor that did not answer a stop was continued (unanswered).
 	silent struct {

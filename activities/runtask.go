@@ -284,11 +284,46 @@ func (h *Host) givePort(e *entry, port int) {
 	h.given.to[port] = e
 }
 
-// portHeld says whether port was given to an attempt that is still this host's and has not ended.
+// wantFor is how long a port a run chose for a task of a batch is kept from this host's own picks: time for
+// the batch's tasks to bind theirs, after which givePort holds them.
+const wantFor = 30 * time.Second
+
+// wantPorts keeps the ports the run chose for the members of batch (a pre-placed launch) from this host's own
+// picks for a while: a member whose chosen port was taken picks another in the range while the others bind
+// theirs, and one that took a port another member was about to bind made that member move too
+// (TestE2E_PrePlacedLaunch: two moves where one was due).
+func (h *Host) wantPorts(batch workflows.RunTasksInput) {
+	now := time.Now()
+	h.given.Lock()
+	defer h.given.Unlock()
+	for port, until := range h.given.wanted {
+		if now.After(until) {
+			delete(h.given.wanted, port)
+		}
+	}
+	if batch.Cluster == nil || batch.Attach {
+		return
+	}
+	for _, m := range batch.Members {
+		if m.Port <= 0 {
+			continue
+		}
+		if h.given.wanted == nil {
+			h.given.wanted = map[int]time.Time{}
+		}
+		h.given.wanted[m.Port] = now.Add(wantFor)
+	}
+}
+
+// portHeld says whether port was given to an attempt that is still this host's and has not ended, or is
+// wanted by a task of a pre-placed launch (wantPorts).
 func (h *Host) portHeld(port int) bool {
 	h.given.Lock()
-	e := h.given.to[port]
+	e, until := h.given.to[port], h.given.wanted[port]
 	h.given.Unlock()
+	if time.Now().Before(until) {
+		return true
+	}
 	return e != nil && e.exited() == nil && h.reg.lookup(e.ref.WorkflowID, e.ref.RunID, e.ref.Task, e.ref.Attempt) == e
 }
 

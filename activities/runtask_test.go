@@ -1339,6 +1339,31 @@ func TestReservePort_PicksInTheHostsRange(t *testing.T) {
 	assert.False(t, portOf(ln) >= from && portOf(ln) <= from+2)
 }
 
+// A port the run chose for a task of a pre-placed batch is not one the host picks itself for another task
+// while the batch starts: that task would find its chosen port taken and move too.
+func TestReservePort_LeavesTheBatchsChosenPorts(t *testing.T) {
+	from := freePorts(t, 2)
+	h := NewHost("h", "127.0.0.1", t.TempDir(), nil, nil)
+	h.Ports = &workflows.PortRange{From: from, To: from + 1}
+	h.wantPorts(workflows.RunTasksInput{Cluster: &workflows.ClusterMap{}, Members: []workflows.LeaseMember{{Port: from}}})
+	for i := 0; i < 20; i++ {
+		ln, err := h.reservePort(0)
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		require.Equal(t, from+1, port, "try %d", i)
+	}
+	h.given.wanted[from] = time.Now() // its time is over
+	seen := map[int]bool{}
+	for i := 0; i < 40 && !seen[from]; i++ {
+		ln, err := h.reservePort(0)
+		require.NoError(t, err)
+		seen[ln.Addr().(*net.TCPAddr).Port] = true
+		ln.Close()
+	}
+	assert.True(t, seen[from], "a chosen port is the host's to pick again once its time is over")
+}
+
 // freePorts finds n consecutive ports that nothing listens on, below the kernel's ephemeral ports.
 func freePorts(t *testing.T, n int) int {
 	t.Helper()

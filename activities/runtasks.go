@@ -44,6 +44,7 @@ func (h *Host) RunTasks(ctx context.Context, in workflows.RunTasksInput) (workfl
 	var wg sync.WaitGroup
 	var running atomic.Int32 // members whose end has not come yet
 	running.Store(int32(len(in.Members)))
+	h.wantPorts(in)
 	for i, m := range in.Members {
 		mi := in.MemberInput(m)
 		ml := h.memberOf(hb, mi, false)
