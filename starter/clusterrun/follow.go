@@ -532,13 +532,19 @@ func (s *stream) inOrder(times []time.Time) []time.Time {
 }
 
 // drain reads what is left of every stream (the run has ended), giving up on streams whose hosts stay silent,
-// and says which tasks ended: tasks that wrote nothing leave no stream to read.
-func (f *follower) drain(ctx context.Context) error {
+// and says which tasks ended: tasks that wrote nothing leave no stream to read. A read that fails for now (no
+// answer within a minute, an outage) is tried again with p, as a follower's earlier reads were; with a nil p
+// it ends the drain. Seen in CI: logs --follow of a 100 MB log failed, the rest of its output unshown, when
+// one of its last reads went unanswered for a minute on a loaded machine.
+func (f *follower) drain(ctx context.Context, p *patience) error {
 	defer f.release(true)
 	defer f.emitMerged(true)
 	f.patience = 0 // the last reads wait for every host: what a host still holds is the run's last output
+	if p != nil {
+		p.ended = true
+	}
 	for idle := 0; f.pending() && idle < 10; {
-		got, err := f.poll(ctx)
+		got, err := f.pollWith(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -551,6 +557,18 @@ func (f *follower) drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pollWith polls once, trying a read that fails for now again with p (nil: the failure is returned).
+func (f *follower) pollWith(ctx context.Context, p *patience) (got bool, err error) {
+	if p == nil {
+		return f.poll(ctx)
+	}
+	err = p.try(ctx, func() (err error) {
+		got, err = f.poll(ctx)
+		return err
+	})
+	return got, err
 }
 
 func (f *follower) session() *starter.LogReader {

@@ -267,15 +267,11 @@ func logStreams(outOnly, errOnly bool) []string {
 // until the run ends, riding out the reads that fail with p.
 func followLogs(ctx context.Context, c client.Client, f *follower, p *patience, chosen taskChoice, follow bool) error {
 	if !follow {
-		return f.drain(ctx)
+		return f.drain(ctx, nil)
 	}
 	checked := time.Now()
 	for {
-		var got bool
-		err := p.try(ctx, func() (err error) {
-			got, err = f.poll(ctx)
-			return err
-		})
+		got, err := f.pollWith(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -300,7 +296,7 @@ func followLogs(ctx context.Context, c client.Client, f *follower, p *patience, 
 			for _, s := range f.streams {
 				s.done = true
 			}
-			return f.drain(ctx)
+			return f.drain(ctx, p)
 		}
 	}
 }

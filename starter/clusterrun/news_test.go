@@ -122,7 +122,7 @@ func TestFollower_DrainSaysTheEnds(t *testing.T) {
 	started := time.Now()
 	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1,
 		StartTime: &started, Logs: &workflows.LogSizes{}}}})
-	require.NoError(t, f.drain(context.Background()))
+	require.NoError(t, f.drain(context.Background(), nil))
 	assert.Equal(t, "[worker-0] ── exited 0\n", out.String())
 }
 
@@ -755,7 +755,7 @@ func TestFollower_ALateChunkIsAskedAgain(t *testing.T) {
 		s.closed = true // nothing left to read
 	}
 	f.patience = livePatience
-	require.NoError(t, f.drain(context.Background()))
+	require.NoError(t, f.drain(context.Background(), nil))
 	assert.Zero(t, f.patience, "an ended run's last reads wait for every host")
 }
 

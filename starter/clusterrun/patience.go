@@ -57,6 +57,7 @@ type patience struct {
 	// that waits long is watched with it (watched). Its error is a *starter.UnreadableError that says which.
 	health  func(context.Context) error
 	read    bool      // a read of the run succeeded: the command follows it however long it cannot read it
+	ended   bool      // the run has ended: what is left is reading its last output
 	failing time.Time // when reads began to fail; zero while they succeed
 }
 
@@ -113,6 +114,9 @@ func (p *patience) try(ctx context.Context, read func() error) error {
 
 // meanwhile says what try does while it cannot read the run.
 func (p *patience) meanwhile() string {
+	if p.read && p.ended {
+		return "the run has ended, and this command shows its last output once it can be read"
+	}
 	if p.read {
 		return followingOn
 	}

@@ -10,8 +10,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/starter"
+	"github.com/clusterrun/clusterrun/workflows"
 )
 
 // A follower's read that cannot be answered for now is said once and tried again until it succeeds; any other
@@ -124,4 +127,69 @@ func TestPatience_SaysAnOutageThatOneReadWaitsOut(t *testing.T) {
 	p.health = func(context.Context) error { return nil }
 	require.NoError(t, p.watched(context.Background(), "meanwhile", waitOut))
 	assert.Empty(t, notes.String())
+}
+
+// stalledReads is a server whose log session leaves the first `stalls` reads unanswered (as a loaded CI machine
+// did for a minute) and then answers each with the rest of one file.
+type stalledReads struct {
+	client.Client
+	stalls int
+	file   []byte
+	reads  int
+}
+
+func (s *stalledReads) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, nil
+}
+
+func (s *stalledReads) SignalWorkflow(context.Context, string, string, string, any) error { return nil }
+
+func (s *stalledReads) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if s.reads++; s.reads <= s.stalls {
+		return nil, client.NewWorkflowUpdateServiceTimeoutOrCanceledError(serviceerror.NewDeadlineExceeded("context deadline exceeded"))
+	}
+	req := o.Args[0].(workflows.ReadLogsInput).Requests[0]
+	data := s.file[min(req.Offset, int64(len(s.file))):]
+	return answered{workflows.ReadLogsResult{Chunks: []workflows.LogChunk{{ReadLogsRequest: req, Data: data, Next: int64(len(s.file)), EOF: true}}}}, nil
+}
+
+type answered struct{ res workflows.ReadLogsResult }
+
+func (answered) WorkflowID() string { return "r1-logs" }
+func (answered) RunID() string      { return "" }
+func (answered) UpdateID() string   { return "" }
+func (a answered) Get(_ context.Context, v any) error {
+	*v.(*workflows.ReadLogsResult) = a.res
+	return nil
+}
+
+// The last reads of an ended run ride out a read that goes unanswered for now, as the follow's earlier reads
+// do: every byte is shown and the note says so. Without patience the drain ends at that read (CI: logs --follow
+// of a 100 MB log exited 1, its last output unshown).
+func TestFollower_TheLastReadsRideOutAnUnansweredRead(t *testing.T) {
+	file := []byte("step 1\nstep 2\n")
+	started := time.Now()
+	ended := workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1,
+		StartTime: &started, Logs: &workflows.LogSizes{Stdout: int64(len(file))}}}}
+
+	var out, notes bytes.Buffer
+	f := newFollower(&stalledReads{stalls: 2, file: file}, "r1", &out)
+	f.quiet, f.prefix, f.streamNames = true, false, []string{"stdout"}
+	f.update(ended)
+	p := &patience{id: "r1", notes: &notes, read: true}
+	require.NoError(t, f.drain(context.Background(), p))
+	assert.Equal(t, string(file), out.String())
+	lines := strings.Split(strings.TrimSpace(notes.String()), "\n")
+	require.Len(t, lines, 2, notes.String())
+	assert.Contains(t, lines[0], "clusterrun: cannot read run r1 for now (read logs: Timeout or cancellation waiting for update")
+	assert.True(t, strings.HasSuffix(lines[0], "; the run has ended, and this command shows its last output once it can be read"), lines[0])
+	assert.Regexp(t, `^clusterrun: read run r1 again after \ds$`, lines[1])
+
+	out.Reset()
+	f = newFollower(&stalledReads{stalls: 1, file: file}, "r1", &out)
+	f.quiet, f.prefix, f.streamNames = true, false, []string{"stdout"}
+	f.update(ended)
+	err := f.drain(context.Background(), nil)
+	require.Error(t, err, "without patience the first unanswered read ends the drain")
+	assert.Empty(t, out.String())
 }

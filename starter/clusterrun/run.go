@@ -210,7 +210,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			reads.seen(nil, "")
 			// Read what the tasks wrote last; the result names every task's host and final attempt.
 			f.update(o.st)
-			if err := f.drain(ctx); err != nil {
+			if err := f.drain(ctx, logReads); err != nil {
 				fmt.Fprintln(notes, "clusterrun: "+err.Error())
 			}
 			f.clearBlock()

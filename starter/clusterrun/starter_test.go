@@ -146,7 +146,7 @@ func TestFollower_ReadToTheReportedSizes(t *testing.T) {
 	quiet.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{
 		{Name: "quiet-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1, StartTime: &now, Logs: &workflows.LogSizes{}}}})
 	assert.False(t, quiet.pending())
-	require.NoError(t, quiet.drain(context.Background()), "nothing to read: no read at all")
+	require.NoError(t, quiet.drain(context.Background(), nil), "nothing to read: no read at all")
 	assert.Nil(t, quiet.logs, "no log session")
 }
 
