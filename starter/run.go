@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -352,10 +353,10 @@ func (r *Run) itemCounts(ctx context.Context, st workflows.RunStatus) *workflows
 
 // Items lists a run's work items: its counts, the items not finished yet (queued, running), then the finished
 // ones the run holds or kept for the listing (its 200 most recently let go), the latest first, at most limit
-// in all.
-func (r *Run) Items(ctx context.Context, limit int) (workflows.ItemsView, error) {
+// in all. With states (workflows.ItemQueued...), only the items in one of them are listed.
+func (r *Run) Items(ctx context.Context, limit int, states ...string) (workflows.ItemsView, error) {
 	var view workflows.ItemsView
-	v, err := r.c.c.QueryWorkflow(ctx, workflows.ItemsWorkflowID(r.ID), "", workflows.QueryItems, limit)
+	v, err := r.c.c.QueryWorkflow(ctx, workflows.ItemsWorkflowID(r.ID), "", workflows.QueryItems, limit, states)
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
@@ -368,6 +369,9 @@ func (r *Run) Items(ctx context.Context, limit int) (workflows.ItemsView, error)
 	}
 	if err := v.Get(&view); err != nil {
 		return view, r.undecodable(err)
+	}
+	if len(states) > 0 { // a worker from before states lists them all
+		view.Items = slices.DeleteFunc(view.Items, func(it workflows.Item) bool { return !slices.Contains(states, it.State) })
 	}
 	return view, nil
 }

@@ -239,8 +239,9 @@ func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {
 
 // register sets the query and the update handlers. Validators refuse bad input before it reaches the history.
 func (w *itemsWorkflow) register(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryItems, func(limit int) (ItemsView, error) {
-		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)))}, nil
+	// states was added after limit: a CLI that sends limit alone lists every state.
+	if err := workflow.SetQueryHandler(ctx, QueryItems, func(limit int, states []string) (ItemsView, error) {
+		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)), states...)}, nil
 	}); err != nil {
 		return err
 	}

@@ -620,4 +620,17 @@ func TestItems_TheListingShowsTheLatestFinishedFirst(t *testing.T) {
 	}
 	assert.Equal(t, []int64{5, 3, 4, 2, 1}, ids, "the running one, then the latest finished first")
 	assert.Len(t, s.list(3), 3)
+
+	idsIn := func(n int, states ...string) []int64 {
+		var ids []int64
+		for _, it := range s.list(n, states...) {
+			ids = append(ids, it.ID)
+		}
+		return ids
+	}
+	s.complete([]ItemOutcome{{ID: leases[4].ID, Lease: leases[4].Lease, Error: "ValueError: no"}}, t0.Add(5*time.Second))
+	assert.Equal(t, []int64{5}, idsIn(10, ItemFailed))
+	assert.Equal(t, []int64{3, 4}, idsIn(2, ItemDone), "the state picks before the limit counts")
+	assert.Equal(t, []int64{5, 3, 4, 2, 1}, idsIn(10, ItemDone, ItemFailed))
+	assert.Empty(t, idsIn(10, ItemQueued, ItemRunning))
 }

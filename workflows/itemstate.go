@@ -641,9 +641,11 @@ func (s *itemState) raise(task string) string {
 // finished ones, the latest first, whether the run still holds them (a result not yet taken or acknowledged by
 // its scheduler, a keyed one) or keeps them for the listing only (Recent). Held ones first, as before, showed
 // an ended run's oldest items: its scheduler's last results are never acknowledged, no call coming after.
-func (s *itemState) list(n int) []Item {
+// With states, only the items in one of them (ItemQueued...) are listed, and count against n.
+func (s *itemState) list(n int, states ...string) []Item {
+	in := func(it *Item) bool { return len(states) == 0 || slices.Contains(states, it.State) }
 	var out, finished []Item
-	for _, id := range s.ids() {
+	for _, id := range s.idsWhere(in) {
 		switch it := s.Items[id]; it.State {
 		case ItemQueued, ItemRunning:
 			if len(out) < n {
@@ -653,7 +655,11 @@ func (s *itemState) list(n int) []Item {
 			finished = append(finished, *it)
 		}
 	}
-	finished = append(finished, s.Recent...)
+	for i := range s.Recent {
+		if in(&s.Recent[i]) {
+			finished = append(finished, s.Recent[i])
+		}
+	}
 	slices.SortStableFunc(finished, func(a, b Item) int {
 		if c := b.ended().Compare(a.ended()); c != 0 {
 			return c

@@ -141,17 +141,21 @@ var taskStateNames = []string{workflows.TaskPending, workflows.TaskPlaced, workf
 	workflows.TaskSucceeded, workflows.TaskFailed, workflows.TaskStopped, workflows.TaskTerminated}
 
 // taskStates reads --state: task states, comma-separated, in any case (nil: every state).
-func taskStates(list string) ([]string, error) {
+func taskStates(list string) ([]string, error) { return statesOf(list, taskStateNames, "a task's") }
+
+// statesOf reads a --state list: some of names, comma-separated, in any case; whose ("a task's") names them
+// in the error.
+func statesOf(list string, names []string, whose string) ([]string, error) {
 	var out []string
 	for _, st := range strings.Split(list, ",") {
 		if st = strings.TrimSpace(st); st == "" {
 			continue
 		}
-		i := slices.IndexFunc(taskStateNames, func(n string) bool { return strings.EqualFold(n, st) })
+		i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, st) })
 		if i < 0 {
-			return nil, usageErrorf("--state %q: a task's state is one of %s", st, strings.Join(taskStateNames, ", "))
+			return nil, usageErrorf("--state %q: %s state is one of %s", st, whose, strings.Join(names, ", "))
 		}
-		out = append(out, taskStateNames[i])
+		out = append(out, names[i])
 	}
 	return out, nil
 }

@@ -108,15 +108,19 @@ func flagNames(fs *flag.FlagSet, prefix string) []string {
 }
 
 // flagValues completes a flag of command's value: an output format, a run's state (a task's, for status and
-// logs), a file.
+// logs; an item's, for items), a file.
 func flagValues(command, name, prefix string) ([]string, cobra.ShellCompDirective) {
 	switch {
 	case name == "o" || name == "output":
 		return matching([]string{outTable, "text", outJSON, outJSONL}, prefix), noFiles
 	case name == "state":
-		states := slices.Clone(taskStateNames)
-		if command != "status" && command != "logs" {
-			states = states[:0]
+		var states []string
+		switch command {
+		case "status", "logs":
+			states = slices.Clone(taskStateNames)
+		case "items":
+			states = slices.Clone(itemStateNames)
+		default:
 			for st := range listStates {
 				states = append(states, st)
 			}

@@ -17,19 +17,26 @@ import (
 const itemsUsage = `List a run's work items: their counts, then each item not finished yet (queued, running), then the
 finished ones, the latest first, with every hand-out of each.
 
-Usage: clusterrun items RUN [--limit N] [-o table|json|jsonl]
+Usage: clusterrun items RUN [--state STATES] [--limit N] [-o table|json|jsonl]
 
-ATTEMPTS lists each hand-out as TASK#ATTEMPT and how it ended (done, failed, lease expired, lost: ...), or,
-while it runs, until when its lease holds unless renewed.
+--state keeps the items in these states (queued, running, done, failed; comma-separated, any case), before
+--limit counts them. ATTEMPTS lists each hand-out as TASK#ATTEMPT and how it ended (done, failed, lease
+expired, lost: ...), or, while it runs, until when its lease holds unless renewed. Of the finished items, the
+run lists those it still holds and the 200 it let go of last; the counts line counts every item.
 The run's spec needs an items block (docs/control.md#work-items).
 
-Example:
+Examples:
   clusterrun items mnist-20261121-101500-a1b2c3 --limit 20
+  clusterrun items mnist-20261121-101500-a1b2c3 --state failed
 `
+
+// itemStateNames are the states an item can be in, for --state.
+var itemStateNames = []string{workflows.ItemQueued, workflows.ItemRunning, workflows.ItemDone, workflows.ItemFailed}
 
 func cmdItems(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("items", flag.ContinueOnError)
 	limit := fs.Int("limit", 100, "list at most this many items (at most 10000)")
+	stateList := fs.String("state", "", "only the items in these states, comma-separated: queued, running, done, failed")
 	output, checkOutput := addOutputFlag(fs)
 	pos, err := parse(fs, itemsUsage, args, 1, 1, stderr)
 	if err != nil {
@@ -41,6 +48,10 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 || *limit > 10_000 {
 		return usageErrorf("--limit %d: must be 0..10000", *limit)
 	}
+	states, err := statesOf(*stateList, itemStateNames, "an item's")
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := dial(ctx)
@@ -48,7 +59,7 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	view, err := runOf(c, pos[0]).Items(ctx, *limit)
+	view, err := runOf(c, pos[0]).Items(ctx, *limit, states...)
 	var none *starter.NoItemsError
 	if errors.As(err, &none) {
 		return &exitError{code: 1, msg: err.Error()}
@@ -61,6 +72,9 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "ITEMS: %s\n", itemCountsLine(view.Counts)) // first: no blank line before it, as after a table
 	if len(view.Items) == 0 {
+		if len(states) > 0 && *limit > 0 {
+			fmt.Fprintln(stderr, "clusterrun items: "+noItemIn(states, view.Counts))
+		}
 		return nil
 	}
 	fmt.Fprintln(stdout)
@@ -83,6 +97,21 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 			clip(orDash(strings.Join(hands, "; ")), 80), clip(orDash(shown), 60))
 	}
 	return tw.Flush()
+}
+
+// noItemIn says why a listing of the items in states is empty: none is in them, or those that are finished
+// long ago, and the run no longer lists them.
+func noItemIn(states []string, c workflows.ItemCounts) string {
+	in := map[string]int64{workflows.ItemQueued: c.Queued, workflows.ItemRunning: c.Running, workflows.ItemDone: c.Done, workflows.ItemFailed: c.Failed}
+	var n int64
+	for _, st := range states {
+		n += in[st]
+	}
+	if n == 0 {
+		return "no item is " + strings.Join(states, " or ")
+	}
+	return fmt.Sprintf("none of the %d item(s) %s is listed any more: of its finished items, the run lists those it holds "+
+		"and the 200 it let go of last", n, strings.Join(states, " or "))
 }
 
 // itemCountsLine is the counts line of status and items.

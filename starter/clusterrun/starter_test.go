@@ -166,6 +166,7 @@ func TestCompletion(t *testing.T) {
 		"logs --output=js":          "json\n",
 		"list --state Failed,Ti":    "Failed,TimedOut\n",
 		"list --limit 3 --state |":  "Waiting\n",
+		"items r1 --state done,f":   "done,failed\n",
 		"status --codec-key-file |": ":0\n", // a file
 		"run |":                     ":0\n", // the spec file
 		"drain --now |":             ":4\n", // no server at this address: nothing, and no file either
