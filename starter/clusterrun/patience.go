@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -74,6 +75,9 @@ func serverHealth(ctx context.Context, c client.Client, id string) error {
 	hctx, cancel := context.WithTimeout(ctx, watchEvery)
 	defer cancel()
 	if _, err := c.CheckHealth(hctx, &client.CheckHealthRequest{}); err != nil {
+		if timedOut(err) && listening(ctx, serverAddress()) {
+			return &starter.UnreadableError{ID: id, Msg: "its health check got no answer in time though it takes connections: " + err.Error(), ServerSlow: true}
+		}
 		return &starter.UnreadableError{ID: id, Msg: err.Error(), ServerSilent: true} // "health check error: …"
 	}
 	dctx, cancel := context.WithTimeout(ctx, watchEvery)
@@ -84,6 +88,20 @@ func serverHealth(ctx context.Context, c client.Client, id string) error {
 		return &starter.UnreadableError{ID: id, Msg: "a describe of the run got no answer in time: " + err.Error(), ServerSlow: true}
 	}
 	return nil
+}
+
+// listening says whether something takes TCP connections at addr (host:port) within a second. A server whose
+// health check times out although it takes connections is up but slow: seen on a loaded machine with the
+// server's PostgreSQL down, where a 2 s health check timed out and the follower said the server was gone.
+// A SIGKILLed server's port refuses connections.
+func listening(ctx context.Context, addr string) bool {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // followingOn is what a command that has read its run says it does while it cannot read it.
@@ -222,7 +240,7 @@ func unanswered(err error) string {
 		defer c.Close()
 		_, herr = c.CheckHealth(ctx, &client.CheckHealthRequest{})
 	}
-	if herr != nil {
+	if herr != nil && !(timedOut(herr) && listening(context.Background(), addr)) {
 		return fmt.Sprintf("\nclusterrun: the Temporal server at %s does not answer: is it running, and reachable from here?", addr)
 	}
 	return fmt.Sprintf("\nclusterrun: the Temporal server at %s is up but did not answer in time: its database may be down or "+

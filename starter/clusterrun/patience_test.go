@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +194,30 @@ func TestFollower_TheLastReadsRideOutAnUnansweredRead(t *testing.T) {
 	err := f.drain(context.Background(), nil)
 	require.Error(t, err, "without patience the first unanswered read ends the drain")
 	assert.Empty(t, out.String())
+}
+
+// silentHealth is a server whose health check never answers in time.
+type silentHealth struct{ client.Client }
+
+func (silentHealth) CheckHealth(context.Context, *client.CheckHealthRequest) (*client.CheckHealthResponse, error) {
+	return nil, fmt.Errorf("health check error: %w", serviceerror.NewDeadlineExceeded("context deadline exceeded"))
+}
+
+// A health check that times out on a server that takes connections is a slow server (its database down on a
+// loaded machine, say), not a gone one; where nothing listens, the server does not answer.
+func TestServerHealth_ASlowHealthCheckOnAListeningServerIsSlow(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Setenv("TEMPORAL_ADDRESS", l.Addr().String())
+	var unreadable *starter.UnreadableError
+	require.ErrorAs(t, serverHealth(context.Background(), silentHealth{}, "r1"), &unreadable)
+	assert.True(t, unreadable.ServerSlow, unreadable.Error())
+	assert.False(t, unreadable.ServerSilent)
+	assert.Contains(t, whyUnread(unreadable), "is up but did not answer in time, its database may be down or overloaded: "+
+		"its health check got no answer in time though it takes connections")
+
+	require.NoError(t, l.Close())
+	require.ErrorAs(t, serverHealth(context.Background(), silentHealth{}, "r1"), &unreadable)
+	assert.True(t, unreadable.ServerSilent, unreadable.Error())
+	assert.Contains(t, whyUnread(unreadable), "does not answer: health check error")
 }
