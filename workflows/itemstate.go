@@ -251,14 +251,9 @@ func (s *itemState) seen(who TaskAttempt, now time.Time) {
 	}
 }
 
-// ids lists the held items in id order, so that every walk over them is deterministic.
-func (s *itemState) ids() []int64 {
-	return s.idsWhere(func(*Item) bool { return true })
-}
-
-// idsWhere lists, in id order, the held items that match: a walk that acts on a few of many items (a busy
-// run holds thousands) sorts only those. The match must read the item alone, so that acting on one item
-// cannot change whether another matches.
+// idsWhere lists, in id order (so that every walk over them is deterministic), the held items that match: a
+// walk that acts on a few of many items (a busy run holds thousands) sorts only those. The match must read the
+// item alone, so that acting on one item cannot change whether another matches.
 func (s *itemState) idsWhere(match func(*Item) bool) []int64 {
 	var ids []int64
 	//workflowcheck:ignore sorted below: the order of iteration cannot show
