@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +221,23 @@ func TestServerHealth_ASlowHealthCheckOnAListeningServerIsSlow(t *testing.T) {
 	require.ErrorAs(t, serverHealth(context.Background(), silentHealth{}, "r1"), &unreadable)
 	assert.True(t, unreadable.ServerSilent, unreadable.Error())
 	assert.Contains(t, whyUnread(unreadable), "does not answer: health check error")
+}
+
+// Ctrl-C while run waits for an ended run's last output stops the wait: the run has ended, and the note says
+// how to read the rest. Riding out unanswered reads must not hold the terminal.
+func TestFollower_AnInterruptEndsTheWaitForTheLastOutput(t *testing.T) {
+	started := time.Now()
+	var out, notes bytes.Buffer
+	f := newFollower(&stalledReads{stalls: 1 << 30, file: []byte("step 1\n")}, "r1", &out)
+	f.quiet, f.prefix, f.streamNames = true, false, []string{"stdout"}
+	f.update(workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "worker-0", State: workflows.TaskSucceeded, Host: "h", Attempt: 1,
+		StartTime: &started, Logs: &workflows.LogSizes{Stdout: 7}}}})
+	sigs := make(chan os.Signal, 1)
+	time.AfterFunc(1500*time.Millisecond, func() { sigs <- os.Interrupt })
+	begun := time.Now()
+	err := drainOrInterrupt(context.Background(), f, &patience{id: "r1", notes: &notes, read: true}, sigs)
+	require.EqualError(t, err, "the rest of run r1's output was not read (interrupted); clusterrun logs r1 shows it")
+	assert.Less(t, time.Since(begun), 10*time.Second, "the interrupt ended the wait")
+	assert.Contains(t, notes.String(), "clusterrun: cannot read run r1 for now")
+	assert.Empty(t, out.String())
 }

@@ -210,7 +210,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 			reads.seen(nil, "")
 			// Read what the tasks wrote last; the result names every task's host and final attempt.
 			f.update(o.st)
-			if err := f.drain(ctx, logReads); err != nil {
+			if err := drainOrInterrupt(ctx, f, logReads, sigs); err != nil {
 				fmt.Fprintln(notes, "clusterrun: "+err.Error())
 			}
 			f.clearBlock()
@@ -274,6 +274,29 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 				}
 			}
 		}
+	}
+}
+
+// drainOrInterrupt reads the ended run's last output (f.drain, which rides out reads that fail for now with p)
+// until a signal on sigs says to stop waiting for it: the run has ended, and only its output is left to show.
+func drainOrInterrupt(ctx context.Context, f *follower, p *patience, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	interrupted := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			close(interrupted)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := f.drain(ctx, p)
+	select {
+	case <-interrupted:
+		return fmt.Errorf("the rest of run %s's output was not read (interrupted); clusterrun logs %[1]s shows it", f.runID)
+	default:
+		return err
 	}
 }
 
