@@ -141,10 +141,13 @@ func TooLarge(err error) bool {
 }
 
 func (s *LogReader) readError(err error) error {
+	// The SDK says an update that got no answer by the deadline in words of its own, around gRPC's: "Timeout or
+	// cancellation waiting for update: stream terminated by RST_STREAM with error code: CANCEL", say.
+	var unanswered *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	switch {
 	case TooLarge(err):
 		return fmt.Errorf("read logs: the hosts' answer was too large for the Temporal server's payload limit: %w", err)
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &unanswered):
 		return &UnreadableError{ID: s.runID, Msg: fmt.Sprintf("read logs: no answer within a minute (is a clusterrun-worker polling the %s task queue?)", workflows.TaskQueue), Err: err}
 	case refused(err):
 		return fmt.Errorf("read logs: %w", err)

@@ -184,7 +184,7 @@ func TestFollower_TheLastReadsRideOutAnUnansweredRead(t *testing.T) {
 	assert.Equal(t, string(file), out.String())
 	lines := strings.Split(strings.TrimSpace(notes.String()), "\n")
 	require.Len(t, lines, 2, notes.String())
-	assert.Contains(t, lines[0], "clusterrun: cannot read run r1 for now (read logs: Timeout or cancellation waiting for update")
+	assert.Contains(t, lines[0], "clusterrun: cannot read run r1 for now (read logs: no answer within a minute (is a clusterrun-worker polling the clusterrun task queue?): Timeout or cancellation waiting for update")
 	assert.True(t, strings.HasSuffix(lines[0], "; the run has ended, and this command shows its last output once it can be read"), lines[0])
 	assert.Regexp(t, `^clusterrun: read run r1 again after \ds$`, lines[1])
 
