@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -394,11 +395,15 @@ tasks:
 
 // A host with --log-retention deletes the logs of a run that has ended once they were not written for that
 // long, and keeps those of a run that runs, however long its tasks are quiet; `logs` of a pruned run says why
-// its output is gone.
+// its output is gone, and `clusterrun hosts` shows the host's retention.
 func TestE2E_LogRetentionPrunesEndedRunsOnly(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
 	require.NoError(t, c.startWorker("host-a", "--log-retention", "3s"))
+	waitUntil(t, "clusterrun hosts to show host-a's --log-retention", time.Minute, func() bool {
+		r := c.cli(t, "hosts")
+		return r.code == 0 && regexp.MustCompile(`(?m)^host-a\s+ready\s.*ago\s+3s$`).MatchString(r.stdout)
+	})
 	ended, quiet := runID(t)+"-ended", runID(t)+"-quiet"
 	done := writeSpec(t, `{name: done, command: [sh, -c, 'echo the end'], tasks: {worker: {replicas: 1, hosts: [host-a]}}}`)
 	r := c.cli(t, "run", done, "--id", ended)

@@ -65,6 +65,9 @@ type HostReport struct {
 	// LogDisk is the file system of the host's --log-dir (nil from workers before this field, or where it
 	// cannot be read): a full one loses its tasks' output.
 	LogDisk *DiskSpace `json:"logDisk,omitempty"`
+	// LogRetention is the host's --log-retention as it reads: "30d", "12h", or "0" when it keeps every run's
+	// logs ("" from workers before this field).
+	LogRetention string `json:"logRetention,omitempty"`
 }
 
 // DiskSpace is a file system's size and the bytes of it free to its tasks, in bytes.

@@ -23,8 +23,10 @@ Usage: clusterrun hosts [--all] [-o table|json|jsonl]
 
 A host is live when it reported within the last 30s and is not shutting down; runs place their unpinned tasks
 on the live hosts of each task's pool (see placement in docs/spec.md). UNPINNED counts the tasks that take one
-of the host's SLOTS; RUNNING counts every task there, pinned ones too. A host whose --log-dir is nearly full
-(less than a tenth and less than 1 GiB free) is said after the table, on stderr.
+of the host's SLOTS; RUNNING counts every task there, pinned ones too. LOG RETENTION is the host's
+--log-retention: how long after their last write it keeps an ended run's logs (off: always; -: a worker too old
+to say). A host whose --log-dir is nearly full (less than a tenth and less than 1 GiB free) is said after the
+table, on stderr.
 
 Example:
   clusterrun hosts
@@ -61,10 +63,10 @@ func cmdHosts(args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, *output, shown)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tSTATE\tPOOLS\tSLOTS\tUNPINNED\tRUNNING\tADDR\tLAST SEEN")
+	fmt.Fprintln(tw, "HOST\tSTATE\tPOOLS\tSLOTS\tUNPINNED\tRUNNING\tADDR\tLAST SEEN\tLOG RETENTION")
 	for _, h := range shown {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s ago\n", h.Host, hostState(h), strings.Join(h.Pools, ","), h.Slots, h.Unpinned,
-			h.Running, h.Addr, time.Since(h.LastSeen).Round(time.Second))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s ago\t%s\n", h.Host, hostState(h), strings.Join(h.Pools, ","), h.Slots, h.Unpinned,
+			h.Running, h.Addr, time.Since(h.LastSeen).Round(time.Second), logRetention(h))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -109,6 +111,18 @@ func readHosts(ctx context.Context, c client.Client) ([]workflows.HostEntry, err
 		return nil, err
 	}
 	return hosts, nil
+}
+
+// logRetention is a host's LOG RETENTION cell: its --log-retention, "off" when it keeps every run's logs, "-"
+// when its worker does not report it.
+func logRetention(h workflows.HostEntry) string {
+	switch h.LogRetention {
+	case "":
+		return "-"
+	case "0":
+		return "off"
+	}
+	return h.LogRetention
 }
 
 func hostState(h workflows.HostEntry) string {

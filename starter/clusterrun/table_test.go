@@ -158,3 +158,15 @@ func TestDiskNotes_WarnOfALogFolderNearlyFull(t *testing.T) {
 		"low: its --log-dir has 900 MiB free of 250 GiB; its tasks' output is lost once it is full: free space there (old runs' log folders), or move --log-dir",
 	}, diskNotes(hosts))
 }
+
+// clusterrun hosts shows each host's --log-retention as the worker reports it, "off" for a host that keeps every
+// run's logs and "-" for a worker too old to say.
+func TestLogRetention_TheHostsColumn(t *testing.T) {
+	host := func(r string) workflows.HostEntry {
+		return workflows.HostEntry{HostReport: workflows.HostReport{Host: "h", LogRetention: r}}
+	}
+	assert.Equal(t, "30d", logRetention(host("30d")))
+	assert.Equal(t, "1h30m", logRetention(host("1h30m")))
+	assert.Equal(t, "off", logRetention(host("0")))
+	assert.Equal(t, "-", logRetention(host("")))
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/clusterrun/clusterrun/activities"
 	"github.com/clusterrun/clusterrun/internal/version"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -105,6 +106,14 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
+// retention writes --log-retention as a host report carries it: as the flag reads, "0" for none.
+func retention(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return spec.FormatDays(d)
+}
+
 // freed says whether the host's tasks take fewer slots than its last report said.
 func (r *reporter) freed() bool {
 	_, unpinned, _ := r.load()
@@ -117,7 +126,7 @@ func (r *reporter) report(ctx context.Context, stopping bool) error {
 	held, unpinned, runs := r.load()
 	rep := workflows.HostReport{Host: r.c.host, Addr: r.c.addr, Pools: r.c.pools, Slots: r.c.slots, Running: held,
 		Unpinned: unpinned, Runs: runs, Drained: r.host.Drained(), Version: version.String("clusterrun-worker"), Stopping: stopping,
-		Ports: r.c.ports, LogDisk: r.host.LogDisk()}
+		Ports: r.c.ports, LogDisk: r.host.LogDisk(), LogRetention: retention(r.host.LogRetention)}
 	if r.c.ports != nil {
 		rep.PortsInUse = r.host.PortsIn(*r.c.ports, workflows.MaxPortsInUse)
 	}
