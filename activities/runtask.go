@@ -639,6 +639,7 @@ func (h *Host) report(ctx context.Context, in workflows.RunTaskInput, e *entry) 
 		return res, nil
 	case x.Stopped || x.By == shim.ByReap:
 		res.Hung = x.By == stopByHang
+		res.StoppedByHost = true
 		res.Error = x.Reason
 		if e.legacy {
 			return res, workflows.ExitOutcome(in.Task, res)

@@ -858,7 +858,8 @@ tasks: {worker: {replicas: 1, hosts: [host-b], restart: {policy: OnFailure, maxR
 }
 
 // A drained host takes no new tasks, and stays drained across a worker restart; the task it runs goes on to
-// its end. Taken down (--now), a host's tasks are stopped and started again elsewhere by their policy.
+// its end. Taken down (--now), a host's tasks are stopped and started again elsewhere by their policy, even one
+// that exits 0 on its SIGTERM.
 func TestFault_DrainAndTakeDown(t *testing.T) {
 	t.Parallel()
 	c := isolated(t)
@@ -904,7 +905,8 @@ tasks: {worker: {replicas: 1}}
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"host": "d1"}`, string(st.Task("worker-0").Result), "the running task finished where it ran")
 
-	// Take d2 down now: its task is stopped, fails, and its policy starts it on d1 (undrained).
+	// Take d2 down now: its task is stopped, fails, and its policy (OnFailure) starts it on d1 (undrained),
+	// although it exits 0 on its SIGTERM, as a program that saves its work and ends cleanly does.
 	r = c.cli(t, "drain", "d1", "--undo")
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, "host d1 takes tasks again")
@@ -921,7 +923,7 @@ tasks: {worker: {replicas: 1}}
 	moved := writeSpec(t, fmt.Sprintf(`
 name: moved
 pool: p
-command: [sh, -c, 'echo $CLUSTERRUN_ATTEMPT > %[1]s/moved.started; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then exec sleep 300; fi; echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
+command: [sh, -c, 'echo $CLUSTERRUN_ATTEMPT > %[1]s/moved.started; if [ "$CLUSTERRUN_ATTEMPT" = 1 ]; then trap "exit 0" TERM; while :; do sleep 0.1; done; fi; echo "{\"host\": \"$CLUSTERRUN_HOST\"}" > "$CLUSTERRUN_RESULT_FILE"']
 stopGracePeriod: 1s
 tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backoff: 100ms}}}
 `, dir))

@@ -44,6 +44,9 @@ type behavior struct {
 	atOnce bool
 	// oom makes the attempt end as its host reports a process the kernel's OOM killer killed.
 	oom bool
+	// takenDown makes the attempt end as its host reports a task it stopped (clusterrun drain --now) that exited
+	// 0 on its SIGTERM.
+	takenDown bool
 }
 
 type barrierCall struct {
@@ -548,6 +551,10 @@ func (f *fakeHosts) serveTaken(ctx context.Context, in RunTaskInput, l lease) (T
 		res.ExitCode, res.Signal, res.OutOfMemory = 137, "SIGKILL", true
 		res.Error = "the kernel's OOM killer killed python3 (pid 4567, 3 GiB resident) as the host ran out of memory"
 	}
+	if b.takenDown {
+		res.ExitCode, res.Error, res.StoppedByHost = 0, "host pooled-host taken down by the operator", true
+		return res, TaskFailure(in.Task, res)
+	}
 	return res, AttemptOutcome(in, res)
 }
 
@@ -1044,6 +1051,40 @@ command: [x]
 tasks: {worker: {replicas: 1, restart: {policy: ExitCode, maxRestarts: 1, backoff: 1ms}}}
 `))
 			assert.Equal(t, tc.attempts, st.Task("worker-0").Attempt)
+		})
+	}
+}
+
+// A task its host stopped (drain --now, a hang, a cut-off host) failed whatever its exit code, and its restart
+// policy takes the end for a lost host's: a task that exits 0 on its SIGTERM is restarted under OnFailure and
+// ExitCode (it was failFast's end of the run before); Never still restarts nothing.
+func TestClusterRun_ATaskItsHostStoppedIsRestartedWhateverItsExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		restart  string
+		attempts int
+	}{{"{policy: OnFailure, maxRestarts: 1, backoff: 1ms}", 2}, {"{policy: ExitCode, maxRestarts: 1, backoff: 1ms}", 2}, {"{policy: Never}", 1}} {
+		t.Run(tc.restart, func(t *testing.T) {
+			h := newHarness(t, func(task string, attempt, _ int) behavior {
+				if attempt == 1 {
+					return behavior{takenDown: true}
+				}
+				return exits(0)
+			})
+			st, err := h.run(t, mustSpec(t, `
+name: down
+command: [x]
+tasks: {worker: {replicas: 1, restart: `+tc.restart+`}}
+`))
+			w := st.Task("worker-0")
+			assert.Equal(t, tc.attempts, w.Attempt)
+			if tc.attempts == 1 {
+				require.Error(t, err)
+				assert.Equal(t, TaskFailed, w.State)
+				assert.Equal(t, "worker-0 exited with code 0 on pooled-host (attempt 1): host pooled-host taken down by the operator", w.Error)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, TaskSucceeded, w.State)
 		})
 	}
 }

@@ -158,6 +158,7 @@ func (r *run) leaseEnded(ctx workflow.Context, t *task) {
 	default:
 		r.settle(t, res, err, now)
 	}
+	t.hostStopped = res.StoppedByHost && t.status.State == TaskFailed && workflow.GetVersion(ctx, ChangeHostStopsRestart, workflow.DefaultVersion, 1) == 1
 	r.checkRestartBudget(ctx)
 	switch {
 	case r.restartDue(t) && r.noRestarts != "":
@@ -281,6 +282,11 @@ func (r *run) lost(t *task, res TaskResult, err error, now time.Time) {
 	}
 }
 
+// ChangeHostStopsRestart marks runs whose restart policies take an attempt its host stopped (TaskResult.StoppedByHost:
+// hung, cut off, taken down) for a lost host's end, whatever its exit code. Asked only at such an end; runs
+// started before judged its exit code, so a task that exited 0 on its SIGTERM failed without a restart.
+const ChangeHostStopsRestart = "clusterrun-host-stops-restart"
+
 // restartDue says whether the attempt that just ended is restarted under the task's own policy (scope: task).
 func (r *run) restartDue(t *task) bool {
 	if t.terminated || t.startFailed || r.decision != nil || r.stopReq != nil || t.restarts >= t.Restart.MaxRestarts {
@@ -290,11 +296,7 @@ func (r *run) restartDue(t *task) bool {
 	case TaskSucceeded:
 		return t.Restart.Policy == spec.PolicyAlways
 	case TaskFailed:
-		code := -1
-		if t.status.ExitCode != nil {
-			code = *t.status.ExitCode
-		}
-		return t.Restart.Restartable(code)
+		return t.Restart.Restartable(t.restartCode())
 	}
 	return false
 }

@@ -57,7 +57,7 @@ func (r *run) noteNoRestart(t *task) {
 	if st.State != TaskFailed || t.terminated || t.startFailed || r.decision != nil || r.stopReq != nil || r.plan.Scope == spec.ScopeAll {
 		return
 	}
-	if why := whyNoRestart(t.Restart, t.restarts, exitCodeOf(*st), "its"); why != "" {
+	if why := whyNoRestart(t.Restart, t.restarts, t.restartCode(), "its"); why != "" {
 		st.Error = joinNote(st.Error, "not restarted: "+why)
 	}
 }
@@ -80,6 +80,15 @@ func whyNoRestart(p spec.Restart, used, code int, whose string) string {
 		return whose + " 1 restart (maxRestarts: 1) is used up"
 	}
 	return fmt.Sprintf("%s %d restarts (maxRestarts: %d) are used up", whose, p.MaxRestarts, p.MaxRestarts)
+}
+
+// restartCode is the exit code restart policies judge t's last end by: -1, a lost host's, for an end its host
+// brought about (hostStopped), else the process's own.
+func (t *task) restartCode() int {
+	if t.hostStopped {
+		return -1
+	}
+	return exitCodeOf(t.status)
 }
 
 func exitCodeOf(st TaskStatus) int {

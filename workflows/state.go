@@ -42,6 +42,9 @@ type task struct {
 	// lostHost: the last attempt was lost with its host (silent, or without a record of it): a restart avoids
 	// that host rather than going back to it.
 	lostHost bool
+	// hostStopped: the last attempt's host stopped it or lost its supervisor (TaskResult.StoppedByHost): its
+	// restart policy takes the end for the environment's, whatever its exit code (restartCode).
+	hostStopped bool
 	// ports holds the port the task had on each host it ran on: it asks for the same one there again.
 	ports    map[string]int
 	restarts int // restarts used from the task's own budget (scope: task)
@@ -430,7 +433,7 @@ func (r *run) judge(t *task) {
 			return
 		}
 	case TaskFailed:
-		code := exitCodeOf(st)
+		code := t.restartCode()
 		cause := failureText(st)
 		if p.Scope == spec.ScopeAll && p.Gang.Restartable(code) && r.restartCount < p.Gang.MaxRestarts {
 			if r.noRestarts == "" {

@@ -298,6 +298,11 @@ type TaskResult struct {
 	Error string `json:"error,omitempty"`
 	// Hung says the host found the task hung (no output or progress for hangTimeout) and stopped it.
 	Hung bool `json:"hung,omitempty"`
+	// StoppedByHost says the host stopped the process (hung, cut off from the server, taken down, no longer its
+	// own) or found its supervisor gone: the attempt failed whatever its exit code says, and its restart policy
+	// takes the end for the environment's, as a lost host's (exit code -1): a task that exits 0 on its SIGTERM
+	// is restarted under OnFailure and ExitCode too.
+	StoppedByHost bool `json:"stoppedByHost,omitempty"`
 	// OutOfMemory says the kernel's OOM killer killed the task's main process (its host read so in the kernel's
 	// log); Error then begins with what the kernel said of it.
 	OutOfMemory bool `json:"outOfMemory,omitempty"`
