@@ -1253,16 +1253,22 @@ func TestShutdown_ForgetsTheEndedAttemptsOfRunsThatEnded(t *testing.T) {
 
 // A host taken down counts the tasks it stopped, whether or not they have ended by the time it answers: a task
 // that dies at once on its SIGTERM showed "ended", and `clusterrun drain --now` said it stopped 0 tasks (seen in
-// the suite).
+// the suite). Each such task fails, marked as stopped by its host, even one that exits 0 on its SIGTERM.
 func TestControlHost_CountsTheTasksItStops(t *testing.T) {
 	a := newHarness(t, reconcileSeldom)
-	wait := a.run(leased(taskSpec("sleep", "300")))
+	wait := a.run(leased(taskSpec("sh", "-c", `trap "exit 0" TERM; while :; do sleep 0.1; done`)))
 	waitFor(t, "the task to run", func() bool { return a.host.Running() == 1 })
 	st, err := a.host.ControlHost(t.Context(), workflows.ControlHostInput{StopTasks: true})
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Stopping)
 	require.Len(t, st.Tasks, 1)
-	_, _ = wait()
+	_, err = wait()
+	e := appErr(t, err)
+	assert.Equal(t, workflows.ErrTaskFailed, e.Type())
+	var res workflows.TaskResult
+	require.NoError(t, e.Details(&res))
+	assert.Equal(t, 0, res.ExitCode)
+	assert.True(t, res.StoppedByHost, "its restart policy takes the end for the environment's")
 	st, err = a.host.ControlHost(t.Context(), workflows.ControlHostInput{StopTasks: true})
 	require.NoError(t, err)
 	assert.Zero(t, st.Stopping, "an ended task is not stopped again")
