@@ -948,6 +948,7 @@ func TestRunTask_HungTaskIsSignaledThenStopped(t *testing.T) {
 	var res workflows.TaskResult
 	require.NoError(t, e.Details(&res))
 	assert.True(t, res.Hung)
+	assert.True(t, res.StoppedByHost, "its restart policy takes a hang for the environment's, whatever the exit code")
 	assert.True(t, strings.HasPrefix(res.Error, "no output or progress for"), res.Error)
 	assert.Contains(t, res.Error, "sent SIGABRT for a stack dump")
 	assert.Contains(t, res.StderrTail, "dumping stacks")
@@ -1047,6 +1048,9 @@ func TestRunTask_StopAfterDisconnect(t *testing.T) {
 	e := appErr(t, err)
 	assert.Contains(t, e.Message(), "host "+testHost+" was out of contact with the Temporal server for")
 	assert.Contains(t, e.Message(), "(stopAfterDisconnect 300ms)")
+	var res workflows.TaskResult
+	require.NoError(t, e.Details(&res))
+	assert.True(t, res.StoppedByHost)
 }
 
 // A detached task whose run has moved on (it lost the task and started attempt 2 elsewhere) is stopped by its
