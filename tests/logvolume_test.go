@@ -156,6 +156,17 @@ tasks: {worker: {replicas: 200, hosts: [host-a, host-b]}}
 		}
 		return true
 	})
+	// Running is the process's start: on a loaded machine (make check, 2026-12-02) some shells had not written
+	// their line yet when the logs were read.
+	waitUntil(t, "every task's line in its log", time.Minute, func() bool {
+		for i := range 200 {
+			b, _ := os.ReadFile(filepath.Join(c.logDir, id, "attempt_1", fmt.Sprintf("worker-%d", i), "stdout.log"))
+			if !bytes.HasSuffix(b, []byte("says hello\n")) {
+				return false
+			}
+		}
+		return true
+	})
 	out := c.cli(t, "logs", id)
 	require.Equal(t, 0, out.code, out.stderr)
 	for i := range 200 {
