@@ -26,9 +26,12 @@ type LogReader struct {
 
 	c     client.Client
 	runID string
-	id    string // the session's workflow ID, once started
-	// starts counts sessions started (a session that ended on its own while its reader slept is started again).
-	starts int
+	// id is the session's workflow ID, chosen at the first start and kept for the reader's life: a start the
+	// server took but did not confirm in time (a loaded server, seen in CI) is then found again by the next try
+	// rather than left running beside a second session, and a session that ended on its own while its reader
+	// slept (two minutes without a read) starts again as a new run of the same ID.
+	id      string
+	started bool // the session at id has been started and not seen to end
 }
 
 // LogReader returns a reader of the run's logs. Close it when done.
@@ -41,7 +44,7 @@ func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) 
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for try := 0; ; try++ {
-		if s.id == "" {
+		if !s.started {
 			if err := s.start(ctx); err != nil {
 				return nil, err
 			}
@@ -60,17 +63,20 @@ func (s *LogReader) Read(ctx context.Context, reqs []workflows.ReadLogsRequest) 
 			return &res, nil
 		}
 		if try == 0 && sessionGone(err) {
-			s.id = "" // it ended after its idle time (this reader was paused, say): start another
+			s.started = false // it ended after its idle time (this reader was paused, say): start it again
 			continue
 		}
 		return nil, s.readError(err)
 	}
 }
 
+// start starts the session, or finds it running: the SDK answers a start of an ID that runs with that run.
 func (s *LogReader) start(ctx context.Context) error {
-	id := fmt.Sprintf("%s-logs-%d", s.runID, time.Now().UnixNano())
+	if s.id == "" {
+		s.id = fmt.Sprintf("%s-logs-%d", s.runID, time.Now().UnixNano())
+	}
 	_, err := s.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:            id,
+		ID:            s.id,
 		TaskQueue:     workflows.TaskQueue,
 		StaticSummary: "read logs of " + s.runID,
 		// A session ends when its reader closes it or stops reading; the run timeout is a backstop for a
@@ -84,8 +90,7 @@ func (s *LogReader) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start reading logs: %w", err)
 	}
-	s.id = id
-	s.starts++
+	s.started = true
 	return nil
 }
 
@@ -95,6 +100,7 @@ func (s *LogReader) start(ctx context.Context) error {
 const sessionTaskTimeout = 5 * time.Second
 
 // Close ends the reader's session (it would end by itself two minutes after the last read).
+// A session whose start was not confirmed is closed too: it may run.
 func (s *LogReader) Close() {
 	if s.id == "" {
 		return
@@ -102,7 +108,7 @@ func (s *LogReader) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.c.SignalWorkflow(ctx, s.id, "", workflows.SignalCloseLogs, nil)
-	s.id = ""
+	s.started = false
 }
 
 // LiveHosts reads which hosts the host registry counts live (reported within workflows.LiveFor, not shutting
