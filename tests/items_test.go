@@ -1136,7 +1136,7 @@ tasks:
   chief: {replicas: 1, hosts: [host-a]}
   worker: {replicas: 24, hosts: [`+strings.Join(hosts, ", ")+`]}
 `)
-	// 3,000 items take 20-90 s alone; two such runs beside the suite's other tests on a loaded CI machine took
+	// 3,000 items take 35-65 s alone (2026-12-02); two such runs beside the suite's other tests on a loaded CI machine took
 	// more than 6 minutes (2026-12-02, a read of the run unanswered for minutes): the deadline is a hang's.
 	r := c.cliWithin(t, 12*time.Minute, []string{"TEMPORAL_ADDRESS=" + c.address}, "run", spec, "--id", id)
 	require.Equal(t, 0, r.code, r.String())
