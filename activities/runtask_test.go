@@ -1273,6 +1273,7 @@ func TestControlHost_CountsTheTasksItStops(t *testing.T) {
 	require.NoError(t, e.Details(&res))
 	assert.Equal(t, 0, res.ExitCode)
 	assert.True(t, res.StoppedByHost, "its restart policy takes the end for the environment's")
+	assert.Equal(t, "worker-0 was stopped by its host "+testHost+" (attempt 1; it exited with code 0): host "+testHost+" taken down by the operator", e.Message())
 	st, err = a.host.ControlHost(t.Context(), workflows.ControlHostInput{StopTasks: true})
 	require.NoError(t, err)
 	assert.Zero(t, st.Stopping, "an ended task is not stopped again")

@@ -1080,7 +1080,7 @@ tasks: {worker: {replicas: 1, restart: `+tc.restart+`}}
 			if tc.attempts == 1 {
 				require.Error(t, err)
 				assert.Equal(t, TaskFailed, w.State)
-				assert.Equal(t, "worker-0 exited with code 0 on pooled-host (attempt 1): host pooled-host taken down by the operator", w.Error)
+				assert.Equal(t, "worker-0 was stopped by its host pooled-host (attempt 1; it exited with code 0): host pooled-host taken down by the operator", w.Error)
 				return
 			}
 			require.NoError(t, err)

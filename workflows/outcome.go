@@ -43,7 +43,9 @@ func ExitOutcome(t spec.Task, res TaskResult) error {
 
 // failureMessage is "worker-3 exited with code 3 on host-b (attempt 1): <cause>", or "worker-3 hung on host-b
 // (attempt 1): no output or progress for 5m ..." for a task its host found hung, or "worker-3 ran out of memory
-// on host-b (attempt 1): the kernel's OOM killer killed python3 ..." for one the OOM killer killed.
+// on host-b (attempt 1): the kernel's OOM killer killed python3 ..." for one the OOM killer killed, or
+// "worker-3 was stopped by its host host-b (attempt 1; it exited with code 0): host host-b taken down by the
+// operator" for one its host stopped otherwise: a failure beside "exited with code 0" read as a contradiction.
 func failureMessage(t spec.Task, res TaskResult) string {
 	how := fmt.Sprintf("exited with code %d", res.ExitCode)
 	if res.Signal != "" {
@@ -56,6 +58,9 @@ func failureMessage(t spec.Task, res TaskResult) string {
 		how = "ran out of memory"
 	}
 	msg := fmt.Sprintf("%s %s on %s (attempt %d)", t.Name, how, res.Host, res.Attempt)
+	if res.StoppedByHost && !res.Hung {
+		msg = fmt.Sprintf("%s was stopped by its host %s (attempt %d; it %s)", t.Name, res.Host, res.Attempt, how)
+	}
 	if res.Error != "" {
 		msg += ": " + res.Error
 	}
