@@ -116,11 +116,13 @@ test-unit: build
 test-e2e: $(TEMPORAL) build
 	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)' ./tests/
 
-# Runs of thousands of tasks take both cores for minutes: they run after the others, alone, so they neither
-# starve the timing of the fault tests nor wait behind them.
-SCALE_TESTS = ^TestE2E_FourThousandTasks$$
+# The heaviest runs take both cores for minutes (4,000 tasks; 100,000 items; a 100 MB log read back three
+# times through the server): they run after the others, one at a time, so they neither starve the timing of
+# the fault tests nor wait behind them. Beside the others, the 100 MB log's test took 310 s against 114 s alone,
+# and CI of 2026-12-02 failed it and two others on a loaded server (load average 20-42 in the stage).
+SCALE_TESTS = ^(TestE2E_FourThousandTasks|TestE2E_Items100000|TestE2E_LogsAtVolume_OneLargeLog)$$
 test-scale: $(TEMPORAL) build
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(SCALE_TESTS)' ./tests/
+	$(GO) test -count=1 -parallel 1 -timeout $(TEST_TIMEOUT) -run '$(SCALE_TESTS)' ./tests/
 
 # The end-to-end suite with every Temporal server on PostgreSQL (each cluster its own databases in one
 # PostgreSQL the suite starts); TESTS picks a part of it. make test runs POSTGRES_TESTS this way.
