@@ -2,8 +2,6 @@ package starter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,15 +18,8 @@ import (
 
 	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/internal/conn"
-	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
-
-// StartOptions tune Start.
-type StartOptions struct {
-	// ID is the run ID (the workflow ID). Default: NAME-YYYYMMDD-HHMMSS-RANDOM. An ID ever used is refused.
-	ID string
-}
 
 // Run is one run, started by Start or named by Client.Run.
 type Run struct {
@@ -160,76 +151,6 @@ func (e *SearchAttributesMissingError) Error() string {
 	return fmt.Sprintf("search attributes %s and %s are not registered on this Temporal namespace, so clusterrun list shows "+
 		"this run without its final state; register them with: temporal operator search-attribute create --name %s --type Keyword; "+
 		"and again for %s", workflows.SearchAttrName, workflows.SearchAttrState, workflows.SearchAttrName, workflows.SearchAttrState)
-}
-
-// NewRunID makes a run ID from a spec's name: NAME-YYYYMMDD-HHMMSS-RANDOM.
-func NewRunID(name string) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%s-%s", name, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b[:]))
-}
-
-// Start starts a run of s. The spec is validated first (every problem in a *spec.InvalidSpecError). When the
-// namespace lacks clusterrun's search attributes the run starts anyway, and a *SearchAttributesMissingError
-// comes back beside it.
-func (c *Client) Start(ctx context.Context, s *spec.RunSpec, opts StartOptions) (*Run, error) {
-	if _, err := spec.NewPlan(s); err != nil {
-		return nil, err
-	}
-	id := opts.ID
-	if id == "" {
-		id = NewRunID(s.Name)
-	}
-	if err := spec.CheckRunID(id); err != nil {
-		return nil, fmt.Errorf("run ID: %w", err)
-	}
-	wo := client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             workflows.TaskQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		// Without this the SDK hands back the existing run for a taken ID, and we would follow someone else's run.
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            summary(s),
-		Memo:                                     map[string]interface{}{workflows.MemoName: s.Name},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrName).ValueSet(s.Name),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttrState).ValueSet(workflows.StatusRunning)),
-	}
-	_, err := c.c.ExecuteWorkflow(ctx, wo, workflows.WorkflowType, s)
-	var warning error
-	var invalid *serviceerror.InvalidArgument
-	if errors.As(err, &invalid) && strings.Contains(err.Error(), "search attribute") {
-		warning = &SearchAttributesMissingError{}
-		wo.TypedSearchAttributes = temporal.SearchAttributes{}
-		_, err = c.c.ExecuteWorkflow(ctx, wo, workflows.WorkflowType, s)
-	}
-	if err != nil {
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) || strings.Contains(err.Error(), "already") {
-			return nil, &RunIDTakenError{ID: id}
-		}
-		if silent(err) {
-			// The start may have been persisted before the answer was lost, or not: only a read tells.
-			return nil, fmt.Errorf("start run %s: %w (whether the run started is not known: `clusterrun status %s` tells once the server answers)", id, err, id)
-		}
-		return nil, fmt.Errorf("start run %s: %w", id, err)
-	}
-	return &Run{c: c, ID: id}, warning
-}
-
-func summary(s *spec.RunSpec) string {
-	var counts []string
-	for _, typ := range spec.TaskTypes(s.Tasks) {
-		counts = append(counts, fmt.Sprintf("%s×%d", typ, s.Tasks[typ].Replicas))
-	}
-	out := fmt.Sprintf("%s: %s", s.Name, strings.Join(counts, ", "))
-	if cmd := strings.Join(s.Command, " "); cmd != "" {
-		if len(cmd) > 120 {
-			cmd = cmd[:117] + "..."
-		}
-		out += " — " + cmd
-	}
-	return out
 }
 
 // Run names a run started elsewhere (by the CLI, the temporal CLI, another program).

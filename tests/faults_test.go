@@ -134,9 +134,10 @@ tasks:
 		}
 		time.Sleep(time.Second)
 	}
-	lr, hr := late.wait(t, time.Minute), hosts.wait(t, time.Minute)
+	lr, hr := late.wait(t, 2*time.Minute), hosts.wait(t, time.Minute)
 	assert.Equal(t, 1, lr.code, lr.String())
 	assert.Equal(t, 1, hr.code, hr.String())
+	assert.Contains(t, lr.stderr, "clusterrun: the start of run "+id+"-late got no answer (", "the start is tried again")
 	if serverGone {
 		assert.Contains(t, lr.stderr, "cannot reach the Temporal server at "+c.address, lr.String())
 		assert.Contains(t, hr.stderr, "cannot reach the Temporal server at "+c.address, hr.String())

@@ -1,9 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -262,6 +262,11 @@ type proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]bool
+	// hold, while set, holds the server's answers back (in order, none lost) from the first request that
+	// carries it until release: a call the server answered whose answer the client waits for in vain.
+	hold     []byte
+	holding  bool
+	released *sync.Cond
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -273,8 +278,9 @@ func newProxy(t *testing.T, target string) *proxy {
 func newProxyOn(t *testing.T, ln net.Listener, target string) *proxy {
 	t.Helper()
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.released = sync.NewCond(&p.mu)
 	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	t.Cleanup(func() { ln.Close(); p.release(); p.setCut(true) })
 	return p
 }
 
@@ -310,19 +316,65 @@ func (p *proxy) serve() {
 		}
 		p.conns[in], p.conns[out] = true, true
 		p.mu.Unlock()
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.pipe(out, in, p.requests)
+		go p.pipe(in, out, p.answers)
 	}
 }
 
-func (p *proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+// pipe copies src to dst, each chunk seen by through first.
+func (p *proxy) pipe(dst, src net.Conn, through func([]byte)) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			through(buf[:n])
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// requests sees what the client sends: the first request that carries hold starts holding the answers.
+func (p *proxy) requests(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold != nil && bytes.Contains(b, p.hold) {
+		p.hold, p.holding = nil, true
+	}
+}
+
+// answers sees what the server sends, and waits while answers are held.
+func (p *proxy) answers([]byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.holding {
+		p.released.Wait()
+	}
+}
+
+// holdAnswersFrom holds the server's answers from the first request that carries marker until release.
+func (p *proxy) holdAnswersFrom(marker string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = []byte(marker)
+}
+
+// release lets the answers held back through.
+func (p *proxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holding = false
+	p.released.Broadcast()
 }
 
 // setCut cuts the host off (every connection closed, new ones refused) or lets it through again.

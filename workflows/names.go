@@ -159,6 +159,10 @@ const (
 // MemoName holds the run's name in the workflow memo, which needs no registration.
 const MemoName = "clusterrun.name"
 
+// MemoStartToken holds a random token each start picks: a start tried again after its answer was lost finds
+// the ID taken, and knows by the token whether the run that holds it is the one it started.
+const MemoStartToken = "clusterrun.startToken"
+
 // MemoBarrier is the memo key under which the workflow publishes each barrier outcome (a BarrierOutcome). Host
 // workers follow the run's history and hand each outcome to their waiting tasks: one history event per outcome,
 // however many hosts wait, where an activity per host would cost three events each plus the workflow tasks

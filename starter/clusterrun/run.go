@@ -113,7 +113,7 @@ func countTasks(s *spec.RunSpec) int {
 
 // startRun starts the run through the library; a namespace without clusterrun's search attributes gets a note.
 func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) error {
-	_, err := runOf(c, id).Client().Start(ctx, s, starter.StartOptions{ID: id})
+	_, err := runOf(c, id).Client().Start(ctx, s, starter.StartOptions{ID: id, Notes: os.Stderr})
 	var missing *starter.SearchAttributesMissingError
 	if errors.As(err, &missing) {
 		fmt.Fprintln(os.Stderr, "note: "+err.Error())
