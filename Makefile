@@ -115,13 +115,26 @@ test: fmt vet lint cross test-unit test-e2e test-scale
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
 # Examples (starter/example_test.go) need a server and host workers: tests/examples_test.go runs them there.
+# The workflow scenarios run twice: as they are, and with each task's leases held by a ClusterShard child of its
+# own. Each pass keeps one core busy for about two minutes; the second runs beside the first (its test binary is
+# built first), so it takes a core that would idle while the first waits on its longest packages.
+SHARDED_WORKFLOWS := $(BIN)/.build/workflows.test
 test-unit: build
-	$(GO) test -race -count=1 -run '^(Test|Fuzz)' -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
-	# The workflow scenarios again, each task's leases held by a ClusterShard child of its own.
-	CLUSTERRUN_TEST_SHARDS=1 $(GO) test -race -count=1 -run '^Test' -timeout $(TEST_TIMEOUT) ./workflows
+	@mkdir -p $(BIN)/.build && $(GO) test -race -c -o $(SHARDED_WORKFLOWS) ./workflows
+	@echo "workflows: the scenarios again with CLUSTERRUN_TEST_SHARDS=1, beside the packages' tests"
+	@cd workflows && CLUSTERRUN_TEST_SHARDS=1 $(SHARDED_WORKFLOWS) -test.count=1 -test.run '^Test' -test.timeout $(TEST_TIMEOUT) \
+		> $(SHARDED_WORKFLOWS).log 2>&1 & sharded=$$!; \
+	echo "$(GO) test -race -count=1 -run '^(Test|Fuzz)' -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)"; \
+	$(GO) test -race -count=1 -run '^(Test|Fuzz)' -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES); unit=$$?; \
+	s=$$(date +%s); wait $$sharded; rc=$$?; \
+	if [ $$rc = 0 ]; then echo "ok  	workflows with CLUSTERRUN_TEST_SHARDS=1 (ended $$(( $$(date +%s) - s ))s after the others)"; \
+	else cat $(SHARDED_WORKFLOWS).log; echo "FAIL	workflows with CLUSTERRUN_TEST_SHARDS=1"; fi; \
+	[ $$unit = 0 ] && [ $$rc = 0 ]
 
+# tests/e2e.sh runs the suite as two processes side by side: the tests that take turns on the suite's shared
+# cluster, and those that run in parallel, each with a cluster of its own.
 test-e2e: $(TEMPORAL) build
-	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)' ./tests/
+	./tests/e2e.sh -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)'
 
 # The heaviest runs take both cores for minutes (4,000 tasks; 100,000 items; a 100 MB log read back three
 # times through the server): they run after the others, one at a time, so they neither starve the timing of
@@ -137,7 +150,7 @@ TESTS ?= .
 POSTGRES_TESTS ?= ^TestPostgres_|^TestE2E_(BarrierAcrossHosts|FailFast|StatusWatch|ItemsSurviveAKilledWorker|ManyWorkersWaitForItemsWithinTheServersLimit|WebUI|ShardedRunWorksAcrossShards|GangsQueuedOnAFullPoolWaitWholeAndStartInTurn)|^TestFault_(ServerOutage30s|WorkerSIGKILLThenNewWorker)
 test-postgres: $(TEMPORAL) $(POSTGRES_TOOLS) build
 	./deployments/postgres/install.sh >/dev/null
-	CLUSTERRUN_TEST_BACKEND=postgres $(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -run '$(TESTS)' ./tests/
+	CLUSTERRUN_TEST_BACKEND=postgres ./tests/e2e.sh -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -run '$(TESTS)'
 
 test-race: $(TEMPORAL) build
 	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
@@ -187,7 +200,7 @@ lint: $(STATICCHECK) $(WORKFLOWCHECK)
 
 # The one gate, as CI runs it (make test), with the end-to-end suite race-enabled as well.
 check: test
-	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)' ./tests/
+	./tests/e2e.sh -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -skip '$(SCALE_TESTS)'
 
 # Benchmarks side by side with Slurm's srun; see docs/benchmarks.md. Needs root for the Slurm setup.
 bench: $(TEMPORAL) build

@@ -66,11 +66,27 @@ var portBlocks struct {
 
 const portBlock = 250
 
+// testPorts are the ports this test process hands out: blocks for its clusters' tasks, from blocksFrom up to
+// blocksTo, and its servers' ports, from serversFrom up to serversTo. tests/e2e.sh runs the suite as two
+// processes side by side (CLUSTERRUN_TEST_PART), each with ranges of its own, so that neither gives a port the
+// other gave.
+var testPorts = func() (r struct{ blocksFrom, blocksTo, serversFrom, serversTo int }) {
+	switch os.Getenv("CLUSTERRUN_TEST_PART") {
+	case "parallel":
+		r.blocksFrom, r.blocksTo, r.serversFrom, r.serversTo = 20000, 27500, 30000, 31500
+	case "serial":
+		r.blocksFrom, r.blocksTo, r.serversFrom, r.serversTo = 27500, 30000, 31500, 32000
+	default:
+		r.blocksFrom, r.blocksTo, r.serversFrom, r.serversTo = 20000, 30000, 30000, 32000
+	}
+	return r
+}()
+
 func nextPortBlock() string {
 	portBlocks.Lock()
 	defer portBlocks.Unlock()
-	from := 20000 + portBlocks.next*portBlock
-	portBlocks.next = (portBlocks.next + 1) % (10000 / portBlock)
+	from := testPorts.blocksFrom + portBlocks.next*portBlock
+	portBlocks.next = (portBlocks.next + 1) % ((testPorts.blocksTo - testPorts.blocksFrom) / portBlock)
 	return fmt.Sprintf("%d-%d", from, from+portBlock-1)
 }
 
@@ -186,7 +202,7 @@ var lowPorts struct {
 	given map[int]bool
 }
 
-// lowFreePort is a free port in 30000-31999 that no other test was given. Below 32768, the kernel never hands
+// lowFreePort is a free port in 30000-31999 (testPorts) that no other test was given. Below 32768, the kernel never hands
 // it out as an ephemeral port, so a server's own outgoing connections cannot take it between the check and the
 // server's bind (this raced in CI: "bind: address already in use" for a port chosen by ":0"); and the
 // PostgreSQL schema keeps membership ports in a smallint (a port above it stops the server with "value out
@@ -199,7 +215,7 @@ func lowFreePort() int {
 		lowPorts.given = map[int]bool{}
 	}
 	for {
-		port := 30000 + mrand.IntN(2000)
+		port := testPorts.serversFrom + mrand.IntN(testPorts.serversTo-testPorts.serversFrom)
 		if lowPorts.given[port] {
 			continue
 		}

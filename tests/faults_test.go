@@ -352,15 +352,20 @@ tasks: {worker: {replicas: 1, hosts: [%[2]s]}}
 	assert.Equal(t, strconv.Itoa(pid), strings.TrimSpace(string(b)), "the task was launched a second time")
 }
 
-func TestFault_WorkerSIGKILLThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGKILL) }
+func TestFault_WorkerSIGKILLThenNewWorker(t *testing.T) {
+	t.Parallel()
+	testWorkerRestart(t, syscall.SIGKILL)
+}
 
-func TestFault_WorkerSIGTERMThenNewWorker(t *testing.T) { testWorkerRestart(t, syscall.SIGTERM) }
+func TestFault_WorkerSIGTERMThenNewWorker(t *testing.T) {
+	t.Parallel()
+	testWorkerRestart(t, syscall.SIGTERM)
+}
 
 // testWorkerRestart kills a host worker with sig and starts a new one with the same host name: the task keeps
 // its pid and its attempt, no restart is used, a barrier is passed after the re-attach, and `logs --follow`
 // started before the kill shows every line exactly once.
 func testWorkerRestart(t *testing.T, sig syscall.Signal) {
-	t.Parallel()
 	host := "restart-" + randomHex(3)
 	require.NoError(t, env.startWorker(host))
 	t.Cleanup(func() { env.stopWorker(host, syscall.SIGTERM) })

@@ -415,6 +415,7 @@ tasks: {chief: {replicas: 1, hosts: [host-a]}, worker: {replicas: 2, hosts: [hos
 // again with the same request id and gets that answer, every result in it. Before request ids, the answer was
 // lost with the worker: the run had handed those results out, and the chief waited for them for ever.
 func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestart(t *testing.T) {
+	t.Parallel()
 	itemsAcrossAWorkerRestart(t, false, "", 300)
 }
 
@@ -422,12 +423,14 @@ func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestart(t *testing.T) {
 // again is news to the new execution: the results the lost answer carried are still the run's, since the chief
 // has not acknowledged them, and its fetches get them. Before acknowledgements they were gone.
 func TestE2E_ItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	t.Parallel()
 	itemsAcrossAWorkerRestart(t, true, "", 300)
 }
 
 // As above, with a chief in Go whose Fetch waits in the run when its worker is killed: the Go client
 // acknowledges too. Before it did, the fetch sent again found every result gone.
 func TestE2E_GoItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "goitemsrestart")
 	out, err := exec.Command("go", "build", "-o", bin, "./testdata/goitemsrestart").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -437,6 +440,7 @@ func TestE2E_GoItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *
 // As above, with a shell chief whose clusterrun task fetch waits in the run: the CLI acknowledges what it
 // printed, after printing it.
 func TestE2E_CLIItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t *testing.T) {
+	t.Parallel()
 	itemsAcrossAWorkerRestart(t, true, filepath.Join(env.root, "tests", "testdata", "items_restart.sh"), 40)
 }
 
@@ -445,7 +449,6 @@ func TestE2E_CLIItemResultsSurviveTheSchedulersWorkerRestartAcrossANewHistory(t 
 // on the shared server (4,096, the default), each of three such tests flooded some 24,000 no-op items through
 // host-a and host-b beside the whole suite, and one waited over 8 minutes for the new history (CI, 2026-11-30).
 func itemsAcrossAWorkerRestart(t *testing.T, newHistory bool, chiefCommand string, items int) {
-	t.Parallel()
 	c := env
 	if newHistory {
 		c = isolatedWith(t, func(s *devServer) {

@@ -1,12 +1,9 @@
 package tests
 
 import (
-	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,21 +12,11 @@ import (
 // ensureTorch makes Debian's python3-torch importable by /usr/bin/python3, installing it when it is missing.
 func ensureTorch(t *testing.T) {
 	t.Helper()
-	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() == nil {
+	there := func() bool { return exec.Command("/usr/bin/python3", "-c", "import torch").Run() == nil }
+	if there() {
 		return
 	}
-	if os.Getuid() != 0 {
-		t.Fatal("python3-torch is missing and this test is not root, so it cannot install it: apt-get install python3-torch")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	t.Log("installing python3-torch (Debian) for the PyTorch example; this takes a few minutes once")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "python3-torch"}} {
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "apt-get %v:\n%s", args, out)
-	}
+	aptInstall(t, "python3-torch", "the PyTorch example", there)
 	out, err := exec.Command("/usr/bin/python3", "-c", "import torch").CombinedOutput()
 	require.NoError(t, err, "torch still not importable: %s", out)
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,11 +29,27 @@ func ensureChromium(t *testing.T) string {
 // ensureDebian returns the program at path, installing its Debian package when it is missing (as root; CI is).
 func ensureDebian(t *testing.T, path, pkg, forWhat string) string {
 	t.Helper()
-	if _, err := os.Stat(path); err == nil {
-		return path
+	there := func() bool { _, err := os.Stat(path); return err == nil }
+	if !there() {
+		aptInstall(t, pkg, forWhat, there)
 	}
+	return path
+}
+
+// aptInstall installs Debian's pkg for forWhat unless there says, once the lock is held, that it is in place.
+// The suite's two processes (tests/e2e.sh) take turns on a lock of their own: apt-get refuses to run beside
+// another.
+func aptInstall(t *testing.T, pkg, forWhat string, there func() bool) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Fatalf("%s is missing and this test is not root, so it cannot install it: apt-get install %s", pkg, pkg)
+	}
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "clusterrun-e2e-apt.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	require.NoError(t, err)
+	defer lock.Close()
+	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	if there() {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -43,7 +60,6 @@ func ensureDebian(t *testing.T, path, pkg, forWhat string) string {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "apt-get %v:\n%s", args, out)
 	}
-	return path
 }
 
 // A run reads well in the Temporal Web UI: its pending activities are the tasks, by name, with their heartbeat.
