@@ -183,10 +183,12 @@ func (h *Host) Start() error {
 	return nil
 }
 
-// sweep kills processes that carry this host's name but belong to no attempt it holds: what a task left behind
-// outside its process group, before this worker's start. It is needed only without cgroups: a task's cgroup
-// holds everything it started, and is killed when the task ends or its supervisor is reaped. The rule assumes
-// one worker per host name on a machine.
+// sweep kills processes that this host's tasks started but that belong to no attempt it holds: what a task left
+// behind outside its process group, before this worker's start. It is needed only without cgroups: a task's
+// cgroup holds everything it started, and is killed when the task ends or its supervisor is reaped. A task's
+// processes carry its host's name and its result file, which lies under its worker's --log-dir: another worker
+// of the same name with a log folder of its own (a second dev environment on the machine, a test cluster)
+// keeps its tasks.
 func (h *Host) sweep() {
 	if h.CgroupParent != "" {
 		return
@@ -197,8 +199,10 @@ func (h *Host) sweep() {
 			live[fmt.Sprintf("%s/%s/%d", e.ref.WorkflowID, e.ref.Task, e.ref.Attempt)] = true
 		}
 	}
+	logs := strings.TrimSuffix(filepath.Clean(h.LogDir), string(filepath.Separator)) + string(filepath.Separator)
 	for _, l := range proc.FindLeftovers("CLUSTERRUN_HOST=" + h.Name) {
-		if live[l.Env("CLUSTERRUN_RUN_ID")+"/"+l.Env("CLUSTERRUN_TASK")+"/"+l.Env("CLUSTERRUN_ATTEMPT")] {
+		if live[l.Env("CLUSTERRUN_RUN_ID")+"/"+l.Env("CLUSTERRUN_TASK")+"/"+l.Env("CLUSTERRUN_ATTEMPT")] ||
+			!strings.HasPrefix(l.Env("CLUSTERRUN_RESULT_FILE"), logs) {
 			continue
 		}
 		if l.Kill() == nil {
