@@ -49,6 +49,7 @@ var (
 	scaleSizes = flag.String("scale-tasks", "64,1000,4000,10000", "task counts for the start-up and stop scenario (h)")
 	srunMax    = flag.Int("srun-max", 1000, "the largest N scenario h asks srun -n N for: on this one node, srun -n 4000 does not start (slurmstepd runs out of open files)")
 	srunStop   = flag.String("srun-stop", "scancel", "how scenario h stops srun's job: scancel (SIGTERM, then SIGKILL after KillWait, as clusterrun cancel does) or abort (two SIGINTs 100 ms apart, a SIGKILL; the 100 ms counts)")
+	settle     = flag.Duration("settle", 0, "how long scenario h lets each run or job run between its start-up and its stop (0: the stop comes as soon as every task runs, when clusterrun's hosts may still be sending the start-up's last reports)")
 	perShard   = flag.Int("tasks-per-shard", 0, "the specs' tasksPerShard in scenario h (0: the default, 1000)")
 	scaleRuns  = flag.Int("scale-runs", 3, "repetitions of each size in scenario h")
 	smallRuns  = flag.Int("scale-runs-small", 7, "repetitions of sizes up to 1,000 tasks in scenario h (at 3, one noisy run moved a 64-task median by 15%)")

@@ -100,6 +100,7 @@ tasks: {worker: {replicas: %d}}
 	up = time.Since(start)
 	cpu = cpuSpent(before, snapshotCPU(), clusterrunGroups, map[string]time.Duration{"CLI": cli})
 	all := readPids(pids)
+	time.Sleep(*settle)
 	start = time.Now()
 	canceled := make(chan error, 1)
 	go func() { canceled <- runQuiet(*clusterrun, "cancel", id) }() // it returns once the run has ended
@@ -122,6 +123,7 @@ func srunStartStop(dir string, n, i int) (up, down time.Duration, cpu map[string
 	up = time.Since(start)
 	cpu = cpuSpent(before, snapshotCPU(), srunGroups, nil)
 	all := readPids(pids)
+	time.Sleep(*settle)
 	job := ""
 	if *srunStop == "scancel" {
 		out, err := exec.Command("squeue", "-h", "-o", "%i", "-n", name).Output()
