@@ -360,11 +360,20 @@ func kindHint(v any, t reflect.Type, path string) string {
 			if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
 				return fmt.Sprintf("write it without quotes: %d", n)
 			}
+		case reflect.Map:
+			return envLineHint(x)
+		case reflect.Struct:
+			if t == reflect.TypeOf(RestartSpec{}) {
+				return restartHint(x)
+			}
 		}
 		return ""
 	case []any:
 		if path == "tasks" {
 			return tasksListHint(x)
+		}
+		if t.Kind() == reflect.Map {
+			return envListHint(x)
 		}
 		return ""
 	case map[string]any:
@@ -374,6 +383,58 @@ func kindHint(v any, t reflect.Type, path string) string {
 		return "quote the value in YAML (unquoted, yes, no, true and numbers are not strings)"
 	}
 	return ""
+}
+
+// envLineHint writes variables given as a shell's NAME=value words (env: "A=1 B=2") as the mapping they belong
+// in; other text gets no hint.
+func envLineHint(s string) string { return envWordsHint(strings.Fields(s)) }
+
+// envWordsHint writes NAME=value words as the mapping they belong in, or gives no hint when one is not such.
+func envWordsHint(words []string) string {
+	var pairs []string
+	for _, w := range words {
+		name, value, ok := strings.Cut(w, "=")
+		if !ok || name == "" {
+			return ""
+		}
+		pairs = append(pairs, fmt.Sprintf("%s: %s", name, strconv.Quote(value)))
+	}
+	if len(pairs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("write it as a mapping of names to values: {%s}", strings.Join(pairs, ", "))
+}
+
+// envListHint writes variables given as a list, of NAME=value strings (Docker Compose's way) or of {name, value}
+// objects (Kubernetes'), as the mapping they belong in; other lists get no hint.
+func envListHint(items []any) string {
+	var words []string
+	for _, it := range items {
+		switch e := it.(type) {
+		case string:
+			words = append(words, e)
+		case map[string]any:
+			name, _ := e["name"].(string)
+			value, ok := e["value"].(string)
+			if name == "" || !ok || len(e) != 2 {
+				return ""
+			}
+			words = append(words, name+"="+value)
+		default:
+			return ""
+		}
+	}
+	return envWordsHint(words)
+}
+
+// restartHint writes a restart policy given by its name alone (restart: Always) as the mapping it belongs in.
+func restartHint(s string) string {
+	for _, p := range []string{PolicyNever, PolicyOnFailure, PolicyExitCode, PolicyAlways} {
+		if strings.EqualFold(strings.TrimSpace(s), p) {
+			return fmt.Sprintf("write it as {policy: %s} (with maxRestarts, backoff and scope beside policy, as needed)", p)
+		}
+	}
+	return "write it as {policy: OnFailure}, say, with maxRestarts, backoff and scope beside policy as needed"
 }
 
 // stringListHint writes a string given where a list of strings belongs (a command written as a shell line,

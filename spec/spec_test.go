@@ -199,6 +199,16 @@ func TestValidate_Small(t *testing.T) {
 			`one element per argument: ["python3", "train.py", ">", "out.log"], or run it through a shell: [sh, -c, "python3 train.py > out.log"]`},
 		{"hosts as a name", `{name: x, command: [a], tasks: {w: {replicas: 1, hosts: gpu-1}}}`,
 			`tasks.w.hosts: must be a list, not the string "gpu-1"; write it as a list: ["gpu-1"]`},
+		{"env as a shell's words", `{name: x, command: [a], env: "A=1 B=two", tasks: {w: {replicas: 1}}}`,
+			`env: must be an object, not the string "A=1 B=two"; write it as a mapping of names to values: {A: "1", B: "two"}`},
+		{"env as Compose's list", `{name: x, command: [a], env: [A=1, "B=two words"], tasks: {w: {replicas: 1}}}`,
+			`env: must be an object, not a list; write it as a mapping of names to values: {A: "1", B: "two words"}`},
+		{"env as Kubernetes' list", `{name: x, command: [a], tasks: {w: {replicas: 1, env: [{name: A, value: "1"}]}}}`,
+			`tasks.w.env: must be an object, not a list; write it as a mapping of names to values: {A: "1"}`},
+		{"restart as a policy's name", `{name: x, command: [a], tasks: {w: {replicas: 1, restart: always}}}`,
+			`tasks.w.restart: must be an object, not the string "always"; write it as {policy: Always} (with maxRestarts, backoff and scope beside policy, as needed)`},
+		{"restart as another word", `{name: x, command: [a], restart: yes please, tasks: {w: {replicas: 1}}}`,
+			`restart: must be an object, not the string "yes please"; write it as {policy: OnFailure}, say,`},
 		{"quoted number", `{name: x, command: [a], tasks: {w: {replicas: "3"}}}`,
 			`tasks.w.replicas: must be a whole number, not the string "3"; write it without quotes: 3`},
 		{"no replicas", `{name: x, command: [a], tasks: {chief: {}}}`, "tasks.chief.replicas: required: how many tasks of this type to run, at least 1 (replicas: 1 for one)"},
@@ -464,6 +474,20 @@ func TestValidate_AValueThatDidNotDecodeHasOneProblem(t *testing.T) {
 	assert.Contains(t, invalid.Error(), "command[0]: must be a string, not true; quote the value in YAML")
 	assert.Contains(t, invalid.Error(), "env.M: must be a string, not the number 1000000;")
 	assert.NotContains(t, invalid.Error(), "program name is empty")
+}
+
+// A run's command written as one line was named, and then every task type was also said to have no command.
+func TestValidate_ARunCommandThatDidNotDecodeIsNoMissingCommand(t *testing.T) {
+	_, err := Parse([]byte("name: x\ncommand: python3 train.py\ntasks:\n  chief: {replicas: 1}\n  worker: {replicas: 2}\n"))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Len(t, invalid.Problems, 1, invalid.Error())
+	assert.Contains(t, invalid.Error(), `command: must be a list, not the string "python3 train.py"`)
+	assert.NotContains(t, invalid.Error(), "no command")
+
+	_, err = Parse([]byte("name: x\ntasks:\n  chief: {replicas: 1}\n"))
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Contains(t, invalid.Error(), "tasks.chief.command: no command: set command for the run or for this task type")
 }
 
 // YAML 1.1 read N, Y, yes, no, on and off as booleans: env {N: "1", Y: "2"} gave a task variables named false

@@ -208,7 +208,8 @@ func (s *RunSpec) ValidateBy(rules Rules) []Problem {
 			planBytes += n * replicas
 		}
 		v.command(path+".command", t.Command, false)
-		if len(t.Command) == 0 && len(s.Command) == 0 {
+		// A run's command that did not decode is set, wrongly: its own problem says so.
+		if len(t.Command) == 0 && len(s.Command) == 0 && !undecoded("command", s.decodeProblems) {
 			v.add(path+".command", "no command: set command for the run or for this task type")
 		}
 		v.env(path+".env", t.Env)
