@@ -408,6 +408,15 @@ func TestList_StatesInAnyCase(t *testing.T) {
 	assert.Contains(t, q, "ExecutionStatus IN ('Failed', ")
 }
 
+func TestList_AMisspeltStateIsNamedWithTheOneMeant(t *testing.T) {
+	_, _, err := listQuery("Runing", "", "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--state "Runing": did you mean Running? (a run's state is one of Canceled, Failed, Running, `)
+	_, _, err = listQuery("gone", "", "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--state "gone": a run's state is one of Canceled, `)
+}
+
 // A run waiting for room is Temporal's Running with ClusterRunState Waiting: --state Waiting (and --running, which
 // takes both) asks Temporal for running runs once, and keeps the states asked for.
 func TestList_WaitingIsARunningRunWaitingForRoom(t *testing.T) {
