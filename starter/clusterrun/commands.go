@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -129,8 +130,7 @@ func onlyChosen(runID string, st workflows.RunStatus, names []string, globs stri
 		}
 	}
 	if len(keep) == 0 && !goesOn {
-		return st, &exitError{code: 1, msg: fmt.Sprintf("--tasks %s matches no task of run %s; its tasks are %s",
-			strings.Join(chosen.patterns, ","), runID, taskNames(st))}
+		return st, noTaskMatches(runID, chosen.patterns, st)
 	}
 	st.Tasks = keep
 	return st, nil
@@ -153,11 +153,19 @@ func statesOf(list string, names []string, whose string) ([]string, error) {
 		}
 		i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, st) })
 		if i < 0 {
-			return nil, usageErrorf("--state %q: %s state is one of %s", st, whose, strings.Join(names, ", "))
+			return nil, unknownState(st, names, whose)
 		}
 		out = append(out, names[i])
 	}
 	return out, nil
+}
+
+// unknownState is the error of a --state that is none of names, with the one meant if it is close to one.
+func unknownState(st string, names []string, whose string) error {
+	if near := flagerr.Nearest(st, names); near != "" {
+		return usageErrorf("--state %q: did you mean %s? (%s state is one of %s)", st, near, whose, strings.Join(names, ", "))
+	}
+	return usageErrorf("--state %q: %s state is one of %s", st, whose, strings.Join(names, ", "))
 }
 
 // inStates keeps the tasks of st in one of states (all of them without states).

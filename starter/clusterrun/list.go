@@ -20,7 +20,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/conn"
-	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -80,11 +79,7 @@ func listQuery(states, name, extra string) (string, map[string]bool, error) {
 				for k := range listStates {
 					valid = append(valid, k)
 				}
-				valid = sortStrings(valid)
-				if near := flagerr.Nearest(st, valid); near != "" {
-					return "", nil, usageErrorf("--state %q: did you mean %s? (a run's state is one of %s)", st, near, strings.Join(valid, ", "))
-				}
-				return "", nil, usageErrorf("--state %q: a run's state is one of %s", st, strings.Join(valid, ", "))
+				return "", nil, unknownState(st, sortStrings(valid), "a run's")
 			}
 			keep[st] = true
 			if q := "'" + status + "'"; !slices.Contains(in, q) {

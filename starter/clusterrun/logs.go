@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -351,6 +352,22 @@ func chooseTasks(runID string, st workflows.RunStatus, names []string, globs, ve
 	return c, nil
 }
 
+// noTaskMatches is the error of --tasks patterns that match no task of a run; a plain name close to a task's
+// (no wildcard in it) is named with that task.
+func noTaskMatches(runID string, patterns []string, st workflows.RunStatus) error {
+	head := fmt.Sprintf("--tasks %s matches no task of run %s", strings.Join(patterns, ","), runID)
+	if len(patterns) == 1 && !strings.ContainsAny(patterns[0], `*?[\`) {
+		var names []string
+		for _, t := range st.Tasks {
+			names = append(names, t.Name)
+		}
+		if near := flagerr.Closest(patterns[0], names); near != "" {
+			return &exitError{code: 1, msg: fmt.Sprintf("%s; did you mean %s? (its tasks are %s)", head, near, taskNames(st))}
+		}
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("%s; its tasks are %s", head, taskNames(st))}
+}
+
 // inBrackets is " (why)", or "" without a why.
 func inBrackets(why string) string {
 	if why == "" {
@@ -407,8 +424,7 @@ func selectTasks(runID string, st workflows.RunStatus, chosen taskChoice, attemp
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("no task of run %s has an attempt %d: the most any has run is %d (%s)", runID, attempt, most.Attempt, most.Name)}
 	}
 	if matched == 0 && !waiting {
-		return nil, &exitError{code: 1, msg: fmt.Sprintf("--tasks %s matches no task of run %s; its tasks are %s",
-			strings.Join(chosen.patterns, ","), runID, taskNames(st))}
+		return nil, noTaskMatches(runID, chosen.patterns, st)
 	}
 	if len(out) == 0 && !waiting {
 		return nil, &exitError{code: 1, msg: "no started task matches" + neverStarted + "; see the tasks with: clusterrun status " + runID}

@@ -592,6 +592,10 @@ func TestSelectTasks_PatternsThatMatchNoTask(t *testing.T) {
 	}}
 	_, err := selectTasks("r", st, taskChoice{patterns: []string{"nope-3", "ps-*"}}, 0, false)
 	assert.EqualError(t, err, "--tasks nope-3,ps-* matches no task of run r; its tasks are chief-0, worker-0")
+	_, err = selectTasks("r", st, taskChoice{patterns: []string{"workr-0"}}, 0, false)
+	assert.EqualError(t, err, "--tasks workr-0 matches no task of run r; did you mean worker-0? (its tasks are chief-0, worker-0)")
+	_, err = selectTasks("r", st, taskChoice{patterns: []string{"workr-*"}}, 0, false)
+	assert.EqualError(t, err, "--tasks workr-* matches no task of run r; its tasks are chief-0, worker-0", "a pattern is no typo of one name")
 	got, err := selectTasks("r", st, taskChoice{patterns: []string{"ps-*"}}, 0, true)
 	require.NoError(t, err)
 	assert.Empty(t, got)

@@ -408,13 +408,16 @@ func TestList_StatesInAnyCase(t *testing.T) {
 	assert.Contains(t, q, "ExecutionStatus IN ('Failed', ")
 }
 
-func TestList_AMisspeltStateIsNamedWithTheOneMeant(t *testing.T) {
+func TestStateFlags_AMisspeltStateIsNamedWithTheOneMeant(t *testing.T) {
 	_, _, err := listQuery("Runing", "", "")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `--state "Runing": did you mean Running? (a run's state is one of Canceled, Failed, Running, `)
 	_, _, err = listQuery("gone", "", "")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `--state "gone": a run's state is one of Canceled, `)
+	_, err = taskStates("running,Stoped")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--state "Stoped": did you mean Stopped? (a task's state is one of Pending, `)
 }
 
 // A run waiting for room is Temporal's Running with ClusterRunState Waiting: --state Waiting (and --running, which
