@@ -229,7 +229,7 @@ func missingArgument(line string, given int) string {
 		"TASK": " (a task's name, such as worker-0: clusterrun status RUN lists them)",
 		"HOST": " (a host worker's --host: clusterrun hosts lists them)",
 		"SPEC": " (a YAML or JSON spec file; docs/spec.md)",
-		"TYPE": " (a task type of the run's spec, such as worker)",
+		"TYPE": " (a task type of the run's spec, such as worker, or a task's name, such as worker-3)",
 	}
 	return names[given] + where[names[given]]
 }
@@ -243,7 +243,12 @@ func usageLine(usage string) string {
 				if !strings.HasPrefix(more, "       ") {
 					break
 				}
-				rest += " " + strings.TrimSpace(more)
+				more = strings.TrimSpace(more)
+				if strings.HasPrefix(more, "clusterrun ") { // a second form of the command, not the first one's rest
+					rest += " or " + more
+				} else {
+					rest += " " + more
+				}
 			}
 			return rest
 		}
