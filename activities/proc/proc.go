@@ -84,9 +84,15 @@ func (e *StartError) Error() string {
 		return fmt.Sprintf("command %q not found on this host%s: install it or give its full path", e.Argv[0], e.notes(false))
 	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir":
 		return fmt.Sprintf("working directory %q does not exist on this host: create it or fix workingDir", e.Dir)
+	case errors.Is(e.Err, os.ErrPermission) && e.isDir():
+		return fmt.Sprintf("command %q is a folder%s: name the program in it", e.Argv[0], e.notes(true))
 	case errors.Is(e.Err, os.ErrPermission):
 		return fmt.Sprintf("command %q is not executable%s: make it so (chmod +x) or run it through its interpreter, as in command: [sh, %q]",
 			e.Argv[0], e.notes(true), e.Argv[0])
+	case errors.Is(e.Err, syscall.ENOEXEC):
+		return fmt.Sprintf("command %q is not a program this host can run (exec format error)%s: a script needs a first line "+
+			"naming its interpreter (#!/bin/sh), or run it through one, as in command: [sh, %q]; a binary must be built for %s/%s",
+			e.Argv[0], e.notes(true), e.Argv[0], runtime.GOOS, runtime.GOARCH)
 	case errors.Is(e.Err, os.ErrNotExist) && filepath.IsAbs(e.Argv[0]):
 		return fmt.Sprintf("command %q does not exist on this host%s: install it there or fix the path", e.Argv[0], e.notes(false))
 	case errors.Is(e.Err, os.ErrNotExist):
@@ -115,6 +121,19 @@ func (e *StartError) notes(from bool) string {
 		return ""
 	}
 	return " (" + strings.Join(said, "; ") + ")"
+}
+
+// isDir says whether the command names a folder (taken from the working directory when relative).
+func (e *StartError) isDir() bool {
+	path := e.Argv[0]
+	if !strings.Contains(path, "/") {
+		return false // looked up on PATH, where only files are taken
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(e.Dir, path)
+	}
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
 }
 
 func (e *StartError) Unwrap() error { return e.Err }

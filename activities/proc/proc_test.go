@@ -259,6 +259,16 @@ func TestStart_Errors(t *testing.T) {
 	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
 	assert.EqualError(t, err, `command "./train.sh" is not executable (taken from the task's working directory `+dir+`): make it so (chmod +x) or run it through its interpreter, as in command: [sh, "./train.sh"]`)
 
+	require.NoError(t, os.Chmod(filepath.Join(dir, "train.sh"), 0o755)) // a script with no #! line
+	_, err = Start(Config{Argv: []string{"./train.sh"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "./train.sh" is not a program this host can run (exec format error) (taken from the task's working directory `+dir+
+		`): a script needs a first line naming its interpreter (#!/bin/sh), or run it through one, as in command: [sh, "./train.sh"]; a binary must be built for `+
+		runtime.GOOS+"/"+runtime.GOARCH)
+
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
+	_, err = Start(Config{Argv: []string{"./bin"}, Env: os.Environ(), Dir: dir})
+	assert.EqualError(t, err, `command "./bin" is a folder (taken from the task's working directory `+dir+`): name the program in it`)
+
 	_, err = Start(Config{})
 	assert.Error(t, err)
 }
