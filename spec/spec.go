@@ -217,7 +217,7 @@ func (s *RunSpec) UnmarshalJSON(data []byte) error {
 	}
 	obj, ok := raw.(map[string]any)
 	if !ok {
-		*s = RunSpec{decodeProblems: []Problem{{Path: "(document)", Message: "the spec must be an object with name and tasks"}}}
+		*s = RunSpec{decodeProblems: []Problem{{Path: "(document)", Message: "the spec must be an object with name and tasks, not " + describeJSON(raw)}}}
 		return nil
 	}
 	var p plain
@@ -305,14 +305,29 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 	case reflect.Map:
 		obj := v.(map[string]any)
 		for _, k := range sortedKeys(obj) {
-			problems = append(problems, schemaProblems(obj[k], t.Elem(), join(path, shortKey(k)))...)
+			if obj[k] == nil && (path == "env" || strings.HasSuffix(path, ".env")) {
+				problems = append(problems, Problem{Path: join(path, shortKey(k)), Message: `has no value (null): write "" for an empty value, ` +
+					"or leave it out for the host's own (a task has the host worker's environment)"})
+				continue
+			}
+			problems = append(problems, elementProblems(obj[k], t.Elem(), join(path, shortKey(k)))...)
 		}
 	case reflect.Slice:
 		for i, e := range v.([]any) {
-			problems = append(problems, schemaProblems(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			problems = append(problems, elementProblems(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
 		}
 	}
 	return problems
+}
+
+// elementProblems is schemaProblems for a list's element or a mapping's value, where a string left empty in
+// YAML (~ in a command, or env: {DATA: }) is no value at all: it would have become "", silently, where Docker
+// Compose reads `DATA:` as the variable passed on from the environment.
+func elementProblems(v any, t reflect.Type, path string) []Problem {
+	if v == nil && t.Kind() == reflect.String {
+		return []Problem{{Path: path, Message: `has no value (null): write "" for an empty string`}}
+	}
+	return schemaProblems(v, t, path)
 }
 
 // jsonKindOK says whether a decoded JSON value fits a Go type, and if not, what the type wants.
@@ -494,6 +509,8 @@ func describeJSON(v any) string {
 		return "a list"
 	case map[string]any:
 		return "an object"
+	case nil:
+		return "null"
 	}
 	return fmt.Sprintf("%v", v)
 }

@@ -490,6 +490,36 @@ func TestValidate_ARunCommandThatDidNotDecodeIsNoMissingCommand(t *testing.T) {
 	assert.Contains(t, invalid.Error(), "tasks.chief.command: no command: set command for the run or for this task type")
 }
 
+// A spec that is not an object (a string, a list: the wrong file, or JSON quoted twice) was named, and then its
+// name and tasks were also said to be missing.
+func TestParse_ADocumentThatIsNoObjectIsOneProblem(t *testing.T) {
+	for doc, want := range map[string]string{
+		`"just a string"`:        `(document): the spec must be an object with name and tasks, not the string "just a string"`,
+		"- name: x\n- name: y\n": "(document): the spec must be an object with name and tasks, not a list",
+	} {
+		_, err := Parse([]byte(doc))
+		var invalid *InvalidSpecError
+		require.True(t, errors.As(err, &invalid), "%s: got %v", doc, err)
+		assert.Len(t, invalid.Problems, 1, invalid.Error())
+		assert.Contains(t, invalid.Error(), want)
+	}
+}
+
+// A value left empty in YAML became "" without a word: an empty argument in a command, and an empty variable
+// where Docker Compose's `DATA:` passes the environment's DATA on.
+func TestValidate_AnElementWithNoValueIsNamed(t *testing.T) {
+	_, err := Parse([]byte("name: x\ncommand: [sh, ~]\nenv: {A: }\ntasks:\n  worker: {replicas: 1, env: {B: ~}}\n"))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Len(t, invalid.Problems, 3, invalid.Error())
+	assert.Contains(t, invalid.Error(), `command[1]: has no value (null): write "" for an empty string`)
+	assert.Contains(t, invalid.Error(), `env.A: has no value (null): write "" for an empty value, or leave it out for the host's own`)
+	assert.Contains(t, invalid.Error(), `tasks.worker.env.B: has no value (null)`)
+
+	_, err = Parse([]byte("name: x\ncommand: [sh, \"\"]\nenv: {A: \"\"}\nmaxRunTime: ~\ntasks:\n  worker: {replicas: 1}\n"))
+	assert.NoError(t, err, "an empty string, and a field left empty, are fine")
+}
+
 // YAML 1.1 read N, Y, yes, no, on and off as booleans: env {N: "1", Y: "2"} gave a task variables named false
 // and true, and a key given twice kept its last value without a word.
 func TestParse_YAMLIsReadAsYAML12(t *testing.T) {

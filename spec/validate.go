@@ -259,7 +259,7 @@ func (v *validator) withoutFollowOns(n int) []Problem {
 
 func undecoded(path string, decode []Problem) bool {
 	for _, d := range decode {
-		if path == d.Path || strings.HasPrefix(path, d.Path+".") || strings.HasPrefix(path, d.Path+"[") {
+		if d.Path == "(document)" || path == d.Path || strings.HasPrefix(path, d.Path+".") || strings.HasPrefix(path, d.Path+"[") {
 			return true
 		}
 	}
