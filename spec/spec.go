@@ -100,6 +100,9 @@ type RunSpec struct {
 	// together with every other problem instead of failing the decode (a failed decode inside the workflow would
 	// retry the workflow task forever rather than fail the run with a clear message).
 	decodeProblems []Problem
+	// nullProblems holds the list elements and mapping values left empty (null), refused from
+	// Rules.NullValues on: a run started before may hold one, read as "".
+	nullProblems []Problem
 }
 
 // TaskSpec is one task type: how many replicas and what differs from the run's defaults.
@@ -223,7 +226,9 @@ func (s *RunSpec) UnmarshalJSON(data []byte) error {
 	var p plain
 	// The schema walk names unknown fields and wrong types with their full path (the decoder's own type error
 	// drops map keys from its path), so the decoder's type error only matters when the walk missed it.
-	problems := schemaProblems(obj, reflect.TypeOf(p), "")
+	var w schemaWalk
+	w.walk(obj, reflect.TypeOf(p), "")
+	problems := w.problems
 	if err := json.Unmarshal(data, &p); err != nil {
 		var te *json.UnmarshalTypeError
 		if !errors.As(err, &te) {
@@ -234,7 +239,7 @@ func (s *RunSpec) UnmarshalJSON(data []byte) error {
 		}
 	}
 	*s = RunSpec(p)
-	s.decodeProblems = problems
+	s.decodeProblems, s.nullProblems = problems, w.nulls
 	return nil
 }
 
@@ -257,23 +262,28 @@ func kindName(t reflect.Type) string {
 	return t.String()
 }
 
-// schemaProblems walks a decoded JSON value against a Go type's json tags and names every key the type lacks
-// and every value of the wrong JSON kind.
-func schemaProblems(v any, t reflect.Type, path string) []Problem {
+// schemaWalk walks a decoded JSON value against a Go type's json tags: it names every key the type lacks and
+// every value of the wrong JSON kind (problems), and, apart, every string of a list or a mapping left empty
+// (nulls), which a later rule refuses (Rules.NullValues).
+type schemaWalk struct {
+	problems, nulls []Problem
+}
+
+func (w *schemaWalk) walk(v any, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if v == nil {
-		return nil
+		return
 	}
 	if want, ok := jsonKindOK(v, t); !ok {
 		msg := fmt.Sprintf("must be %s, not %s", want, describeJSON(v))
 		if hint := kindHint(v, t, path); hint != "" {
 			msg += "; " + hint
 		}
-		return []Problem{{Path: path, Message: msg}}
+		w.problems = append(w.problems, Problem{Path: path, Message: msg})
+		return
 	}
-	var problems []Problem
 	switch t.Kind() {
 	case reflect.Struct:
 		obj := v.(map[string]any)
@@ -297,37 +307,37 @@ func schemaProblems(v any, t reflect.Type, path string) []Problem {
 				} else if why, ok := notHere[peerKey(k)]; ok {
 					msg += ": " + why
 				}
-				problems = append(problems, Problem{Path: join(path, shortKey(k)), Message: msg})
+				w.problems = append(w.problems, Problem{Path: join(path, shortKey(k)), Message: msg})
 				continue
 			}
-			problems = append(problems, schemaProblems(obj[k], ft, join(path, k))...)
+			w.walk(obj[k], ft, join(path, k))
 		}
 	case reflect.Map:
 		obj := v.(map[string]any)
+		env := path == "env" || strings.HasSuffix(path, ".env")
 		for _, k := range sortedKeys(obj) {
-			if obj[k] == nil && (path == "env" || strings.HasSuffix(path, ".env")) {
-				problems = append(problems, Problem{Path: join(path, shortKey(k)), Message: `has no value (null): write "" for an empty value, ` +
-					"or leave it out for the host's own (a task has the host worker's environment)"})
-				continue
-			}
-			problems = append(problems, elementProblems(obj[k], t.Elem(), join(path, shortKey(k)))...)
+			w.element(obj[k], t.Elem(), join(path, shortKey(k)), env)
 		}
 	case reflect.Slice:
 		for i, e := range v.([]any) {
-			problems = append(problems, elementProblems(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			w.element(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), false)
 		}
 	}
-	return problems
 }
 
-// elementProblems is schemaProblems for a list's element or a mapping's value, where a string left empty in
-// YAML (~ in a command, or env: {DATA: }) is no value at all: it would have become "", silently, where Docker
-// Compose reads `DATA:` as the variable passed on from the environment.
-func elementProblems(v any, t reflect.Type, path string) []Problem {
-	if v == nil && t.Kind() == reflect.String {
-		return []Problem{{Path: path, Message: `has no value (null): write "" for an empty string`}}
+// element walks a list's element or a mapping's value, where a string left empty in YAML (~ in a command, or
+// env: {DATA: }) is no value at all: it became "", silently, where Docker Compose reads `DATA:` as the
+// variable passed on from the environment.
+func (w *schemaWalk) element(v any, t reflect.Type, path string, env bool) {
+	switch {
+	case v == nil && env:
+		w.nulls = append(w.nulls, Problem{Path: path, Message: `has no value (null): write "" for an empty value, ` +
+			"or leave it out for the host's own (a task has the host worker's environment)"})
+	case v == nil && t.Kind() == reflect.String:
+		w.nulls = append(w.nulls, Problem{Path: path, Message: `has no value (null): write "" for an empty string`})
+	default:
+		w.walk(v, t, path)
 	}
-	return schemaProblems(v, t, path)
 }
 
 // jsonKindOK says whether a decoded JSON value fits a Go type, and if not, what the type wants.

@@ -85,10 +85,14 @@ type Rules struct {
 	// SpecReferences has an env value's ${NAME} read the spec's NAME where the spec sets one, and refuses
 	// values that refer back to themselves (envmerge.go). Before it, ${NAME} was always the host's NAME.
 	SpecReferences bool
+	// NullValues refuses a list element or a mapping's string value left empty (null in JSON, ~ or nothing in
+	// YAML), which was read as "". The CLI never sent one (it sends the decoded spec); a workflow started with
+	// JSON of its own could.
+	NullValues bool
 }
 
 // AllRules are every rule: what a spec is checked against today.
-var AllRules = Rules{EnvReferences: true, ContractReferences: true, SpecReferences: true}
+var AllRules = Rules{EnvReferences: true, ContractReferences: true, SpecReferences: true, NullValues: true}
 
 type validator struct {
 	problems []Problem
@@ -104,7 +108,11 @@ func (s *RunSpec) Validate() []Problem { return s.ValidateBy(AllRules) }
 
 // ValidateBy is Validate with only the later rules given.
 func (s *RunSpec) ValidateBy(rules Rules) []Problem {
-	v := &validator{problems: append([]Problem(nil), s.decodeProblems...), rules: rules}
+	decoded := s.decodeProblems
+	if rules.NullValues {
+		decoded = append(decoded[:len(decoded):len(decoded)], s.nullProblems...)
+	}
+	v := &validator{problems: append([]Problem(nil), decoded...), rules: rules}
 	switch {
 	case s.Name == "":
 		v.add("name", "required: name the run, e.g. name: mnist")
@@ -209,7 +217,7 @@ func (s *RunSpec) ValidateBy(rules Rules) []Problem {
 		}
 		v.command(path+".command", t.Command, false)
 		// A run's command that did not decode is set, wrongly: its own problem says so.
-		if len(t.Command) == 0 && len(s.Command) == 0 && !undecoded("command", s.decodeProblems) {
+		if len(t.Command) == 0 && len(s.Command) == 0 && !undecoded("command", decoded) {
 			v.add(path+".command", "no command: set command for the run or for this task type")
 		}
 		v.env(path+".env", t.Env)
@@ -242,7 +250,7 @@ func (s *RunSpec) ValidateBy(rules Rules) []Problem {
 		v.add("tasks", "the tasks carry %d MiB of command, env and workingDir in all; at most %d MiB (each task's share travels in "+
 			"every attempt's input, kept in the run's history): pass large values in a file instead", planBytes>>20, MaxPlanBytes>>20)
 	}
-	return capped(v.withoutFollowOns(len(s.decodeProblems)))
+	return capped(v.withoutFollowOns(len(decoded)))
 }
 
 // withoutFollowOns drops the problems found in a value that did not decode (the first n problems are the

@@ -23,8 +23,9 @@ func ClusterRun(ctx workflow.Context, in spec.RunSpec) (*RunStatus, error) {
 	// Runs started before leases have no marker here and replay as they were written.
 	leased := workflow.GetVersion(ctx, ChangeLeases, workflow.DefaultVersion, 1) == 1
 	batched := leased && workflow.GetVersion(ctx, ChangeBatchLeases, workflow.DefaultVersion, 1) == 1
-	envRules := workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 3)
-	rules := spec.Rules{EnvReferences: envRules >= 1, ContractReferences: envRules >= 2, SpecReferences: envRules >= 3}
+	envRules := workflow.GetVersion(ctx, ChangeEnvReferences, workflow.DefaultVersion, 4)
+	rules := spec.Rules{EnvReferences: envRules >= 1, ContractReferences: envRules >= 2, SpecReferences: envRules >= 3,
+		NullValues: envRules >= 4}
 	plan, err := planRun(&in, rules)
 	if err != nil {
 		nameRejectedRun(ctx, in.Name)
@@ -99,8 +100,9 @@ func startItems(ctx workflow.Context, cfg *spec.Items) {
 
 // ChangeEnvReferences refuses a spec whose env value has $NAME with no braces (version 1), or a
 // ${CLUSTERRUN_...} that names no variable of the process contract (version 2), and has a ${NAME} of a
-// variable the spec sets read the spec's value, refusing values that refer back to themselves (version 3;
-// spec.Rules): a run started before any may hold one, and replays as it ran.
+// variable the spec sets read the spec's value, refusing values that refer back to themselves (version 3), and
+// refuses a list element or a mapping's string value left empty, null (version 4; spec.Rules): a run started
+// before any may hold one, and replays as it ran.
 const ChangeEnvReferences = "clusterrun-env-references"
 
 // planRun validates and plans the run's input, or returns the InvalidSpec failure that ends the run. The input

@@ -851,6 +851,20 @@ func TestClusterRun_AnEnvReferenceThatCannotBeRightFailsInvalidSpec(t *testing.T
 	}
 }
 
+// A run started by the temporal CLI with a null in its command or env (version 4 of ChangeEnvReferences) fails
+// InvalidSpec, where the value was read as "" before (testdata/histories/v16).
+func TestClusterRun_ANullValueFailsInvalidSpec(t *testing.T) {
+	h := newHarness(t, nil)
+	h.env.ExecuteWorkflow(WorkflowType, json.RawMessage(`{"name": "nulls", "command": ["sh", null], "env": {"A": null},
+		"tasks": {"worker": {"replicas": 1}}}`))
+	err := h.env.GetWorkflowError()
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidSpec, errType(err))
+	assert.Contains(t, err.Error(), `command[1]: has no value (null): write "" for an empty string`)
+	assert.Contains(t, err.Error(), `env.A: has no value (null)`)
+	assert.Empty(t, h.hosts.ids)
+}
+
 // A run's env value reads the spec's other values (version 3 of ChangeEnvReferences): the leases carry CKPT
 // with the run's BASE written in, and a reference to the host's HOME left for the host. A run started before
 // it, replayed or restarted on today's workers, keeps ${BASE} for the host to read, as it did.
@@ -858,7 +872,7 @@ func TestClusterRun_EnvValuesReadTheSpecsOtherValuesFromVersion3(t *testing.T) {
 	for version, want := range map[workflow.Version]string{3: "/data/${HOME}/ckpt", 2: "${BASE}/ckpt"} {
 		h := newHarness(t, func(string, int, int) behavior { return exits(0) })
 		if version < 3 {
-			h.env.OnGetVersion(ChangeEnvReferences, workflow.DefaultVersion, 3).Return(version)
+			h.env.OnGetVersion(ChangeEnvReferences, workflow.DefaultVersion, 4).Return(version)
 		}
 		_, err := h.run(t, spec.RunSpec{Name: "env", Command: []string{"true"}, Env: map[string]string{"BASE": "/data/${HOME}", "CKPT": "${BASE}/ckpt"},
 			Tasks: map[string]spec.TaskSpec{"worker": {Replicas: 1}}})

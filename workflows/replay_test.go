@@ -33,7 +33,8 @@ import (
 // continued as new in the workflow task that answered its last requests, before ChangeItemsAnswerBeforeMove,
 // and one that answered them in a task before it; v15/ a run's ClusterItems that was terminated with its run while
 // it moved, its last results unpublished, before ChangeItemsMemoAtMove (from a CI run), and one that published
-// them before it moved. A workflow change
+// them before it moved; v16/ a run started by the temporal CLI whose command and env held a null, read as ""
+// before version 4 of ChangeEnvReferences refused it. A workflow change
 // that replays any of them differently would wedge runs that are in flight while host workers are upgraded, so each must replay on
 // today's code without a nondeterminism error. Each replays under its recorded workflow ID: a run names its
 // shards after it.
