@@ -162,9 +162,6 @@ func parseFlags(args []string) (config, error) {
 	if err := activities.CheckPolicy(c.policy); err != nil {
 		return c, err
 	}
-	if c.policy.User, err = taskUser(c.runAs); err != nil {
-		return c, err
-	}
 	if c.logCap, err = spec.ParseSize(*logCap); err != nil {
 		return c, fmt.Errorf("--log-cap: %v", err)
 	}
@@ -183,6 +180,10 @@ func parseFlags(args []string) (config, error) {
 	c.cgroup, c.logFormat, c.logLevel = strings.ToLower(c.cgroup), strings.ToLower(c.logFormat), strings.ToLower(c.logLevel)
 	if c.cgroup != "auto" && c.cgroup != "off" {
 		return c, fmt.Errorf("--cgroup %q: use auto or off", c.cgroup)
+	}
+	// Who tasks run as is a decision, not a typo: it is asked for once every value given reads.
+	if c.policy.User, err = taskUser(c.runAs); err != nil {
+		return c, err
 	}
 	if c.addr == "" {
 		c.addr = defaultAddr()

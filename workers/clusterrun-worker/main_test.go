@@ -112,6 +112,9 @@ func TestParseFlags_HostPolicy(t *testing.T) {
 	_, err = parseFlags([]string{"--host", "h", "--shim", shim})
 	if os.Getuid() == 0 {
 		assert.ErrorContains(t, err, "clusterrun-worker runs as root: name the user tasks run as with --run-as USER")
+		// A value that does not read is said first: the operator fixes it, then decides who tasks run as.
+		_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--slots", "0"})
+		assert.EqualError(t, err, "--slots 0: must be at least 1")
 	} else {
 		assert.NoError(t, err, "a worker that is not root runs tasks as itself")
 		_, err = parseFlags([]string{"--host", "h", "--shim", shim, "--run-as", "root"})
