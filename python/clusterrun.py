@@ -94,7 +94,7 @@ class _Unreached(ClusterrunError):
 def _once(sock_path, method, path, body, timeout, request_id):
     conn = _UnixConnection(sock_path, timeout=timeout)
     try:
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
         conn.request(method, path, body=data,
                      headers={"Content-Type": "application/json", "Clusterrun-Request-Id": request_id})
         resp = conn.getresponse()
@@ -246,12 +246,19 @@ def barrier(name, timeout=None, tasks=None):
 
 def progress(current, total=None, message=None):
     """Report progress: current of total (total None when unknown), with an optional short message."""
-    body = {"current": float(current)}
+    body = {"current": _finite("current", current)}
     if total is not None:
-        body["total"] = float(total)
+        body["total"] = _finite("total", total)
     if message:
         body["message"] = str(message)
     _call("POST", "/v1/progress", body)
+
+
+def _finite(name, x):
+    f = float(x)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError("progress: %s is %r; give a finite number" % (name, f))
+    return f
 
 
 def request_stop(error=None, keep_run=False):
@@ -546,8 +553,26 @@ def _args_json(args, kwargs):
     if kwargs:
         if args:
             raise ValueError("give args or kwargs, not both: the handler is called with one of them")
-        return dict(kwargs)
-    return list(args or ())
+        out = dict(kwargs)
+    else:
+        out = list(args or ())
+    problem = _not_json(out)
+    if problem:
+        raise ValueError("the item's arguments are not JSON: " + problem)
+    return out
+
+
+def _not_json(value):
+    """Why value cannot travel as JSON (None when it can): the Go side reads strict JSON, which has no NaN
+    or infinity, and Python's json writes them unless told not to."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return "JSON has no NaN or infinity: send None or a string in its place"
+    except TypeError as e:
+        return "%s: use lists, dicts, strings, numbers, booleans and None (float(x) or x.tolist() for NumPy " \
+               "values)" % e
+    return None
 
 
 def schedule(fn, args=(), key=None, kwargs=None):
@@ -582,9 +607,12 @@ def _outcome(item, handler):
             value = handler()
         else:
             value = handler(args)
-        raw = json.dumps(value)
     except Exception as e:  # the item fails with the handler's error; the worker goes on
         return {"id": item["id"], "lease": item["lease"], "error": "%s: %s" % (type(e).__name__, e)}
+    problem = _not_json(value)
+    if problem:  # a diverged loss (NaN) fails its item, not the worker and the rest of its batch
+        return {"id": item["id"], "lease": item["lease"], "error": "the handler's result is not JSON: " + problem}
+    raw = json.dumps(value)
     if len(raw) > _MAX_RESULT:
         return {"id": item["id"], "lease": item["lease"],
                 "error": "result of %d bytes is over %d: write it to a file and return its path" % (len(raw), _MAX_RESULT)}

@@ -77,9 +77,13 @@ func TestE2E_ItemsSurviveAKilledWorker(t *testing.T) {
 		Raised  string `json:"raised"`
 		After   int    `json:"after"`
 		Done    bool   `json:"done"`
+		NaN     string `json:"nan"`
+		NaNArgs string `json:"nan_args"`
 	}
 	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
 	assert.Equal(t, 2000, got.Results)
+	assert.Contains(t, got.NaN, "the handler's result is not JSON: JSON has no NaN or infinity", "a NaN fails its item, not its worker")
+	assert.Equal(t, "the item's arguments are not JSON: JSON has no NaN or infinity: send None or a string in its place", got.NaNArgs)
 	assert.Empty(t, got.Wrong, "every result right")
 	assert.True(t, got.SameKey, "the same key gave the same RemoteValue")
 	assert.Contains(t, got.Raised, "failed: ValueError: shard 7 is corrupt")
@@ -97,9 +101,9 @@ func TestE2E_ItemsSurviveAKilledWorker(t *testing.T) {
 	require.NotNil(t, view.Items, s.stdout)
 	counts = *view.Items
 	t.Logf("item counts: %+v", counts)
-	assert.Equal(t, int64(2003), counts.Scheduled, "2,000, one keyed (twice), one bad, one after")
+	assert.Equal(t, int64(2004), counts.Scheduled, "2,000, one keyed (twice), one bad, one after, one NaN")
 	assert.Equal(t, int64(2002), counts.Done)
-	assert.Equal(t, int64(1), counts.Failed)
+	assert.Equal(t, int64(2), counts.Failed)
 	assert.Zero(t, counts.Queued+counts.Running)
 	assert.Greater(t, counts.Retried, int64(0), "the killed worker's items were handed out again")
 	assert.LessOrEqual(t, counts.Retried, int64(32), "only the items in flight at the kill (one batch at most)")

@@ -34,7 +34,10 @@ if role == "worker":
     def bad(why):
         raise ValueError(why)
 
-    clusterrun.serve({"square": square, "bad": bad})
+    def diverged():
+        return {"loss": float("nan")}  # JSON has no NaN: the item fails, the worker serves on
+
+    clusterrun.serve({"square": square, "bad": bad, "diverged": diverged})
     sys.exit(0)
 
 n = int(os.environ.get("ITEMS", "100"))
@@ -54,6 +57,20 @@ except clusterrun.ItemError as e:
 after = clusterrun.schedule("square", args=(3,)).fetch(timeout=60)
 clusterrun.join()  # nothing to raise any more
 
+# A result that JSON cannot carry fails its item alone; arguments that it cannot carry are refused at once.
+clusterrun.schedule("diverged")
+nan = ""
+try:
+    clusterrun.join()
+except clusterrun.ItemError as e:
+    nan = str(e)
+try:
+    clusterrun.schedule("square", args=(float("inf"),))
+    nan_args = "no error"
+except ValueError as e:
+    nan_args = str(e)
+clusterrun.join()
+
 with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
     json.dump({"results": len(values), "wrong": wrong[:10], "same_key": same is again and same.fetch() == 49,
-               "raised": raised, "after": after, "done": clusterrun.done()}, f)
+               "raised": raised, "after": after, "done": clusterrun.done(), "nan": nan, "nan_args": nan_args}, f)
