@@ -226,8 +226,10 @@ def barrier(name, timeout=None, tasks=None):
     timeout is in seconds (None waits as long as it takes). Raises BarrierError when the barrier is broken or
     times out; the message names the task that broke it, or those still missing.
     """
-    if timeout is not None and timeout <= 0:
+    if timeout is not None and not timeout > 0:  # NaN too
         raise ValueError("barrier timeout must be positive, got %r" % (timeout,))
+    if isinstance(tasks, str):
+        tasks = [tasks]  # one type, not its letters
     deadline = None if timeout is None else time.monotonic() + timeout
     tries = []
 
@@ -656,6 +658,8 @@ def serve(handlers, batch=32, until_stop=True):
     fns = sorted(handlers)
     if not fns:
         raise ValueError("serve needs at least one handler: serve({'step': fn})")
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError("serve's batch is how many items a call may take: give 1 or more, got %r" % (batch,))
     done_ = []
     renewer = _Renewer()
     take = batch

@@ -52,6 +52,10 @@ out["gone_socket_note"] = sys.stderr.getvalue()
 os.environ["CLUSTERRUN_SOCKET"], sys.stderr = real_socket, real_stderr
 clusterrun.RETRY_FOR, clusterrun.WAIT_NOTE_AFTER = retry_for, note_after
 
+# One task type may be given as a string: tasks="worker" is that type, not the types w, o, r, k, e and r.
+clusterrun.barrier("py-typed", timeout=60, tasks="worker")
+out["typed_barrier"] = "passed"
+
 clusterrun.barrier("py-done", timeout=60)
 with open(os.environ["CLUSTERRUN_RESULT_FILE"], "w") as f:
     json.dump(out, f)
