@@ -275,6 +275,12 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 
 func body(v any) func() any { return func() any { return v } }
 
+// bodyError is a request that cannot be written (a NaN where JSON wants a number): no try would send it.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "the request cannot be sent as JSON: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
 // WaitNoteAfter is how long a request waits for its socket before it tells Client.Waiting.
 var WaitNoteAfter = 5 * time.Second
 
@@ -296,7 +302,8 @@ func (c *Client) call(ctx context.Context, method, path string, in func() any, o
 	for {
 		err = c.once(ctx, method, path, id, in, out)
 		var answered *Error
-		transient := err != nil && (!errors.As(err, &answered) || answered.Status == http.StatusServiceUnavailable)
+		var bad *bodyError
+		transient := err != nil && !errors.As(err, &bad) && (!errors.As(err, &answered) || answered.Status == http.StatusServiceUnavailable)
 		if !transient || ctx.Err() != nil {
 			return err
 		}
@@ -385,7 +392,7 @@ func (c *Client) once(ctx context.Context, method, path, id string, in func() an
 	if in != nil {
 		b, err := json.Marshal(in())
 		if err != nil {
-			return err
+			return &bodyError{err}
 		}
 		reqBody = bytes.NewReader(b)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,18 @@ func TestClient_DoesNotRetryRefusals(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, http.StatusConflict, e.Status)
 	assert.Equal(t, int32(1), calls.Load())
+}
+
+// A request that cannot be written (a NaN) is no socket trouble: it fails at once, where it was tried again for
+// two minutes as if the host worker were restarting.
+func TestClient_DoesNotRetryARequestItCannotWrite(t *testing.T) {
+	c := NewAt(socketPath(t)) // nothing serves it: a try would wait for it
+	c.RetryFor = time.Minute
+	began := time.Now()
+	err := c.Progress(context.Background(), math.NaN(), 0, "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the request cannot be sent as JSON: json: unsupported value: NaN")
+	assert.Less(t, time.Since(began), 10*time.Second)
 }
 
 // A barrier retried after a worker restart keeps the deadline it started with.

@@ -62,7 +62,7 @@ func valueKind(f *flag.Flag) string {
 	}
 	g, ok := f.Value.(flag.Getter)
 	if !ok {
-		return "a value"
+		return usageOr(f)
 	}
 	switch g.Get().(type) {
 	case time.Duration:
@@ -74,7 +74,15 @@ func valueKind(f *flag.Flag) string {
 	case bool:
 		return "true or false"
 	}
-	return "a value"
+	return usageOr(f)
+}
+
+// usageOr is what a flag of text is, as its help says ("the error that makes the run fail"), or "a value".
+func usageOr(f *flag.Flag) string {
+	if f.Usage == "" {
+		return "a value"
+	}
+	return f.Usage
 }
 
 // UnknownFlag says whether err, from fs.Parse, is a flag fs does not have: its name, and the flag of fs it is

@@ -60,6 +60,10 @@ func TestProblem_NamesAOneLetterFlagWithOneDash(t *testing.T) {
 	assert.Equal(t, "unknown flag --folow; did you mean --follow?", Problem(fs, err, ""))
 	err = fs.Parse([]string{"-n"})
 	assert.Equal(t, "-n needs a value: a value", Problem(fs, err, ""))
+	// A text flag with help says what it wants in the help's words, where it said "a value: a value".
+	fs.String("error", "", "the error that makes the run fail")
+	err = fs.Parse([]string{"--error"})
+	assert.Equal(t, "--error needs a value: the error that makes the run fail", Problem(fs, err, ""))
 }
 
 // The list of flags says what the flag package's does, each name as the usage lines spell it: --name, and -n for

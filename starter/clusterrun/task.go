@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -186,7 +187,7 @@ func taskProgress(args []string, _, stderr io.Writer) error {
 	nums := make([]float64, 2)
 	for i, p := range pos {
 		v, err := strconv.ParseFloat(p, 64)
-		if err != nil || v < 0 {
+		if err != nil || !(v >= 0) || math.IsInf(v, 0) { // nan, inf and 1e400 parse, and JSON has none of them
 			return usageErrorf("%s %q is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]", []string{"CUR", "TOTAL"}[i], p)
 		}
 		nums[i] = v
