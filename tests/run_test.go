@@ -683,6 +683,7 @@ func TestE2E_BadInput(t *testing.T) {
 			r := cli(t, append(args, "--namespace", "no-such-ns")...)
 			assert.Equal(t, 1, r.code, r.String())
 			assert.Contains(t, r.stderr, `has no namespace "no-such-ns": name the one your runs are in with --namespace`, args[0])
+			assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line, without the step that met it (%s)", r.stderr)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()

@@ -127,18 +127,15 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		// a flag where cobra looked for a command: clusterrun --bogus, or clusterrun --bogus list
 		fmt.Fprintf(stderr, "clusterrun: %s (see clusterrun --help)\n", err)
 		return exitUsage
+	case conn.NamespaceMissing(err) != "":
+		// The server's own words, and the step that met them ("read the host registry (is a clusterrun-worker
+		// running?)"), would only send the user looking elsewhere: the namespace is all that is wrong.
+		fmt.Fprintln(stderr, "clusterrun: "+conn.NamespaceMissing(err))
+		return 1
 	default:
-		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err)+namespaceMissing(err, "clusterrun"))
+		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err))
 		return 1
 	}
-}
-
-// namespaceMissing is conn.NamespaceMissing's hint on a line of its own, or "".
-func namespaceMissing(err error, program string) string {
-	if hint := conn.NamespaceMissing(err); hint != "" {
-		return "\n" + program + ": " + hint
-	}
-	return ""
 }
 
 func commandNames() []string {

@@ -43,9 +43,10 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "clusterrun-worker:", err)
 		if hint := conn.NamespaceMissing(err); hint != "" {
-			fmt.Fprintln(os.Stderr, "clusterrun-worker:", hint)
+			fmt.Fprintln(os.Stderr, "clusterrun-worker:", hint) // the whole of what is wrong, in one line
+		} else {
+			fmt.Fprintln(os.Stderr, "clusterrun-worker:", err)
 		}
 		os.Exit(2)
 	}
