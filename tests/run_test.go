@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,7 +19,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/clusterrun/clusterrun/activities"
 	"github.com/clusterrun/clusterrun/spec"
@@ -1152,4 +1156,36 @@ func TestE2E_QuickTasksKeepTheirStartTimes(t *testing.T) {
 		assert.NotEmpty(t, task.Host, task.Name)
 		assert.Equal(t, workflows.TaskSucceeded, task.State, task.Name)
 	}
+}
+
+// A cancel of a run that no worker serves (started in a namespace no clusterrun-worker polls) waited without a
+// word for as long as that lasted; it now says once, after 10 s, that no worker took the request up and where
+// one is missing.
+func TestE2E_ACancelThatNoWorkerTakesUpSaysSo(t *testing.T) {
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: env.address})
+	require.NoError(t, err)
+	defer nc.Close()
+	ns := "unserved"
+	err = nc.Register(t.Context(), &workflowservice.RegisterNamespaceRequest{Namespace: ns,
+		WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
+	var exists *serviceerror.NamespaceAlreadyExists
+	if !errors.As(err, &exists) {
+		require.NoError(t, err)
+	}
+	spec := writeSpec(t, `{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`)
+	id := runID(t)
+	waitUntil(t, "the new namespace to take a run", 30*time.Second, func() bool {
+		return cli(t, "run", spec, "--id", id, "--detach", "-n", ns).code == 0
+	})
+	c, err := client.Dial(client.Options{HostPort: env.address, Namespace: ns})
+	require.NoError(t, err)
+	defer c.Close()
+	defer func() { _ = c.TerminateWorkflow(context.Background(), id, "", "test over") }()
+
+	b := env.startCLI(t, "cancel", id, "-n", ns)
+	waitUntil(t, "the cancel to say that no worker took it up", time.Minute, func() bool {
+		return strings.Contains(b.errb.String(), "no clusterrun-worker has taken the run's request up")
+	})
+	assert.Contains(t, b.errb.String(), "is one running for namespace unserved (and polling task queue clusterrun)?")
+	assert.Equal(t, 1, strings.Count(b.errb.String(), "no clusterrun-worker"), "said once")
 }

@@ -330,7 +330,12 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 	if noWait {
 		return nil
 	}
+	watch, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); sayIfUntaken(watch, c, id, verb, stderr) }()
 	final, err := result(ctx, c, id)
+	stopWatch()
+	<-watched
 	if ok, note := took(final); ok {
 		_ = report(final, err, id, stdout, nil)
 		if note != "" {
