@@ -520,6 +520,18 @@ func TestValidate_AnElementWithNoValueIsNamed(t *testing.T) {
 	assert.NoError(t, err, "an empty string, and a field left empty, are fine")
 }
 
+// A choice a letter or two off one of its values, and a duration in days, are named with what to write.
+func TestValidate_NearChoicesAndDaysAreNamed(t *testing.T) {
+	_, err := Parse([]byte("name: x\ncommand: [sh]\nplacement: packed\nstragglers: kill\nstopGracePeriod: 2d\nmaxRunTime: 1w\ntasks:\n  worker: {replicas: 1}\n"))
+	var invalid *InvalidSpecError
+	require.True(t, errors.As(err, &invalid), "got %v", err)
+	assert.Contains(t, invalid.Error(), `placement: "packed" is not one of spread, pack: did you mean "pack"?`)
+	assert.Contains(t, invalid.Error(), `stragglers: "kill" is not one of ignore, fail`)
+	assert.NotContains(t, invalid.Error(), `did you mean "fail"`, "no guess for a word that is not a typo")
+	assert.Contains(t, invalid.Error(), `stopGracePeriod: "2d" is not a duration; write e.g. 30s, 5m or 1h30m (the largest unit is h: 48h for 2d)`)
+	assert.Contains(t, invalid.Error(), `maxRunTime: "1w" is not a duration; write e.g. 30s, 5m or 1h30m (the largest unit is h: 168h for 1w)`)
+}
+
 // YAML 1.1 read N, Y, yes, no, on and off as booleans: env {N: "1", Y: "2"} gave a task variables named false
 // and true, and a key given twice kept its last value without a word.
 func TestParse_YAMLIsReadAsYAML12(t *testing.T) {

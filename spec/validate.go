@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -411,6 +412,10 @@ func (v *validator) oneOf(path, value string, allowed ...string) {
 			return
 		}
 	}
+	if near := closest(value, allowed); near != "" {
+		v.add(path, "%s is not one of %s: did you mean %q?", short(value), strings.Join(allowed, ", "), near)
+		return
+	}
 	v.add(path, "%s is not one of %s", short(value), strings.Join(allowed, ", "))
 }
 
@@ -420,7 +425,7 @@ func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
 	}
 	parsed, err := time.ParseDuration(string(d))
 	if err != nil {
-		v.add(path, "%s is not a duration; write e.g. 30s, 5m or 1h30m", short(string(d)))
+		v.add(path, "%s is not a duration; write e.g. 30s, 5m or 1h30m%s", short(string(d)), daysHint(string(d)))
 		return 0, false
 	}
 	if parsed < 0 {
@@ -432,6 +437,16 @@ func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	return parsed, true
+}
+
+// daysHint says how to write a number of days or weeks ("2d", "1w"), which a duration's units stop short of.
+func daysHint(d string) string {
+	for unit, hours := range map[string]int{"d": 24, "w": 7 * 24} {
+		if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(d), unit)); err == nil && strings.HasSuffix(strings.TrimSpace(d), unit) && n > 0 && n < 1000 {
+			return fmt.Sprintf(" (the largest unit is h: %dh for %s)", n*hours, strings.TrimSpace(d))
+		}
+	}
+	return ""
 }
 
 func (v *validator) restart(path string, r *RestartSpec, runLevel bool, inherited string) {
