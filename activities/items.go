@@ -101,7 +101,8 @@ func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
 	if status, err := c.itemsUpdate(r, workflows.UpdateItemsWait, wait, func(w time.Duration) any { in.Wait = w; return in }, &out); err != nil {
 		return nil, status, err
 	}
-	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error, Gone: out.Gone}, 0, nil
+	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error, Gone: out.Gone,
+		Untaken: out.Untaken}, 0, nil
 }
 
 func (c *controlServer) from() workflows.TaskAttempt {

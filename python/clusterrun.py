@@ -41,7 +41,8 @@ import uuid
 __all__ = ["barrier", "progress", "request_stop", "clear_stop", "wait_for_stop", "stop_on_exception",
            "should_stop", "stop_state", "info", "cluster_map",
            "schedule", "join", "done", "serve", "RemoteValue",
-           "ClusterrunError", "BarrierError", "NotInTaskError", "ItemError", "RETRY_FOR", "WAIT_NOTE_AFTER"]
+           "ClusterrunError", "BarrierError", "NotInTaskError", "ItemError", "RETRY_FOR", "WAIT_NOTE_AFTER",
+           "UNTAKEN_NOTE_AFTER"]
 
 # How long a call keeps trying while the control socket is gone or unavailable (its host worker restarting).
 RETRY_FOR = 120.0
@@ -49,6 +50,9 @@ RETRY_FOR = 120.0
 # it seems stuck. A call that needs the Temporal server asks its socket as often whether its host worker holds it
 # (the server has not taken it: an outage), and says that once too, and when the server answered it.
 WAIT_NOTE_AFTER = 5.0
+# A join or fetch whose items of one function have waited this many seconds, no task of the run having ever
+# taken an item of that function (a name no worker serves: "stepp" for "step"), says so once on stderr.
+UNTAKEN_NOTE_AFTER = 30.0
 
 # The endpoints whose calls need the Temporal server: the host worker holds them while the server does not answer.
 _MAY_BE_HELD = ("/v1/barrier", "/v1/stop", "/v1/clear-stop", "/v1/items/schedule", "/v1/items/take", "/v1/items/wait")
@@ -393,6 +397,8 @@ class _Items:
         self.failure = None       # an error the sender hit; raised by the next call
         self.calls = 0            # calls under way: each answer may carry any of this task's results
         self.got = []             # ids of results handed to this process, to acknowledge with the next call
+        self.untaken_since = {}   # fn -> when an answer first said no task ever took an item of it
+        self.said_untaken = set()
 
     def schedule(self, fn, args, key):
         with self.lock:
@@ -478,9 +484,25 @@ class _Items:
                 raise TimeoutError("item %s (%s) has no result after %gs" % (rv.id, rv.fn, timeout))
             wait = 10.0 if left is None else min(left, 10.0)
             ans = self._call("/v1/items/wait", {"ids": [rv.id], "wait": "%gs" % wait})
+            self._note_untaken(ans)
             if rv.id in (ans.get("gone") or []):
                 with self.lock:
                     self._gone(rv)
+
+    def _note_untaken(self, ans):
+        """Say once per function, on stderr, when this task's items of it have waited UNTAKEN_NOTE_AFTER and no
+        task of the run ever took an item of it (the answer's "untaken"): they would wait for ever, silently."""
+        untaken, now = ans.get("untaken") or {}, time.monotonic()
+        for fn in [f for f in self.untaken_since if f not in untaken]:
+            del self.untaken_since[fn]
+        for fn, n in sorted(untaken.items()):
+            waited = now - self.untaken_since.setdefault(fn, now)
+            if waited >= UNTAKEN_NOTE_AFTER and fn not in self.said_untaken:
+                self.said_untaken.add(fn)
+                sys.stderr.write("clusterrun: %d item(s) of %s have waited %ds, and no task of this run has taken an item "
+                                 "of %s yet: does a task serve it? (clusterrun.serve({%r: ...}); clusterrun items %s "
+                                 "lists them)\n" % (n, fn, waited, fn, fn, os.environ.get("CLUSTERRUN_RUN_ID", "RUN")))
+                sys.stderr.flush()
 
     def _call(self, path, body, taken=None):
         """A work-item call, counted while under way (see _gone). It acknowledges the results this process has
@@ -529,6 +551,7 @@ class _Items:
             left = None if deadline is None else deadline - time.monotonic()
             w = 0 if not wait else (10.0 if left is None else max(min(left, 10.0), 0))
             ans = self._call("/v1/items/wait", {"all": True, "raise": True, "wait": "%gs" % w})
+            self._note_untaken(ans)
             if ans.get("error"):
                 raise ItemError(ans["error"])
             if ans.get("pending", 0) == 0:

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -107,7 +110,55 @@ func (c *Client) waitAcked(ctx context.Context, req WaitRequest) (WaitAnswer, er
 	req.Acks, req.Got = true, c.acks.take()
 	ans, err := c.WaitItems(ctx, req)
 	c.acks.settle(req.Got, err)
+	if err == nil {
+		c.untaken.note(c, ans.Untaken, time.Now())
+	}
 	return ans, err
+}
+
+// UntakenNoteAfter is how long a Join or Fetch waits on items of a function no task of the run has ever taken an
+// item of (a name no worker serves: "stepp" for "step") before it tells Client.Waiting, once per function.
+var UntakenNoteAfter = 30 * time.Second
+
+// untaken remembers since when each function's items have been untaken, and which were said.
+type untaken struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+	said  map[string]bool
+}
+
+func (u *untaken) note(c *Client, counts map[string]int, now time.Time) {
+	if c.Waiting == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.since == nil {
+		u.since, u.said = map[string]time.Time{}, map[string]bool{}
+	}
+	for fn := range u.since {
+		if _, ok := counts[fn]; !ok {
+			delete(u.since, fn)
+		}
+	}
+	for _, fn := range slices.Sorted(maps.Keys(counts)) {
+		if _, ok := u.since[fn]; !ok {
+			u.since[fn] = now
+		}
+		if waited := now.Sub(u.since[fn]); waited >= UntakenNoteAfter && !u.said[fn] {
+			u.said[fn] = true
+			c.note("clusterrun task: %d item(s) of %s have waited %s, and no task of this run has taken an item of %s yet: "+
+				"does a task serve it? (clusterrun items %s lists them)", counts[fn], fn, waited.Round(time.Second), fn, runID())
+		}
+	}
+}
+
+// runID is this task's run, for a command to name.
+func runID() string {
+	if id := os.Getenv("CLUSTERRUN_RUN_ID"); id != "" {
+		return id
+	}
+	return "RUN"
 }
 
 // acks holds the ids of the results a client has handed on and not acknowledged yet.

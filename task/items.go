@@ -116,6 +116,9 @@ type WaitAnswer struct {
 	Pending int          `json:"pending"`
 	Error   string       `json:"error,omitempty"`
 	Gone    []int64      `json:"gone,omitempty"`
+	// Untaken counts, by function, the caller's queued items of functions no task of the run has taken an item
+	// of yet: a name no worker serves waits for ever.
+	Untaken map[string]int `json:"untaken,omitempty"`
 }
 
 // GoneResult is what a fetch of an id in WaitAnswer.Gone gets: a failed result that says why.

@@ -166,6 +166,7 @@ type Client struct {
 	socket  string
 	http    *http.Client
 	acks    acks
+	untaken untaken
 	notes   sync.Mutex // one note at a time on Waiting
 }
 

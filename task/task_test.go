@@ -330,3 +330,30 @@ func TestPythonClient_SaysOnceThatItsHostHoldsTheCall(t *testing.T) {
 		`holds it and sends it once the server answers, however long that takes\n`+
 		`clusterrun: the Temporal server answered the held call after \ds\n$`, string(out))
 }
+
+// A Join whose items are of a function no task of the run has taken an item of says so once, naming it.
+func TestClient_JoinSaysOnceThatNoTaskTakesAFunction(t *testing.T) {
+	path := socketPath(t)
+	var calls atomic.Int32
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != PathItemsWait {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		if calls.Add(1) < 4 {
+			_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 3, Untaken: map[string]int{"stepp": 3}})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 0})
+	})
+	was := UntakenNoteAfter
+	UntakenNoteAfter = 0
+	defer func() { UntakenNoteAfter = was }()
+	t.Setenv("CLUSTERRUN_RUN_ID", "r1")
+	c := NewAt(path)
+	var said strings.Builder
+	c.Waiting = &said
+	require.NoError(t, c.Join(context.Background()))
+	assert.Equal(t, "clusterrun task: 3 item(s) of stepp have waited 0s, and no task of this run has taken an item of stepp yet: "+
+		"does a task serve it? (clusterrun items r1 lists them)\n", said.String())
+}

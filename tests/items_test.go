@@ -191,6 +191,37 @@ tasks:
 // Work items from a shell: schedule prints an id, fetch its result, join raises the first error once; the
 // items command lists every hand-out; a fetch that times out leaves what it was handed for the next; a run
 // without items says how to turn them on.
+// Items of a function no task serves ("stepp" for "step") waited for ever without a word; the scheduler's
+// join now says once that no task of the run has taken one, and which function to serve.
+func TestE2E_ItemsOfAFunctionNoTaskServesAreNamed(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-untaken
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_untaken.py")+`]
+items: {}
+tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var got struct {
+		Served int    `json:"served"`
+		Join   string `json:"join"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.Equal(t, 42, got.Served)
+	assert.Equal(t, "3 item(s) still pending after 25s", got.Join)
+	logs := cli(t, "logs", id, "chief-0", "--stderr")
+	require.Equal(t, 0, logs.code, logs.String())
+	assert.Contains(t, logs.stdout, "clusterrun: 3 item(s) of stepp have waited ")
+	assert.Contains(t, logs.stdout, "and no task of this run has taken an item of stepp yet: does a task serve it? "+
+		"(clusterrun.serve({'stepp': ...}); clusterrun items "+id+" lists them)")
+	assert.Equal(t, 1, strings.Count(logs.stdout, "no task of this run has taken"), "said once: %s", logs.stdout)
+	assert.NotContains(t, logs.stdout, "of step have waited", "step is served: its items only wait their turn")
+}
+
 func TestE2E_ItemsFromTheCLI(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `

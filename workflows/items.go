@@ -105,8 +105,10 @@ type WaitItemsRequest struct {
 type WaitItemsResult struct {
 	Results []ItemResult `json:"results,omitempty"`
 	Pending int          `json:"pending"`
-	Error   string       `json:"error,omitempty"`
-	Gone    []int64      `json:"gone,omitempty"`
+	// Untaken counts, by function, the scheduler's queued items of functions no task has ever taken an item of.
+	Untaken map[string]int `json:"untaken,omitempty"`
+	Error   string         `json:"error,omitempty"`
+	Gone    []int64        `json:"gone,omitempty"`
 }
 
 // ItemsView answers the items query.
@@ -425,7 +427,8 @@ func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitIt
 		return WaitItemsResult{Pending: w.s.pending(req.From.Task)}, nil
 	}
 	w.await(ctx, req.Wait, func() bool { return w.waitReady(req) })
-	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task)}
+	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task),
+		Untaken: w.s.untaken(req.From.Task)}
 	out.Gone = w.s.gone(req.IDs, out.Results)
 	if req.Raise && out.Pending == 0 {
 		out.Error = w.s.raise(req.From.Task)

@@ -218,6 +218,26 @@ func TestItems_QueueBoundAndStateRoundTrip(t *testing.T) {
 	assert.Len(t, back.deliver(chief, []int64{1}, Acks{}), 1)
 }
 
+// Items of a function no task ever took an item of are counted for their scheduler: a name no worker serves
+// ("stepp" for "step") waits for ever, and the scheduler's client says so. Once any item of a function was
+// taken, its queued items are only waiting their turn; the state carries that across continue-as-new.
+func TestItems_UntakenFunctionsAreCountedForTheirScheduler(t *testing.T) {
+	s := newItems(10)
+	sched(t, s, chief, append(steps(2), NewItem{Fn: "stepp"}, NewItem{Fn: "stepp"}), false, t0)
+	assert.Equal(t, map[string]int{"step": 2, "stepp": 2}, s.untaken("chief-0"), "nothing taken yet")
+	assert.Nil(t, s.untaken("worker-0"), "a task that scheduled nothing")
+
+	s.take(worker0, serve, 1, t0)
+	assert.Equal(t, map[string]int{"stepp": 2}, s.untaken("chief-0"), "step is served; its other item waits its turn")
+
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back itemState
+	require.NoError(t, json.Unmarshal(b, &back))
+	back.init()
+	assert.Equal(t, map[string]int{"stepp": 2}, back.untaken("chief-0"), "across continue-as-new")
+}
+
 // The workflow end to end in the test environment: updates, a lease that expires on the workflow's timer, and
 // the counts in the memo.
 func TestItems_Workflow(t *testing.T) {

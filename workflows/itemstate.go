@@ -163,6 +163,9 @@ type itemState struct {
 	// has results to take (ChangeItemsWaits); items workflows from before let every request wait, and a
 	// schedule wait for room only.
 	Waits bool `json:"waits,omitempty"`
+	// Taken holds each function an item of which was ever handed out: a task serves it. Items workflows from
+	// before it know none, and learn them at their next hand-outs.
+	Taken map[string]bool `json:"taken,omitempty"`
 }
 
 func newItemState(cfg spec.Items) *itemState {
@@ -349,6 +352,12 @@ func (s *itemState) take(who TaskAttempt, fns map[string]bool, max int, now time
 		}
 		s.Counts.Queued--
 		s.Counts.Running++
+		if !s.Taken[it.Fn] {
+			if s.Taken == nil {
+				s.Taken = map[string]bool{}
+			}
+			s.Taken[it.Fn] = true
+		}
 		out = append(out, Lease{ID: id, Lease: s.NextLease, Fn: it.Fn, Args: it.Args, Deadline: deadline, LeaseFor: s.Config.Lease})
 	}
 	s.Queue = rest
@@ -623,6 +632,22 @@ func (s *itemState) pending(task string) int {
 		}
 	}
 	return n
+}
+
+// untaken counts a scheduler's queued items by function, for the functions of which no task ever took an item:
+// a name no worker serves ("stepp" for "step") waits for ever, and its scheduler says so (nil when none).
+func (s *itemState) untaken(task string) map[string]int {
+	var out map[string]int
+	//workflowcheck:ignore a count: the order of iteration cannot show
+	for _, it := range s.Items {
+		if it.Scheduler.Task == task && it.State == ItemQueued && !s.Taken[it.Fn] {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[it.Fn]++
+		}
+	}
+	return out
 }
 
 // raise returns a scheduler's first error not raised yet, and clears it: join and done raise an error once.
