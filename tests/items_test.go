@@ -202,8 +202,12 @@ command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_untaken
 items: {}
 tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
 `)
-	r := cli(t, "run", spec, "--id", id)
+	r := cli(t, "run", spec, "--id", id, "--detach")
 	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "clusterrun items to name the function no task serves", time.Minute, func() bool {
+		items := cli(t, "items", id)
+		return strings.Contains(items.stdout, "3 queued item(s) of stepp: no task of this run has taken an item of stepp yet; does a task serve it?")
+	})
 	st, err := outcome(t, id)
 	require.NoError(t, err)
 	var got struct {

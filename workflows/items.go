@@ -116,6 +116,8 @@ type ItemsView struct {
 	Config spec.Items `json:"config"`
 	Counts ItemCounts `json:"counts"`
 	Items  []Item     `json:"items"`
+	// Untaken counts, by function, the queued items of functions no task has taken an item of yet.
+	Untaken map[string]int `json:"untaken,omitempty"`
 }
 
 // ErrItemsMoving refuses an update while ClusterItems moves to a new history; ErrItemsBusy refuses a request
@@ -243,7 +245,8 @@ func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {
 func (w *itemsWorkflow) register(ctx workflow.Context) error {
 	// states was added after limit: a CLI that sends limit alone lists every state.
 	if err := workflow.SetQueryHandler(ctx, QueryItems, func(limit int, states []string) (ItemsView, error) {
-		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)), states...)}, nil
+		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)), states...),
+			Untaken: w.s.untaken("")}, nil
 	}); err != nil {
 		return err
 	}

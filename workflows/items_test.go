@@ -226,9 +226,12 @@ func TestItems_UntakenFunctionsAreCountedForTheirScheduler(t *testing.T) {
 	sched(t, s, chief, append(steps(2), NewItem{Fn: "stepp"}, NewItem{Fn: "stepp"}), false, t0)
 	assert.Equal(t, map[string]int{"step": 2, "stepp": 2}, s.untaken("chief-0"), "nothing taken yet")
 	assert.Nil(t, s.untaken("worker-0"), "a task that scheduled nothing")
+	sched(t, s, worker0, []NewItem{{Fn: "eval"}}, false, t0)
+	assert.Equal(t, map[string]int{"step": 2, "stepp": 2, "eval": 1}, s.untaken(""), "every scheduler's, for the items view")
 
 	s.take(worker0, serve, 1, t0)
 	assert.Equal(t, map[string]int{"stepp": 2}, s.untaken("chief-0"), "step is served; its other item waits its turn")
+	assert.Equal(t, map[string]int{"stepp": 2, "eval": 1}, s.untaken(""))
 
 	b, err := json.Marshal(s)
 	require.NoError(t, err)

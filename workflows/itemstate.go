@@ -634,13 +634,14 @@ func (s *itemState) pending(task string) int {
 	return n
 }
 
-// untaken counts a scheduler's queued items by function, for the functions of which no task ever took an item:
-// a name no worker serves ("stepp" for "step") waits for ever, and its scheduler says so (nil when none).
+// untaken counts a scheduler's queued items (every scheduler's, for task "") by function, for the functions of
+// which no task ever took an item: a name no worker serves ("stepp" for "step") waits for ever, and its
+// scheduler says so (nil when none).
 func (s *itemState) untaken(task string) map[string]int {
 	var out map[string]int
 	//workflowcheck:ignore a count: the order of iteration cannot show
 	for _, it := range s.Items {
-		if it.Scheduler.Task == task && it.State == ItemQueued && !s.Taken[it.Fn] {
+		if (task == "" || it.Scheduler.Task == task) && it.State == ItemQueued && !s.Taken[it.Fn] {
 			if out == nil {
 				out = map[string]int{}
 			}

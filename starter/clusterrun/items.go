@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,6 +73,10 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, *output, view)
 	}
 	fmt.Fprintf(stdout, "ITEMS: %s\n", itemCountsLine(view.Counts)) // first: no blank line before it, as after a table
+	for _, fn := range slices.Sorted(maps.Keys(view.Untaken)) {
+		fmt.Fprintf(stdout, "%d queued item(s) of %s: no task of this run has taken an item of %s yet; does a task serve it?\n",
+			view.Untaken[fn], fn, fn)
+	}
 	if len(view.Items) == 0 {
 		if len(states) > 0 && *limit > 0 {
 			fmt.Fprintln(stderr, "clusterrun items: "+noItemIn(states, view.Counts))
