@@ -227,7 +227,7 @@ func (s *RunSpec) UnmarshalJSON(data []byte) error {
 	// The schema walk names unknown fields and wrong types with their full path (the decoder's own type error
 	// drops map keys from its path), so the decoder's type error only matters when the walk missed it.
 	var w schemaWalk
-	w.walk(obj, reflect.TypeOf(p), "")
+	w.walk(obj, reflect.TypeOf(p), "", false)
 	problems := w.problems
 	if err := json.Unmarshal(data, &p); err != nil {
 		var te *json.UnmarshalTypeError
@@ -269,7 +269,8 @@ type schemaWalk struct {
 	problems, nulls []Problem
 }
 
-func (w *schemaWalk) walk(v any, t reflect.Type, path string) {
+// env marks a value that is an env mapping (the run's or a task type's), whose values left empty are named so.
+func (w *schemaWalk) walk(v any, t reflect.Type, path string, env bool) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -310,11 +311,10 @@ func (w *schemaWalk) walk(v any, t reflect.Type, path string) {
 				w.problems = append(w.problems, Problem{Path: join(path, shortKey(k)), Message: msg})
 				continue
 			}
-			w.walk(obj[k], ft, join(path, k))
+			w.walk(obj[k], ft, join(path, k), k == "env")
 		}
 	case reflect.Map:
 		obj := v.(map[string]any)
-		env := path == "env" || strings.HasSuffix(path, ".env")
 		for _, k := range sortedKeys(obj) {
 			w.element(obj[k], t.Elem(), join(path, shortKey(k)), env)
 		}
@@ -336,7 +336,7 @@ func (w *schemaWalk) element(v any, t reflect.Type, path string, env bool) {
 	case v == nil && t.Kind() == reflect.String:
 		w.nulls = append(w.nulls, Problem{Path: path, Message: `has no value (null): write "" for an empty string`})
 	default:
-		w.walk(v, t, path)
+		w.walk(v, t, path, false)
 	}
 }
 
