@@ -441,9 +441,13 @@ func (v *validator) duration(path string, d Duration) (time.Duration, bool) {
 
 // daysHint says how to write a number of days or weeks ("2d", "1w"), which a duration's units stop short of.
 func daysHint(d string) string {
-	for unit, hours := range map[string]int{"d": 24, "w": 7 * 24} {
-		if n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(d), unit)); err == nil && strings.HasSuffix(strings.TrimSpace(d), unit) && n > 0 && n < 1000 {
-			return fmt.Sprintf(" (the largest unit is h: %dh for %s)", n*hours, strings.TrimSpace(d))
+	d = strings.TrimSpace(d)
+	for _, u := range []struct {
+		unit  string
+		hours int
+	}{{"d", 24}, {"w", 7 * 24}} {
+		if n, err := strconv.Atoi(strings.TrimSuffix(d, u.unit)); err == nil && strings.HasSuffix(d, u.unit) && n > 0 && n < 1000 {
+			return fmt.Sprintf(" (the largest unit is h: %dh for %s)", n*u.hours, d)
 		}
 	}
 	return ""
