@@ -57,6 +57,8 @@ func TestMainWithCode_AMissingArgumentIsNamed(t *testing.T) {
 		{[]string{"start-task", "r", "worker", "3"}, "clusterrun start-task: unexpected argument \"3\"; usage: clusterrun start-task RUN TYPE [--index N] or clusterrun start-task RUN TASK (see clusterrun start-task --help)\n"},
 		{[]string{"task", "fetch"}, "clusterrun task fetch: missing ID; usage: clusterrun task fetch ID... [--timeout D] (see clusterrun task fetch --help)\n"},
 		{[]string{"task", "progress", "3", "a"}, "clusterrun task progress: TOTAL \"a\" is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]\n"},
+		{[]string{"task", "progress", "-1"}, "clusterrun task progress: \"-1\" is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]\n"},
+		{[]string{"task", "progress", "3", "-2.5", "--message", "x"}, "clusterrun task progress: \"-2.5\" is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]\n"},
 		{[]string{"task", "progress", "nan"}, "clusterrun task progress: CUR \"nan\" is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]\n"},
 		{[]string{"task", "progress", "3", "1e400"}, "clusterrun task progress: TOTAL \"1e400\" is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]\n"},
 	} {

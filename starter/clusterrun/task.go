@@ -180,6 +180,12 @@ func taskBarrier(args []string, _, stderr io.Writer) error {
 func taskProgress(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task progress", flag.ContinueOnError)
 	msg := fs.String("message", "", "a short note (at most 40 characters are kept)")
+	for i, a := range args {
+		// The flag parser takes -1 for a flag, which it does not know; it is a count below 0.
+		if v, err := strconv.ParseFloat(a, 64); err == nil && v < 0 && (i == 0 || !strings.HasPrefix(strings.TrimLeft(args[i-1], "-"), "message")) {
+			return usageErrorf("%q is not a number of 0 or more; usage: clusterrun task progress CUR [TOTAL] [--message M]", a)
+		}
+	}
 	pos, err := parse(fs, taskSubUsage("progress"), args, 1, 2, stderr)
 	if err != nil {
 		return err
