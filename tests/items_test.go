@@ -141,14 +141,15 @@ tasks:
 }
 
 // A task that waits on the run's work items writes nothing meanwhile and is not hung: a worker with no item to
-// serve, and a chief in join, outlast hangTimeout while the one item runs. Only the worker that serves it
-// must show signs of life.
+// serve, and a chief in join, outlast hangTimeout while the one item runs (8 s, twice hangTimeout). Only the
+// worker that serves it must show signs of life. hangTimeout leaves Python's start-up its budget: at 2 s, a
+// worker the loaded CI machine started in over 2 s, before its first call, was rightly judged hung.
 func TestE2E_TasksWaitingForItemsAreNotHung(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
 name: items-idle
 env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
-hangTimeout: 2s
+hangTimeout: 4s
 items: {}
 stopGracePeriod: 2s
 tasks:
@@ -172,7 +173,7 @@ tasks:
     - |
       import clusterrun, time
       def step(x):
-          for _ in range(12):
+          for _ in range(16):
               print("working", flush=True)
               time.sleep(0.5)
           return 2 * x
