@@ -102,7 +102,7 @@ func (c *controlServer) itemsWait(r *http.Request) (any, int, error) {
 		return nil, status, err
 	}
 	return task.WaitAnswer{Results: taskResults(out.Results), Pending: out.Pending, Error: out.Error, Gone: out.Gone,
-		Untaken: out.Untaken}, 0, nil
+		Untaken: out.Untaken, Unserved: out.Unserved}, 0, nil
 }
 
 func (c *controlServer) from() workflows.TaskAttempt {

@@ -399,6 +399,7 @@ class _Items:
         self.got = []             # ids of results handed to this process, to acknowledge with the next call
         self.untaken_since = {}   # fn -> when an answer first said no task ever took an item of it
         self.said_untaken = set()
+        self.said_unserved = set()  # fns an answer said no task asks for any more (its "unserved")
 
     def schedule(self, fn, args, key):
         with self.lock:
@@ -491,7 +492,9 @@ class _Items:
 
     def _note_untaken(self, ans):
         """Say once per function, on stderr, when this task's items of it have waited UNTAKEN_NOTE_AFTER and no
-        task of the run ever took an item of it (the answer's "untaken"): they would wait for ever, silently."""
+        task of the run ever took an item of it (the answer's "untaken"): they would wait for ever, silently.
+        Say it too when the run says that no task has asked for them for 30 s, none running (its "unserved"):
+        the tasks that served them have ended."""
         untaken, now = ans.get("untaken") or {}, time.monotonic()
         for fn in [f for f in self.untaken_since if f not in untaken]:
             del self.untaken_since[fn]
@@ -502,6 +505,14 @@ class _Items:
                 sys.stderr.write("clusterrun: %d item(s) of %s have waited %ds, and no task of this run has taken an item "
                                  "of %s yet: does a task serve it? (clusterrun.serve({%r: ...}); clusterrun items %s "
                                  "lists them)\n" % (n, fn, waited, fn, fn, os.environ.get("CLUSTERRUN_RUN_ID", "RUN")))
+                sys.stderr.flush()
+        for fn, n in sorted((ans.get("unserved") or {}).items()):
+            if fn not in self.said_unserved:  # the run timed it: say it at once
+                self.said_unserved.add(fn)
+                run = os.environ.get("CLUSTERRUN_RUN_ID", "RUN")
+                sys.stderr.write("clusterrun: %d item(s) of %s wait, none runs, and no task of this run has asked for an "
+                                 "item of %s in 30s: have the tasks that serve it ended? (clusterrun status %s shows "
+                                 "them; clusterrun items %s lists the items)\n" % (n, fn, fn, run, run))
                 sys.stderr.flush()
 
     def _call(self, path, body, taken=None):

@@ -112,6 +112,7 @@ func (c *Client) waitAcked(ctx context.Context, req WaitRequest) (WaitAnswer, er
 	c.acks.settle(req.Got, err)
 	if err == nil {
 		c.untaken.note(c, ans.Untaken, time.Now())
+		c.untaken.noteUnserved(c, ans.Unserved)
 	}
 	return ans, err
 }
@@ -125,6 +126,8 @@ type untaken struct {
 	mu    sync.Mutex
 	since map[string]time.Time
 	said  map[string]bool
+	// saidUnserved holds the functions said unserved (noteUnserved).
+	saidUnserved map[string]bool
 }
 
 func (u *untaken) note(c *Client, counts map[string]int, now time.Time) {
@@ -149,6 +152,27 @@ func (u *untaken) note(c *Client, counts map[string]int, now time.Time) {
 			u.said[fn] = true
 			c.note("clusterrun task: %d item(s) of %s have waited %s, and no task of this run has taken an item of %s yet: "+
 				"does a task serve it? (clusterrun items %s lists them)", counts[fn], fn, waited.Round(time.Second), fn, runID())
+		}
+	}
+}
+
+// noteUnserved tells Client.Waiting once per function that its items wait and no task of the run asks for
+// them: the run says so once they have waited 30 s that way (WaitAnswer.Unserved).
+func (u *untaken) noteUnserved(c *Client, counts map[string]int) {
+	if c.Waiting == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.saidUnserved == nil {
+		u.saidUnserved = map[string]bool{}
+	}
+	for _, fn := range slices.Sorted(maps.Keys(counts)) {
+		if !u.saidUnserved[fn] {
+			u.saidUnserved[fn] = true
+			c.note("clusterrun task: %d item(s) of %s wait, none runs, and no task of this run has asked for an item of %s "+
+				"in 30s: have the tasks that serve it ended? (clusterrun status %s shows them; clusterrun items %s lists the items)",
+				counts[fn], fn, fn, runID(), runID())
 		}
 	}
 }

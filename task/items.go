@@ -119,6 +119,10 @@ type WaitAnswer struct {
 	// Untaken counts, by function, the caller's queued items of functions no task of the run has taken an item
 	// of yet: a name no worker serves waits for ever.
 	Untaken map[string]int `json:"untaken,omitempty"`
+	// Unserved counts, by function, the caller's queued items of functions a task of the run took items of
+	// before, none running now and no task asking for one for 30 s: the tasks that served them have ended (or
+	// are all busy with other functions).
+	Unserved map[string]int `json:"unserved,omitempty"`
 }
 
 // GoneResult is what a fetch of an id in WaitAnswer.Gone gets: a failed result that says why.

@@ -357,3 +357,24 @@ func TestClient_JoinSaysOnceThatNoTaskTakesAFunction(t *testing.T) {
 	assert.Equal(t, "clusterrun task: 3 item(s) of stepp have waited 0s, and no task of this run has taken an item of stepp yet: "+
 		"does a task serve it? (clusterrun items r1 lists them)\n", said.String())
 }
+
+// A join whose items of a function the run says no task asks for any more (its servers ended) says so at
+// once, and once: the run has timed it.
+func TestClient_JoinSaysOnceThatNoTaskAsksForAFunctionAnyMore(t *testing.T) {
+	path := socketPath(t)
+	var calls atomic.Int32
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 3 {
+			_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 2, Unserved: map[string]int{"step": 2}})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 0})
+	})
+	t.Setenv("CLUSTERRUN_RUN_ID", "r1")
+	c := NewAt(path)
+	var said strings.Builder
+	c.Waiting = &said
+	require.NoError(t, c.Join(context.Background()))
+	assert.Equal(t, "clusterrun task: 2 item(s) of step wait, none runs, and no task of this run has asked for an item of step "+
+		"in 30s: have the tasks that serve it ended? (clusterrun status r1 shows them; clusterrun items r1 lists the items)\n", said.String())
+}

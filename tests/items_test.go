@@ -227,6 +227,44 @@ tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
 	assert.NotContains(t, logs.stdout, "of step have waited", "step is served: its items only wait their turn")
 }
 
+// Items of a function whose only worker quit early (exit 0: the run goes on) waited for ever without a word;
+// once none runs and no task has asked for one for 30 s, the scheduler's join says so, and so does
+// clusterrun items.
+func TestE2E_ItemsNoTaskAsksForAnyMoreAreNamed(t *testing.T) {
+	t.Parallel()
+	id := runID(t)
+	spec := writeSpec(t, `
+name: items-unserved
+env: {PYTHONPATH: `+filepath.Join(env.root, "python")+`}
+command: [python3, `+filepath.Join(env.root, "tests", "testdata", "items_unserved.py")+`]
+items: {lease: 2s}
+tasks: {chief: {replicas: 1}, worker: {replicas: 1}}
+`)
+	r := cli(t, "run", spec, "--id", id, "--detach")
+	require.Equal(t, 0, r.code, r.String())
+	waitUntil(t, "clusterrun items to say that no task asks for step", time.Minute, func() bool {
+		items := cli(t, "items", id)
+		return strings.Contains(items.stdout, "3 queued item(s) of step: none runs, and no task of this run has asked for an item of step in 30s; "+
+			"have the tasks that serve it ended?")
+	})
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.Equal(t, workflows.TaskSucceeded, st.Task("worker-0").State, "the worker quit with 0")
+	var got struct {
+		First int    `json:"first"`
+		Join  string `json:"join"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	assert.Equal(t, 42, got.First)
+	assert.Equal(t, "3 item(s) still pending after 45s", got.Join)
+	logs := cli(t, "logs", id, "chief-0", "--stderr")
+	require.Equal(t, 0, logs.code, logs.String())
+	assert.Contains(t, logs.stdout, "clusterrun: 3 item(s) of step wait, none runs, and no task of this run has asked for an item of step "+
+		"in 30s: have the tasks that serve it ended? (clusterrun status "+id+" shows them; clusterrun items "+id+" lists the items)")
+	assert.Equal(t, 1, strings.Count(logs.stdout, "has asked for an item"), "said once: %s", logs.stdout)
+	assert.NotContains(t, logs.stdout, "has taken an item", "step was taken before: not untaken")
+}
+
 func TestE2E_ItemsFromTheCLI(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `

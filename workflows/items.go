@@ -105,10 +105,13 @@ type WaitItemsRequest struct {
 type WaitItemsResult struct {
 	Results []ItemResult `json:"results,omitempty"`
 	Pending int          `json:"pending"`
-	// Untaken counts, by function, the scheduler's queued items of functions no task has ever taken an item of.
-	Untaken map[string]int `json:"untaken,omitempty"`
-	Error   string         `json:"error,omitempty"`
-	Gone    []int64        `json:"gone,omitempty"`
+	// Untaken counts, by function, the scheduler's queued items of functions no task has ever taken an item of;
+	// Unserved those of functions a task took items of before, none running now and no take naming them for
+	// UnservedAfter (itemState.unattended).
+	Untaken  map[string]int `json:"untaken,omitempty"`
+	Unserved map[string]int `json:"unserved,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Gone     []int64        `json:"gone,omitempty"`
 }
 
 // ItemsView answers the items query.
@@ -116,8 +119,10 @@ type ItemsView struct {
 	Config spec.Items `json:"config"`
 	Counts ItemCounts `json:"counts"`
 	Items  []Item     `json:"items"`
-	// Untaken counts, by function, the queued items of functions no task has taken an item of yet.
-	Untaken map[string]int `json:"untaken,omitempty"`
+	// Untaken counts, by function, the queued items of functions no task has taken an item of yet; Unserved
+	// those of functions no task takes items of now (itemState.unattended).
+	Untaken  map[string]int `json:"untaken,omitempty"`
+	Unserved map[string]int `json:"unserved,omitempty"`
 }
 
 // ErrItemsMoving refuses an update while ClusterItems moves to a new history; ErrItemsBusy refuses a request
@@ -245,8 +250,9 @@ func (w *itemsWorkflow) historyFull(ctx workflow.Context) bool {
 func (w *itemsWorkflow) register(ctx workflow.Context) error {
 	// states was added after limit: a CLI that sends limit alone lists every state.
 	if err := workflow.SetQueryHandler(ctx, QueryItems, func(limit int, states []string) (ItemsView, error) {
-		return ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)), states...),
-			Untaken: w.s.untaken("")}, nil
+		view := ItemsView{Config: w.s.Config, Counts: w.s.Counts, Items: w.s.list(max(0, min(limit, 10_000)), states...)}
+		view.Untaken, view.Unserved = w.s.unattended("", workflow.Now(ctx))
+		return view, nil
 	}); err != nil {
 		return err
 	}
@@ -414,7 +420,9 @@ func (w *itemsWorkflow) take(ctx workflow.Context, req TakeItemsRequest) (TakeIt
 		return TakeItemsResult{}, nil
 	}
 	fns := fnSet(req.Fns)
+	w.s.asked(req.Fns, now)
 	w.await(ctx, req.Wait, func() bool { return w.s.hasWork(fns) })
+	w.s.asked(req.Fns, workflow.Now(ctx))
 	out := TakeItemsResult{Items: w.s.take(req.From, fns, req.Max, workflow.Now(ctx))}
 	if len(out.Items) > 0 {
 		w.changed = true
@@ -430,8 +438,8 @@ func (w *itemsWorkflow) wait(ctx workflow.Context, req WaitItemsRequest) (WaitIt
 		return WaitItemsResult{Pending: w.s.pending(req.From.Task)}, nil
 	}
 	w.await(ctx, req.Wait, func() bool { return w.waitReady(req) })
-	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task),
-		Untaken: w.s.untaken(req.From.Task)}
+	out := WaitItemsResult{Results: w.s.deliver(req.From, req.IDs, req.Acks), Pending: w.s.pending(req.From.Task)}
+	out.Untaken, out.Unserved = w.s.unattended(req.From.Task, workflow.Now(ctx))
 	out.Gone = w.s.gone(req.IDs, out.Results)
 	if req.Raise && out.Pending == 0 {
 		out.Error = w.s.raise(req.From.Task)

@@ -224,21 +224,69 @@ func TestItems_QueueBoundAndStateRoundTrip(t *testing.T) {
 func TestItems_UntakenFunctionsAreCountedForTheirScheduler(t *testing.T) {
 	s := newItems(10)
 	sched(t, s, chief, append(steps(2), NewItem{Fn: "stepp"}, NewItem{Fn: "stepp"}), false, t0)
-	assert.Equal(t, map[string]int{"step": 2, "stepp": 2}, s.untaken("chief-0"), "nothing taken yet")
-	assert.Nil(t, s.untaken("worker-0"), "a task that scheduled nothing")
+	assert.Equal(t, map[string]int{"step": 2, "stepp": 2}, untaken(s, "chief-0"), "nothing taken yet")
+	assert.Nil(t, untaken(s, "worker-0"), "a task that scheduled nothing")
 	sched(t, s, worker0, []NewItem{{Fn: "eval"}}, false, t0)
-	assert.Equal(t, map[string]int{"step": 2, "stepp": 2, "eval": 1}, s.untaken(""), "every scheduler's, for the items view")
+	assert.Equal(t, map[string]int{"step": 2, "stepp": 2, "eval": 1}, untaken(s, ""), "every scheduler's, for the items view")
 
 	s.take(worker0, serve, 1, t0)
-	assert.Equal(t, map[string]int{"stepp": 2}, s.untaken("chief-0"), "step is served; its other item waits its turn")
-	assert.Equal(t, map[string]int{"stepp": 2, "eval": 1}, s.untaken(""))
+	assert.Equal(t, map[string]int{"stepp": 2}, untaken(s, "chief-0"), "step is served; its other item waits its turn")
+	assert.Equal(t, map[string]int{"stepp": 2, "eval": 1}, untaken(s, ""))
 
 	b, err := json.Marshal(s)
 	require.NoError(t, err)
 	var back itemState
 	require.NoError(t, json.Unmarshal(b, &back))
 	back.init()
-	assert.Equal(t, map[string]int{"stepp": 2}, back.untaken("chief-0"), "across continue-as-new")
+	assert.Equal(t, map[string]int{"stepp": 2}, untaken(&back, "chief-0"), "across continue-as-new")
+}
+
+// untaken is the first half of unattended, at t0.
+func untaken(s *itemState, task string) map[string]int {
+	u, _ := s.unattended(task, t0)
+	return u
+}
+
+// Items of a function a task took before wait unserved once none runs and no take named the function for
+// UnservedAfter: the tasks that served it have ended, and the scheduler's client says so. A take that names
+// it, as it comes in or ends its wait, or an item of it running, makes them only wait their turn again; the
+// state carries when takes asked across continue-as-new.
+func TestItems_ItemsOfAFunctionNoTakeAsksForAreUnserved(t *testing.T) {
+	s := newItems(10)
+	sched(t, s, chief, append(steps(3), NewItem{Fn: "eval"}), false, t0)
+	s.asked([]string{"step"}, t0)
+	l := s.take(worker0, serve, 1, t0)
+	require.Len(t, l, 1)
+	late := t0.Add(UnservedAfter)
+	_, unserved := s.unattended("chief-0", late)
+	assert.Nil(t, unserved, "an item of step runs: its server is busy, not gone")
+
+	s.complete([]ItemOutcome{ok(l[0], `1`)}, t0.Add(time.Second))
+	_, unserved = s.unattended("chief-0", late.Add(-time.Millisecond))
+	assert.Nil(t, unserved, "a take named step less than UnservedAfter ago")
+	untaken, unserved := s.unattended("chief-0", late)
+	assert.Equal(t, map[string]int{"step": 2}, unserved, "none running, no take for UnservedAfter")
+	assert.Equal(t, map[string]int{"eval": 1}, untaken, "eval was never taken: untaken, not unserved")
+	_, unserved = s.unattended("worker-0", late)
+	assert.Nil(t, unserved, "a task that scheduled nothing")
+
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back itemState
+	require.NoError(t, json.Unmarshal(b, &back))
+	back.init()
+	_, unserved = back.unattended("", late)
+	assert.Equal(t, map[string]int{"step": 2}, unserved, "across continue-as-new")
+	back.asked([]string{"eval", "step"}, late)
+	_, unserved = back.unattended("", late.Add(UnservedAfter-time.Millisecond))
+	assert.Nil(t, unserved, "a take named step again")
+
+	old := newItems(10) // an items workflow from before Asked: its next take tells
+	sched(t, old, chief, steps(2), false, t0)
+	old.take(worker0, serve, 1, t0)
+	old.Asked = nil
+	_, unserved = old.unattended("", late.Add(time.Hour))
+	assert.Nil(t, unserved, "no take known: not said")
 }
 
 // The workflow end to end in the test environment: updates, a lease that expires on the workflow's timer, and

@@ -166,6 +166,9 @@ type itemState struct {
 	// Taken holds each function an item of which was ever handed out: a task serves it. Items workflows from
 	// before it know none, and learn them at their next hand-outs.
 	Taken map[string]bool `json:"taken,omitempty"`
+	// Asked holds when a take that takes items last named each function, as it came in or ended its wait.
+	// Items workflows from before it know none, and learn them at their next takes.
+	Asked map[string]time.Time `json:"asked,omitempty"`
 }
 
 func newItemState(cfg spec.Items) *itemState {
@@ -634,21 +637,55 @@ func (s *itemState) pending(task string) int {
 	return n
 }
 
-// untaken counts a scheduler's queued items (every scheduler's, for task "") by function, for the functions of
-// which no task ever took an item: a name no worker serves ("stepp" for "step") waits for ever, and its
-// scheduler says so (nil when none).
-func (s *itemState) untaken(task string) map[string]int {
-	var out map[string]int
-	//workflowcheck:ignore a count: the order of iteration cannot show
+// UnservedAfter is how long a function whose items wait, none running, may go without a take naming it before
+// its items count as unserved: the tasks that served it have ended, or are all busy with other functions.
+const UnservedAfter = 30 * time.Second
+
+// asked records that a take naming fns came in or ended its wait at now.
+func (s *itemState) asked(fns []string, now time.Time) {
+	if s.Asked == nil {
+		s.Asked = map[string]time.Time{}
+	}
+	for _, fn := range fns {
+		s.Asked[fn] = now
+	}
+}
+
+// unattended counts a scheduler's queued items (every scheduler's, for task "") by function, for the functions
+// no task takes items of: untaken, those no task ever took an item of (a name no worker serves, "stepp" for
+// "step", waits for ever); unserved, those a task took before, of which no item runs now and no take named
+// the function for UnservedAfter. Their scheduler says so. Each is nil when there are none.
+func (s *itemState) unattended(task string, now time.Time) (untaken, unserved map[string]int) {
+	running := map[string]bool{}
+	var queued []string
+	//workflowcheck:ignore counts: the order of iteration cannot show
 	for _, it := range s.Items {
-		if (task == "" || it.Scheduler.Task == task) && it.State == ItemQueued && !s.Taken[it.Fn] {
-			if out == nil {
-				out = map[string]int{}
-			}
-			out[it.Fn]++
+		switch {
+		case it.State == ItemRunning:
+			running[it.Fn] = true
+		case it.State == ItemQueued && (task == "" || it.Scheduler.Task == task):
+			queued = append(queued, it.Fn)
 		}
 	}
-	return out
+	for _, fn := range queued {
+		asked, known := s.Asked[fn]
+		switch {
+		case !s.Taken[fn]:
+			untaken = countOne(untaken, fn)
+		case known && !running[fn] && now.Sub(asked) >= UnservedAfter:
+			unserved = countOne(unserved, fn)
+		}
+	}
+	return untaken, unserved
+}
+
+// countOne adds one to m[key], making m when it is nil.
+func countOne(m map[string]int, key string) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[key]++
+	return m
 }
 
 // raise returns a scheduler's first error not raised yet, and clears it: join and done raise an error once.

@@ -77,6 +77,10 @@ func cmdItems(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%d queued item(s) of %s: no task of this run has taken an item of %s yet; does a task serve it?\n",
 			view.Untaken[fn], fn, fn)
 	}
+	for _, fn := range slices.Sorted(maps.Keys(view.Unserved)) {
+		fmt.Fprintf(stdout, "%d queued item(s) of %s: none runs, and no task of this run has asked for an item of %s in 30s; "+
+			"have the tasks that serve it ended?\n", view.Unserved[fn], fn, fn)
+	}
 	if len(view.Items) == 0 {
 		if len(states) > 0 && *limit > 0 {
 			fmt.Fprintln(stderr, "clusterrun items: "+noItemIn(states, view.Counts))
