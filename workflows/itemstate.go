@@ -656,35 +656,35 @@ func (s *itemState) asked(fns []string, now time.Time) {
 // "step", waits for ever); unserved, those a task took before, of which no item runs now and no take named
 // the function for UnservedAfter. Their scheduler says so. Each is nil when there are none.
 func (s *itemState) unattended(task string, now time.Time) (untaken, unserved map[string]int) {
-	running := map[string]bool{}
-	var queued []string
+	running, queued := map[string]bool{}, map[string]int{}
 	//workflowcheck:ignore counts: the order of iteration cannot show
 	for _, it := range s.Items {
 		switch {
 		case it.State == ItemRunning:
 			running[it.Fn] = true
 		case it.State == ItemQueued && (task == "" || it.Scheduler.Task == task):
-			queued = append(queued, it.Fn)
+			queued[it.Fn]++
 		}
 	}
-	for _, fn := range queued {
+	//workflowcheck:ignore builds maps: the order of iteration cannot show
+	for fn, n := range queued {
 		asked, known := s.Asked[fn]
 		switch {
 		case !s.Taken[fn]:
-			untaken = countOne(untaken, fn)
+			untaken = addTo(untaken, fn, n)
 		case known && !running[fn] && now.Sub(asked) >= UnservedAfter:
-			unserved = countOne(unserved, fn)
+			unserved = addTo(unserved, fn, n)
 		}
 	}
 	return untaken, unserved
 }
 
-// countOne adds one to m[key], making m when it is nil.
-func countOne(m map[string]int, key string) map[string]int {
+// addTo adds n to m[key], making m when it is nil.
+func addTo(m map[string]int, key string, n int) map[string]int {
 	if m == nil {
 		m = map[string]int{}
 	}
-	m[key]++
+	m[key] += n
 	return m
 }
 
