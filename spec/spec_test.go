@@ -57,6 +57,15 @@ func TestParse_ArchitectureExample(t *testing.T) {
 	assert.Equal(t, DefaultPool, p.Tasks[0].Pool)
 }
 
+// A nil spec (a Go program that skipped spec.Parse's error) is one problem, not a crash of the caller.
+func TestValidate_ANilSpecIsAProblem(t *testing.T) {
+	var s *RunSpec
+	assert.Equal(t, []Problem{{Path: "(document)", Message: "no spec was given (a nil *RunSpec); spec.Parse reads one from YAML or JSON"}}, s.Validate())
+	_, err := NewPlan(nil)
+	var invalid *InvalidSpecError
+	require.ErrorAs(t, err, &invalid)
+}
+
 func TestParse_JSONAndYAMLAgree(t *testing.T) {
 	fromYAML, err := Parse([]byte(demoYAML))
 	require.NoError(t, err)

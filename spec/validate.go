@@ -109,6 +109,9 @@ func (s *RunSpec) Validate() []Problem { return s.ValidateBy(AllRules) }
 
 // ValidateBy is Validate with only the later rules given.
 func (s *RunSpec) ValidateBy(rules Rules) []Problem {
+	if s == nil {
+		return []Problem{{Path: "(document)", Message: "no spec was given (a nil *RunSpec); spec.Parse reads one from YAML or JSON"}}
+	}
 	decoded := s.decodeProblems
 	if rules.NullValues {
 		decoded = append(decoded[:len(decoded):len(decoded)], s.nullProblems...)

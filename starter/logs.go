@@ -44,15 +44,16 @@ type logStream struct {
 // ended attempt, asked again EndedRereads times while the host registry counts it live), or a log that is
 // gone, is an error once the rest has been read. While it follows a live run, a host that has not answered a
 // read within LivePatience does not hold back the other hosts' output (its part comes with a later read), nor
-// does a status of the run that is slow to come.
+// does a status of the run that is slow to come. A name in opts.Tasks the run has no task of is a *NoTaskError,
+// before anything is written.
 func (r *Run) Logs(ctx context.Context, opts LogOptions, w io.Writer) error {
 	reader := r.LogReader()
 	defer reader.Close()
-	return followLogs(ctx, opts, w, r.Status, reader)
+	return followLogs(ctx, r.ID, opts, w, r.Status, reader)
 }
 
 // followLogs is Logs, with the run's status and its log reads through what it is given.
-func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(context.Context) (Status, error),
+func followLogs(ctx context.Context, id string, opts LogOptions, w io.Writer, status func(context.Context) (Status, error),
 	reader patientReading) error {
 	names := []string{"stdout"}
 	switch {
@@ -80,6 +81,11 @@ func followLogs(ctx context.Context, opts LogOptions, w io.Writer, status func(c
 		st, err := awaitStatus(ctx, status, readOn)
 		if err != nil {
 			return err
+		}
+		if len(order) == 0 {
+			if err := tasksOf(id, st, opts.Tasks); err != nil {
+				return err
+			}
 		}
 		ended = st.Ended || !opts.Follow
 		reader.setPatience(0)
@@ -342,6 +348,20 @@ func write(w io.Writer, s *logStream, data []byte, prefix bool) error {
 // prefixed is a line with the task's prefix, ended by a newline.
 func (s *logStream) prefixed(line string) string {
 	return "[" + s.task + "] " + lines.LastDrawing(strings.TrimSuffix(line, "\n")) + "\n"
+}
+
+// tasksOf says which of names the run has no task of (a *NoTaskError), if any.
+func tasksOf(id string, st Status, names []string) error {
+	for _, n := range names {
+		if st.Task(n) == nil {
+			all := make([]string, 0, len(st.Tasks))
+			for _, t := range st.Tasks {
+				all = append(all, t.Name)
+			}
+			return &NoTaskError{ID: id, Task: n, Tasks: all}
+		}
+	}
+	return nil
 }
 
 func chosen(names []string, task string) bool {

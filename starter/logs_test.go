@@ -169,7 +169,7 @@ func TestLogs_ASlowStatusDoesNotHoldTheOutputBack(t *testing.T) {
 	defer cancel()
 	var out lockedBuffer
 	done := make(chan error, 1)
-	go func() { done <- followLogs(ctx, LogOptions{Follow: true}, &out, status, reader) }()
+	go func() { done <- followLogs(ctx, "r1", LogOptions{Follow: true}, &out, status, reader) }()
 
 	select {
 	case <-blocked:
@@ -246,4 +246,19 @@ func TestLogs_ASilentHostRestsBeforeItIsAskedAgain(t *testing.T) {
 	r.answerFrom["dead"] = r.reads["dead"] + 1 // it answers from its next read on
 	read()
 	assert.NotContains(t, rests.silent, "dead", "a host that answers starts over")
+}
+
+// Logs of a task the run does not have (a typo, an index past its replicas) say so and name its tasks, where a
+// program calling Run.Logs got nothing and no error, and could not tell it from a task that wrote nothing.
+func TestLogs_ATaskTheRunLacksIsNamed(t *testing.T) {
+	st := Status{RunStatus: workflows.RunStatus{Tasks: []workflows.TaskStatus{{Name: "chief-0"}, {Name: "worker-0"}}}}
+	status := func(context.Context) (Status, error) { return st, nil }
+	var out bytes.Buffer
+	err := followLogs(context.Background(), "r1", LogOptions{Tasks: []string{"worker-0", "worker-9"}}, &out, status,
+		&ticking{patiences: map[time.Duration]int{}})
+	var none *NoTaskError
+	require.ErrorAs(t, err, &none)
+	assert.Equal(t, "worker-9", none.Task)
+	assert.EqualError(t, err, `run r1 has no task "worker-9" (its tasks are chief-0, worker-0)`)
+	assert.Empty(t, out.String())
 }

@@ -297,6 +297,32 @@ func (r *Run) Items(ctx context.Context, limit int, states ...string) (workflows
 	return view, nil
 }
 
+// NoTaskError says a run has no task of the name a caller gave (LogOptions.Tasks); Tasks lists those it has.
+type NoTaskError struct {
+	ID, Task string
+	Tasks    []string
+}
+
+func (e *NoTaskError) Error() string {
+	return fmt.Sprintf("run %s has no task %q (its tasks are %s)", e.ID, e.Task, cutList(e.Tasks, 200))
+}
+
+// cutList joins names with commas, cut to about n bytes with how many more there are.
+func cutList(names []string, n int) string {
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 && b.Len()+len(name) > n {
+			fmt.Fprintf(&b, ", and %d more", len(names)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(name)
+	}
+	return b.String()
+}
+
 // NoItemsError says a run has no work items: its spec has no items block.
 type NoItemsError struct{ ID string }
 
