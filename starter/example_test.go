@@ -112,9 +112,13 @@ func ExampleRun_Wait() {
 	st, err := run.Wait(ctx)
 	var failed *starter.RunError
 	fmt.Println(st.Status, errors.As(err, &failed))
+
+	var ended *starter.EndedError // nothing to cancel any more
+	fmt.Println(errors.As(run.Cancel(ctx), &ended), ended.Status)
 	// Output:
 	// timed out: true
 	// Canceled true
+	// true Canceled
 }
 
 // Read a run's status while it runs (or after), by its ID.
@@ -129,7 +133,10 @@ func ExampleRun_Status() {
 	defer c.Close()
 	_, err = c.Run("no-such-run").Status(ctx)
 	var none *starter.NoRunError
-	fmt.Println(errors.As(err, &none))
+	fmt.Println(errors.As(err, &none), errors.As(c.Run("no-such-run").Stop(ctx, ""), &none))
+	_, err = c.Run("").Status(ctx)
+	fmt.Println(err)
 	// Output:
-	// true
+	// true true
+	// no run ID given: name a run (clusterrun list lists them)
 }

@@ -45,6 +45,9 @@ type (
 		ID  string
 		Err error
 	}
+	// EndedError: the run has ended, so there is nothing to stop or cancel. Status is how it ended (the run's
+	// own word: Succeeded, Failed, Canceled...).
+	EndedError struct{ ID, Status string }
 	// RunError: the run ended, but not with success. Status holds every task's end.
 	RunError struct {
 		Status workflows.RunStatus
@@ -189,6 +192,9 @@ func Results(st workflows.RunStatus) map[string]json.RawMessage {
 // Status reads the run's state: from its live query while it runs, from its result once it has ended.
 func (r *Run) Status(ctx context.Context) (Status, error) {
 	var st Status
+	if err := r.named(); err != nil {
+		return st, err
+	}
 	desc, err := r.c.c.DescribeWorkflowExecution(ctx, r.ID, "")
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -277,6 +283,14 @@ func (r *Run) itemCounts(ctx context.Context, st workflows.RunStatus) *workflows
 // in all. With states (workflows.ItemQueued...), only the items in one of them are listed.
 func (r *Run) Items(ctx context.Context, limit int, states ...string) (workflows.ItemsView, error) {
 	var view workflows.ItemsView
+	if err := r.named(); err != nil {
+		return view, err
+	}
+	for _, st := range states {
+		if !slices.Contains(itemStates, st) {
+			return view, fmt.Errorf("items in state %q: an item is %s", st, strings.Join(itemStates, ", "))
+		}
+	}
 	v, err := r.c.c.QueryWorkflow(ctx, workflows.ItemsWorkflowID(r.ID), "", workflows.QueryItems, limit, states)
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -323,6 +337,11 @@ func cutList(names []string, n int) string {
 	return b.String()
 }
 
+func (e *EndedError) Error() string { return fmt.Sprintf("run %s has already ended (%s)", e.ID, e.Status) }
+
+// itemStates are the states an item can be in, for Items.
+var itemStates = []string{workflows.ItemQueued, workflows.ItemRunning, workflows.ItemDone, workflows.ItemFailed}
+
 // NoItemsError says a run has no work items: its spec has no items block.
 type NoItemsError struct{ ID string }
 
@@ -334,6 +353,9 @@ func (e *NoItemsError) Error() string {
 // as the run does. The error is nil when the run succeeded, a *RunError when it failed, timed out or was
 // canceled, and ctx's error when ctx ended first.
 func (r *Run) Wait(ctx context.Context) (workflows.RunStatus, error) {
+	if err := r.named(); err != nil {
+		return workflows.RunStatus{}, err
+	}
 	st, err := r.wait(ctx)
 	if st.Status != "" {
 		st.Items = r.itemCounts(ctx, st)
@@ -411,8 +433,12 @@ func (r *Run) undecodable(err error) error {
 }
 
 // Stop asks the run to stop as a task's stop request would: tasks see should-stop, get their grace period,
-// and stragglers are killed. A non-empty reason fails the run with it.
+// and stragglers are killed. A non-empty reason fails the run with it. A run that has ended is an *EndedError,
+// one the namespace lacks a *NoRunError.
 func (r *Run) Stop(ctx context.Context, reason string) error {
+	if err := r.CheckRunning(ctx); err != nil {
+		return err
+	}
 	if err := r.c.c.SignalWorkflow(ctx, r.ID, "", workflows.SignalStop, workflows.StopRequest{Error: reason}); err != nil {
 		return fmt.Errorf("stop run %s: %w", r.ID, err)
 	}
@@ -420,11 +446,54 @@ func (r *Run) Stop(ctx context.Context, reason string) error {
 }
 
 // Cancel stops every task at once (SIGTERM, grace period, SIGKILL); the run ends Canceled. Wait to see it end.
+// A run that has ended is an *EndedError, one the namespace lacks a *NoRunError.
 func (r *Run) Cancel(ctx context.Context) error {
+	if err := r.CheckRunning(ctx); err != nil {
+		return err
+	}
 	if err := r.c.c.CancelWorkflow(ctx, r.ID, ""); err != nil {
 		return fmt.Errorf("cancel run %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// named says that the run has no ID, if so: Client.Run("") names none.
+func (r *Run) named() error {
+	if r.ID == "" {
+		return errors.New("no run ID given: name a run (clusterrun list lists them)")
+	}
+	return nil
+}
+
+// CheckRunning says why the run cannot be stopped or canceled, if it cannot (nil when it runs): it has no ID,
+// the namespace has no such run (a *NoRunError) or its workflow is of another type, the server cannot be read
+// (an *UnreadableError), or it has ended (an *EndedError). Whether it runs comes from Temporal's record of the
+// execution, which costs the run no workflow task (a status query waits for the workflow task in progress,
+// which on a run of a thousand tasks that just started takes seconds); its status is read only to say how it
+// ended.
+func (r *Run) CheckRunning(ctx context.Context) error {
+	if err := r.named(); err != nil {
+		return err
+	}
+	desc, err := r.c.c.DescribeWorkflowExecution(ctx, r.ID, "")
+	info := desc.GetWorkflowExecutionInfo()
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return r.c.noRun(ctx, r.ID)
+	case err != nil:
+		gone := r.c.serverSilent(ctx, err)
+		return &UnreadableError{ID: r.ID, Msg: "describe run " + r.ID, Err: err, ServerSilent: gone, ServerSlow: !gone && silent(err) && ctx.Err() == nil}
+	case info.GetType().GetName() != workflows.WorkflowType:
+		return fmt.Errorf("%s is a %s workflow, not a clusterrun run", r.ID, info.GetType().GetName())
+	case info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return nil
+	}
+	ended := &EndedError{ID: r.ID, Status: strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))}
+	if st, err := r.Status(ctx); err == nil && st.Status != "" {
+		ended.Status = st.Status
+	}
+	return ended
 }
 
 // heartbeatsOf reads each pending RunTask's last heartbeat details, keyed by the task they name. While a task

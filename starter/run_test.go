@@ -65,3 +65,12 @@ func TestWrite_ARedrawnLineBehindAPrefixIsItsLastDrawing(t *testing.T) {
 	require.NoError(t, write(&b, &logStream{task: "worker-0"}, data, false))
 	assert.Equal(t, string(data), b.String())
 }
+
+// An item state Items does not know ("bogus", "Done") is an error naming the states, where it listed no item
+// and said nothing; a Run with no ID says so before it asks the server.
+func TestItems_AnUnknownStateIsNamed(t *testing.T) {
+	_, err := (&Run{ID: "r1"}).Items(context.Background(), 10, "done", "Done")
+	assert.EqualError(t, err, `items in state "Done": an item is queued, running, done, failed`)
+	_, err = (&Run{}).Items(context.Background(), 10)
+	assert.EqualError(t, err, "no run ID given: name a run (clusterrun list lists them)")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/clusterrun/clusterrun/internal/flagerr"
 	"github.com/clusterrun/clusterrun/spec"
+	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -287,26 +288,20 @@ func running(ctx context.Context, c client.Client, id, verb string) (live, error
 	return st, err
 }
 
-// actOnRunning dials and acts on a run that is still running. Whether it runs comes from Temporal's own record
-// of the execution, not from the run's status query: a query waits for the workflow task in progress, which on
-// a run of a thousand tasks that just started takes seconds. The status is read only to say why it cannot act.
+// actOnRunning dials and acts on a run that is still running (starter.Run.CheckRunning), or says why there is
+// nothing to act on.
 func actOnRunning(ctx context.Context, id, verb string, act func(context.Context, client.Client, string) error) (client.Client, error) {
 	c, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
-	info := desc.GetWorkflowExecutionInfo()
-	// A workflow of another type (a shard, the port allocator, a program's own) is not for these commands to end.
-	if err != nil || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || info.GetType().GetName() != workflows.WorkflowType {
-		_, why := running(ctx, c, id, verb)
-		if why == nil && err != nil {
-			why = fmt.Errorf("%s run %s: %w", verb, id, err)
-		} else if why == nil {
-			why = &exitError{code: 1, msg: fmt.Sprintf("run %s is not running (%s); nothing to %s", id, info.GetStatus(), verb)}
-		}
+	if err := runOf(c, id).CheckRunning(ctx); err != nil {
 		c.Close()
-		return nil, why
+		var ended *starter.EndedError
+		if errors.As(err, &ended) {
+			return nil, &exitError{code: 1, msg: fmt.Sprintf("%s; nothing to %s", ended, verb)}
+		}
+		return nil, cliError(err)
 	}
 	if err := act(ctx, c, id); err != nil {
 		c.Close()
