@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/clusterrun/clusterrun/spec"
 )
 
 // A status query that no worker took in time says so in one sentence, whichever of gRPC's words for it came;
@@ -73,4 +75,13 @@ func TestItems_AnUnknownStateIsNamed(t *testing.T) {
 	assert.EqualError(t, err, `items in state "Done": an item is queued, running, done, failed`)
 	_, err = (&Run{}).Items(context.Background(), 10)
 	assert.EqualError(t, err, "no run ID given: name a run (clusterrun list lists them)")
+}
+
+// A start's ID that is no folder name is named by the option that gave it, once ("run ID: run ID ..." before).
+func TestStart_AnUnusableIDIsNamedByItsOption(t *testing.T) {
+	s, err := spec.Parse([]byte(`{name: x, command: ["true"], tasks: {worker: {replicas: 1}}}`))
+	require.NoError(t, err)
+	_, err = (&Client{}).Start(context.Background(), s, StartOptions{ID: "Bad ID!"})
+	assert.EqualError(t, err, `StartOptions.ID: run ID "Bad ID!" is not usable as a folder name: use letters, digits, '.', '_' and '-', `+
+		`starting with a letter or digit, at most 200 characters`)
 }

@@ -56,7 +56,7 @@ func (c *Client) Start(ctx context.Context, s *spec.RunSpec, opts StartOptions) 
 		id = NewRunID(s.Name)
 	}
 	if err := spec.CheckRunID(id); err != nil {
-		return nil, fmt.Errorf("run ID: %w", err)
+		return nil, fmt.Errorf("StartOptions.ID: %w", err)
 	}
 	token := randomHex(8)
 	wo := startOptions(id, s, token)
