@@ -121,11 +121,16 @@ def _once(sock_path, method, path, body, timeout, request_id):
     return payload
 
 
-def _call(method, path, body=None, timeout=None):
+def _socket_path():
     sock_path = os.environ.get("CLUSTERRUN_SOCKET")
     if not sock_path:
         raise NotInTaskError("not inside a clusterrun task: CLUSTERRUN_SOCKET is not set "
                              "(run this from a task started by clusterrun)")
+    return sock_path
+
+
+def _call(method, path, body=None, timeout=None):
+    sock_path = _socket_path()
     # One id for every try of this call: a work-item call whose answer was lost (the host worker restarted
     # while it waited) is answered again, not applied again.
     request_id = uuid.uuid4().hex
@@ -579,6 +584,7 @@ _items_lock = threading.Lock()
 
 def _scheduler():
     global _items
+    _socket_path()  # outside a task, schedule says so at once, not at the next fetch or join (if any)
     with _items_lock:
         if _items is None:
             _items = _Items()

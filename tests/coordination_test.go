@@ -234,6 +234,26 @@ func TestE2E_TaskCLIOutsideATask(t *testing.T) {
 	assert.Contains(t, r.stderr, "not inside a clusterrun task")
 }
 
+// The Python client outside a task raises NotInTaskError at once, schedule too: its items go out from a
+// sender thread, so a script that only scheduled lost them silently, with no error unless it joined.
+func TestE2E_PythonClientOutsideATask(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("python3", "-c", `
+import clusterrun
+for name, call in [("schedule", lambda: clusterrun.schedule("step", args=(1,))), ("barrier", lambda: clusterrun.barrier("x"))]:
+    try:
+        call()
+        print(name, "did not raise")
+    except clusterrun.NotInTaskError as e:
+        print(name, e)
+`)
+	cmd.Env = withEnv(os.Environ(), []string{"-CLUSTERRUN_SOCKET", "PYTHONPATH=" + filepath.Join(env.root, "python")})
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "schedule not inside a clusterrun task: CLUSTERRUN_SOCKET is not set (run this from a task started by clusterrun)\n"+
+		"barrier not inside a clusterrun task: CLUSTERRUN_SOCKET is not set (run this from a task started by clusterrun)\n", string(out))
+}
+
 // tf.train.Coordinator parity: wait_for_stop blocks until a task on another host asks every task to stop
 // (keep_run: the run goes on), clear_stop takes that back, and stop_on_exception fails the run with the error.
 func TestE2E_WaitForStopAcrossHosts(t *testing.T) {
