@@ -3,9 +3,11 @@ package task
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -224,22 +226,28 @@ type Handler func(ctx context.Context, args json.RawMessage) (any, error)
 
 // Serve takes items of the given functions and runs them, reporting each result, until ctx ends. While a
 // handler runs, the leases of the items it holds are renewed. Fast handlers take items in batches of up to
-// 32; once one takes over 0.1 s, one at a time, so that idle workers get the rest.
+// 32; once one takes over 0.1 s, one at a time, so that idle workers get the rest. A handler that panics
+// fails its item with the panic (its stack goes to stderr), and serving goes on, as for an error. The results
+// of items finished when ctx ends are reported before Serve returns (within ReportOnEnd), not run again.
 func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
-	var fns []string
-	for f := range handlers {
-		fns = append(fns, f)
-	}
+	fns := slices.Sorted(maps.Keys(handlers))
 	if len(fns) == 0 {
-		return fmt.Errorf("serve needs at least one handler")
+		return errors.New("serve needs at least one handler: Serve(ctx, map[string]task.Handler{\"step\": step})")
+	}
+	for _, f := range fns {
+		if handlers[f] == nil {
+			return fmt.Errorf("serve: the handler of %q is nil", f)
+		}
 	}
 	r := &renewer{c: c}
 	defer r.hold(nil, 0)
 	var done []ItemOutcome
+	defer func() { c.reportOnEnd(done) }()
 	take := 32
 	for ctx.Err() == nil {
 		ans, err := c.TakeItems(ctx, TakeRequest{Done: done, Fns: fns, Max: take, Wait: "5s"})
 		if err != nil {
+			done = nil // sent, and perhaps applied: not sent again
 			return err
 		}
 		done = nil
@@ -261,8 +269,28 @@ func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
 	return ctx.Err()
 }
 
-func runItem(ctx context.Context, h Handler, it LeasedItem) ItemOutcome {
-	out := ItemOutcome{ID: it.ID, Lease: it.Lease}
+// ReportOnEnd bounds Serve's report, once its ctx has ended, of the results it has not sent yet.
+var ReportOnEnd = 10 * time.Second
+
+// reportOnEnd sends the outcomes of items finished when Serve's context ended; the items would otherwise run
+// again once their leases ran out.
+func (c *Client) reportOnEnd(done []ItemOutcome) {
+	if len(done) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ReportOnEnd)
+	defer cancel()
+	_, _ = c.TakeItems(ctx, TakeRequest{Done: done})
+}
+
+func runItem(ctx context.Context, h Handler, it LeasedItem) (out ItemOutcome) {
+	out = ItemOutcome{ID: it.ID, Lease: it.Lease}
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(os.Stderr, "clusterrun task: the handler of %s (item %d) panicked: %v\n%s", it.Fn, it.ID, p, debug.Stack())
+			out = ItemOutcome{ID: it.ID, Lease: it.Lease, Error: fmt.Sprintf("the handler panicked: %v", p)}
+		}
+	}()
 	v, err := h(ctx, it.Args)
 	if err != nil {
 		out.Error = err.Error()

@@ -378,3 +378,54 @@ func TestClient_JoinSaysOnceThatNoTaskAsksForAFunctionAnyMore(t *testing.T) {
 	assert.Equal(t, "clusterrun task: 2 item(s) of step wait, none runs, and no task of this run has asked for an item of step "+
 		"in 30s: have the tasks that serve it ended? (clusterrun status r1 shows them; clusterrun items r1 lists the items)\n", said.String())
 }
+
+// A handler that panics fails its item with the panic, and Serve goes on to the next, as Python's serve does
+// with an exception (the worker died, and every item of its batch was handed out again); an item finished as
+// Serve's context ends (the task's SIGTERM) is reported before Serve returns, not left to run again once its
+// lease runs out.
+func TestServe_APanicFailsItsItemAndTheLastResultsAreReported(t *testing.T) {
+	path := socketPath(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var reqs []TakeRequest
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		var req TakeRequest
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		mu.Lock()
+		reqs = append(reqs, req)
+		n := len(reqs)
+		mu.Unlock()
+		ans := TakeAnswer{Items: []LeasedItem{}}
+		if n == 1 {
+			ans.Items = []LeasedItem{{ID: 1, Lease: 11, Fn: "step", Args: json.RawMessage(`[]`), LeaseFor: time.Minute},
+				{ID: 2, Lease: 12, Fn: "step", Args: json.RawMessage(`[2]`), LeaseFor: time.Minute}}
+		}
+		_ = json.NewEncoder(w).Encode(ans)
+	})
+	err := NewAt(path).Serve(ctx, map[string]Handler{"step": func(_ context.Context, args json.RawMessage) (any, error) {
+		var xs []int
+		if err := json.Unmarshal(args, &xs); err != nil {
+			return nil, err
+		}
+		if len(xs) == 1 {
+			cancel() // the stop comes while the last item runs
+		}
+		return 2 * xs[0], nil // index out of range for item 1
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reqs, 2, "a take, then the report once the context ended")
+	done := reqs[1].Done
+	require.Len(t, done, 2)
+	assert.Equal(t, int64(1), done[0].ID)
+	assert.Equal(t, "the handler panicked: runtime error: index out of range [0] with length 0", done[0].Error)
+	assert.Equal(t, ItemOutcome{ID: 2, Lease: 12, Result: json.RawMessage(`4`)}, done[1])
+	assert.Zero(t, reqs[1].Max, "the report takes nothing")
+}
+
+func TestServe_RefusesANilHandler(t *testing.T) {
+	err := NewAt(socketPath(t)).Serve(context.Background(), map[string]Handler{"step": nil})
+	assert.EqualError(t, err, `serve: the handler of "step" is nil`)
+}
