@@ -188,8 +188,11 @@ cross:
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./starter/... ./workers/...
 	GOOS=darwin GOARCH=amd64 $(GO) build -o /dev/null ./starter/clusterrun
 
+# gofmt, and no tracked file over 4 MB (a go build's binary was committed by mistake twice).
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@big=$$(git ls-files -z | xargs -0 stat -c '%s %n' 2>/dev/null | awk '$$1 > 4194304 {print $$2}'); \
+	if [ -n "$$big" ]; then echo "tracked files over 4 MB (a build's binary? git rm --cached it):"; echo "$$big"; exit 1; fi
 
 vet:
 	$(GO) vet ./...

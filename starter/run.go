@@ -337,7 +337,9 @@ func cutList(names []string, n int) string {
 	return b.String()
 }
 
-func (e *EndedError) Error() string { return fmt.Sprintf("run %s has already ended (%s)", e.ID, e.Status) }
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("run %s has already ended (%s)", e.ID, e.Status)
+}
 
 // itemStates are the states an item can be in, for Items.
 var itemStates = []string{workflows.ItemQueued, workflows.ItemRunning, workflows.ItemDone, workflows.ItemFailed}
