@@ -117,6 +117,10 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		}
 		return ee.code
 	case strings.HasPrefix(err.Error(), "unknown command"):
+		if meant, ok := peerCommands[args[0]]; ok {
+			fmt.Fprintf(stderr, "clusterrun: unknown command %q; %s (see clusterrun --help)\n", args[0], meant)
+			return exitUsage
+		}
 		if near := flagerr.Nearest(args[0], commandNames()); near != "" {
 			fmt.Fprintf(stderr, "clusterrun: unknown command %q; did you mean %q? (see clusterrun --help)\n", args[0], near)
 			return exitUsage
@@ -136,6 +140,25 @@ func mainWithCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "clusterrun: "+err.Error()+unanswered(err))
 		return 1
 	}
+}
+
+// peerCommands are names other tools (Slurm, Ray, kubectl, the temporal CLI) give to what a clusterrun command
+// does, or the opposite of one, with the command meant.
+var peerCommands = map[string]string{
+	"undrain":   "`clusterrun drain HOST --undo` takes a drain back",
+	"resume":    "`clusterrun drain HOST --undo` has a drained host take tasks again",
+	"submit":    "`clusterrun run SPEC` starts a run (--detach returns once it has started)",
+	"start":     "`clusterrun run SPEC` starts a run; `clusterrun start-task RUN TASK` starts one of its tasks again",
+	"restart":   "`clusterrun start-task RUN TASK` starts an ended task again; a task's restart policy restarts it on its own",
+	"kill":      "`clusterrun cancel RUN` stops every task at once; `clusterrun terminate-task RUN TASK` stops one",
+	"scancel":   "`clusterrun cancel RUN` stops every task at once",
+	"terminate": "`clusterrun cancel RUN` ends a run; `clusterrun terminate-task RUN TASK` stops one task",
+	"ps":        "`clusterrun list` lists runs; `clusterrun status RUN` a run's tasks",
+	"squeue":    "`clusterrun list` lists runs; `clusterrun status RUN` a run's tasks",
+	"describe":  "`clusterrun status RUN` shows a run's tasks",
+	"nodes":     "`clusterrun hosts` lists the host workers",
+	"sinfo":     "`clusterrun hosts` lists the host workers",
+	"follow":    "`clusterrun attach RUN` follows a run; `clusterrun logs RUN --follow` its output",
 }
 
 func commandNames() []string {

@@ -47,6 +47,16 @@ func TestMainWithCode_Usage(t *testing.T) {
 	assert.Equal(t, exitUsage, mainWithCode([]string{"stauts", "r"}, &out, &errb))
 	assert.Equal(t, "clusterrun: unknown command \"stauts\"; did you mean \"status\"? (see clusterrun --help)\n", errb.String())
 	errb.Reset()
+	// Another tool's word for a command (Slurm's, kubectl's, or the opposite of one) is answered with it.
+	assert.Equal(t, exitUsage, mainWithCode([]string{"undrain", "gpu-a"}, &out, &errb))
+	assert.Equal(t, "clusterrun: unknown command \"undrain\"; `clusterrun drain HOST --undo` takes a drain back (see clusterrun --help)\n", errb.String())
+	errb.Reset()
+	for name, meant := range peerCommands {
+		assert.NotContains(t, commandNames(), name, "a command of its own")
+		for _, cmd := range regexp.MustCompile("`clusterrun ([a-z-]+)").FindAllStringSubmatch(meant, -1) {
+			assert.Contains(t, commandNames(), cmd[1], "%s's hint names a command that exists", name)
+		}
+	}
 	assert.Equal(t, exitUsage, mainWithCode([]string{"run", "a.yaml", "b.yaml"}, &out, &errb))
 	assert.Contains(t, errb.String(), `unexpected argument "b.yaml"; usage: clusterrun run SPEC`)
 	errb.Reset()
