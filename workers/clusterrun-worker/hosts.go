@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,13 +64,17 @@ func newReporter(cl client.Client, c config, host *activities.Host, logger log.L
 
 // run reports until ctx ends, then says the host is stopping.
 func (r *reporter) run(ctx context.Context) {
-	failed := false
+	failed, looked := false, false
 	retry := r.retry
 	look := time.NewTicker(r.lookEvery)
 	defer look.Stop()
 	for {
 		err := r.report(ctx, false)
 		last := time.Now()
+		if err == nil && !looked {
+			looked = true
+			r.warnSharedPorts(ctx)
+		}
 		switch {
 		case err != nil && !failed && ctx.Err() == nil:
 			r.logger.Warn("cannot report to the host registry; runs place unpinned tasks without this host's load until it can", "error", err)
@@ -104,6 +109,37 @@ func (r *reporter) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// warnSharedPorts warns, once the registry has this host, of the live hosts at this host's address whose
+// --ports overlap its own: workers that share a machine each need their own range, or two of their tasks may be
+// given one port at once (make up gives each its own).
+func (r *reporter) warnSharedPorts(ctx context.Context) {
+	if r.c.ports == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hosts, err := listHosts(r.cl)(ctx)
+	if err != nil {
+		return // only a warning: the next start looks again
+	}
+	for _, h := range sharingPorts(r.c.host, r.c.addr, *r.c.ports, hosts) {
+		r.logger.Warn("another host worker has this host's address and --ports that overlap its own: two tasks may be given "+
+			"one port at once; give each worker on a machine its own --ports range", "other", h.Host, "addr", h.Addr,
+			"its_ports", fmt.Sprintf("%d-%d", h.Ports.From, h.Ports.To), "ports", fmt.Sprintf("%d-%d", r.c.ports.From, r.c.ports.To))
+	}
+}
+
+// sharingPorts returns the live hosts other than host at addr whose port ranges overlap ports.
+func sharingPorts(host, addr string, ports workflows.PortRange, hosts []workflows.HostEntry) []workflows.HostEntry {
+	var out []workflows.HostEntry
+	for _, h := range hosts {
+		if h.Host != host && h.Live && h.Addr == addr && h.Ports != nil && h.Ports.From <= ports.To && ports.From <= h.Ports.To {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // retention writes --log-retention as a host report carries it: as the flag reads, "0" for none.

@@ -120,3 +120,26 @@ func TestReporter_ReportsFreedSlotsAtOnce(t *testing.T) {
 	time.Sleep(freedSoonest + 200*time.Millisecond)
 	assert.Len(t, cl.calls(), 2, "nothing more freed: no more reports before ReportEvery")
 }
+
+// Live hosts at this host's address whose --ports overlap its own are named; itself, other addresses, ranges
+// that do not meet, silent hosts and hosts without a range are not.
+func TestSharingPorts(t *testing.T) {
+	r := func(from, to int) *workflows.PortRange { return &workflows.PortRange{From: from, To: to} }
+	entry := func(host, addr string, ports *workflows.PortRange, live bool) workflows.HostEntry {
+		return workflows.HostEntry{HostReport: workflows.HostReport{Host: host, Addr: addr, Ports: ports}, Live: live}
+	}
+	hosts := []workflows.HostEntry{
+		entry("a", "10.0.0.1", r(20000, 29999), true), // itself
+		entry("b", "10.0.0.1", r(29999, 30999), true), // meets at 29999
+		entry("c", "10.0.0.1", r(30000, 30999), true), // past the range
+		entry("d", "10.0.0.2", r(20000, 29999), true), // another machine
+		entry("e", "10.0.0.1", r(20000, 29999), false),
+		entry("f", "10.0.0.1", nil, true), // --ports off
+		entry("g", "10.0.0.1", r(10000, 20000), true),
+	}
+	var names []string
+	for _, h := range sharingPorts("a", "10.0.0.1", *r(20000, 29999), hosts) {
+		names = append(names, h.Host)
+	}
+	assert.Equal(t, []string{"b", "g"}, names)
+}
