@@ -638,6 +638,28 @@ def done():
     return _scheduler().wait_all(None, wait=False)
 
 
+def _handlers(handlers):
+    """The dict of names to functions serve was given, or made from a function or a list of them."""
+    if callable(handlers):
+        handlers = [handlers]
+    if isinstance(handlers, (list, tuple)):
+        out = {}
+        for f in handlers:
+            name = getattr(f, "__name__", None)
+            if not callable(f) or not name or name == "<lambda>":
+                raise ValueError("serve's list holds functions served under their __name__; %r has none: give a dict, "
+                                 "serve({'step': fn})" % (f,))
+            out[name] = f
+        return out
+    if not isinstance(handlers, dict):
+        raise ValueError("serve takes a dict of names to functions, serve({'step': fn}), or a list of functions; "
+                         "got %s" % type(handlers).__name__)
+    for name, f in handlers.items():
+        if not isinstance(name, str) or not callable(f):
+            raise ValueError("serve's handlers map names to functions: %r -> %r is not one" % (name, f))
+    return handlers
+
+
 def _outcome(item, handler):
     args = item.get("args")
     try:
@@ -692,9 +714,12 @@ class _Renewer:
 
 def serve(handlers, batch=32, until_stop=True):
     """Serve items: take them from the run, call handlers[item's fn] in this long-lived process, report each
-    JSON result (at most 16 KiB; return a path for more). A raising handler fails its item; serving goes on.
-    Returns when the run is stopping (until_stop), else serves forever. Fast handlers take items in batches
-    of up to batch; slow ones (over 0.1 s) one at a time, so that idle workers get the rest."""
+    JSON result (at most 16 KiB; return a path for more). handlers is a dict of names to functions, or a
+    function or list of functions served under their __name__ (as schedule names them). A raising handler
+    fails its item; serving goes on. Returns when the run is stopping (until_stop), else serves forever. Fast
+    handlers take items in batches of up to batch; slow ones (over 0.1 s) one at a time, so that idle workers
+    get the rest."""
+    handlers = _handlers(handlers)
     fns = sorted(handlers)
     if not fns:
         raise ValueError("serve needs at least one handler: serve({'step': fn})")

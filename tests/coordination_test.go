@@ -254,6 +254,31 @@ for name, call in [("schedule", lambda: clusterrun.schedule("step", args=(1,))),
 		"barrier not inside a clusterrun task: CLUSTERRUN_SOCKET is not set (run this from a task started by clusterrun)\n", string(out))
 }
 
+// serve takes a dict of names to functions, or functions served under their __name__ (items_check.py serves
+// a list); what is neither is refused before it serves: serve("step") served functions named s, t, e and p.
+func TestE2E_PythonServeRefusesWhatIsNoHandler(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("python3", "-c", `
+import clusterrun
+def step(x):
+    return x
+for h in ["step", {"step": 3}, [lambda x: x], {}]:
+    try:
+        clusterrun.serve(h)
+    except ValueError as e:
+        print(str(e).split(":")[0])
+`)
+	cmd.Env = withEnv(os.Environ(), []string{"CLUSTERRUN_SOCKET=/nonexistent", "PYTHONPATH=" + filepath.Join(env.root, "python")})
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 4, "%s", out)
+	assert.Equal(t, "serve takes a dict of names to functions, serve({'step'", lines[0])
+	assert.Equal(t, "serve's handlers map names to functions", lines[1])
+	assert.Regexp(t, `^serve's list holds functions served under their __name__; <function <lambda> at 0x[0-9a-f]+> has none$`, lines[2])
+	assert.Equal(t, "serve needs at least one handler", lines[3])
+}
+
 // tf.train.Coordinator parity: wait_for_stop blocks until a task on another host asks every task to stop
 // (keep_run: the run goes on), clear_stop takes that back, and stop_on_exception fails the run with the error.
 func TestE2E_WaitForStopAcrossHosts(t *testing.T) {
