@@ -622,8 +622,9 @@ def schedule(fn, args=(), key=None, kwargs=None):
     RemoteValue at once. Any free worker runs it; an item whose worker dies runs again elsewhere. The same key
     returns the same RemoteValue, and its result, even from a restarted task. Blocks while the queue is full."""
     name = fn if isinstance(fn, str) else getattr(fn, "__name__", None)
-    if not name:
-        raise ValueError("schedule needs a function name, or a function with a __name__")
+    if not name or name == "<lambda>":
+        raise ValueError("schedule needs a function name, or a function with a __name__ the workers serve "
+                         "(a lambda has none), got %r" % (fn,))
     return _scheduler().schedule(name, _args_json(args, kwargs), key)
 
 

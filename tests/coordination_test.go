@@ -256,6 +256,7 @@ for name, call in [("schedule", lambda: clusterrun.schedule("step", args=(1,))),
 
 // serve takes a dict of names to functions, or functions served under their __name__ (items_check.py serves
 // a list); what is neither is refused before it serves: serve("step") served functions named s, t, e and p.
+// schedule refuses a lambda, whose items of "<lambda>" no worker could serve.
 func TestE2E_PythonServeRefusesWhatIsNoHandler(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("python3", "-c", `
@@ -267,16 +268,21 @@ for h in ["step", {"step": 3}, [lambda x: x], {}]:
         clusterrun.serve(h)
     except ValueError as e:
         print(str(e).split(":")[0])
+try:
+    clusterrun.schedule(lambda x: x)
+except ValueError as e:
+    print(str(e).split(":")[0])
 `)
 	cmd.Env = withEnv(os.Environ(), []string{"CLUSTERRUN_SOCKET=/nonexistent", "PYTHONPATH=" + filepath.Join(env.root, "python")})
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Len(t, lines, 4, "%s", out)
+	require.Len(t, lines, 5, "%s", out)
 	assert.Equal(t, "serve takes a dict of names to functions, serve({'step'", lines[0])
 	assert.Equal(t, "serve's handlers map names to functions", lines[1])
 	assert.Regexp(t, `^serve's list holds functions served under their __name__; <function <lambda> at 0x[0-9a-f]+> has none$`, lines[2])
 	assert.Equal(t, "serve needs at least one handler", lines[3])
+	assert.Regexp(t, `^schedule needs a function name, or a function with a __name__ the workers serve \(a lambda has none\), got <function <lambda> at 0x[0-9a-f]+>$`, lines[4])
 }
 
 // tf.train.Coordinator parity: wait_for_stop blocks until a task on another host asks every task to stop
