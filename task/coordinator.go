@@ -27,6 +27,11 @@ func (e *ItemError) Error() string { return e.Message }
 // Schedule schedules items and returns their ids in order, waiting while the run's queue is full. An item
 // whose key the run knows gets that item's id back.
 func (c *Client) Schedule(ctx context.Context, items ...NewItem) ([]int64, error) {
+	for i, it := range items {
+		if len(it.Args) > 0 && !json.Valid(it.Args) {
+			return nil, fmt.Errorf("item %d (%s): its Args are not JSON: %s; give e.g. json.RawMessage(`[3, \"train\"]`)", i, it.Fn, cutArgs(it.Args))
+		}
+	}
 	var ids []int64
 	for len(items) > 0 {
 		n := min(len(items), 500)
@@ -43,6 +48,14 @@ func (c *Client) Schedule(ctx context.Context, items ...NewItem) ([]int64, error
 		items = items[len(ans.IDs):]
 	}
 	return ids, nil
+}
+
+// cutArgs quotes arguments for an error, cut to 80 bytes.
+func cutArgs(b []byte) string {
+	if len(b) > 80 {
+		return fmt.Sprintf("%q...", b[:80])
+	}
+	return fmt.Sprintf("%q", b)
 }
 
 // Fetch waits until every given item has finished and returns their results in the same order; a failed one

@@ -429,3 +429,11 @@ func TestServe_RefusesANilHandler(t *testing.T) {
 	err := NewAt(socketPath(t)).Serve(context.Background(), map[string]Handler{"step": nil})
 	assert.EqualError(t, err, `serve: the handler of "step" is nil`)
 }
+
+// An item whose Args are not JSON is named, by its place and function, before anything is sent (the error was
+// json's own, about a RawMessage).
+func TestSchedule_ArgsThatAreNotJSONAreNamed(t *testing.T) {
+	_, err := NewAt(socketPath(t)).Schedule(context.Background(), NewItem{Fn: "step", Args: json.RawMessage(`[1]`)},
+		NewItem{Fn: "eval", Args: json.RawMessage(`[1,`)})
+	assert.EqualError(t, err, "item 1 (eval): its Args are not JSON: \"[1,\"; give e.g. json.RawMessage(`[3, \"train\"]`)")
+}
