@@ -161,7 +161,10 @@ type Client struct {
 	// Waiting, when set, is told once per request that the socket has not answered for WaitNoteAfter, so a
 	// task's log says what it waits for while its host worker restarts (or its socket was given wrong).
 	// It is also told once when a call that needs the Temporal server (a barrier, a stop request or its clear, a
-	// work-item call) is held by the host worker because the server has not taken it (an outage).
+	// work-item call) is held by the host worker because the server has not taken it (an outage), and once per
+	// function when a Join or Fetch waits on items no task takes (UntakenNoteAfter, and items whose servers
+	// ended). New sets it to os.Stderr, the task's stderr log, as the Python client writes its notes; nil keeps
+	// the client quiet.
 	Waiting io.Writer
 	socket  string
 	http    *http.Client
@@ -170,13 +173,15 @@ type Client struct {
 	notes   sync.Mutex // one note at a time on Waiting
 }
 
-// New returns a client for the socket named in CLUSTERRUN_SOCKET.
+// New returns a client for the socket named in CLUSTERRUN_SOCKET, which tells its notes to stderr (Waiting).
 func New() (*Client, error) {
 	path := os.Getenv(SocketEnv)
 	if path == "" {
 		return nil, ErrNoSocket
 	}
-	return NewAt(path), nil
+	c := NewAt(path)
+	c.Waiting = os.Stderr
+	return c, nil
 }
 
 // NewAt returns a client for the socket at path.

@@ -437,3 +437,12 @@ func TestSchedule_ArgsThatAreNotJSONAreNamed(t *testing.T) {
 		NewItem{Fn: "eval", Args: json.RawMessage(`[1,`)})
 	assert.EqualError(t, err, "item 1 (eval): its Args are not JSON: \"[1,\"; give e.g. json.RawMessage(`[3, \"train\"]`)")
 }
+
+// A client from New tells its notes (a socket that does not answer, a held call, items no task takes) to the
+// task's stderr, as the Python client does: a Go task that left Waiting unset waited without a word.
+func TestNew_TellsItsNotesToStderr(t *testing.T) {
+	t.Setenv(SocketEnv, socketPath(t))
+	c, err := New()
+	require.NoError(t, err)
+	assert.Equal(t, os.Stderr, c.Waiting)
+}
