@@ -343,24 +343,99 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 
 const validateUsage = `Check a run spec and list every problem with its field path.
 
-Usage: clusterrun validate SPEC [--env]
+Usage: clusterrun validate SPEC [--env] [-o table|json]
 
 SPEC is a file, or - for standard input. Exits 0 for a valid spec and 2 otherwise. With --env, it also
 prints the env each task type's tasks get from the spec, the spec's own values read in, written as a spec
 writes them: a ${NAME} left is read on the task's host as the task starts (the host's NAME, or one
-clusterrun sets), and $$ is a $.
+clusterrun sets), and $$ is a $. With -o json, it prints {"spec", "valid", "problems"} for a spec that is not
+valid (each problem's path, message, line and column) and {"spec", "valid", "name", "tasks"} for one that is
+(each task's name, type, index, rank, host or pool, command, workingDir and env), for a CI job to read.
 
 Example:
   clusterrun validate examples/demo.yaml
   clusterrun validate train.yaml --env
+  clusterrun validate train.yaml -o json
 `
+
+// validation is what validate -o json prints.
+type validation struct {
+	Spec     string          `json:"spec"`
+	Valid    bool            `json:"valid"`
+	Problems []spec.Problem  `json:"problems,omitempty"`
+	Name     string          `json:"name,omitempty"`
+	Tasks    []validatedTask `json:"tasks,omitempty"`
+}
+
+// validatedTask is a task of a valid spec, as validate -o json prints it.
+type validatedTask struct {
+	Name       string            `json:"name"`
+	Type       string            `json:"type"`
+	Index      int               `json:"index"`
+	Rank       int               `json:"rank"`
+	Host       string            `json:"host,omitempty"`
+	Pool       string            `json:"pool,omitempty"`
+	Command    []string          `json:"command"`
+	WorkingDir string            `json:"workingDir,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+}
+
+// validateJSON prints a spec's validation as JSON: its problems (a syntax error is one, at its place), or its
+// tasks. A spec that is not valid exits 2, with nothing on stderr.
+func validateJSON(path, format string, stdout io.Writer) error {
+	data, err := readSpec(path)
+	if err != nil {
+		return usageErrorf("read spec: %v%s", err, specFileHint(path, err))
+	}
+	out := validation{Spec: specName(path)}
+	s, err := spec.Parse(data)
+	var p *spec.Plan
+	if err == nil {
+		p, err = spec.NewPlan(s)
+	}
+	var invalid *spec.InvalidSpecError
+	var syntax *spec.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		out.Problems = []spec.Problem{{Path: "(document)", Message: "not valid YAML or JSON: " + syntax.Message, Line: syntax.Line, Column: syntax.Column}}
+	case errors.As(err, &invalid):
+		out.Problems = slices.Clone(invalid.Problems)
+		slices.SortStableFunc(out.Problems, byPlace)
+	case err != nil:
+		out.Problems = []spec.Problem{{Path: "(document)", Message: err.Error()}}
+	default:
+		out.Valid, out.Name = true, p.Name
+		for _, t := range p.Tasks {
+			vt := validatedTask{Name: t.Name, Type: t.Type, Index: t.Index, Rank: t.Rank, Host: t.Host, Command: t.Command,
+				WorkingDir: t.WorkingDir, Env: t.Env}
+			if t.Host == "" { // a pinned task runs on its host, whatever pool that host serves
+				vt.Pool = t.Pool
+			}
+			out.Tasks = append(out.Tasks, vt)
+		}
+	}
+	if err := printJSON(stdout, format, out); err != nil {
+		return err
+	}
+	if !out.Valid {
+		return &exitError{code: exitUsage}
+	}
+	return nil
+}
 
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	showEnv := fs.Bool("env", false, "also print each task type's env, with the spec's own values read in")
+	format, checkFormat := addOutputFlag(fs)
 	pos, err := parse(fs, validateUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
+	}
+	if err := checkFormat(); err != nil {
+		return err
+	}
+	if isJSON(*format) {
+		return validateJSON(pos[0], *format, stdout)
 	}
 	s, err := loadSpec(pos[0])
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/clusterrun/clusterrun/internal/silence"
+	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
 )
 
@@ -554,6 +556,34 @@ func TestValidate_ProblemsAreListedByWhereTheyAreWritten(t *testing.T) {
 		"  "+path+":4:18: command[1]: must be a string, not the number 10; quote the value in YAML (unquoted, yes, no, "+
 		"true and numbers are not strings)\n"+
 		"  name: required: name the run, e.g. name: mnist\n", errb.String())
+}
+
+// With -o json, validate prints what a CI job can read: a spec's problems with their places (a syntax error is
+// one), or its tasks; exit codes as without it, and nothing on stderr.
+func TestValidate_JSON(t *testing.T) {
+	defer func(r io.Reader) { stdin = r }(stdin)
+	var out, errb bytes.Buffer
+	stdin = strings.NewReader("name: piped\ncommand: [sleep, '1']\nenv: {A: b}\ntasks: {worker: {replicas: 1}, ps: {replicas: 1, hosts: [h1]}}\n")
+	assert.Equal(t, 0, mainWithCode([]string{"validate", "-", "-o", "json"}, &out, &errb), errb.String())
+	assert.JSONEq(t, `{"spec": "standard input", "valid": true, "name": "piped", "tasks": [
+		{"name": "worker-0", "type": "worker", "index": 0, "rank": 0, "pool": "default", "command": ["sleep", "1"], "env": {"A": "b"}},
+		{"name": "ps-0", "type": "ps", "index": 0, "rank": 1, "host": "h1", "command": ["sleep", "1"], "env": {"A": "b"}}]}`, out.String())
+
+	out.Reset()
+	stdin = strings.NewReader("tasks: {w: {replicas: -1}}\n")
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", "-", "-o", "json"}, &out, &errb))
+	assert.Empty(t, errb.String())
+	var v validation
+	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
+	assert.False(t, v.Valid)
+	assert.Contains(t, v.Problems, spec.Problem{Path: "tasks.w.replicas", Message: "must be at least 1 (got -1)", Line: 1, Column: 13})
+	assert.Contains(t, v.Problems, spec.Problem{Path: "name", Message: "required: name the run, e.g. name: mnist"})
+
+	out.Reset()
+	stdin = strings.NewReader("name: [\n")
+	assert.Equal(t, exitUsage, mainWithCode([]string{"validate", "-", "-o", "jsonl"}, &out, &errb))
+	assert.Equal(t, `{"spec":"standard input","valid":false,"problems":[{"path":"(document)","message":"not valid YAML or JSON: `+
+		`did not find expected node content","line":2,"column":1}]}`+"\n", out.String())
 }
 
 // A spec file that cannot be read names the one meant: a close name in its folder (.yml for .yaml, a name with
