@@ -1188,4 +1188,16 @@ func TestE2E_ACancelThatNoWorkerTakesUpSaysSo(t *testing.T) {
 	})
 	assert.Contains(t, b.errb.String(), "is one running for namespace unserved (and polling task queue clusterrun)?")
 	assert.Equal(t, 1, strings.Count(b.errb.String(), "no clusterrun-worker"), "said once")
+
+	// clusterrun run, interrupted, cancels the run it started, and says the same of that cancel (it waited
+	// without a word).
+	other := id + "-run"
+	defer func() { _ = c.TerminateWorkflow(context.Background(), other, "", "test over") }()
+	r := env.startCLI(t, "run", spec, "--id", other, "-n", ns)
+	waitUntil(t, "the run to start", 30*time.Second, func() bool { return strings.Contains(r.errb.String(), "run "+other+" started") })
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	waitUntil(t, "the interrupted run's cancel to say that no worker took it up", time.Minute, func() bool {
+		return strings.Contains(r.errb.String(), "clusterrun run: no clusterrun-worker has taken the run's request up")
+	})
+	assert.Contains(t, r.errb.String(), "canceling run "+other)
 }

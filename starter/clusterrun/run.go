@@ -201,8 +201,16 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	defer tick.Stop()
 	canceling := false
 	reads, logReads := newPatience(id, notes, c), newPatience(id, notes, c)
+	// A cancel no worker takes up is said once (untakenNote), here, where the notes are written.
+	untaken := make(chan string, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	for {
 		select {
+		case note := <-untaken:
+			if note != "" {
+				fmt.Fprintln(notes, note)
+			}
 		case o := <-done:
 			// The run's end is a read of it too: a follow that said it could not read the run says it can again,
 			// also when the run ended before its next look (a run that ends within half a second of a server
@@ -239,6 +247,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 				if err := c.CancelWorkflow(ctx, id, ""); err != nil {
 					return fmt.Errorf("cancel run %s: %w", id, err)
 				}
+				go func() { untaken <- untakenNote(watchCtx, c, id, "run") }()
 				continue
 			}
 			fmt.Fprintf(stderr, "detached; run %s goes on. Follow it again with: clusterrun attach %s\n", id, id)
