@@ -1097,6 +1097,13 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 		2*time.Minute, 100*time.Millisecond, "attempt 1 wrote its lines")
 	attach := env.startCLIToFile(t, "attach", id, "--tail", "2")
 	follow := env.startCLIToFile(t, "logs", id, "--follow", "--tail", "2")
+	// No earlier line, as tail -n 0 -f. A line's time is its host's sample of the file (every 250 ms): the
+	// command starts once a1's lines are dated before now.
+	waitUntil(t, "attempt 1's lines to be dated", time.Minute, func() bool {
+		r := cli(t, "logs", id, "--stdout", "--since", time.Now().UTC().Format(time.RFC3339Nano))
+		return r.code == 0 && r.stdout == ""
+	})
+	fromNow := env.startCLIToFile(t, "logs", id, "--follow", "--tail", "0")
 	leaves := env.startCLIToFile(t, "attach", id)
 	firstLines := regexp.MustCompile(`a1-5\n`)
 	attach.waitFor(t, "attempt 1's last lines", firstLines)
@@ -1127,6 +1134,8 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 
 	require.NoError(t, follow.wait(t, 2*time.Minute))
 	assert.Equal(t, "a1-4\na1-5\n"+strings.Join(attempt2, "\n")+"\n", follow.output())
+	require.NoError(t, fromNow.wait(t, 2*time.Minute))
+	assert.Equal(t, strings.Join(attempt2, "\n")+"\n", fromNow.output(), "only what was written after it started")
 
 	ended := cli(t, "attach", id, "--tail", "1")
 	assert.Equal(t, 3, ended.code, ended.String())
@@ -1134,6 +1143,14 @@ tasks: {worker: {replicas: 1, restart: {policy: OnFailure, maxRestarts: 1, backo
 	assert.Contains(t, ended.stdout, "[worker-0] a2-30\n")
 	assert.NotContains(t, ended.stdout, "a2-29", "a run that has ended: its last lines and its end")
 	assert.Contains(t, ended.stdout, "run "+id+" Failed: worker-0 exited with code 3")
+	// --tail 0 is no line and -1 every line, for attach as for logs (kubectl logs --tail reads them so).
+	all := cli(t, "attach", id, "--tail", "-1")
+	assert.Contains(t, all.stdout, "[worker-0] a1-1\n")
+	assert.Contains(t, all.stdout, "[worker-0] a2-1\n")
+	none := cli(t, "attach", id, "--tail", "0")
+	assert.Equal(t, 3, none.code, none.String())
+	assert.NotContains(t, none.stdout, "a2-30")
+	assert.Contains(t, none.stdout, "run "+id+" Failed: worker-0 exited with code 3")
 }
 
 // Tasks that end as soon as they start keep their start times: their hosts send most of their starts with their

@@ -13,7 +13,7 @@ const attachUsage = `Follow a run that is already going, as 'clusterrun run' fol
 Usage: clusterrun attach RUN [--tail N] [-o table|json|jsonl]
 
 Prints the last N lines of each task attempt so far (--tail, default 10, fewer past 100 tasks and none past 1,000;
-0 prints all of it), then every task's
+0 prints none, -1 all of it, as kubectl logs --tail reads them), then every task's
 output as it comes, with the same state lines and progress as 'clusterrun run', and the result table at the end. Exits as
 'clusterrun run' would have: 0 on success, the chief's (or else the first failed task's) exit code on failure,
 124 on maxRunTime, 130 when canceled. A run that has ended prints its last lines and its end at once. Ctrl-C
@@ -47,7 +47,7 @@ func earlierLines(n int) int {
 
 func cmdAttach(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
-	tail := fs.Int("tail", attachTail, "show the last N lines each task wrote before this command began (0: all of it)")
+	tail := fs.Int("tail", attachTail, "show the last N lines each task wrote before this command began (0: none; -1: all of it)")
 	output, checkOutput := addOutputFlag(fs)
 	pos, err := parse(fs, attachUsage, args, 1, 1, stderr)
 	if err != nil {
@@ -56,8 +56,8 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 	if err := checkOutput(); err != nil {
 		return err
 	}
-	if *tail < 0 {
-		return usageErrorf("--tail %d is negative: give how many lines of each task's earlier output to show (0: all of it)", *tail)
+	if *tail < -1 {
+		return usageErrorf("--tail %d: give how many lines of each task's earlier output to show (0: none; -1: all of it)", *tail)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -82,7 +82,12 @@ func cmdAttach(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "Web UI: %s\n", link)
 	}
 	how := following{tail: *tail, first: &st.RunStatus}
-	if !flagGiven(fs, "tail") {
+	switch {
+	case flagGiven(fs, "tail") && *tail == -1:
+		how.tail = 0 // the follower's 0: no cut
+	case flagGiven(fs, "tail") && *tail == 0:
+		how.since = time.Now().UnixNano()
+	case !flagGiven(fs, "tail"):
 		switch how.tail = earlierLines(len(st.Tasks)); how.tail {
 		case attachTail:
 		case 0:

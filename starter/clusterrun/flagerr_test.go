@@ -26,7 +26,8 @@ func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
 		{[]string{"logs", "r", "--tail"}, "clusterrun logs: --tail needs a value: a whole number (see clusterrun logs --help)\n"},
 		{[]string{"status", "--json=maybe", "r"}, "clusterrun status: --json=maybe: want true or false (see clusterrun status --help)\n"},
 		{[]string{"logs", "r", "-x"}, "clusterrun logs: unknown flag -x; usage: clusterrun logs RUN [TASK...] [--tasks GLOBS] [--state STATES] [--attempt N] [--stdout|--stderr] [--tail N] [--since T] [--timestamps] [-f|--follow] (see clusterrun logs --help)\n"},
-		{[]string{"logs", "r", "--tail", "-1"}, "clusterrun logs: --tail -1: give a number of lines, 0 or more\n"},
+		{[]string{"logs", "r", "--tail", "-2"}, "clusterrun logs: --tail -2: give a number of lines, 0 or more (-1: all of them)\n"},
+		{[]string{"attach", "r", "--tail", "-3"}, "clusterrun attach: --tail -3: give how many lines of each task's earlier output to show (0: none; -1: all of it)\n"},
 		{[]string{"logs", "r", "--attempt", "-2"}, "clusterrun logs: --attempt -2: an attempt is numbered from 1\n"},
 	} {
 		var out, errb bytes.Buffer

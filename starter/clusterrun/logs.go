@@ -43,7 +43,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	attempt := fs.Int("attempt", 0, "read this attempt of each task that has one; a named task must (default: each task's latest)")
 	outOnly := fs.Bool("stdout", false, "read only stdout")
 	errOnly := fs.Bool("stderr", false, "read only stderr")
-	tail := fs.Int("tail", 0, "only the last N lines of each task")
+	tail := fs.Int("tail", -1, "only the last N lines of each task (0: none, so that --follow prints only what is written from now; -1: all)")
 	follow := fs.Bool("follow", false, "keep printing new output until the run ends")
 	fs.BoolVar(follow, "f", false, "short for --follow")
 	timestamps := fs.Bool("timestamps", false, "begin each line with when it was written (RFC 3339, UTC, to within 250ms)")
@@ -55,8 +55,8 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	if *attempt < 0 {
 		return usageErrorf("--attempt %d: an attempt is numbered from 1", *attempt)
 	}
-	if *tail < 0 {
-		return usageErrorf("--tail %d: give a number of lines, 0 or more", *tail)
+	if *tail < -1 {
+		return usageErrorf("--tail %d: give a number of lines, 0 or more (-1: all of them)", *tail)
 	}
 	states, err := taskStates(*stateList)
 	if err != nil {
@@ -69,6 +69,13 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	// --tail 0 is no earlier line, as tail -n 0 and kubectl logs --tail=0 read it (it read every line): with
+	// --follow, only what is written from now. -1, the default, is every line: the follower's 0.
+	noEarlier := *tail == 0
+	if noEarlier {
+		since = max(since, time.Now().UnixNano())
+	}
+	*tail = max(*tail, 0)
 	ctx := context.Background()
 	if *follow {
 		var stop func()
@@ -155,7 +162,7 @@ func cmdLogs(args []string, stdout, stderr io.Writer) (err error) {
 	if err := followLogs(ctx, c, f, reads, chosen, live); err != nil {
 		return err
 	}
-	if !*follow && out.n == 0 && since > 0 {
+	if !*follow && out.n == 0 && since > 0 && !noEarlier {
 		fmt.Fprintln(stderr, "clusterrun logs: "+nothingSince(since, f.streamNames, f.readPast()))
 	}
 	if !*follow && *attempt == 0 {
