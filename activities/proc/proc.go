@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,11 @@ func (e *StartError) Error() string {
 	switch {
 	case errors.Is(e.Err, exec.ErrNotFound):
 		return fmt.Sprintf("command %q not found on this host%s: install it or give its full path", e.Argv[0], e.notes(false))
+	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir" && errors.Is(pathErr.Err, syscall.ENOTDIR):
+		return fmt.Sprintf("working directory %q is not a folder on this host (a file is in its place): fix workingDir", e.Dir)
+	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir" && errors.Is(pathErr.Err, os.ErrPermission):
+		return fmt.Sprintf("working directory %q is on this host, but the task's user may not enter it (permission denied): "+
+			"let that user in (chmod, or the host worker's --run-as) or fix workingDir", e.Dir)
 	case errors.As(e.Err, &pathErr) && pathErr.Op == "chdir":
 		return fmt.Sprintf("working directory %q does not exist on this host: create it or fix workingDir", e.Dir)
 	case errors.Is(e.Err, os.ErrPermission) && e.isDir():
@@ -160,8 +166,16 @@ func Start(cfg Config) (*Process, error) {
 	}
 	if cfg.Dir != "" {
 		// The child's failed chdir reaches us as a fork/exec ENOENT, which reads like a missing program.
-		if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
-			return nil, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: &os.PathError{Op: "chdir", Path: cfg.Dir, Err: syscall.ENOENT}}
+		st, err := os.Stat(cfg.Dir)
+		why := error(syscall.ENOENT)
+		switch {
+		case err == nil && !st.IsDir():
+			why = syscall.ENOTDIR
+		case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.ENOTDIR):
+			why = errors.Unwrap(err)
+		}
+		if err != nil || !st.IsDir() {
+			return nil, &StartError{Argv: cfg.Argv, Dir: cfg.Dir, Err: &os.PathError{Op: "chdir", Path: cfg.Dir, Err: why}}
 		}
 	}
 	p := &Process{cgroup: cfg.Cgroup, done: make(chan struct{}), stopped: make(chan struct{})}
@@ -248,12 +262,47 @@ func startError(cfg Config, err error) *StartError {
 	if dir == "" {
 		dir, _ = os.Getwd() // the child's, which is this process's
 	}
+	if errors.Is(err, os.ErrPermission) && cfg.Dir != "" && cfg.Credential != nil && !mayEnter(cfg.Dir, cfg.Credential) {
+		// The child's chdir as the task's user was refused: the exec's error names the program, not the folder.
+		err = &os.PathError{Op: "chdir", Path: cfg.Dir, Err: syscall.EACCES}
+	}
 	se := &StartError{Argv: cfg.Argv, Dir: dir, Err: err}
 	var pathErr *os.PathError
 	if errors.Is(err, exec.ErrNotFound) || (errors.Is(err, os.ErrNotExist) && !(errors.As(err, &pathErr) && pathErr.Op == "chdir")) {
 		se.Near = nearCommand(cfg.Argv[0], dir, cfg.Env)
 	}
 	return se
+}
+
+// mayEnter says whether the user of cred may enter dir by its mode bits: search permission on it and on every
+// folder above it, as its owner, its group (or one of cred's groups) or anyone. Root may enter any folder.
+func mayEnter(dir string, cred *syscall.Credential) bool {
+	if cred.Uid == 0 {
+		return true
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return true // not a question of permission: the start's own error says what it is
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true
+		}
+		var bit os.FileMode = 0o001
+		switch {
+		case sys.Uid == cred.Uid:
+			bit = 0o100
+		case sys.Gid == cred.Gid || slices.Contains(cred.Groups, sys.Gid):
+			bit = 0o010
+		}
+		if st.Mode().Perm()&bit == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 // nearCommand is a command whose name is a letter or so from name's, which was not found: for a bare name, the

@@ -242,6 +242,10 @@ func TestStart_Errors(t *testing.T) {
 
 	_, err = Start(Config{Argv: []string{"true"}, Env: os.Environ(), Dir: "/no/such/dir"})
 	assert.Contains(t, err.Error(), `working directory "/no/such/dir" does not exist`)
+	file := filepath.Join(t.TempDir(), "data.csv") // a file where the folder should be ("does not exist" before)
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = Start(Config{Argv: []string{"true"}, Env: os.Environ(), Dir: file})
+	assert.EqualError(t, err, `working directory "`+file+`" is not a folder on this host (a file is in its place): fix workingDir`)
 
 	_, err = Start(Config{Argv: []string{"/no/such/program"}, Env: os.Environ()})
 	assert.Contains(t, err.Error(), `command "/no/such/program" does not exist on this host: install it there or fix the path`)
@@ -367,4 +371,26 @@ func TestProcess_Start_HoldsNoDescriptorPerProcess(t *testing.T) {
 		assert.Equal(t, "SIGKILL", x.Signal)
 		assert.Equal(t, 137, x.Code)
 	}
+}
+
+// A working directory the task's user may not enter is named as such, where the exec's error said that the
+// program was not executable; a program that is not executable, in a folder the user may enter, still is.
+func TestStart_AWorkingDirectoryTheTasksUserMayNotEnter(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to start a process as another user")
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	locked := filepath.Join(t.TempDir(), "locked")
+	require.NoError(t, os.Mkdir(locked, 0o700))
+	_, err := Start(Config{Argv: []string{"/bin/true"}, Env: os.Environ(), Dir: locked, Credential: nobody})
+	assert.EqualError(t, err, `working directory "`+locked+`" is on this host, but the task's user may not enter it (permission denied): `+
+		`let that user in (chmod, or the host worker's --run-as) or fix workingDir`)
+
+	open := t.TempDir()
+	require.NoError(t, os.Chmod(open, 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(open), 0o755))
+	script := filepath.Join(open, "train.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"), 0o644))
+	_, err = Start(Config{Argv: []string{script}, Env: os.Environ(), Dir: open, Credential: nobody})
+	assert.ErrorContains(t, err, `command "`+script+`" is not executable`)
 }
