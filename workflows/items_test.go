@@ -283,7 +283,8 @@ func TestItems_ItemsOfAFunctionNoTakeAsksForAreUnserved(t *testing.T) {
 
 	old := newItems(10) // an items workflow from before Asked: its next take tells
 	sched(t, old, chief, steps(2), false, t0)
-	old.take(worker0, serve, 1, t0)
+	lo := old.take(worker0, serve, 1, t0)
+	old.complete([]ItemOutcome{ok(lo[0], `1`)}, t0) // none running
 	old.Asked = nil
 	_, unserved = old.unattended("", late.Add(time.Hour))
 	assert.Nil(t, unserved, "no take known: not said")
