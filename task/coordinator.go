@@ -125,10 +125,6 @@ func (c *Client) waitAcked(ctx context.Context, req WaitRequest) (WaitAnswer, er
 	req.Acks, req.Got = true, c.acks.take()
 	ans, err := c.WaitItems(ctx, req)
 	c.acks.settle(req.Got, err)
-	if err == nil {
-		c.untaken.note(c, ans.Untaken, time.Now())
-		c.untaken.noteUnserved(c, ans.Unserved)
-	}
 	return ans, err
 }
 

@@ -145,9 +145,14 @@ func (c *Client) TakeItems(ctx context.Context, req TakeRequest) (TakeAnswer, er
 	return out, err
 }
 
-// WaitItems waits for items (see WaitRequest).
+// WaitItems waits for items (see WaitRequest). An answer that counts items no task takes is told to Waiting
+// (once per function; see UntakenNoteAfter), whichever call asked: Join, Fetch, or a shell's task join.
 func (c *Client) WaitItems(ctx context.Context, req WaitRequest) (WaitAnswer, error) {
 	var out WaitAnswer
 	err := c.call(ctx, http.MethodPost, PathItemsWait, body(req), &out)
+	if err == nil {
+		c.untaken.note(c, out.Untaken, time.Now())
+		c.untaken.noteUnserved(c, out.Unserved)
+	}
 	return out, err
 }

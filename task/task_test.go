@@ -446,3 +446,19 @@ func TestNew_TellsItsNotesToStderr(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.Stderr, c.Waiting)
 }
+
+// The notes come with any wait's answer, not only Join's and Fetch's: a shell's clusterrun task join calls
+// WaitItems itself, and said nothing.
+func TestClient_WaitItemsTellsOfItemsNoTaskTakes(t *testing.T) {
+	path := socketPath(t)
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(WaitAnswer{Pending: 2, Unserved: map[string]int{"step": 2}})
+	})
+	t.Setenv("CLUSTERRUN_RUN_ID", "r1")
+	c := NewAt(path)
+	var said strings.Builder
+	c.Waiting = &said
+	_, err := c.WaitItems(context.Background(), WaitRequest{All: true})
+	require.NoError(t, err)
+	assert.Contains(t, said.String(), "clusterrun task: 2 item(s) of step wait, none runs")
+}

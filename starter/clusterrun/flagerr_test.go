@@ -29,6 +29,11 @@ func TestMainWithCode_FlagProblemsAreSaidInOneLine(t *testing.T) {
 		{[]string{"logs", "r", "--tail", "-2"}, "clusterrun logs: --tail -2: give a number of lines, 0 or more (-1: all of them)\n"},
 		{[]string{"attach", "r", "--tail", "-3"}, "clusterrun attach: --tail -3: give how many lines of each task's earlier output to show (0: none; -1: all of it)\n"},
 		{[]string{"logs", "r", "--attempt", "-2"}, "clusterrun logs: --attempt -2: an attempt is numbered from 1\n"},
+		// A timeout given as 0 waited as long as it takes (no timeout at all); Python's timeout=0 gives up at once.
+		{[]string{"task", "join", "--timeout", "0s"}, "clusterrun task join: --timeout 0s: give a positive duration (e.g. 30s), or leave --timeout out to wait as long as it takes\n"},
+		{[]string{"task", "fetch", "1", "--timeout", "-1s"}, "clusterrun task fetch: --timeout -1s: give a positive duration (e.g. 30s), or leave --timeout out to wait as long as it takes\n"},
+		{[]string{"task", "barrier", "x", "--timeout", "0"}, "clusterrun task barrier: --timeout 0s: give a positive duration (e.g. 30s), or leave --timeout out to wait as long as it takes\n"},
+		{[]string{"task", "wait-for-stop", "--timeout", "0s"}, "clusterrun task wait-for-stop: --timeout 0s: give a positive duration (e.g. 30s), or leave --timeout out to wait as long as it takes\n"},
 	} {
 		var out, errb bytes.Buffer
 		assert.Equal(t, exitUsage, mainWithCode(c.args, &out, &errb), "%v", c.args)

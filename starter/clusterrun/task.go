@@ -147,6 +147,15 @@ func taskError(err error) error {
 	return &exitError{code: 1, msg: err.Error()}
 }
 
+// givenTimeout refuses a --timeout that is given and not positive: 0 read as no timeout at all, a wait as long
+// as it takes, where the Python client's timeout=0 gives up at once.
+func givenTimeout(fs *flag.FlagSet, timeout time.Duration) error {
+	if timeout <= 0 && flagGiven(fs, "timeout") {
+		return usageErrorf("--timeout %s: give a positive duration (e.g. 30s), or leave --timeout out to wait as long as it takes", timeout)
+	}
+	return nil
+}
+
 func taskBarrier(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task barrier", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long (e.g. 30s, 5m); default: wait as long as it takes")
@@ -158,8 +167,8 @@ func taskBarrier(args []string, _, stderr io.Writer) error {
 	if err := task.CheckBarrierName(pos[0]); err != nil {
 		return usageErrorf("%v", err)
 	}
-	if *timeout < 0 {
-		return usageErrorf("--timeout %s: must be positive", *timeout)
+	if err := givenTimeout(fs, *timeout); err != nil {
+		return err
 	}
 	c, err := taskClient(stderr)
 	if err != nil {
@@ -254,8 +263,8 @@ func taskWaitForStop(args []string, stdout, stderr io.Writer) error {
 	if _, err := parse(fs, taskSubUsage("wait-for-stop"), args, 0, 0, stderr); err != nil {
 		return err
 	}
-	if *timeout < 0 {
-		return usageErrorf("--timeout %s: must be positive", *timeout)
+	if err := givenTimeout(fs, *timeout); err != nil {
+		return err
 	}
 	c, err := taskClient(stderr)
 	if err != nil {

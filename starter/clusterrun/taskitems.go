@@ -53,6 +53,9 @@ func taskFetch(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := givenTimeout(fs, *timeout); err != nil {
+		return err
+	}
 	var ids []int64
 	for _, p := range pos {
 		id, err := strconv.ParseInt(p, 10, 64)
@@ -126,6 +129,9 @@ func taskJoin(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("task join", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 0, "give up after this long; default: wait as long as it takes")
 	if _, err := parse(fs, taskSubUsage("join"), args, 0, 0, stderr); err != nil {
+		return err
+	}
+	if err := givenTimeout(fs, *timeout); err != nil {
 		return err
 	}
 	return joinItems(deadlineOf(*timeout), *timeout, true, stderr)
