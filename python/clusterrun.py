@@ -288,8 +288,18 @@ def clear_stop():
     _call("POST", "/v1/clear-stop", {})
 
 
+def _timeout(name, timeout):
+    """timeout, checked: None (no limit) or seconds, 0 or more (NaN, a negative or a string would wait wrongly)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError("%s's timeout is seconds, 0 or more, or None to wait as long as it takes; got %r" % (name, timeout))
+    return timeout
+
+
 def wait_for_stop(timeout=None):
     """Block until the run asks its tasks to stop; True then, False if timeout (seconds) passed first."""
+    timeout = _timeout("wait_for_stop", timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def body():
@@ -374,7 +384,7 @@ class RemoteValue:
 
     def fetch(self, timeout=None):
         """Wait for the result and return it; raise ItemError if the item failed, TimeoutError on timeout."""
-        self._items.wait_for(self, timeout)
+        self._items.wait_for(self, _timeout("fetch", timeout))
         if self._state == "failed":
             raise ItemError("item %s (%s) failed: %s" % (self.id, self.fn, self._error))
         return self._value
@@ -631,7 +641,7 @@ def schedule(fn, args=(), key=None, kwargs=None):
 def join(timeout=None):
     """Wait until every item this task scheduled has finished. Raises ItemError with the first error since
     the last join or done, once; scheduling goes on afterwards."""
-    _scheduler().wait_all(timeout)
+    _scheduler().wait_all(_timeout("join", timeout))
 
 
 def done():

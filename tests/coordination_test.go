@@ -256,7 +256,7 @@ for name, call in [("schedule", lambda: clusterrun.schedule("step", args=(1,))),
 
 // serve takes a dict of names to functions, or functions served under their __name__ (items_check.py serves
 // a list); what is neither is refused before it serves: serve("step") served functions named s, t, e and p.
-// schedule refuses a lambda, whose items of "<lambda>" no worker could serve.
+// schedule refuses a lambda, whose items of "<lambda>" no worker could serve; join a timeout of NaN.
 func TestE2E_PythonServeRefusesWhatIsNoHandler(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("python3", "-c", `
@@ -272,17 +272,22 @@ try:
     clusterrun.schedule(lambda x: x)
 except ValueError as e:
     print(str(e).split(":")[0])
+try:
+    clusterrun.join(timeout=float("nan"))
+except ValueError as e:
+    print(e)
 `)
 	cmd.Env = withEnv(os.Environ(), []string{"CLUSTERRUN_SOCKET=/nonexistent", "PYTHONPATH=" + filepath.Join(env.root, "python")})
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Len(t, lines, 5, "%s", out)
+	require.Len(t, lines, 6, "%s", out)
 	assert.Equal(t, "serve takes a dict of names to functions, serve({'step'", lines[0])
 	assert.Equal(t, "serve's handlers map names to functions", lines[1])
 	assert.Regexp(t, `^serve's list holds functions served under their __name__; <function <lambda> at 0x[0-9a-f]+> has none$`, lines[2])
 	assert.Equal(t, "serve needs at least one handler", lines[3])
 	assert.Regexp(t, `^schedule needs a function name, or a function with a __name__ the workers serve \(a lambda has none\), got <function <lambda> at 0x[0-9a-f]+>$`, lines[4])
+	assert.Equal(t, "join's timeout is seconds, 0 or more, or None to wait as long as it takes; got nan", lines[5], "it waited on a timeout of NaN")
 }
 
 // tf.train.Coordinator parity: wait_for_stop blocks until a task on another host asks every task to stop
