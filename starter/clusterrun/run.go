@@ -69,6 +69,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	// A Ctrl-C or SIGTERM from here on is the follower's to answer (it cancels the run this command started):
+	// one that came during the start, or before the follower began, ended the command and left the run going.
+	var sigs chan os.Signal
+	if !*detach {
+		sigs = make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
 	c, err := dial(ctx)
 	if err != nil {
 		return err
@@ -98,9 +106,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if isJSON(*output) {
 		// The tasks' output goes to stderr; stdout gets the final status alone, for scripts.
-		return followRun(ctx, c, *id, stderr, stderr, &jsonTo{stdout, *output}, following{owner: true})
+		return followRun(ctx, c, *id, stderr, stderr, &jsonTo{stdout, *output}, following{owner: true, sigs: sigs})
 	}
-	return followRun(ctx, c, *id, stdout, stderr, nil, following{owner: true})
+	return followRun(ctx, c, *id, stdout, stderr, nil, following{owner: true, sigs: sigs})
 }
 
 func countTasks(s *spec.RunSpec) int {
@@ -126,6 +134,7 @@ func startRun(ctx context.Context, c client.Client, id string, s *spec.RunSpec) 
 // later, showing the last tail lines each task had written by then (first: the run's status then).
 type following struct {
 	owner bool
+	sigs  chan os.Signal // the signals the command caught before it followed, if it did (else followRun's own)
 	tail  int
 	since int64 // with first: each stream's earlier output is shown from then (unix nanoseconds), if set
 	first *workflows.RunStatus
@@ -156,9 +165,12 @@ func runEnded(status string) bool {
 // does) and leaves one it attached to. A hang-up (SIGHUP: the terminal closed, an SSH session dropped)
 // always detaches: the run is not the terminal's, and goes on.
 func followRun(ctx context.Context, c client.Client, id string, stdout, stderr io.Writer, jsonOut *jsonTo, how following) error {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	sigs := how.sigs
+	if sigs == nil {
+		sigs = make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
 	// With SIGPIPE notified, a write to a closed pipe fails with EPIPE instead of ending the program: kept for
 	// the rest of the command, so that its last words cannot end it either.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
@@ -201,16 +213,12 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 	defer tick.Stop()
 	canceling := false
 	reads, logReads := newPatience(id, notes, c), newPatience(id, notes, c)
-	// A cancel no worker takes up is said once (untakenNote), here, where the notes are written.
-	untaken := make(chan string, 1)
+	// A cancel no worker takes up is said once (sayIfUntaken), while the loop may wait on a read of the run that
+	// no worker answers either: notes take writes from any goroutine (a live block's are locked).
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	for {
 		select {
-		case note := <-untaken:
-			if note != "" {
-				fmt.Fprintln(notes, note)
-			}
 		case o := <-done:
 			// The run's end is a read of it too: a follow that said it could not read the run says it can again,
 			// also when the run ended before its next look (a run that ends within half a second of a server
@@ -247,7 +255,7 @@ func followRun(ctx context.Context, c client.Client, id string, stdout, stderr i
 				if err := c.CancelWorkflow(ctx, id, ""); err != nil {
 					return fmt.Errorf("cancel run %s: %w", id, err)
 				}
-				go func() { untaken <- untakenNote(watchCtx, c, id, "run") }()
+				go sayIfUntaken(watchCtx, c, id, "run", notes)
 				continue
 			}
 			fmt.Fprintf(stderr, "detached; run %s goes on. Follow it again with: clusterrun attach %s\n", id, id)
