@@ -109,7 +109,10 @@ func TestE2E_LogsFollow(t *testing.T) {
 
 func TestE2E_StatusWatch(t *testing.T) {
 	id := runID(t)
-	spec := writeSpec(t, `{name: watch, command: [sleep, "2"], tasks: {worker: {replicas: 1}}}`)
+	// The task runs until the test lets it end: a sleep of 2 s had ended before the checks of its running
+	// state, once, under the race-enabled suite.
+	release := filepath.Join(t.TempDir(), "release")
+	spec := writeSpec(t, `{name: watch, command: [sh, -c, 'while [ ! -e `+release+` ]; do sleep 0.05; done'], tasks: {worker: {replicas: 1}}}`)
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
 	var live cliResult
 	waitUntil(t, "the heartbeat in status", 30*time.Second, func() bool {
@@ -127,7 +130,10 @@ func TestE2E_StatusWatch(t *testing.T) {
 	assert.NotEmpty(t, st.Tasks[0].Host)
 	assert.NotZero(t, st.Tasks[0].Port)
 
-	r := cli(t, "status", id, "--watch", "300ms")
+	w := env.startCLI(t, "status", id, "--watch", "300ms")
+	waitUntil(t, "the watch to show the run running", 30*time.Second, func() bool { return strings.Contains(w.out.String(), ": Running") })
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	r := w.wait(t, time.Minute)
 	require.Equal(t, 0, r.code, r.String())
 	assert.Contains(t, r.stdout, ": Running", "refreshed while it ran")
 	assert.Contains(t, r.stdout, ": Succeeded", "and returned once it ended")
