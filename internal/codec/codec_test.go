@@ -131,3 +131,29 @@ func BenchmarkCodec_RoundTrip2KiB(b *testing.B) {
 		}
 	}
 }
+
+func TestOrigin_IsWhatABrowserSends(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://localhost:8233":  "http://localhost:8233",
+		"http://localhost:8233/": "http://localhost:8233",
+		"HTTPS://UI.Example.com": "https://ui.example.com",
+		"https://[::1]:8233":     "https://[::1]:8233",
+	} {
+		got, err := Origin(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for in, want := range map[string]string{
+		"*":                                "any web page",
+		"localhost:8233":                   "is not a browser origin",
+		"ui.example.com":                   "is not a browser origin",
+		"ftp://ui.example.com":             "is not a browser origin",
+		"http://":                          "is not a browser origin",
+		"http://localhost:8233/namespaces": "use http://localhost:8233",
+		"http://localhost:8233/?x=1":       "use http://localhost:8233",
+		"http://u:p@localhost:8233":        "more than scheme",
+	} {
+		_, err := Origin(in)
+		assert.ErrorContains(t, err, want, in)
+	}
+}

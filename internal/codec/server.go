@@ -13,7 +13,7 @@ func Handler(c *Codec, origins []string) http.Handler {
 	codec := converter.NewPayloadCodecHTTPHandler(c)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if origin := r.Header.Get("Origin"); origin != "" {
-			if !slices.Contains(origins, origin) && !slices.Contains(origins, "*") {
+			if !slices.Contains(origins, origin) {
 				http.Error(w, "origin "+origin+" is not allowed: start the codec server with --cors-origin "+origin, http.StatusForbidden)
 				return
 			}

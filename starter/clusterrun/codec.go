@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -63,9 +64,14 @@ func cmdCodecServer(args []string, stdout, stderr io.Writer) error {
 	if len(origins) == 0 {
 		origins = listValue{"http://localhost:8233", "http://127.0.0.1:8233"}
 	}
-	ln, err := net.Listen("tcp", *listen)
+	for i, o := range origins {
+		if origins[i], err = codec.Origin(o); err != nil {
+			return usageErrorf("%v", err)
+		}
+	}
+	ln, err := listenOn(*listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", *listen, err)
+		return err
 	}
 	srv := &http.Server{Handler: codec.Handler(c, origins), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -81,6 +87,19 @@ func cmdCodecServer(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// listenOn listens on the --listen address; an address that is not HOST:PORT is a usage error.
+func listenOn(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return nil, usageErrorf("--listen %q is not HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:8081", addr)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w (pick a free port or stop what holds it)", addr, err)
+	}
+	return ln, nil
 }
 
 func cmdCodecKey(args []string, stdout, stderr io.Writer) error {

@@ -19,6 +19,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/clusterrun/clusterrun/internal/codec"
 	"github.com/clusterrun/clusterrun/internal/silence"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -755,4 +756,24 @@ func TestCodecServer_TakesNoConnectionFlags(t *testing.T) {
 	require.Equal(t, 0, mainWithCode([]string{"codec-server", "--help"}, &out, &errb))
 	assert.Contains(t, out.String()+errb.String(), "--codec-key-file")
 	assert.NotContains(t, out.String()+errb.String(), "--namespace")
+}
+
+// The codec server refuses an origin no browser sends (it would never match, and the Web UI would fail with no
+// word why) and a --listen that is not HOST:PORT, as usage errors, before it serves.
+func TestCodecServer_RefusesAnOriginOrAddressItCouldNotServe(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	line, err := codec.NewKeyLine("k1")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(keys, []byte(line+"\n"), 0o600))
+	for flag, want := range map[string]string{
+		"--cors-origin=localhost:8233":                   "is not a browser origin",
+		"--cors-origin=*":                                "any web page",
+		"--cors-origin=http://localhost:8233/namespaces": "use http://localhost:8233",
+		"--listen=127.0.0.1:99999":                       "is not HOST:PORT",
+		"--listen=8081":                                  "is not HOST:PORT",
+	} {
+		var out, errb bytes.Buffer
+		assert.Equal(t, exitUsage, mainWithCode([]string{"codec-server", "--codec-key-file", keys, flag}, &out, &errb), flag)
+		assert.Contains(t, errb.String(), want, flag)
+	}
 }
