@@ -258,3 +258,11 @@ func TestWorkflowWorkerOptions_ToleratesAStarvedHost(t *testing.T) {
 	assert.Equal(t, stickyTimeout, o.StickyScheduleToStartTimeout)
 	assert.Equal(t, 7, o.MaxConcurrentActivityExecutionSize, "the base options are kept")
 }
+
+// A --metrics-addr the worker cannot listen on says what form it takes.
+func TestServeMetrics_SaysTheAddressForm(t *testing.T) {
+	for _, addr := range []string{"9464", ":99999"} {
+		_, _, err := serveMetrics(addr)
+		assert.ErrorContains(t, err, "give HOST:PORT or :PORT", addr)
+	}
+}

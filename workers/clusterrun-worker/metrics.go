@@ -25,7 +25,7 @@ func serveMetrics(addr string) (client.MetricsHandler, io.Closer, error) {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("--metrics-addr %s: %w (give HOST:PORT or :PORT of a free port, e.g. :9464)", addr, err)
 	}
 	reporter := prometheus.NewReporter(prometheus.Options{})
 	scope, scopeCloser := tally.NewRootScope(tally.ScopeOptions{
