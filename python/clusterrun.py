@@ -159,7 +159,9 @@ def _call_until(sock_path, method, path, body, timeout, request_id):
             return _once(sock_path, method, path, body() if callable(body) else body, timeout, request_id)
         except _Unavailable as e:
             if time.monotonic() > deadline:
-                raise _Unreached("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR))
+                # from None: the message says it all; the chain of socket errors behind it would be three
+                # tracebacks in the task's log.
+                raise _Unreached("%s (tried for %gs; is the task's host worker running?)" % (e, RETRY_FOR)) from None
             if not said and time.monotonic() - began >= WAIT_NOTE_AFTER:
                 said = True
                 sys.stderr.write("clusterrun: %s; trying again for up to %gs (its host worker may be restarting)\n"

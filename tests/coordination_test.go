@@ -224,6 +224,7 @@ tasks: {worker: {replicas: 2, hosts: [host-a, host-b]}}
 	assert.Contains(t, got["wrong_method"], "405")
 	assert.Equal(t, "passed", got["typed_barrier"], "tasks=\"worker\" is one type")
 	assert.Contains(t, got["gone_socket"], "(tried for 0.6s; is the task's host worker running?)")
+	assert.Equal(t, false, got["gone_socket_chained"], "its traceback is one, not the socket errors' chain")
 	assert.Equal(t, 1, strings.Count(got["gone_socket_note"].(string), "\n"), "said once: %q", got["gone_socket_note"])
 	assert.Contains(t, got["gone_socket_note"], "No such file or directory; trying again for up to 0.6s (its host worker may be restarting)")
 }

@@ -48,6 +48,7 @@ try:
     out["gone_socket"] = "no error"
 except clusterrun.ClusterrunError as e:
     out["gone_socket"] = str(e)
+    out["gone_socket_chained"] = e.__cause__ is not None or not e.__suppress_context__
 out["gone_socket_note"] = sys.stderr.getvalue()
 os.environ["CLUSTERRUN_SOCKET"], sys.stderr = real_socket, real_stderr
 clusterrun.RETRY_FOR, clusterrun.WAIT_NOTE_AFTER = retry_for, note_after
