@@ -42,6 +42,7 @@ func TestTaskEnv_Contract(t *testing.T) {
 		"CLUSTERRUN_RESULT_FILE": "/l/result.json", "CLUSTERRUN_ERROR_FILE": "/l/error.json", "TORCHELASTIC_ERROR_FILE": "/l/error.json",
 		"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
 		"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1000",
+		"TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_RUN_ID": "r1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2",
 	} {
 		assert.Equal(t, want, got[k], k)
 	}
@@ -65,8 +66,37 @@ func TestTaskEnv_Contract(t *testing.T) {
 	eval := TaskEnv(nil, TaskIdentity{Task: spec.Task{Name: "evaluator-0", Type: "evaluator", Rank: -1}}, m)
 	joined := strings.Join(eval, "\n")
 	assert.NotContains(t, joined, "RANK=")
+	assert.NotContains(t, joined, "TORCHELASTIC_RUN_ID=", "PyTorch would take it for a member of the world")
 	assert.Contains(t, joined, "MASTER_ADDR=10.0.0.1")
 	assert.Contains(t, joined, `"task":{"index":0,"type":"evaluator"}`)
+}
+
+// A script moved from torchrun finds its restart count, run ID and node rank; the spec may set them itself.
+func TestTaskEnv_TorchrunsVariables(t *testing.T) {
+	m := clusterOf(
+		workflows.Endpoint{Task: "worker-0", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1000},
+		workflows.Endpoint{Task: "worker-1", Type: "worker", Host: "a", Addr: "10.0.0.1", Port: 1001},
+		workflows.Endpoint{Task: "worker-2", Type: "worker", Host: "b", Addr: "10.0.0.2", Port: 1002},
+		workflows.Endpoint{Task: "worker-3", Type: "worker", Host: "c", Addr: "10.0.0.3", Port: 1003},
+	)
+	vars := func(name string, rank, attempt int, specEnv map[string]string) map[string]string {
+		got := map[string]string{}
+		for _, kv := range TaskEnv(nil, TaskIdentity{RunID: "r1", Attempt: attempt, Task: spec.Task{Name: name, Type: "worker", Rank: rank, Env: specEnv}}, m) {
+			k, v, _ := strings.Cut(kv, "=")
+			got[k] = v
+		}
+		return got
+	}
+	for name, group := range map[string]string{"worker-0": "0", "worker-1": "1", "worker-2": "0", "worker-3": "2"} {
+		assert.Equal(t, group, vars(name, 0, 1, nil)["GROUP_RANK"], "%s: hosts in the order of their lowest rank", name)
+		assert.Equal(t, "3", vars(name, 0, 1, nil)["GROUP_WORLD_SIZE"], name)
+	}
+	assert.Equal(t, "0", vars("worker-1", 1, 1, nil)["TORCHELASTIC_RESTART_COUNT"], "a first start")
+	assert.Equal(t, "4", vars("worker-1", 1, 5, nil)["TORCHELASTIC_RESTART_COUNT"], "a fifth start is a restart: resume")
+	own := vars("worker-1", 1, 5, map[string]string{"GROUP_RANK": "7", "TORCHELASTIC_RESTART_COUNT": "0", "N": "${GROUP_WORLD_SIZE}"})
+	assert.Equal(t, "7", own["GROUP_RANK"])
+	assert.Equal(t, "0", own["TORCHELASTIC_RESTART_COUNT"])
+	assert.Equal(t, "3", own["N"], "a spec value may refer to them")
 }
 
 // The spec's ${NAME} is NAME's value in the environment the host gives the task (empty when it has none), and

@@ -24,9 +24,9 @@ type TaskIdentity struct {
 }
 
 // TaskEnv builds a task's environment: the host worker's own environment (base, filtered by its EnvPolicy),
-// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, then the spec's env, then the clusterrun
-// contract (which a spec may not override). A spec value's ${NAME} reads NAME from the host's part and the
-// contract, so that a value may name the task's own folder: /ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}.
+// PYTHONUNBUFFERED=1 and PYTHONFAULTHANDLER=1 unless that sets them, torchrun's variables (torchrunEnv), then
+// the spec's env, then the clusterrun contract (which a spec may not override). A spec value's ${NAME} reads
+// NAME from the host's part and the contract, so that a value may name the task's own folder: /ckpt/${CLUSTERRUN_RUN_ID}/${CLUSTERRUN_TASK}.
 func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 	var env orderedEnv
 	for _, kv := range base {
@@ -42,6 +42,10 @@ func TaskEnv(base []string, id TaskIdentity, m workflows.ClusterMap) []string {
 		if _, ok := env.vars[k]; !ok {
 			env.set(k, "1")
 		}
+	}
+	torchrun := torchrunEnv(id, m)
+	for _, k := range torchrun.order {
+		env.set(k, torchrun.vars[k])
 	}
 	contract := contractEnv(id, m)
 	refs := maps.Clone(env.vars) // what the spec's ${NAME} references read (spec/envref.go)
@@ -137,6 +141,34 @@ func contractEnv(id TaskIdentity, m workflows.ClusterMap) orderedEnv {
 		env.set("WORLD_SIZE", strconv.Itoa(world))
 		env.set("LOCAL_RANK", strconv.Itoa(localRank))
 		env.set("LOCAL_WORLD_SIZE", strconv.Itoa(local))
+	}
+	return env
+}
+
+// torchrunEnv is what torchrun sets that a script moved from it may read, for a task in the training world:
+// TORCHELASTIC_RESTART_COUNT (how many times this task was started before: a script resumes from its checkpoint
+// when it is over 0), TORCHELASTIC_RUN_ID (whose presence PyTorch's is_torchelastic_launched()
+// checks), and GROUP_RANK and GROUP_WORLD_SIZE (the task's host's place among the run's hosts, ordered by the
+// lowest rank each holds, and their number: torchrun's node rank). The spec's env may set any of them itself.
+func torchrunEnv(id TaskIdentity, m workflows.ClusterMap) orderedEnv {
+	var env orderedEnv
+	if id.Task.Rank < 0 {
+		return env
+	}
+	hosts, mine := map[string]int{}, ""
+	for _, e := range m.Endpoints {
+		if _, seen := hosts[e.Host]; !seen && EndpointType(e) != "evaluator" {
+			hosts[e.Host] = len(hosts)
+		}
+		if e.Task == id.Task.Name {
+			mine = e.Host
+		}
+	}
+	env.set("TORCHELASTIC_RESTART_COUNT", strconv.Itoa(max(id.Attempt-1, 0)))
+	env.set("TORCHELASTIC_RUN_ID", id.RunID)
+	if group, ok := hosts[mine]; ok {
+		env.set("GROUP_RANK", strconv.Itoa(group))
+		env.set("GROUP_WORLD_SIZE", strconv.Itoa(len(hosts)))
 	}
 	return env
 }

@@ -78,7 +78,7 @@ func TestE2E_TFConfigConsistentAcrossTasks(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `
 name: tfconfig
-command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\",\"temporal\":\"%s|%s|%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" "$TEMPORAL_ADDRESS" "$TEMPORAL_NAMESPACE" "$CLUSTERRUN_WORKER_LOG_FORMAT" > "$CLUSTERRUN_RESULT_FILE"']
+command: [sh, -c, 'printf "{\"tf\":%s,\"rank\":\"%s\",\"world\":\"%s\",\"local_rank\":\"%s\",\"local_world\":\"%s\",\"master\":\"%s:%s\",\"host\":\"%s\",\"task\":\"%s\",\"temporal\":\"%s|%s|%s\",\"torchrun\":\"%s|%s|%s\"}" "$TF_CONFIG" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE" "$MASTER_ADDR" "$MASTER_PORT" "$CLUSTERRUN_HOST" "$CLUSTERRUN_TASK" "$TEMPORAL_ADDRESS" "$TEMPORAL_NAMESPACE" "$CLUSTERRUN_WORKER_LOG_FORMAT" "$GROUP_RANK" "$GROUP_WORLD_SIZE" "$TORCHELASTIC_RESTART_COUNT" > "$CLUSTERRUN_RESULT_FILE"']
 env: {TEMPORAL_NAMESPACE: "set-by-the-spec${TEMPORAL_ADDRESS}"}
 chiefExit: wait
 tasks:
@@ -108,6 +108,7 @@ tasks:
 		Host       string `json:"host"`
 		Task       string `json:"task"`
 		Temporal   string `json:"temporal"`
+		Torchrun   string `json:"torchrun"`
 	}
 	views := map[string]view{}
 	for _, task := range st.Tasks {
@@ -140,6 +141,10 @@ tasks:
 	assert.Equal(t, "3", views["worker-2"].LocalWorld)
 	assert.Equal(t, "2", views["worker-2"].LocalRank)
 	assert.Equal(t, "1", views["ps-0"].LocalRank)
+	// torchrun's node rank: host-a holds rank 0; a first start has restarted 0 times.
+	assert.Equal(t, "0|2|0", views["worker-2"].Torchrun)
+	assert.Equal(t, "1|2|0", views["ps-0"].Torchrun)
+	assert.Equal(t, "||", views["evaluator-0"].Torchrun, "evaluators are outside the world")
 	// Each task's own address in the map is the port it was given.
 	assert.Equal(t, fmt.Sprintf("127.0.0.1:%d", st.Task("ps-0").Port), chief.TF.Cluster["ps"][0])
 }
