@@ -3,6 +3,7 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -69,7 +70,7 @@ func CheckPolicy(p HostPolicy) error {
 			return fmt.Errorf("--allow-command %q: not an absolute path or glob; use e.g. /usr/bin/python3* or /opt/train/bin/**", c)
 		}
 		if _, err := filepath.Match(strings.TrimSuffix(c, "/**"), ""); err != nil {
-			return fmt.Errorf("--allow-command %q: %v", c, err)
+			return fmt.Errorf("--allow-command %q: %v: a [ opens a set of characters that a ] must close; write \\[ for a [ itself", c, err)
 		}
 	}
 	for _, d := range p.Dirs {
@@ -78,6 +79,18 @@ func CheckPolicy(p HostPolicy) error {
 		}
 	}
 	return nil
+}
+
+// MissingDirs are the policy's --allow-dir folders that this host does not have (a typo, or a mount not up
+// yet): no task can start in one until it is there.
+func (p HostPolicy) MissingDirs() []string {
+	var missing []string
+	for _, d := range p.Dirs {
+		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, d)
+		}
+	}
+	return missing
 }
 
 // PolicyRefusal says why this host will not run a task: "host-b refuses /usr/bin/sh: not in --allow-command".

@@ -70,9 +70,16 @@ func TestHostPolicy_Admit(t *testing.T) {
 
 func TestHostPolicy_CheckPolicy(t *testing.T) {
 	assert.ErrorContains(t, CheckPolicy(HostPolicy{Commands: []string{"python3"}}), `--allow-command "python3": not an absolute path`)
-	assert.ErrorContains(t, CheckPolicy(HostPolicy{Commands: []string{"/usr/bin/[x"}}), "syntax error")
+	assert.ErrorContains(t, CheckPolicy(HostPolicy{Commands: []string{"/usr/bin/[x"}}), `syntax error in pattern: a [ opens a set of characters that a ] must close; write \[ for`)
 	assert.ErrorContains(t, CheckPolicy(HostPolicy{Dirs: []string{"srv"}}), `--allow-dir "srv": not an absolute path`)
 	assert.NoError(t, CheckPolicy(HostPolicy{Commands: []string{"/opt/**", "/usr/bin/python3*"}, Dirs: []string{"/srv"}}))
+}
+
+func TestHostPolicy_MissingDirs(t *testing.T) {
+	dir := t.TempDir()
+	gone := filepath.Join(dir, "not-mounted")
+	assert.Equal(t, []string{gone}, HostPolicy{Dirs: []string{dir, gone}}.MissingDirs())
+	assert.Empty(t, HostPolicy{}.MissingDirs())
 }
 
 func TestCheckPathNames(t *testing.T) {

@@ -413,6 +413,9 @@ func warnPolicy(c config, logger log.Logger) {
 			logger.Warn("tasks run as root (--run-as root): anyone who can start a workflow in the namespace is root on this host")
 		}
 	}
+	for _, d := range c.policy.MissingDirs() {
+		logger.Warn("--allow-dir " + d + " is not on this host: no task can start in it until it is (check the path, or the mount)")
+	}
 	if c.policy.Open() {
 		logger.Warn("no host policy: anyone who can start a workflow in the namespace can run any command on this host as " + user +
 			"; limit it with --allow-command and --allow-dir (see docs/security.md)")
