@@ -404,10 +404,11 @@ tasks:
 	assert.Empty(t, markedProcessesOf(t, "sleep 301"))
 }
 
-// stragglers: fail makes a stop that had to kill tasks after its grace period fail the run.
+// stragglers: fail makes a stop that had to kill tasks after its grace period fail the run. clusterrun stop says
+// how long the tasks have, rather than wait that long without a word.
 func TestE2E_StragglersFailTheRun(t *testing.T) {
 	id := runID(t)
-	spec := writeSpec(t, `{name: stragglers, stragglers: fail, stopGracePeriod: 1s, command: [sleep, "300"], tasks: {worker: {replicas: 2}}}`)
+	spec := writeSpec(t, `{name: stragglers, stragglers: fail, stopGracePeriod: 3s, command: [sleep, "300"], tasks: {worker: {replicas: 2}}}`)
 	require.Equal(t, 0, cli(t, "run", spec, "--id", id, "--detach").code)
 	waitUntil(t, "both tasks running", time.Minute, func() bool {
 		st, ok := query(t, id)
@@ -415,8 +416,10 @@ func TestE2E_StragglersFailTheRun(t *testing.T) {
 	})
 	r := cli(t, "stop", id)
 	assert.Equal(t, 0, r.code, r.String())
+	assert.Regexp(t, `clusterrun stop: stop requested from outside the run; what still runs in [0-3]s is killed \(stopGracePeriod\)\n`, r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, "is killed"), "said once: %s", r.stderr)
 	st, err := outcome(t, id)
 	require.Error(t, err)
 	assert.Equal(t, workflows.StatusFailed, st.Status)
-	assert.Equal(t, "stop requested from outside the run; killed 2 straggler(s) still running after 1s: worker-0, worker-1", st.Reason)
+	assert.Equal(t, "stop requested from outside the run; killed 2 straggler(s) still running after 3s: worker-0, worker-1", st.Reason)
 }

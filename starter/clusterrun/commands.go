@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -259,7 +260,7 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return endRun(pos[0], "cancel", *noWait, stdout, stderr,
+	return endRun(pos[0], "cancel", *noWait, false, stdout, stderr,
 		func(ctx context.Context, c client.Client, id string) error { return c.CancelWorkflow(ctx, id, "") },
 		func(st workflows.RunStatus) (bool, string) { return st.Status == workflows.StatusCanceled, "" })
 }
@@ -312,8 +313,9 @@ func actOnRunning(ctx context.Context, id, verb string, act func(context.Context
 
 // endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
 // took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have; took's note,
-// if any, goes to stderr after the table.
-func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
+// if any, goes to stderr after the table. With sayGrace, it says on stderr how long the tasks have to exit,
+// once the run shows the stop request's grace period.
+func endRun(id, verb string, noWait, sayGrace bool, stdout, stderr io.Writer,
 	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) (bool, string)) error {
 	ctx := context.Background()
 	c, err := actOnRunning(ctx, id, verb, act)
@@ -326,11 +328,14 @@ func endRun(id, verb string, noWait bool, stdout, stderr io.Writer,
 		return nil
 	}
 	watch, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() { defer close(watched); sayIfUntaken(watch, c, id, verb, stderr) }()
+	var watched sync.WaitGroup
+	watched.Go(func() { sayIfUntaken(watch, c, id, verb, stderr) })
+	if sayGrace {
+		watched.Go(func() { sayGraceOnce(watch, c, id, verb, stderr) })
+	}
 	final, err := result(ctx, c, id)
 	stopWatch()
-	<-watched
+	watched.Wait()
 	if ok, note := took(final); ok {
 		_ = report(final, err, id, stdout, nil)
 		if note != "" {
@@ -476,6 +481,27 @@ func printTypeEnvs(w io.Writer, p *spec.Plan) {
 		fmt.Fprintf(w, "env of %s:\n", t.Type)
 		for _, k := range slices.Sorted(maps.Keys(t.Env)) {
 			fmt.Fprintf(w, "  %s=%s\n", k, t.Env[k])
+		}
+	}
+}
+
+// sayGraceOnce tells w, once the run shows a stop request's grace period, how long its tasks have to exit
+// before what still runs is killed: clusterrun stop would otherwise wait that long without a word. It ends with
+// ctx, the run, or a status it cannot read.
+func sayGraceOnce(ctx context.Context, c client.Client, id, verb string, w io.Writer) {
+	for {
+		st, ended, _, err := fetchStatus(ctx, c, id)
+		if err != nil || ended {
+			return
+		}
+		if note := graceNote(st.RunStatus); note != "" {
+			fmt.Fprintf(w, "clusterrun %s: %s\n", verb, note)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -350,7 +350,7 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 	if *keep || *clear {
 		return askStop(pos[0], *clear, *noWait, stdout)
 	}
-	return endRun(pos[0], "stop", *noWait, stdout, stderr,
+	return endRun(pos[0], "stop", *noWait, true, stdout, stderr,
 		func(ctx context.Context, c client.Client, id string) error {
 			return c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg})
 		},
