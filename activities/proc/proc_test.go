@@ -295,6 +295,10 @@ func TestTail_Bounded(t *testing.T) {
 	bar := filepath.Join(t.TempDir(), "bar")
 	require.NoError(t, os.WriteFile(bar, []byte("epoch 1\n\r  0%| | 0/9\r 44%|#| 4/9"), 0o644))
 	assert.Equal(t, "44%|#| 4/9", LastLine(bar, 80))
+	// A coloured error, a window title, and a colour reset alone on the last line: the text, as a table shows it.
+	esc := filepath.Join(t.TempDir(), "esc")
+	require.NoError(t, os.WriteFile(esc, []byte("\x1b]0;pwned\x07\x1b[31mValueError:\x1b[0m\tlr < 0\n\x1b[0m\n"), 0o644))
+	assert.Equal(t, "ValueError: lr < 0", LastLine(esc, 80))
 
 	data, truncated, err := ReadBounded(path, 4)
 	require.NoError(t, err)

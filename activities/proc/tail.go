@@ -35,13 +35,15 @@ func Tail(path string, maxBytes int64) string {
 }
 
 // LastLine returns the last non-empty line of the file as a terminal shows it (a progress bar redrawn with
-// carriage returns: its latest drawing), cut to maxRunes.
+// carriage returns: its latest drawing), as plain text (lines.Plain: no colours, no escape sequences that a
+// terminal showing a status table, or the Web UI showing a failure, would act on or print as garbage), cut to
+// maxRunes.
 func LastLine(path string, maxRunes int) string {
-	tail := strings.TrimRight(Tail(path, 4096), "\r\n")
-	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
-		tail = tail[i+1:]
+	all := strings.Split(Tail(path, 4096), "\n")
+	tail := ""
+	for i := len(all) - 1; i >= 0 && tail == ""; i-- {
+		tail = strings.TrimSpace(lines.Plain(lines.LastDrawing(all[i]))) // a colour reset alone is no line
 	}
-	tail = strings.TrimSpace(lines.LastDrawing(tail))
 	if utf8.RuneCountInString(tail) > maxRunes {
 		r := []rune(tail)
 		tail = string(r[:maxRunes-1]) + "…"

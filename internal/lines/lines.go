@@ -38,7 +38,7 @@ func Drawing(part []byte, max int) string {
 // is blank.
 func Unfinished(part []byte, max int) string {
 	part = part[len(part)-min(len(part), drawingWindow):]
-	d := strings.TrimRightFunc(plain(LastDrawing(string(part))), func(r rune) bool { return r == ' ' })
+	d := strings.TrimRightFunc(Plain(LastDrawing(string(part))), func(r rune) bool { return r == ' ' })
 	if strings.TrimSpace(d) == "" {
 		return ""
 	}
@@ -52,8 +52,10 @@ func Unfinished(part []byte, max int) string {
 	return d
 }
 
-// plain drops escape sequences (colours, cursor moves), other control characters and invalid UTF-8.
-func plain(s string) string {
+// Plain is s as plain text, for a line a task wrote to stand in a table, a message or the Web UI: escape
+// sequences (colours, cursor moves, a window title's OSC string) and other control characters are left out, a
+// tab is a space, and invalid UTF-8 goes.
+func Plain(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -64,9 +66,22 @@ func plain(s string) string {
 			for i < len(s) && (s[i] < 0x40 || s[i] > 0x7e) {
 				i++
 			}
+		case c == 0x1b && i+1 < len(s) && strings.IndexByte("]P^_X", s[i+1]) >= 0:
+			// A string (OSC, DCS, PM, APC, SOS): up to BEL or ESC \.
+			i += 2
+			for i < len(s) && s[i] != 0x07 && !(s[i] == 0x1b && i+1 < len(s) && s[i+1] == '\\') {
+				i++
+			}
+			if i < len(s) && s[i] == 0x1b {
+				i++
+			}
 		case c == 0x1b:
 			i++ // ESC and the one character it introduces
+		case c == '\t':
+			b.WriteByte(' ')
 		case c < 0x20 || c == 0x7f:
+		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] <= 0x9f:
+			i++ // a C1 control character (U+0080 to U+009F), which some terminals act on
 		default:
 			b.WriteByte(c)
 		}

@@ -33,3 +33,20 @@ func TestUnfinished(t *testing.T) {
 	assert.Equal(t, "", Unfinished([]byte("   \x1b[0m"), 256), "blank")
 	assert.Equal(t, strings.Repeat(".", 256), Unfinished([]byte(strings.Repeat(".", 10000)), 256), "cut to max")
 }
+
+func TestPlain(t *testing.T) {
+	for in, want := range map[string]string{
+		"\x1b[31mred\x1b[0m plain":                   "red plain",
+		"title \x1b]0;pwned\x07set":                  "title set",
+		"title \x1b]0;pwned\x1b\\set":                "title set",
+		"link \x1b]8;;http://x\x1b\\x\x1b]8;;\x1b\\": "link x",
+		"err \x1b[2J\x1b[Hcleared":                   "err cleared",
+		"bin:\x01\x02\xff\xfe end":                   "bin: end",
+		"a\tb":                                       "a b",
+		"c1 \u009b31m":                               "c1 31m",
+		"caf\u00e9 ok":                               "caf\u00e9 ok",
+		"cut \x1b]0;never ended":                     "cut ",
+	} {
+		assert.Equal(t, want, Plain(in), "%q", in)
+	}
+}

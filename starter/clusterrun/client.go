@@ -22,6 +22,7 @@ import (
 
 	"github.com/clusterrun/clusterrun/internal/conn"
 	"github.com/clusterrun/clusterrun/internal/flagerr"
+	"github.com/clusterrun/clusterrun/internal/lines"
 	"github.com/clusterrun/clusterrun/spec"
 	"github.com/clusterrun/clusterrun/starter"
 	"github.com/clusterrun/clusterrun/workflows"
@@ -344,6 +345,11 @@ func withHostNotes(st workflows.RunStatus, hb map[string]heartbeat) workflows.Ru
 // terminal's width after the other columns, or, when w is no terminal, to noteMax. On a terminal too narrow to
 // leave it minNote, it goes on a line of its own under its row, indented, so that no line wraps.
 func writeTable(w io.Writer, rows [][]string, noteMax int) {
+	for _, r := range rows {
+		for i, c := range r {
+			r[i] = cell(c) // a task's words: its last line, its progress message, its error
+		}
+	}
 	widths := columnWidths(rows)
 	lead := 0
 	for _, n := range widths {
@@ -448,11 +454,17 @@ func printBarriers(w io.Writer, st workflows.RunStatus) {
 }
 
 func clip(s string, n int) string {
-	s = strings.NewReplacer("\n", " ", "\r", " ", "\t", " ").Replace(s)
+	s = cell(s)
 	if len([]rune(s)) > n {
 		return string([]rune(s)[:n-1]) + "…"
 	}
 	return s
+}
+
+// cell is s on one line as plain text (lines.Plain), to stand in a table: a task's escape sequences would
+// colour it, or clear the screen or set the window title of whoever reads the status.
+func cell(s string) string {
+	return lines.Plain(strings.NewReplacer("\n", " ", "\r", " ").Replace(s))
 }
 
 // uiLink is the Web UI page of a run, when the UI's address is known: CLUSTERRUN_UI_URL, or the dev server's

@@ -170,3 +170,22 @@ func TestLogRetention_TheHostsColumn(t *testing.T) {
 	assert.Equal(t, "off", logRetention(host("0")))
 	assert.Equal(t, "-", logRetention(host("")))
 }
+
+// What a task wrote stands in the table as plain text: its colours, a window title or a screen clear in its
+// last line, progress message or error would act on the terminal of whoever reads the status.
+func TestPrintTable_ShowsTasksWordsAsPlainText(t *testing.T) {
+	one := 1
+	st := workflows.RunStatus{Tasks: []workflows.TaskStatus{
+		{Name: "chief-0", State: workflows.TaskRunning, Host: "u-a", Attempt: 1},
+		{Name: "worker-0", State: workflows.TaskFailed, Host: "u-a", Attempt: 1, ExitCode: &one, Error: "exited: \x1b[31mValueError\x1b[0m\nbad"},
+	}}
+	hb := map[string]heartbeat{"chief-0": {HeartbeatDetails: workflows.HeartbeatDetails{PID: 7, Last: "\x1b]0;pwned\x07step 3\x1b[2J",
+		Progress: &workflows.Progress{Current: 3, Total: 9, Message: "\x1b[1mfast\x1b[0m"}}}}
+	var out strings.Builder
+	printTable(&out, st, hb)
+	assert.NotContains(t, out.String(), "\x1b")
+	assert.NotContains(t, out.String(), "pwned")
+	assert.Contains(t, out.String(), "step 3")
+	assert.Contains(t, out.String(), "fast")
+	assert.Contains(t, out.String(), "exited: ValueError bad")
+}
