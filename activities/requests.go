@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/clusterrun/clusterrun/internal/lines"
 	"github.com/clusterrun/clusterrun/task"
 	"github.com/clusterrun/clusterrun/workflows"
 )
@@ -71,7 +72,8 @@ func readBarrier(body io.Reader, types map[string]bool) (task.BarrierRequest, ti
 	return req, d, nil
 }
 
-// readProgress reads a progress report; its message is cut to what a status line shows.
+// readProgress reads a progress report; its message is plain text (lines.Plain: a bar block redrawn on the
+// reader's terminal has no room for a task's escape sequences) cut to what a status line shows.
 func readProgress(body io.Reader) (*workflows.Progress, error) {
 	var req task.ProgressRequest
 	if err := decode(task.PathProgress, body, &req); err != nil {
@@ -80,7 +82,7 @@ func readProgress(body io.Reader) (*workflows.Progress, error) {
 	if req.Current < 0 || req.Total < 0 {
 		return nil, errors.New("progress current and total must not be negative")
 	}
-	msg := req.Message
+	msg := strings.TrimSpace(lines.Plain(strings.ReplaceAll(req.Message, "\n", " ")))
 	if utf8.RuneCountInString(msg) > maxProgressMessage {
 		msg = string([]rune(msg)[:maxProgressMessage-1]) + "…"
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/clusterrun/clusterrun/internal/lines"
 )
 
 // FuzzControlRequests feeds the control socket's request readers what a task could send. Nothing may panic, and
@@ -11,7 +13,7 @@ import (
 func FuzzControlRequests(f *testing.F) {
 	for _, seed := range []string{
 		`{"name": "ready"}`, `{"name": "epoch/1", "types": ["worker"], "timeout": "30s"}`, `{"name": "x", "timeout": "2562047h47m"}`,
-		`{"name": ""}`, `{"current": 3, "total": 10, "message": "epoch 3"}`, `{"current": -1}`, `{"error": "boom"}`, `{}`, `[]`,
+		`{"name": ""}`, `{"current": 3, "total": 10, "message": "epoch 3"}`, `{"current": 1, "message": "\u001b[31mred\u001b]0;t\u0007\n"}`, `{"current": -1}`, `{"error": "boom"}`, `{}`, `[]`,
 		`{"name": "a"} {"name": "b"}`, `{"nope": 1}`, `null`, `{"current": 1e308, "total": 1e308}`,
 	} {
 		f.Add(byte(0), []byte(seed))
@@ -28,7 +30,7 @@ func FuzzControlRequests(f *testing.F) {
 			}
 		case 1:
 			p, err := readProgress(bytes.NewReader(body))
-			if err == nil && (p.Current < 0 || p.Total < 0 || utf8.RuneCountInString(p.Message) > maxProgressMessage) {
+			if err == nil && (p.Current < 0 || p.Total < 0 || utf8.RuneCountInString(p.Message) > maxProgressMessage || p.Message != lines.Plain(p.Message)) {
 				t.Fatalf("accepted %+v", p)
 			}
 		case 2:
