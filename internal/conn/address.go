@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // addressHint says what is wrong with an address the server could not be reached at, for the mistakes that
@@ -59,4 +63,23 @@ func withPort(host string) string {
 		return host
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), "7233")
+}
+
+// silentHint says, of a dial that got no answer in time from an address that accepts connections, that
+// something listens there but does not answer (in the CLI's words for a call the server did not answer, as the
+// server most often is what listens): "start one with make up" would be wrong. "" otherwise.
+func silentHint(ctx context.Context, address string, err error) string {
+	var deadline *serviceerror.DeadlineExceeded
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &deadline) && status.Code(err) != codes.DeadlineExceeded {
+		return ""
+	}
+	probe, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second) // the dial's own time is up
+	defer cancel()
+	c, derr := (&net.Dialer{}).DialContext(probe, "tcp", address)
+	if derr != nil {
+		return ""
+	}
+	_ = c.Close()
+	return "the server is up but did not answer in time: its database may be down or overloaded, or the server " +
+		"stopped or still starting (see its log); or another program holds that port"
 }

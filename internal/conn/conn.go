@@ -208,6 +208,9 @@ func reachError(ctx context.Context, opts client.Options, err error) *ReachError
 	if hint == "" {
 		hint = authHint(err, opts.Credentials != nil)
 	}
+	if hint == "" {
+		hint = silentHint(ctx, opts.HostPort, err)
+	}
 	return &ReachError{Address: opts.HostPort, Namespace: opts.Namespace, Err: err, Hint: hint}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,4 +115,24 @@ func TestAuthHint(t *testing.T) {
 	assert.Contains(t, authHint(refused, false), "the server wants credentials")
 	assert.Contains(t, authHint(status.Error(codes.PermissionDenied, "no"), true), "the server refused the API key")
 	assert.Empty(t, authHint(errors.New("dial tcp 127.0.0.1:7233: connect: connection refused"), true))
+}
+
+// A dial to an address where something accepts connections and never answers (a server stopped with SIGSTOP,
+// one whose database is down) says so, not "start one with make up".
+func TestReach_SomethingListensButDoesNotAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() }) // the kernel takes connections into its backlog; nobody answers them
+	SetConnection(Connection{Address: ln.Addr().String()})
+	t.Cleanup(func() { SetConnection(Connection{}) })
+	c, err := NewLazyClient("test", nil, nil, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = Reach(ctx, c)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the server is up but did not answer in time: its database may be down or overloaded")
+	assert.NotContains(t, err.Error(), "make up")
+	assert.True(t, Unreachable(err), "a worker still waits for it: %v", err)
 }

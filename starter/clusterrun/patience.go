@@ -223,7 +223,10 @@ func serverAddress() string {
 // slow. It returns "" for other errors.
 func unanswered(err error) string {
 	var unreadable *starter.UnreadableError
+	var unreached *conn.ReachError
 	switch {
+	case errors.As(err, &unreached):
+		return "" // a dial says itself whether anything listens (conn.silentHint)
 	case errors.As(err, &unreadable) && unreadable.ServerSlow:
 		return fmt.Sprintf("\nclusterrun: the Temporal server at %s is up but did not answer in time: its database may be down or "+
 			"overloaded (see the server's log)", serverAddress())
