@@ -462,3 +462,37 @@ func TestClient_WaitItemsTellsOfItemsNoTaskTakes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, said.String(), "clusterrun task: 2 item(s) of step wait, none runs")
 }
+
+// The Python client is one file for the Python a cluster has, down to 3.6: its syntax is checked against 3.6's
+// grammar, and it is run by every Python from 3.6 to 3.9 that pyenv has here.
+func TestPythonClient_RunsOnPython36AndLater(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 here")
+	}
+	out, err := exec.Command(python, "-c", "import ast; ast.parse(open('../python/clusterrun.py').read(), feature_version=(3, 6))").CombinedOutput()
+	require.NoError(t, err, "not Python 3.6's grammar: %s", out)
+
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		root = filepath.Join(os.Getenv("HOME"), ".pyenv")
+	}
+	olds, _ := filepath.Glob(filepath.Join(root, "versions", "3.[6-9].*", "bin", "python"))
+	path := socketPath(t)
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PathInfo:
+			_ = json.NewEncoder(w).Encode(Info{Task: "ps-1"})
+		default:
+			_ = json.NewEncoder(w).Encode(map[string]any{})
+		}
+	})
+	for _, old := range olds {
+		cmd := exec.Command(old, "-c", "import clusterrun; clusterrun.progress(1, 2, 'x'); print(clusterrun.info()['task'])")
+		cmd.Env = append(os.Environ(), "PYTHONPATH=../python", "CLUSTERRUN_SOCKET="+path)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s: %s", old, out)
+		assert.Equal(t, "ps-1\n", string(out), old)
+	}
+	t.Logf("run by %d older Pythons: %v", len(olds), olds)
+}
