@@ -260,9 +260,11 @@ func cmdCancel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return endRun(pos[0], "cancel", *noWait, false, stdout, stderr,
-		func(ctx context.Context, c client.Client, id string) error { return c.CancelWorkflow(ctx, id, "") },
-		func(st workflows.RunStatus) (bool, string) { return st.Status == workflows.StatusCanceled, "" })
+	return endRun(pos[0], ending{
+		verb: "cancel",
+		act:  func(ctx context.Context, c client.Client, id string) error { return c.CancelWorkflow(ctx, id, "") },
+		took: func(st workflows.RunStatus) (bool, string) { return st.Status == workflows.StatusCanceled, "" },
+	}, *noWait, stdout, stderr)
 }
 
 // dialRunning connects and returns the status of a run that is still running, or says there is nothing to do.
@@ -311,14 +313,23 @@ func actOnRunning(ctx context.Context, id, verb string, act func(context.Context
 	return c, nil
 }
 
-// endRun asks a running run to end (act), then, unless noWait, waits for the end and prints it. It exits 0 when
-// took says the run ended the way it was asked to, and otherwise as 'clusterrun run' would have; took's note,
-// if any, goes to stderr after the table. With sayGrace, it says on stderr how long the tasks have to exit,
-// once the run shows the stop request's grace period.
-func endRun(id, verb string, noWait, sayGrace bool, stdout, stderr io.Writer,
-	act func(context.Context, client.Client, string) error, took func(workflows.RunStatus) (bool, string)) error {
+// ending is a request that ends a run: its verb ("stop", "cancel"), how it is sent (act), whether the run's end
+// shows it taken (took, with a note for stderr), and whether the wait says how long the tasks have to exit, once
+// the run shows a stop request's grace period (sayGrace).
+type ending struct {
+	verb     string
+	act      func(context.Context, client.Client, string) error
+	took     func(workflows.RunStatus) (bool, string)
+	sayGrace bool
+}
+
+// endRun asks a running run to end, then, unless noWait, waits for the end and prints it. It exits 0 when the
+// ending was taken, and otherwise as 'clusterrun run' would have; took's note, if any, goes to stderr after the
+// table.
+func endRun(id string, e ending, noWait bool, stdout, stderr io.Writer) error {
+	verb := e.verb
 	ctx := context.Background()
-	c, err := actOnRunning(ctx, id, verb, act)
+	c, err := actOnRunning(ctx, id, verb, e.act)
 	if err != nil {
 		return err
 	}
@@ -330,13 +341,13 @@ func endRun(id, verb string, noWait, sayGrace bool, stdout, stderr io.Writer,
 	watch, stopWatch := context.WithCancel(ctx)
 	var watched sync.WaitGroup
 	watched.Go(func() { sayIfUntaken(watch, c, id, verb, stderr) })
-	if sayGrace {
+	if e.sayGrace {
 		watched.Go(func() { sayGraceOnce(watch, c, id, verb, stderr) })
 	}
 	final, err := result(ctx, c, id)
 	stopWatch()
 	watched.Wait()
-	if ok, note := took(final); ok {
+	if ok, note := e.took(final); ok {
 		_ = report(final, err, id, stdout, nil)
 		if note != "" {
 			fmt.Fprintf(stderr, "clusterrun %s: %s\n", verb, note)

@@ -350,11 +350,14 @@ func cmdStop(args []string, stdout, stderr io.Writer) error {
 	if *keep || *clear {
 		return askStop(pos[0], *clear, *noWait, stdout)
 	}
-	return endRun(pos[0], "stop", *noWait, true, stdout, stderr,
-		func(ctx context.Context, c client.Client, id string) error {
+	return endRun(pos[0], ending{
+		verb: "stop",
+		act: func(ctx context.Context, c client.Client, id string) error {
 			return c.SignalWorkflow(ctx, id, "", workflows.SignalStop, workflows.StopRequest{Error: *msg})
 		},
-		func(st workflows.RunStatus) (bool, string) { return stopTaken(st, *msg) })
+		took:     func(st workflows.RunStatus) (bool, string) { return stopTaken(st, *msg) },
+		sayGrace: true,
+	}, *noWait, stdout, stderr)
 }
 
 // stopTaken says whether a run ended by a stop request, and, when the request that ended it was not this one
