@@ -50,6 +50,16 @@ func (h *Host) unfollowIfIdle(workflowID, runID string) {
 	}
 }
 
+// unfollowAll stops following every run, at a worker's shutdown.
+func (h *Host) unfollowAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, cancel := range h.followers {
+		cancel()
+		delete(h.followers, k)
+	}
+}
+
 // dataConverter is the client's, to decode payloads read by hand.
 func (h *Host) dataConverter() converter.DataConverter {
 	if h.DataConverter == nil {

@@ -150,3 +150,15 @@ func TestFollow_BeginsOnceTheServerAnswers(t *testing.T) {
 	h.follow(context.Background(), "w", "r")
 	assert.True(t, e.stopRequested(), "the cancel after the history's length, once the server answered, is acted on")
 }
+
+// A worker's shutdown stops following its runs before it closes its connection: a follower whose long poll the
+// closing connection broke logged a failure at every clean restart ("following the run's history failed").
+func TestFollow_EndsWithTheHostsShutdown(t *testing.T) {
+	server := &fakeServer{historyLength: 1} // a quiet history: the follower waits in its long poll
+	h := newHost(t, t.TempDir(), "", t.TempDir(), server)
+	h.followRun("w", "r")
+	h.Shutdown(false, 0, time.Second)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Empty(t, h.followers, "a run still followed after the shutdown")
+}

@@ -268,6 +268,7 @@ func (h *Host) Shutdown(stopTasks bool, grace, timeout time.Duration) {
 	for _, e := range h.reg.all() {
 		h.closeControl(e)
 	}
+	h.unfollowAll() // before the worker closes its client: the next worker follows these runs
 }
 
 // retireOnShutdown bounds the last retirement of ended attempts (retireEnded) in a worker's shutdown.

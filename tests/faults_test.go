@@ -418,6 +418,12 @@ tasks:
 	env.stopWorker(host, sig)
 	assert.True(t, alive(pid), "the task died with its worker (%s)", sig)
 	if sig == syscall.SIGTERM {
+		// A clean stop logs no failure of its own making: the run's history is no longer followed once the
+		// worker lets its tasks go, before it closes its connection (which the follower took for a failure).
+		log, err := os.ReadFile(filepath.Join(env.workDir, "worker-"+host+".log"))
+		require.NoError(t, err)
+		assert.Contains(t, string(log), "clusterrun-worker stopped")
+		assert.NotContains(t, string(log), "following the run's history failed", "%s", log)
 		// The task is unreachable while its host has no worker (the worker says so as it shuts down, or its
 		// heartbeats stop), and clusterrun run, which follows the run, says so.
 		run.waitFor(t, "clusterrun run to say the task is unreachable", regexp.MustCompile(`\[worker-0\] ── unreachable: `))
