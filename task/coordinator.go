@@ -239,6 +239,16 @@ type Handler func(ctx context.Context, args json.RawMessage) (any, error)
 // fails its item with the panic (its stack goes to stderr), and serving goes on, as for an error. The results
 // of items finished when ctx ends are reported before Serve returns (within ReportOnEnd), not run again.
 func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
+	return c.serve(ctx, handlers, false)
+}
+
+// ServeUntilStop serves as Serve does, and returns nil once the run asks its tasks to stop, as Python's serve
+// does: it looks when a take brings no item, so an item taken is run and reported first.
+func (c *Client) ServeUntilStop(ctx context.Context, handlers map[string]Handler) error {
+	return c.serve(ctx, handlers, true)
+}
+
+func (c *Client) serve(ctx context.Context, handlers map[string]Handler, untilStop bool) error {
 	fns := slices.Sorted(maps.Keys(handlers))
 	if len(fns) == 0 {
 		return errors.New("serve needs at least one handler: Serve(ctx, map[string]task.Handler{\"step\": step})")
@@ -260,6 +270,11 @@ func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
 			return err
 		}
 		done = nil
+		if len(ans.Items) == 0 && untilStop {
+			if st, err := c.ShouldStop(ctx); err == nil && st.Stop {
+				return nil
+			}
+		}
 		for i, it := range ans.Items {
 			var held []int64
 			for _, h := range ans.Items[i:] {

@@ -496,3 +496,38 @@ func TestPythonClient_RunsOnPython36AndLater(t *testing.T) {
 	}
 	t.Logf("run by %d older Pythons: %v", len(olds), olds)
 }
+
+// ServeUntilStop runs what it took, then returns once a take brings nothing and the run is stopping; the
+// results go with the last take.
+func TestServeUntilStop_EndsWhenTheRunStops(t *testing.T) {
+	path := socketPath(t)
+	var mu sync.Mutex
+	var takes []TakeRequest
+	serve(t, path, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case PathShouldStop:
+			_ = json.NewEncoder(w).Encode(StopState{Stop: len(takes) >= 3})
+		default:
+			var req TakeRequest
+			require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+			takes = append(takes, req)
+			ans := TakeAnswer{Items: []LeasedItem{}}
+			if len(takes) == 1 {
+				ans.Items = []LeasedItem{{ID: 1, Lease: 11, Fn: "sq", Args: json.RawMessage(`[3]`), LeaseFor: time.Minute}}
+			}
+			_ = json.NewEncoder(w).Encode(ans)
+		}
+	})
+	err := NewAt(path).ServeUntilStop(context.Background(), map[string]Handler{"sq": func(_ context.Context, args json.RawMessage) (any, error) {
+		var xs []int
+		require.NoError(t, json.Unmarshal(args, &xs))
+		return xs[0] * xs[0], nil
+	}})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, takes, 3, "a take with an item, its result with the next, then one that finds the run stopping")
+	assert.Equal(t, []ItemOutcome{{ID: 1, Lease: 11, Result: json.RawMessage(`9`)}}, takes[1].Done)
+}

@@ -194,6 +194,43 @@ tasks:
 // without items says how to turn them on.
 // Items of a function no task serves ("stepp" for "step") waited for ever without a word; the scheduler's
 // join now says once that no task of the run has taken one, and which function to serve.
+// A shell task serves items with clusterrun task serve: each item runs a command, its arguments on stdin, and
+// what the command prints is its result; an exit other than 0 fails the item with its stderr's last line. The
+// servers end (exit 0) when the run stops.
+func TestE2E_ShellTasksServeItems(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: shell-serve
+items: {}
+tasks:
+  chief: {replicas: 1, command: [sh, -c, 'set -e; a=$(clusterrun task schedule sq "[4]"); b=$(clusterrun task schedule word "{\"n\": 2}"); c=$(clusterrun task schedule quiet); d=$(clusterrun task schedule boom "[]"); clusterrun task fetch $a $b $c $d > $CLUSTERRUN_RESULT_FILE.lines || true; python3 -c "import json,sys; json.dump([json.loads(l) for l in open(sys.argv[1])], open(sys.argv[2], \"w\"))" $CLUSTERRUN_RESULT_FILE.lines $CLUSTERRUN_RESULT_FILE; clusterrun task stop']}
+  worker: {replicas: 2, command: [clusterrun, task, serve, sq, word, quiet, boom, --, python3, `+filepath.Join(env.root, "tests", "testdata", "shell_item.py")+`]}
+`)
+	r := cli(t, "run", spec, "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	var got []struct {
+		ID     int             `json:"id"`
+		State  string          `json:"state"`
+		Result json.RawMessage `json:"result"`
+		Error  string          `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(st.Task("chief-0").Result, &got), string(st.Task("chief-0").Result))
+	require.Len(t, got, 4)
+	assert.JSONEq(t, `16`, string(got[0].Result))
+	assert.JSONEq(t, `"hello hello"`, string(got[1].Result), "text that is not JSON is a string")
+	assert.Equal(t, "done", got[2].State)
+	assert.Contains(t, []string{"", "null"}, string(got[2].Result), "nothing printed: null")
+	assert.Equal(t, "failed", got[3].State)
+	assert.Equal(t, "python3 exited with code 1: boom: shard 7 is corrupt", got[3].Error)
+	for _, w := range []string{"worker-0", "worker-1"} {
+		assert.Equal(t, workflows.TaskSucceeded, st.Task(w).State, "%s ends with the run's stop", w)
+	}
+	logs := cli(t, "logs", id, "--tasks", "worker-*", "--stderr")
+	assert.Contains(t, logs.stdout, "about to fail", "the command's stderr goes to the task's")
+}
+
 func TestE2E_ItemsOfAFunctionNoTaskServesAreNamed(t *testing.T) {
 	id := runID(t)
 	spec := writeSpec(t, `

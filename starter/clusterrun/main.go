@@ -55,7 +55,7 @@ Commands:
   items RUN       a run's work items: counts, and each item with its hand-outs
   validate SPEC   check a spec and list every problem
   task ...        from inside a task: barrier, progress, stop, clear-stop, should-stop, wait-for-stop, info,
-                  and work items (schedule, fetch, join, done)
+                  and work items (schedule, fetch, join, done, serve)
   codec-server    serve the payload codec to the Web UI and the temporal CLI
   codec-key ID    print a new encryption key line for a codec key file
   completion SHELL  print a completion script for bash, zsh, fish or powershell, e.g.

@@ -39,6 +39,8 @@ var taskSubs = []taskSub{
 	{"fetch", "ID... [--timeout D]", []string{"wait for items' results; prints one JSON line per item"}},
 	{"join", "[--timeout D]", []string{"wait for every item this task scheduled; fails on the first error"}},
 	{"done", "", []string{"exit 0 if every item this task scheduled is finished, 3 if not"}},
+	{"serve", "FN... -- COMMAND [ARG...]", []string{"serve items of FN: each runs COMMAND, its arguments on stdin, its stdout the",
+		"result; until the run stops"}},
 }
 
 var taskUsage = `Talk to clusterrun from inside a task (through the task's control socket, CLUSTERRUN_SOCKET).
@@ -108,7 +110,7 @@ func cmdTask(args []string, stdout, stderr io.Writer) error {
 	sub, rest := args[0], args[1:]
 	run := map[string]func([]string, io.Writer, io.Writer) error{
 		"barrier": taskBarrier, "progress": taskProgress, "stop": taskStop, "should-stop": taskShouldStop, "info": taskInfo,
-		"schedule": taskSchedule, "fetch": taskFetch, "join": taskJoin, "done": taskDone,
+		"schedule": taskSchedule, "fetch": taskFetch, "join": taskJoin, "done": taskDone, "serve": taskServe,
 		"clear-stop": taskClearStop, "wait-for-stop": taskWaitForStop,
 	}[sub]
 	if run == nil {
