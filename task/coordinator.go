@@ -235,7 +235,7 @@ type Handler func(ctx context.Context, args json.RawMessage) (any, error)
 
 // Serve takes items of the given functions and runs them, reporting each result, until ctx ends. While a
 // handler runs, the leases of the items it holds are renewed. Fast handlers take items in batches of up to
-// 32; once one takes over 0.1 s, one at a time, so that idle workers get the rest. A handler that panics
+// 32 (ServeBatch); once one takes over 0.1 s, one at a time, so that idle workers get the rest. A handler that panics
 // fails its item with the panic (its stack goes to stderr), and serving goes on, as for an error. The results
 // of items finished when ctx ends are reported before Serve returns (within ReportOnEnd), not run again.
 func (c *Client) Serve(ctx context.Context, handlers map[string]Handler) error {
@@ -262,7 +262,11 @@ func (c *Client) serve(ctx context.Context, handlers map[string]Handler, untilSt
 	defer r.hold(nil, 0)
 	var done []ItemOutcome
 	defer func() { c.reportOnEnd(done) }()
-	take := 32
+	batch := c.ServeBatch
+	if batch < 1 {
+		batch = 32
+	}
+	take := batch
 	for ctx.Err() == nil {
 		ans, err := c.TakeItems(ctx, TakeRequest{Done: done, Fns: fns, Max: take, Wait: "5s"})
 		if err != nil {
@@ -283,7 +287,7 @@ func (c *Client) serve(ctx context.Context, handlers map[string]Handler, untilSt
 			r.hold(held, it.LeaseFor)
 			began := time.Now()
 			done = append(done, runItem(ctx, handlers[it.Fn], it))
-			take = 32
+			take = batch
 			if time.Since(began) > 100*time.Millisecond {
 				take = 1
 			}

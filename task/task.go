@@ -166,6 +166,11 @@ type Client struct {
 	// ended). New sets it to os.Stderr, the task's stderr log, as the Python client writes its notes; nil keeps
 	// the client quiet.
 	Waiting io.Writer
+	// ServeBatch is how many items a Serve call takes at once while its handlers are fast (each under 0.1 s);
+	// once one is slower, it takes one at a time, so that idle workers get the rest. Optional: default 32;
+	// 1 takes one at a time from the first (handlers known to be slow, such as a process per item).
+	ServeBatch int
+
 	socket  string
 	http    *http.Client
 	acks    acks

@@ -520,7 +520,9 @@ func TestServeUntilStop_EndsWhenTheRunStops(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(ans)
 		}
 	})
-	err := NewAt(path).ServeUntilStop(context.Background(), map[string]Handler{"sq": func(_ context.Context, args json.RawMessage) (any, error) {
+	c := NewAt(path)
+	c.ServeBatch = 1
+	err := c.ServeUntilStop(context.Background(), map[string]Handler{"sq": func(_ context.Context, args json.RawMessage) (any, error) {
 		var xs []int
 		require.NoError(t, json.Unmarshal(args, &xs))
 		return xs[0] * xs[0], nil
@@ -530,4 +532,5 @@ func TestServeUntilStop_EndsWhenTheRunStops(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, takes, 3, "a take with an item, its result with the next, then one that finds the run stopping")
 	assert.Equal(t, []ItemOutcome{{ID: 1, Lease: 11, Result: json.RawMessage(`9`)}}, takes[1].Done)
+	assert.Equal(t, 1, takes[0].Max, "ServeBatch 1 takes one item at a time from the first")
 }

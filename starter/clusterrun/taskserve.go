@@ -61,6 +61,7 @@ func taskServe(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	c.ServeBatch = 1 // a process per item is never fast: a batch would keep items from idle workers
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	handlers := map[string]task.Handler{}
