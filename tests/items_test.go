@@ -493,6 +493,22 @@ func TestE2E_PSTrainingExample(t *testing.T) {
 	assert.InDelta(t, 2, res.B, 0.1)
 }
 
+// examples/test-shards: a chief schedules 12 shards from its shell, and three workers serve them with
+// clusterrun task serve, one process per shard, spread over the workers.
+func TestE2E_TestShardsExample(t *testing.T) {
+	id := runID(t)
+	r := cli(t, "run", "examples/test-shards/shards.yaml", "--id", id)
+	require.Equal(t, 0, r.code, r.String())
+	assert.Contains(t, r.stdout, "12 of 12 shards passed (78 tests)")
+	assert.Contains(t, r.stdout, "ITEMS: 12 scheduled, 0 queued, 0 running, 12 done, 0 failed")
+	workers := map[string]bool{}
+	for _, m := range regexp.MustCompile(`"worker":"(worker-\d)"`).FindAllStringSubmatch(r.stdout, -1) {
+		workers[m[1]] = true
+	}
+	assert.Greater(t, len(workers), 1, "the shards went to one worker: %s", r.stdout)
+	assert.NotContains(t, r.stderr+r.stdout, "clusterrun task serve:", "the workers' end, with the run's, says nothing")
+}
+
 // Work items from Go: Schedule, Join (the first error once), Fetch and Serve.
 func TestE2E_ItemsFromGo(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "goitems")

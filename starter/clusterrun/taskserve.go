@@ -73,7 +73,7 @@ func taskServe(args []string, _, stderr io.Writer) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return &exitError{code: 128 + int(syscall.SIGTERM), msg: "stopped by a signal; the results of items that ended were reported"}
+		return &exitError{code: 128 + int(syscall.SIGTERM)} // as a process dying of its SIGTERM: without a word
 	}
 	return taskError(err)
 }
