@@ -1223,3 +1223,27 @@ func TestE2E_ACancelThatNoWorkerTakesUpSaysSo(t *testing.T) {
 	})
 	assert.Contains(t, r.errb.String(), "canceling run "+other)
 }
+
+// clusterrun run --env NAME=VALUE sets a variable over the spec's env, also where a task type sets it, and the
+// run's input carries it.
+func TestE2E_RunEnvOverridesTheSpec(t *testing.T) {
+	id := runID(t)
+	spec := writeSpec(t, `
+name: run-env
+command: [sh, -c, 'printf "\"%s\"" "$LR $EPOCHS $DATA" > "$CLUSTERRUN_RESULT_FILE"']
+env: {LR: "0.1", DATA: /d}
+chiefExit: wait
+tasks:
+  chief: {replicas: 1}
+  worker: {replicas: 1, env: {LR: "0.5"}}
+`)
+	r := cli(t, "run", spec, "--id", id, "--env", "LR=0.01", "--env", "EPOCHS=3")
+	require.Equal(t, 0, r.code, r.String())
+	st, err := outcome(t, id)
+	require.NoError(t, err)
+	assert.JSONEq(t, `"0.01 3 /d"`, string(st.Task("chief-0").Result))
+	assert.JSONEq(t, `"0.01 3 /d"`, string(st.Task("worker-0").Result), "over the task type's own LR too")
+	bad := cli(t, "run", spec, "--env", "RANK=1")
+	assert.Equal(t, 2, bad.code, bad.String())
+	assert.Contains(t, bad.stderr, "env.RANK: RANK is set by clusterrun")
+}

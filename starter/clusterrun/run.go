@@ -27,7 +27,7 @@ import (
 
 const runUsage = `Start a run from a YAML or JSON spec and follow it.
 
-Usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json|jsonl]
+Usage: clusterrun run SPEC [--id ID] [--env NAME=VALUE]... [--detach] [-o table|json|jsonl]
 
 SPEC is a file, or - for standard input. Streams every task's output with a [task] prefix, prints the result
 table (with -o json or jsonl: the tasks' output goes to stderr and the final status, as JSON, alone to stdout), and
@@ -35,11 +35,14 @@ exits with 0 on success, the chief's (or else the first failed task's) exit code
 maxRunTime, 130 when canceled, and 2 for an invalid spec or usage error. Ctrl-C asks whether to cancel the run
 or detach from it (without a terminal, Ctrl-C cancels); 'clusterrun attach RUN' follows a detached run again.
 A hang-up (the terminal closed) detaches with 129. A reader of the output that leaves (| head) ends neither
-the run nor this command, which follows the run to its end and exits with its code.
+the run nor this command, which follows the run to its end and exits with its code. --env NAME=VALUE sets a
+variable over the spec's env, at the run's level and in every task type that sets it, as if the spec said so
+(the run's input in the Web UI shows it).
 
 Example:
   clusterrun run examples/demo.yaml
   clusterrun run train.yaml --id mnist-42 --detach
+  clusterrun run train.yaml --env LR=0.01 --env EPOCHS=3
   render-spec | clusterrun run -
 `
 
@@ -47,6 +50,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	id := fs.String("id", "", "run ID (the workflow ID); default NAME-TIMESTAMP-RANDOM")
 	detach := fs.Bool("detach", false, "start the run and return at once")
+	var envs envFlags
+	fs.Var(&envs, "env", "set NAME=VALUE in every task's environment, over the spec's env (repeatable)")
 	output, checkOutput := addOutputFlag(fs)
 	pos, err := parse(fs, runUsage, args, 1, 1, stderr)
 	if err != nil {
@@ -57,6 +62,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}
 	s, err := loadSpec(pos[0])
 	if err != nil {
+		return err
+	}
+	if err := applyEnv(s, envs); err != nil {
 		return err
 	}
 	if *id != "" {
