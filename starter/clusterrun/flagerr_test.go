@@ -57,7 +57,7 @@ func TestMainWithCode_AMissingArgumentIsNamed(t *testing.T) {
 	}{
 		{[]string{"status"}, "clusterrun status: missing RUN (a run's ID: clusterrun list shows the runs, newest first); usage: clusterrun status RUN [TASK...] [--tasks GLOBS] [--state STATES] [-o table|json|jsonl] [--watch 2s] (see clusterrun status --help)\n"},
 		{[]string{"terminate-task", "r"}, "clusterrun terminate-task: missing TASK (a task's name, such as worker-0: clusterrun status RUN lists them); usage: clusterrun terminate-task RUN TASK (see clusterrun terminate-task --help)\n"},
-		{[]string{"run"}, "clusterrun run: missing SPEC (a YAML or JSON spec file; docs/spec.md); usage: clusterrun run SPEC [--id ID] [--detach] [-o table|json|jsonl] (see clusterrun run --help)\n"},
+		{[]string{"run"}, "clusterrun run: missing SPEC (a YAML or JSON spec file; docs/spec.md); usage: clusterrun run SPEC [--id ID] [--env NAME=VALUE]... [--detach] [-o table|json|jsonl] (see clusterrun run --help)\n"},
 		{[]string{"drain"}, "clusterrun drain: missing HOST (a host worker's --host: clusterrun hosts lists them); usage: clusterrun drain HOST [--now | --undo] [-o table|json|jsonl] (see clusterrun drain --help)\n"},
 		{[]string{"start-task", "r"}, "clusterrun start-task: missing TYPE (a task type of the run's spec, such as worker, or a task's name, such as worker-3); usage: clusterrun start-task RUN TYPE [--index N] or clusterrun start-task RUN TASK (see clusterrun start-task --help)\n"},
 		{[]string{"start-task", "r", "worker", "3"}, "clusterrun start-task: unexpected argument \"3\"; usage: clusterrun start-task RUN TYPE [--index N] or clusterrun start-task RUN TASK (see clusterrun start-task --help)\n"},
