@@ -443,6 +443,10 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	showEnv := fs.Bool("env", false, "also print each task type's env, with the spec's own values read in")
 	format, checkFormat := addOutputFlag(fs)
+	if set := envValueGiven(args); set != "" {
+		return usageErrorf("validate's --env takes no value (it prints each task type's env), so %q cannot be set here; "+
+			"clusterrun run SPEC --env %s sets it over the spec's env, and checks it as validate would", set, set)
+	}
 	pos, err := parse(fs, validateUsage, args, 1, 1, stderr)
 	if err != nil {
 		return err
@@ -474,6 +478,20 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		printTypeEnvs(stdout, p)
 	}
 	return nil
+}
+
+// envValueGiven is the NAME=VALUE a validate command line gives its --env (--env=NAME=VALUE, or --env then
+// NAME=VALUE), as run's --env takes one; "" when it gives none.
+func envValueGiven(args []string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "env="); ok && strings.HasPrefix(a, "-") && strings.Contains(v, "=") {
+			return v
+		}
+		if (a == "--env" || a == "-env") && i+1 < len(args) && strings.Contains(args[i+1], "=") && !strings.HasPrefix(args[i+1], "-") {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // printTypeEnvs prints the env each task type gets from the spec, written as a spec writes a value: the

@@ -30,3 +30,12 @@ func TestRunEnvFlag_WantsNameEqualsValue(t *testing.T) {
 		assert.Contains(t, errb.String(), "want NAME=VALUE, e.g. --env LR=0.01", bad)
 	}
 }
+
+// validate's --env prints, and takes no value: one given as run's --env takes it is named, with run's.
+func TestValidateEnv_AValueIsPointedToRun(t *testing.T) {
+	for _, args := range [][]string{{"validate", "s.yaml", "--env", "LR=0.1"}, {"validate", "s.yaml", "--env=LR=0.1"}} {
+		var out, errb bytes.Buffer
+		assert.Equal(t, exitUsage, mainWithCode(args, &out, &errb), args)
+		assert.Contains(t, errb.String(), `validate's --env takes no value (it prints each task type's env), so "LR=0.1" cannot be set here; clusterrun run SPEC --env LR=0.1 sets it`, args)
+	}
+}
