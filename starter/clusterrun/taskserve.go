@@ -55,7 +55,10 @@ func taskServe(args []string, _, stderr io.Writer) error {
 		return usageErrorf("no command: give the one each item runs after --, e.g. clusterrun task serve %s -- python3 step.py", fns[0])
 	}
 	if _, err := exec.LookPath(command[0]); err != nil {
-		return usageErrorf("cannot run %q: %v", command[0], errors.Unwrap(err))
+		if why := errors.Unwrap(err); why != nil {
+			err = why // exec's own words name the command again
+		}
+		return usageErrorf("cannot run %q: %v", command[0], err)
 	}
 	c, err := taskClient(stderr)
 	if err != nil {

@@ -67,3 +67,17 @@ func TestCapped_KeepsItsStartOrItsEnd(t *testing.T) {
 	assert.True(t, start.over)
 	assert.False(t, strings.Contains(end.String(), "abc"))
 }
+
+// A command serve cannot run is refused before it takes an item, in words that name the command once.
+func TestTaskServe_RefusesACommandItCannotRun(t *testing.T) {
+	for args, want := range map[string]string{
+		"x":                  "no command: give the one each item runs after --",
+		"x python3 step.py":  "no command: give the one each item runs after --",
+		"x -- nosuchcmd":     `cannot run "nosuchcmd": executable file not found in $PATH`,
+		"x -- ./nosuch-file": `cannot run "./nosuch-file": stat ./nosuch-file: no such file or directory`,
+	} {
+		var out, errb strings.Builder
+		assert.Equal(t, exitUsage, mainWithCode(append([]string{"task", "serve"}, strings.Fields(args)...), &out, &errb), args)
+		assert.Contains(t, errb.String(), want, args)
+	}
+}
